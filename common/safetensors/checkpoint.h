@@ -1,0 +1,45 @@
+// A Hugging Face checkpoint folder: either one model.safetensors, or shards listed by
+// model.safetensors.index.json ("weight_map": tensor name -> shard file).
+// Thread-safe after Open(): all methods are const.
+#ifndef LAMINA_COMMON_SAFETENSORS_CHECKPOINT_H_
+#define LAMINA_COMMON_SAFETENSORS_CHECKPOINT_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/safetensors/safetensors_file.h"
+#include "common/tensor/tensor.h"
+
+namespace lamina {
+
+class Checkpoint {
+ public:
+  // Opens `dir`/model.safetensors.index.json if present, else `dir`/model.safetensors.
+  static absl::StatusOr<Checkpoint> Open(const std::string& dir);
+
+  bool Contains(const std::string& name) const;
+  // NotFound names the checkpoint and the tensor.
+  absl::StatusOr<TensorView> Get(const std::string& name) const;
+  // Reads a tensor as float32, checking its shape: InvalidArgument names the file, the tensor and
+  // both shapes when they differ.
+  absl::StatusOr<Tensor> ReadFloat32(const std::string& name,
+                                     const std::vector<int64_t>& expected_shape) const;
+  // The file that holds `name` (for error messages).
+  std::string FileOf(const std::string& name) const;
+
+ private:
+  Checkpoint(std::string dir, std::vector<std::unique_ptr<SafetensorsFile>> files,
+             std::map<std::string, const SafetensorsFile*> index)
+      : dir_(std::move(dir)), files_(std::move(files)), index_(std::move(index)) {}
+
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const SafetensorsFile*> index_;  // tensor name -> file holding it
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMMON_SAFETENSORS_CHECKPOINT_H_
