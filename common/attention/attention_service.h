@@ -1,0 +1,60 @@
+// What a memory node offers a compute node, layer by layer: KV storage in token slots and decode
+// attention. The compute node's layer loop talks only to this interface; in single-process mode
+// it is the memory node's AttentionExecutor itself (the in-process transport is a pointer
+// hand-off), and in a cluster it is a client that carries the same calls over a transport.
+//
+// Calls of one step: Reserve() for every sequence that grows, then per layer either StoreKv()
+// (a prompt's k/v, computed by the compute node's prefill) or Decode() (one new token each).
+// Errors are per request: an unknown sequence or unreserved position is InvalidArgument, a full
+// pool ResourceExhausted, a lost peer Unavailable; a failed call changes nothing.
+#ifndef LAMINA_COMMON_ATTENTION_ATTENTION_SERVICE_H_
+#define LAMINA_COMMON_ATTENTION_ATTENTION_SERVICE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace lamina {
+
+using SequenceId = int64_t;
+
+// One new token of a sequence in a decode step.
+struct DecodeEntry {
+  SequenceId seq;
+  int32_t position;  // the token's position; positions 0..position are attended
+};
+
+// Where q, k and v sit in the rows of a fused qkv buffer.
+struct QkvLayout {
+  int64_t row_stride;  // floats between rows
+  int64_t q_offset;
+  int64_t k_offset;
+  int64_t v_offset;
+};
+
+class AttentionService {
+ public:
+  virtual ~AttentionService() = default;
+
+  // Makes sure `seq` (created on first use) has slots for positions [0, end_position).
+  virtual absl::Status Reserve(SequenceId seq, int32_t end_position) = 0;
+
+  // Writes one layer's keys and values of positions [first_position, first_position + count).
+  virtual absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count,
+                               const float* k, const float* v,  // [count, row_stride], heads first
+                               int64_t row_stride) = 0;
+
+  // For each entry i: stores k and v of row i at its position, then attends q of row i over
+  // positions 0..position, writing row i of `out`.
+  virtual absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries,
+                              const float* qkv, const QkvLayout& layout,  // [entries, row_stride]
+                              float* out, int64_t out_stride) = 0;        // [entries, out_stride]
+
+  // Frees the sequence's slots; unknown sequences are ignored.
+  virtual void Free(SequenceId seq) = 0;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMMON_ATTENTION_ATTENTION_SERVICE_H_

@@ -1,0 +1,66 @@
+// The compute node's layer loop: runs the model slices on a batch and, between slices, hands q/k/v
+// to the memory side through an AttentionService and reads the attention output back. The same
+// loop serves single-process mode (AttentionService = an in-process AttentionExecutor) and the
+// cluster (AttentionService = a transport client), so there is one forward pass to keep right.
+//
+// Prefill runs the prompt's causal attention here (compute-bound work stays on the compute node)
+// and ships each layer's k/v to the memory side in bulk. Decode sends each new token's q/k/v.
+// Thread-compatible: one batch at a time per engine.
+#ifndef LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_
+#define LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/attention/attention_service.h"
+#include "common/tensor/tensor.h"
+#include "common/threading/thread_pool.h"
+#include "compute_node/engine/model_slices.h"
+#include "compute_node/model/model_weights.h"
+
+namespace lamina {
+
+struct PrefillSequence {
+  SequenceId seq;
+  absl::Span<const int32_t> tokens;  // the whole prompt, positions 0..size-1
+};
+
+struct DecodeToken {
+  SequenceId seq;
+  int32_t token;     // the last sampled token, fed back
+  int32_t position;  // its position
+};
+
+class ComputeEngine {
+ public:
+  ComputeEngine(const ModelWeights* weights, AttentionService* attention,
+                ThreadPool* pool = &ThreadPool::Default());
+
+  // Runs all prompts as one batch. Writes logits [num prompts, vocab] for each prompt's last
+  // token, or with `all_positions` [total prompt tokens, vocab] for every position.
+  // InvalidArgument for empty prompts, out-of-vocabulary ids or prompts longer than the context;
+  // on any error the sequences' slots are freed.
+  absl::Status Prefill(absl::Span<const PrefillSequence> prompts, bool all_positions, Tensor* logits);
+
+  // One decode step for a batch of sequences: logits [batch, vocab].
+  absl::Status Decode(absl::Span<const DecodeToken> batch, Tensor* logits);
+
+  const ModelConfig& config() const { return weights_->config; }
+
+ private:
+  absl::Status CheckToken(int32_t token, int32_t position) const;
+
+  const ModelWeights* weights_;
+  AttentionService* attention_;
+  ThreadPool* pool_;
+  ModelSlices slices_;
+  SliceState prefill_state_;
+  SliceState decode_state_;
+  std::vector<DecodeEntry> entries_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_

@@ -1,0 +1,82 @@
+#include "compute_node/model/model_weights.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/safetensors/checkpoint.h"
+#include "common/status/status_macros.h"
+
+namespace lamina {
+namespace {
+
+// Stacks several [rows_i, cols] tensors into one [sum rows_i, cols] tensor.
+Tensor StackRows(std::vector<Tensor> parts) {
+  int64_t rows = 0;
+  std::vector<int64_t> shape = parts[0].shape();
+  for (const Tensor& p : parts) rows += p.dim(0);
+  shape[0] = rows;
+  Tensor out(shape);
+  float* dst = out.data();
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.data(), p.size() * sizeof(float));
+    dst += p.size();
+  }
+  return out;
+}
+
+absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, const ModelConfig& c, int64_t layer) {
+  const std::string p = absl::StrCat("model.layers.", layer, ".");
+  const int64_t h = c.hidden_size;
+  LayerWeights w;
+  LAMINA_ASSIGN_OR_RETURN(w.input_norm, ckpt.ReadFloat32(p + "input_layernorm.weight", {h}));
+  LAMINA_ASSIGN_OR_RETURN(Tensor q, ckpt.ReadFloat32(p + "self_attn.q_proj.weight", {c.q_size(), h}));
+  LAMINA_ASSIGN_OR_RETURN(Tensor k, ckpt.ReadFloat32(p + "self_attn.k_proj.weight", {c.kv_size(), h}));
+  LAMINA_ASSIGN_OR_RETURN(Tensor v, ckpt.ReadFloat32(p + "self_attn.v_proj.weight", {c.kv_size(), h}));
+  std::vector<Tensor> qkv;
+  qkv.push_back(std::move(q));
+  qkv.push_back(std::move(k));
+  qkv.push_back(std::move(v));
+  w.qkv = StackRows(std::move(qkv));
+  if (c.attention_bias) {
+    LAMINA_ASSIGN_OR_RETURN(Tensor qb, ckpt.ReadFloat32(p + "self_attn.q_proj.bias", {c.q_size()}));
+    LAMINA_ASSIGN_OR_RETURN(Tensor kb, ckpt.ReadFloat32(p + "self_attn.k_proj.bias", {c.kv_size()}));
+    LAMINA_ASSIGN_OR_RETURN(Tensor vb, ckpt.ReadFloat32(p + "self_attn.v_proj.bias", {c.kv_size()}));
+    std::vector<Tensor> bias;
+    bias.push_back(std::move(qb));
+    bias.push_back(std::move(kb));
+    bias.push_back(std::move(vb));
+    w.qkv_bias = StackRows(std::move(bias));
+  }
+  LAMINA_ASSIGN_OR_RETURN(w.o_proj, ckpt.ReadFloat32(p + "self_attn.o_proj.weight", {h, c.q_size()}));
+  LAMINA_ASSIGN_OR_RETURN(w.post_norm, ckpt.ReadFloat32(p + "post_attention_layernorm.weight", {h}));
+  const int64_t inter = c.intermediate_size;
+  LAMINA_ASSIGN_OR_RETURN(Tensor gate, ckpt.ReadFloat32(p + "mlp.gate_proj.weight", {inter, h}));
+  LAMINA_ASSIGN_OR_RETURN(Tensor up, ckpt.ReadFloat32(p + "mlp.up_proj.weight", {inter, h}));
+  std::vector<Tensor> gate_up;
+  gate_up.push_back(std::move(gate));
+  gate_up.push_back(std::move(up));
+  w.gate_up = StackRows(std::move(gate_up));
+  LAMINA_ASSIGN_OR_RETURN(w.down, ckpt.ReadFloat32(p + "mlp.down_proj.weight", {h, inter}));
+  return w;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir) {
+  auto weights = std::make_unique<ModelWeights>();
+  LAMINA_ASSIGN_OR_RETURN(weights->config, LoadModelConfig(dir));
+  const ModelConfig& c = weights->config;
+  LAMINA_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
+  LAMINA_ASSIGN_OR_RETURN(weights->embed, ckpt.ReadFloat32("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    LAMINA_ASSIGN_OR_RETURN(LayerWeights layer, LoadLayer(ckpt, c, l));
+    weights->layers.push_back(std::move(layer));
+  }
+  LAMINA_ASSIGN_OR_RETURN(weights->final_norm, ckpt.ReadFloat32("model.norm.weight", {c.hidden_size}));
+  if (!c.tie_word_embeddings) {
+    LAMINA_ASSIGN_OR_RETURN(weights->lm_head, ckpt.ReadFloat32("lm_head.weight", {c.vocab_size, c.hidden_size}));
+  }
+  return weights;
+}
+
+}  // namespace lamina

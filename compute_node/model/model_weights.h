@@ -1,0 +1,43 @@
+// The weights of a LLaMA-family model, loaded from a Hugging Face folder and converted to float32
+// (a bf16 or fp16 checkpoint takes twice its file size in memory; the tiny and demo models are a
+// few MB). q, k and v projections are fused into one matrix, as are gate and up.
+// Immutable after Load(); thread-safe to read.
+#ifndef LAMINA_COMPUTE_NODE_MODEL_MODEL_WEIGHTS_H_
+#define LAMINA_COMPUTE_NODE_MODEL_MODEL_WEIGHTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_config/model_config.h"
+#include "common/tensor/tensor.h"
+
+namespace lamina {
+
+struct LayerWeights {
+  Tensor input_norm;  // [hidden]
+  Tensor qkv;         // [q_size + 2 * kv_size, hidden]: rows of q, then k, then v
+  Tensor qkv_bias;    // [q_size + 2 * kv_size], empty without attention bias
+  Tensor o_proj;      // [hidden, q_size]
+  Tensor post_norm;   // [hidden]
+  Tensor gate_up;     // [2 * intermediate, hidden]: rows of gate, then up
+  Tensor down;        // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  Tensor embed;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  Tensor final_norm;  // [hidden]
+  Tensor lm_head;     // [vocab, hidden]; empty when tied to embed
+  const Tensor& head() const { return lm_head.size() > 0 ? lm_head : embed; }
+
+  // Reads config.json and the safetensors checkpoint in `dir`. Errors name the file and the
+  // tensor: missing tensors, wrong shapes, unsupported dtypes, truncated or corrupt files.
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& dir);
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMPUTE_NODE_MODEL_MODEL_WEIGHTS_H_

@@ -1,0 +1,93 @@
+#include "memory_node/attention/attention_executor.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace lamina {
+
+absl::StatusOr<std::unique_ptr<AttentionExecutor>> AttentionExecutor::Create(
+    const AttentionExecutorOptions& options, ThreadPool* pool) {
+  const auto& a = options.attention;
+  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0) {
+    return absl::InvalidArgumentError("attention heads: num_q_heads must be a multiple of num_kv_heads");
+  }
+  LAMINA_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create({options.num_layers, options.num_slots,
+                                                     a.num_kv_heads, a.head_dim}));
+  return std::unique_ptr<AttentionExecutor>(new AttentionExecutor(options, std::move(kv), pool));
+}
+
+absl::StatusOr<const std::vector<SlotId>*> AttentionExecutor::SlotsOf(SequenceId seq) const {
+  auto it = slots_.find(seq);
+  if (it == slots_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown sequence ", seq));
+  return &it->second;
+}
+
+absl::Status AttentionExecutor::Reserve(SequenceId seq, int32_t end_position) {
+  std::vector<SlotId>& slots = slots_[seq];
+  const int64_t missing = end_position - static_cast<int64_t>(slots.size());
+  if (missing <= 0) return absl::OkStatus();
+  absl::Status status = allocator_.Allocate(missing, &slots);
+  if (!status.ok() && slots.empty()) slots_.erase(seq);
+  return status;
+}
+
+absl::Status AttentionExecutor::StoreKv(int64_t layer, SequenceId seq, int32_t first_position,
+                                        int64_t count, const float* k, const float* v, int64_t row_stride) {
+  LAMINA_ASSIGN_OR_RETURN(const std::vector<SlotId>* slots, SlotsOf(seq));
+  if (layer < 0 || layer >= options_.num_layers) return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " out of range"));
+  if (first_position < 0 || first_position + count > static_cast<int64_t>(slots->size())) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": positions [", first_position, ", ",
+                                                   first_position + count, ") are not reserved"));
+  }
+  const int64_t stride = pool_.shape().slot_stride();
+  float* keys = pool_.keys(layer);
+  float* values = pool_.values(layer);
+  for (int64_t t = 0; t < count; ++t) {
+    const SlotId slot = (*slots)[first_position + t];
+    std::memcpy(keys + slot * stride, k + t * row_stride, stride * sizeof(float));
+    std::memcpy(values + slot * stride, v + t * row_stride, stride * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEntry> entries,
+                                       const float* qkv, const QkvLayout& layout, float* out,
+                                       int64_t out_stride) {
+  // Validate everything first so that a bad entry changes nothing.
+  if (layer < 0 || layer >= options_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " out of range"));
+  }
+  for (const DecodeEntry& e : entries) {
+    LAMINA_ASSIGN_OR_RETURN(const std::vector<SlotId>* slots, SlotsOf(e.seq));
+    if (e.position < 0 || e.position >= static_cast<int64_t>(slots->size())) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", e.seq, ": position ", e.position,
+                                                     " is not reserved"));
+    }
+  }
+  gathered_slots_.clear();
+  slot_begin_.assign(1, 0);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::vector<SlotId>& slots = slots_.find(entries[i].seq)->second;
+    const float* row = qkv + i * layout.row_stride;
+    LAMINA_RETURN_IF_ERROR(StoreKv(layer, entries[i].seq, entries[i].position, 1,
+                                   row + layout.k_offset, row + layout.v_offset, 0));
+    gathered_slots_.insert(gathered_slots_.end(), slots.begin(), slots.begin() + entries[i].position + 1);
+    slot_begin_.push_back(static_cast<int64_t>(gathered_slots_.size()));
+  }
+  kernels::cpu::DecodeAttention(options_.attention, qkv + layout.q_offset, layout.row_stride, pool_.keys(layer),
+                                pool_.values(layer), pool_.shape().slot_stride(), gathered_slots_.data(),
+                                slot_begin_.data(), out, out_stride,
+                                static_cast<int64_t>(entries.size()), *threads_);
+  return absl::OkStatus();
+}
+
+void AttentionExecutor::Free(SequenceId seq) {
+  auto it = slots_.find(seq);
+  if (it == slots_.end()) return;
+  allocator_.Free(it->second);
+  slots_.erase(it);
+}
+
+}  // namespace lamina

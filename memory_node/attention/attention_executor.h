@@ -1,0 +1,62 @@
+// The memory node's work, behind the AttentionService interface: keeps each sequence's KV in token
+// slots of a pool (one slot per position, shared by all layers) and runs decode attention over
+// them on the CPU kernels.
+// Thread-compatible: one caller at a time (the node's step loop).
+#ifndef LAMINA_MEMORY_NODE_ATTENTION_ATTENTION_EXECUTOR_H_
+#define LAMINA_MEMORY_NODE_ATTENTION_ATTENTION_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/attention/attention_service.h"
+#include "common/threading/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "memory_node/kv_cache/kv_pool.h"
+#include "memory_node/kv_cache/slot_allocator.h"
+
+namespace lamina {
+
+struct AttentionExecutorOptions {
+  int64_t num_layers;
+  int64_t num_slots;
+  kernels::cpu::AttentionShape attention;
+};
+
+class AttentionExecutor : public AttentionService {
+ public:
+  static absl::StatusOr<std::unique_ptr<AttentionExecutor>> Create(const AttentionExecutorOptions& options,
+                                                                   ThreadPool* pool = &ThreadPool::Default());
+
+  absl::Status Reserve(SequenceId seq, int32_t end_position) override;
+  absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count,
+                       const float* k, const float* v, int64_t row_stride) override;
+  absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
+                      const QkvLayout& layout, float* out, int64_t out_stride) override;
+  void Free(SequenceId seq) override;
+
+  int64_t num_slots() const { return allocator_.num_slots(); }
+  int64_t num_free_slots() const { return allocator_.num_free(); }
+  int64_t num_sequences() const { return static_cast<int64_t>(slots_.size()); }
+
+ private:
+  AttentionExecutor(const AttentionExecutorOptions& options, KvPool pool, ThreadPool* threads)
+      : options_(options), pool_(std::move(pool)), allocator_(options.num_slots), threads_(threads) {}
+  absl::StatusOr<const std::vector<SlotId>*> SlotsOf(SequenceId seq) const;
+
+  AttentionExecutorOptions options_;
+  KvPool pool_;
+  SlotAllocator allocator_;
+  ThreadPool* threads_;
+  absl::flat_hash_map<SequenceId, std::vector<SlotId>> slots_;  // slot of each position
+  // Scratch for Decode, kept to avoid per-layer allocation.
+  std::vector<int32_t> gathered_slots_;
+  std::vector<int64_t> slot_begin_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_MEMORY_NODE_ATTENTION_ATTENTION_EXECUTOR_H_
