@@ -1,0 +1,70 @@
+// Single-process mode: one compute engine and one memory node (an AttentionExecutor) in this
+// process, wired through the in-process transport, driven by the same batching loop a coordinator
+// runs: all requests are prefilled as one batch, then decoded together, each leaving the batch
+// when it finishes (end of sequence, a stop id, its token budget or the model's context).
+// Thread-compatible: one Generate() at a time.
+#ifndef LAMINA_COORDINATOR_EMBEDDED_LOCAL_CLUSTER_H_
+#define LAMINA_COORDINATOR_EMBEDDED_LOCAL_CLUSTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/threading/thread_pool.h"
+#include "common/tokenizer/tokenizer.h"
+#include "compute_node/model/model_weights.h"
+#include "compute_node/sampling/sampler.h"
+
+namespace lamina {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, BOS included where the model wants one
+  SamplingParams sampling;
+  int32_t max_tokens = 16;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+};
+
+enum class FinishReason { kNone, kEndOfSequence, kStopId, kMaxTokens, kContextFull };
+const char* FinishReasonName(FinishReason reason);
+
+// One generated token. `finish` is kNone except on a request's last token.
+struct TokenEvent {
+  size_t request;  // index into the requests passed to Generate
+  int32_t token;
+  FinishReason finish;
+};
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+class LocalCluster {
+ public:
+  // Loads weights and tokenizer from a Hugging Face folder.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Load(const std::string& model_dir,
+                                                           ThreadPool* pool = &ThreadPool::Default());
+
+  // Generates for every request, calling `on_token` as each token is produced (in step order).
+  // Requests are validated before any work starts: InvalidArgument names the request and what is
+  // wrong (empty prompt, an id outside the vocabulary, a prompt that fills the context, bad
+  // sampling values).
+  absl::Status Generate(absl::Span<const GenerationRequest> requests, const TokenCallback& on_token);
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelConfig& config() const { return weights_->config; }
+
+ private:
+  LocalCluster(std::unique_ptr<ModelWeights> weights, std::unique_ptr<Tokenizer> tokenizer, ThreadPool* pool)
+      : weights_(std::move(weights)), tokenizer_(std::move(tokenizer)), pool_(pool) {}
+  absl::Status Validate(absl::Span<const GenerationRequest> requests) const;
+
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ThreadPool* pool_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COORDINATOR_EMBEDDED_LOCAL_CLUSTER_H_

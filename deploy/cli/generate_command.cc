@@ -1,0 +1,125 @@
+#include "deploy/cli/generate_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
+#include "common/tokenizer/incremental_decoder.h"
+#include "coordinator/embedded/local_cluster.h"
+#include "deploy/cli/flags.h"
+#include "deploy/cli/ordered_printer.h"
+
+namespace lamina::cli {
+
+const char kGenerateUsage[] =
+    "usage: lamina generate --model DIR [--prompt TEXT]... [--prompt-ids 1,2,3]... [options]\n"
+    "  Generates continuations on this machine's CPU. Several prompts run as one batch; with no\n"
+    "  --prompt or --prompt-ids, prompts are read from standard input, one per line.\n"
+    "options:\n"
+    "  --max-tokens N     tokens to generate per prompt (default 64)\n"
+    "  --temperature T    0 = greedy (default 0)\n"
+    "  --top-k K          sample among the K most likely tokens (default 0 = all)\n"
+    "  --top-p P          sample among the smallest set with probability >= P (default 1)\n"
+    "  --seed S           random seed for sampling (default 0)\n"
+    "  --ignore-eos       keep generating past the end-of-sequence token\n"
+    "  --print-ids        print generated token ids, one line per prompt, instead of text\n";
+
+namespace {
+
+struct GenerateOptions {
+  std::string model_dir;
+  std::vector<std::vector<int32_t>> prompts;
+  GenerationRequest defaults;
+  bool print_ids = false;
+};
+
+absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& args,
+                                             Flags* flags_out) {
+  LAMINA_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args, {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "seed"},
+                                {"print-ids", "ignore-eos"}));
+  GenerateOptions options;
+  options.model_dir = flags.String("model", "");
+  if (options.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
+  LAMINA_ASSIGN_OR_RETURN(int64_t max_tokens, flags.Int("max-tokens", 64));
+  LAMINA_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));
+  LAMINA_ASSIGN_OR_RETURN(int64_t top_k, flags.Int("top-k", 0));
+  LAMINA_ASSIGN_OR_RETURN(double top_p, flags.Double("top-p", 1.0));
+  LAMINA_ASSIGN_OR_RETURN(int64_t seed, flags.Int("seed", 0));
+  if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be at least 1");
+  options.defaults.max_tokens = static_cast<int32_t>(max_tokens);
+  options.defaults.sampling = {static_cast<float>(temperature), static_cast<int32_t>(top_k),
+                               static_cast<float>(top_p), static_cast<uint64_t>(seed)};
+  absl::Status sampling = options.defaults.sampling.Validate();
+  if (!sampling.ok()) return absl::InvalidArgumentError(std::string(sampling.message()));
+  options.defaults.ignore_eos = flags.Has("ignore-eos");
+  options.print_ids = flags.Has("print-ids");
+  for (const std::string& ids : flags.All("prompt-ids")) {
+    LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> parsed, ParseIdList("prompt-ids", ids));
+    options.prompts.push_back(std::move(parsed));
+  }
+  *flags_out = std::move(flags);
+  return options;
+}
+
+absl::Status Generate(const std::vector<std::string>& args) {
+  Flags flags;
+  LAMINA_ASSIGN_OR_RETURN(GenerateOptions options, ParseOptions(args, &flags));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Load(options.model_dir));
+  const Tokenizer& tokenizer = cluster->tokenizer();
+
+  std::vector<std::string> texts = flags.All("prompt");
+  if (texts.empty() && !flags.Has("prompt-ids")) {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      if (!line.empty()) texts.push_back(line);
+    }
+    if (texts.empty()) return absl::InvalidArgumentError("no prompts: pass --prompt TEXT or lines on standard input");
+  }
+  // Text prompts first, then id prompts, each in the order given.
+  std::vector<GenerationRequest> requests;
+  for (const std::string& text : texts) {
+    requests.push_back(options.defaults);
+    requests.back().prompt = tokenizer.EncodePrompt(text);
+  }
+  for (std::vector<int32_t>& ids : options.prompts) {
+    requests.push_back(options.defaults);
+    requests.back().prompt = std::move(ids);
+  }
+
+  OrderedPrinter printer(requests.size(), stdout);
+  std::vector<IncrementalDecoder> decoders(requests.size(), IncrementalDecoder(&tokenizer, /*at_text_start=*/false));
+  std::vector<std::vector<int32_t>> generated(requests.size());
+  return cluster->Generate(requests, [&](const TokenEvent& event) {
+    if (options.print_ids) {
+      generated[event.request].push_back(event.token);
+      if (event.finish != FinishReason::kNone) {
+        printer.Write(event.request, absl::StrJoin(generated[event.request], " "));
+        printer.Finish(event.request);
+      }
+      return;
+    }
+    printer.Write(event.request, decoders[event.request].Add(event.token));
+    if (event.finish != FinishReason::kNone) {
+      printer.Write(event.request, decoders[event.request].Finish());
+      printer.Finish(event.request);
+    }
+  });
+}
+
+}  // namespace
+
+int RunGenerate(const std::vector<std::string>& args) {
+  absl::Status status = Generate(args);
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "lamina generate: %s\n", std::string(status.message()).c_str());
+  if (status.code() == absl::StatusCode::kInvalidArgument && status.message().find("--") != absl::string_view::npos) {
+    std::fprintf(stderr, "%s", kGenerateUsage);
+    return 2;
+  }
+  return 1;
+}
+
+}  // namespace lamina::cli

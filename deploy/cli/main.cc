@@ -1,0 +1,37 @@
+// `lamina`: the command-line front door.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "deploy/cli/generate_command.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: lamina COMMAND [flags]\n"
+    "commands:\n"
+    "  generate   generate text on this machine from a Hugging Face model folder\n"
+    "  help       show this message (lamina help COMMAND for a command's flags)\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "generate") return lamina::cli::RunGenerate(args);
+  if (command == "help" || command == "--help" || command == "-h") {
+    if (!args.empty() && args[0] == "generate") {
+      std::printf("%s", lamina::cli::kGenerateUsage);
+    } else {
+      std::printf("%s", kUsage);
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "lamina: unknown command '%s'\n%s", command.c_str(), kUsage);
+  return 2;
+}
