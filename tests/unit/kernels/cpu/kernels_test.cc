@@ -1,0 +1,200 @@
+// CPU kernels against naive float64 references on random inputs with odd sizes.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rope.h"
+
+namespace lamina::kernels::cpu {
+namespace {
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+double MaxRelativeError(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num = std::max(num, std::abs(got[i] - want[i]));
+    den = std::max(den, std::abs(want[i]));
+  }
+  return num / (den > 0 ? den : 1);
+}
+
+TEST(MatmulTest, MatchesFloat64ReferenceAtOddSizes) {
+  ThreadPool pool(3);
+  for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 1, 1}, {1, 17, 9}, {3, 33, 31}, {5, 64, 256}, {7, 130, 257}, {16, 100, 688}, {33, 7, 1000}}) {
+    std::vector<float> x = Random(m * k, 1), w = Random(n * k, 2), bias = Random(n, 3), y(m * n);
+    Matmul(x.data(), w.data(), bias.data(), y.data(), m, n, k, pool);
+    std::vector<double> ref(m * n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = bias[j];
+        for (int64_t t = 0; t < k; ++t) s += static_cast<double>(x[i * k + t]) * w[j * k + t];
+        ref[i * n + j] = s;
+      }
+    }
+    EXPECT_LT(MaxRelativeError(y, ref), 1e-5) << m << "x" << n << "x" << k;
+  }
+}
+
+TEST(RmsNormTest, MatchesDefinition) {
+  const int64_t rows = 3, dim = 37;
+  std::vector<float> x = Random(rows * dim, 4), w = Random(dim, 5), y(rows * dim);
+  RmsNorm(x.data(), w.data(), y.data(), rows, dim, 1e-5);
+  std::vector<double> ref(rows * dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+    double scale = 1 / std::sqrt(ss / dim + 1e-5);
+    for (int64_t i = 0; i < dim; ++i) ref[r * dim + i] = x[r * dim + i] * scale * w[i];
+  }
+  EXPECT_LT(MaxRelativeError(y, ref), 1e-6);
+}
+
+TEST(SwiGluTest, MatchesDefinition) {
+  std::vector<float> gate_up = {1.0f, -2.0f, 0.5f, 3.0f, 4.0f, -1.0f}, out(3);
+  SwiGlu(gate_up.data(), out.data(), 1, 3);
+  for (int i = 0; i < 3; ++i) {
+    double g = gate_up[i];
+    EXPECT_NEAR(out[i], g / (1 + std::exp(-g)) * gate_up[3 + i], 1e-6);
+  }
+}
+
+TEST(RopeTest, DefaultScheduleRotatesPairsHalfADimensionApart) {
+  RopeConfig config;
+  config.theta = 10000;
+  Rope rope(config, 4);
+  std::vector<float> x = {1, 2, 3, 4};
+  int32_t position = 3;
+  rope.Apply(x.data(), &position, 1, 1, 4);
+  // Pairs (0, 2) and (1, 3), frequencies 1 and 1/100.
+  const double a0 = 3 * 1.0, a1 = 3 * 0.01;
+  EXPECT_NEAR(x[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(x[2], 3 * std::cos(a0) + 1 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(x[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
+  EXPECT_NEAR(x[3], 4 * std::cos(a1) + 2 * std::sin(a1), 1e-6);
+}
+
+TEST(RopeTest, Llama3ScheduleKeepsHighFrequenciesAndSlowsLowOnes) {
+  RopeConfig config;
+  config.type = RopeConfig::Type::kLlama3;
+  config.theta = 500000;
+  config.factor = 8;
+  config.low_freq_factor = 1;
+  config.high_freq_factor = 4;
+  config.original_max_position_embeddings = 8192;
+  Rope scaled(config, 128);
+  RopeConfig plain_config;
+  plain_config.theta = 500000;
+  Rope plain(plain_config, 128);
+  const auto& s = scaled.inv_freq();
+  const auto& p = plain.inv_freq();
+  EXPECT_DOUBLE_EQ(s[0], p[0]);             // wavelength 2π: far below 8192/4
+  EXPECT_DOUBLE_EQ(s[63], p[63] / 8);        // the longest wavelength: slowed by the factor
+  // Within the blended band the result lies between the two.
+  int blended = 0;
+  for (int i = 0; i < 64; ++i) {
+    double wavelen = 2 * M_PI / p[i];
+    if (wavelen >= 8192.0 / 4 && wavelen <= 8192.0) {
+      EXPECT_LE(s[i], p[i]);
+      EXPECT_GE(s[i], p[i] / 8);
+      ++blended;
+    }
+  }
+  EXPECT_GT(blended, 0);
+}
+
+// softmax(q·Kᵀ/√d)·V for one head in float64.
+std::vector<double> NaiveAttention(const float* q, const std::vector<const float*>& keys,
+                                   const std::vector<const float*>& values, int64_t d) {
+  std::vector<double> scores;
+  double max_score = -1e300;
+  for (const float* k : keys) {
+    double s = 0;
+    for (int64_t i = 0; i < d; ++i) s += static_cast<double>(q[i]) * k[i];
+    s /= std::sqrt(static_cast<double>(d));
+    scores.push_back(s);
+    max_score = std::max(max_score, s);
+  }
+  double total = 0;
+  for (double& s : scores) total += (s = std::exp(s - max_score));
+  std::vector<double> out(d, 0.0);
+  for (size_t j = 0; j < keys.size(); ++j) {
+    for (int64_t i = 0; i < d; ++i) out[i] += scores[j] / total * values[j][i];
+  }
+  return out;
+}
+
+struct AttentionCase {
+  int64_t q_heads, kv_heads, head_dim, tokens, window;
+};
+
+class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(AttentionTest, PrefillIsCausalSoftmaxAttention) {
+  const AttentionCase c = GetParam();
+  const int64_t q_stride = c.q_heads * c.head_dim, kv_stride = c.kv_heads * c.head_dim;
+  std::vector<float> q = Random(c.tokens * q_stride, 7), k = Random(c.tokens * kv_stride, 8),
+                     v = Random(c.tokens * kv_stride, 9), out(c.tokens * q_stride);
+  ThreadPool pool(2);
+  PrefillAttention({c.q_heads, c.kv_heads, c.head_dim, c.window}, q.data(), q_stride, k.data(), v.data(),
+                   kv_stride, out.data(), q_stride, c.tokens, pool);
+  const int64_t group = c.q_heads / c.kv_heads;
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    for (int64_t h = 0; h < c.q_heads; ++h) {
+      std::vector<const float*> keys, values;
+      int64_t begin = c.window > 0 ? std::max<int64_t>(0, t + 1 - c.window) : 0;
+      for (int64_t j = begin; j <= t; ++j) {
+        keys.push_back(&k[j * kv_stride + (h / group) * c.head_dim]);
+        values.push_back(&v[j * kv_stride + (h / group) * c.head_dim]);
+      }
+      std::vector<double> ref = NaiveAttention(&q[t * q_stride + h * c.head_dim], keys, values, c.head_dim);
+      for (int64_t i = 0; i < c.head_dim; ++i) {
+        ASSERT_NEAR(out[t * q_stride + h * c.head_dim + i], ref[i], 1e-5) << "t " << t << " head " << h;
+      }
+    }
+  }
+}
+
+TEST_P(AttentionTest, DecodeOverScatteredSlotsEqualsPrefillsLastRow) {
+  const AttentionCase c = GetParam();
+  const int64_t q_stride = c.q_heads * c.head_dim, kv_stride = c.kv_heads * c.head_dim;
+  std::vector<float> q = Random(c.tokens * q_stride, 10), k = Random(c.tokens * kv_stride, 11),
+                     v = Random(c.tokens * kv_stride, 12), prefill(c.tokens * q_stride);
+  const AttentionShape shape{c.q_heads, c.kv_heads, c.head_dim, c.window};
+  PrefillAttention(shape, q.data(), q_stride, k.data(), v.data(), kv_stride, prefill.data(), q_stride, c.tokens);
+  // Scatter the keys into a cache at shuffled slots.
+  const int64_t num_slots = 2 * c.tokens + 3;
+  std::vector<int32_t> slots(num_slots);
+  for (int32_t i = 0; i < num_slots; ++i) slots[i] = i;
+  std::shuffle(slots.begin(), slots.end(), std::mt19937(13));
+  slots.resize(c.tokens);
+  std::vector<float> k_cache(num_slots * kv_stride), v_cache(num_slots * kv_stride), out(q_stride);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    std::copy_n(&k[t * kv_stride], kv_stride, &k_cache[slots[t] * kv_stride]);
+    std::copy_n(&v[t * kv_stride], kv_stride, &v_cache[slots[t] * kv_stride]);
+  }
+  const int64_t begin[2] = {0, c.tokens};
+  DecodeAttention(shape, &q[(c.tokens - 1) * q_stride], q_stride, k_cache.data(), v_cache.data(), kv_stride,
+                  slots.data(), begin, out.data(), q_stride, 1);
+  for (int64_t i = 0; i < q_stride; ++i) EXPECT_NEAR(out[i], prefill[(c.tokens - 1) * q_stride + i], 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttentionCase{4, 4, 16, 37, 0},    // MHA
+                                           AttentionCase{8, 2, 32, 70, 0},    // GQA
+                                           AttentionCase{6, 1, 64, 33, 0},    // MQA
+                                           AttentionCase{4, 2, 8, 50, 7}));   // sliding window
+
+}  // namespace
+}  // namespace lamina::kernels::cpu

@@ -1,0 +1,54 @@
+#include "memory_node/attention/attention_executor.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace lamina {
+namespace {
+
+std::unique_ptr<AttentionExecutor> Make(int64_t slots) {
+  auto executor = AttentionExecutor::Create({2, slots, {2, 1, 4, 0}});
+  EXPECT_TRUE(executor.ok());
+  return std::move(*executor);
+}
+
+TEST(AttentionExecutorTest, ReserveGrowsSequencesAndFreeReturnsSlots) {
+  auto e = Make(10);
+  ASSERT_TRUE(e->Reserve(1, 4).ok());
+  ASSERT_TRUE(e->Reserve(1, 6).ok());
+  ASSERT_TRUE(e->Reserve(2, 3).ok());
+  EXPECT_EQ(e->num_free_slots(), 1);
+  EXPECT_EQ(e->num_sequences(), 2);
+  EXPECT_EQ(e->Reserve(3, 2).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(e->num_sequences(), 2) << "a failed reservation must not leave an empty sequence behind";
+  e->Free(1);
+  EXPECT_EQ(e->num_free_slots(), 7);
+}
+
+TEST(AttentionExecutorTest, UnknownSequenceOrUnreservedPositionIsInvalidArgument) {
+  auto e = Make(10);
+  std::vector<float> qkv(2 * 4 + 2 * 4, 1.0f), out(8);
+  DecodeEntry unknown{9, 0};
+  EXPECT_EQ(e->Decode(0, {&unknown, 1}, qkv.data(), {16, 0, 8, 12}, out.data(), 8).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(e->Reserve(1, 2).ok());
+  DecodeEntry beyond{1, 2};
+  EXPECT_EQ(e->Decode(0, {&beyond, 1}, qkv.data(), {16, 0, 8, 12}, out.data(), 8).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->StoreKv(5, 1, 0, 1, qkv.data(), qkv.data(), 4).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AttentionExecutorTest, SingleTokenAttentionReturnsItsValue) {
+  auto e = Make(4);
+  ASSERT_TRUE(e->Reserve(7, 1).ok());
+  // Row: q (2 heads x 4), k (1 x 4), v (1 x 4).
+  std::vector<float> qkv = {1, 2, 3, 4, 5, 6, 7, 8, 0.5f, 0.5f, 0.5f, 0.5f, 9, 8, 7, 6};
+  std::vector<float> out(8);
+  DecodeEntry entry{7, 0};
+  ASSERT_TRUE(e->Decode(1, {&entry, 1}, qkv.data(), {16, 0, 8, 12}, out.data(), 8).ok());
+  EXPECT_EQ(out, (std::vector<float>{9, 8, 7, 6, 9, 8, 7, 6}));
+}
+
+}  // namespace
+}  // namespace lamina
