@@ -1,0 +1,126 @@
+#include "coordinator/embedded/local_cluster.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/support/golden.h"
+
+namespace lamina {
+namespace {
+
+using ::lamina::testing::GoldenTensors;
+using ::lamina::testing::LoadGoldenJson;
+using ::lamina::testing::ModelDir;
+
+struct Output {
+  std::vector<int32_t> ids;
+  FinishReason finish = FinishReason::kNone;
+  int events_after_finish = 0;
+};
+
+std::vector<Output> GenerateAll(LocalCluster& cluster, const std::vector<GenerationRequest>& requests) {
+  std::vector<Output> outputs(requests.size());
+  absl::Status status = cluster.Generate(requests, [&](const TokenEvent& e) {
+    Output& o = outputs[e.request];
+    if (o.finish != FinishReason::kNone) ++o.events_after_finish;
+    o.ids.push_back(e.token);
+    o.finish = e.finish;
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return outputs;
+}
+
+GenerationRequest Greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+class LocalClusterGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LocalClusterGoldenTest, GreedyIdsMatchGoldenAndABatchMatchesEachAlone) {
+  auto cluster = LocalCluster::Load(ModelDir(GetParam()));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GoldenTensors golden(GetParam());
+  const int num_prompts = static_cast<int>(LoadGoldenJson(GetParam())["prompts"].size());
+  std::vector<GenerationRequest> requests;
+  std::vector<std::vector<int32_t>> expected;
+  for (int p = 0; p < num_prompts; ++p) {
+    const std::string key = "prompt_" + std::to_string(p);
+    expected.push_back(golden.Ids(key + ".greedy_ids"));
+    requests.push_back(Greedy(golden.Ids(key + ".ids"), static_cast<int32_t>(expected.back().size())));
+  }
+  std::vector<Output> batched = GenerateAll(**cluster, requests);
+  for (int p = 0; p < num_prompts; ++p) {
+    EXPECT_EQ(batched[p].ids, expected[p]) << "prompt " << p << " in a batch";
+    EXPECT_EQ(batched[p].finish, FinishReason::kMaxTokens);
+    EXPECT_EQ(batched[p].events_after_finish, 0);
+    std::vector<Output> alone = GenerateAll(**cluster, {requests[p]});
+    EXPECT_EQ(alone[0].ids, batched[p].ids) << "prompt " << p << " alone";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, LocalClusterGoldenTest,
+                         ::testing::Values("tiny-llama2", "tiny-llama3", "lamina-demo-6m"));
+
+TEST(LocalClusterTest, StopsAtEndOfSequenceUnlessIgnored) {
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GoldenTensors golden("lamina-demo-6m");
+  std::vector<int32_t> greedy = golden.Ids("prompt_0.greedy_ids");
+  // Make the 5th greedy token a stop id: generation ends right after emitting it.
+  GenerationRequest r = Greedy(golden.Ids("prompt_0.ids"), 48);
+  r.stop_ids = {greedy[4]};
+  std::vector<Output> out = GenerateAll(**cluster, {r});
+  EXPECT_EQ(out[0].finish, FinishReason::kStopId);
+  EXPECT_EQ(out[0].ids, std::vector<int32_t>(greedy.begin(), greedy.begin() + 5));
+}
+
+TEST(LocalClusterTest, SeededSamplingIsReproducibleAndDiffersFromGreedy) {
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // The demo model all but memorised its training text; "We" leaves it real choices.
+  GenerationRequest r = Greedy((*cluster)->tokenizer().EncodePrompt("We"), 32);
+  r.sampling = {1.5f, 50, 0.95f, 1234};
+  std::vector<Output> a = GenerateAll(**cluster, {r, r});
+  std::vector<Output> b = GenerateAll(**cluster, {r});
+  EXPECT_EQ(a[0].ids, b[0].ids);
+  EXPECT_EQ(a[1].ids, b[0].ids);
+  std::vector<Output> greedy = GenerateAll(**cluster, {Greedy(r.prompt, 32)});
+  EXPECT_NE(a[0].ids, greedy[0].ids);
+}
+
+TEST(LocalClusterTest, StopsWhenTheContextIsFull) {
+  auto cluster = LocalCluster::Load(ModelDir("tiny-llama2"));  // context 512
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GenerationRequest r = Greedy(std::vector<int32_t>(508, 300), 100);
+  std::vector<Output> out = GenerateAll(**cluster, {r});
+  EXPECT_EQ(out[0].finish, FinishReason::kContextFull);
+  // Sampled after positions 507 (prefill), 508, 509, 510 and 511; the 5th has no position left.
+  EXPECT_EQ(out[0].ids.size(), 5u);
+}
+
+TEST(LocalClusterTest, BadRequestsAreRejectedBeforeAnyWorkNamingTheRequest) {
+  auto cluster = LocalCluster::Load(ModelDir("tiny-llama3"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto status_of = [&](std::vector<GenerationRequest> requests) {
+    return (*cluster)->Generate(requests, [](const TokenEvent&) { FAIL() << "no token expected"; });
+  };
+  GenerationRequest good = Greedy({509, 40}, 4);
+  GenerationRequest too_long = Greedy(std::vector<int32_t>(1024, 40), 4);
+  absl::Status s = status_of({good, too_long});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("request 2: the prompt has 1024 tokens; the model's context is 1024"), std::string::npos) << s;
+  EXPECT_NE(status_of({Greedy({}, 4)}).message().find("empty"), std::string::npos);
+  EXPECT_NE(status_of({Greedy({512}, 4)}).message().find("token id 512 is outside the vocabulary"), std::string::npos);
+  GenerationRequest bad_sampling = good;
+  bad_sampling.sampling.top_p = 2.0f;
+  EXPECT_NE(status_of({bad_sampling}).message().find("top_p"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lamina
