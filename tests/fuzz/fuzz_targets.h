@@ -1,0 +1,24 @@
+// Entry points shared by the libFuzzer programs (built with -DLAMINA_BUILD_FUZZERS=ON and clang)
+// and the randomized mutation test that runs in every CI build. Each parses untrusted bytes and
+// must return an error Status for bad input, never crash, hang or read out of bounds.
+#ifndef LAMINA_TESTS_FUZZ_FUZZ_TARGETS_H_
+#define LAMINA_TESTS_FUZZ_FUZZ_TARGETS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lamina::fuzz {
+
+// A whole .safetensors file.
+void SafetensorsFile(const uint8_t* data, size_t size);
+// A config.json.
+void ModelConfigJson(const uint8_t* data, size_t size);
+// A tokenizer.json; when it loads, a few strings are encoded and decoded with it.
+void TokenizerJson(const uint8_t* data, size_t size);
+// Text for the tiny-llama3 (byte-level) and tiny-llama2 (byte-fallback) tokenizers: valid UTF-8
+// must survive encode + decode unchanged; any bytes must decode to valid UTF-8.
+void TokenizerText(const uint8_t* data, size_t size);
+
+}  // namespace lamina::fuzz
+
+#endif  // LAMINA_TESTS_FUZZ_FUZZ_TARGETS_H_

@@ -1,0 +1,118 @@
+// Runs the real `lamina` binary as a user would.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/support/golden.h"
+#include "tests/support/temp_dir.h"
+
+namespace lamina {
+namespace {
+
+using ::lamina::testing::GoldenTensors;
+using ::lamina::testing::LoadGoldenJson;
+using ::lamina::testing::ModelDir;
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout, or stdout and stderr with `merge_stderr`
+};
+
+Result RunLamina(const std::string& args, const std::string& stdin_file = "", bool merge_stderr = false) {
+  std::string command = std::string(LAMINA_BINARY) + " " + args;
+  if (!stdin_file.empty()) command += " < " + stdin_file;
+  command += merge_stderr ? " 2>&1" : " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  Result result{-1, ""};
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+TEST(CliTest, DemoModelPrintsTheGoldenText) {
+  nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const auto& prompt = golden["prompts"][3];
+  ASSERT_EQ(prompt["text"], "In this paper, we");
+  Result r = RunLamina("generate --model " + ModelDir("lamina-demo-6m") +
+                       " --prompt 'In this paper, we' --max-tokens 48 --temperature 0");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, prompt["greedy_text"].get<std::string>() + "\n");
+}
+
+TEST(CliTest, SeveralPromptsRunAsOneBatchAndPrintInOrder) {
+  nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  std::string args = "generate --model " + ModelDir("lamina-demo-6m") + " --max-tokens 48";
+  std::string expected;
+  for (const auto& p : golden["prompts"]) {
+    args += " --prompt " + Quote(p["text"]);
+    expected += p["greedy_text"].get<std::string>() + "\n";
+  }
+  Result r = RunLamina(args);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, expected);
+}
+
+TEST(CliTest, PromptIdsAndPrintIdsGiveTheGoldenIds) {
+  GoldenTensors golden("tiny-llama3");
+  std::string args = "generate --model " + ModelDir("tiny-llama3") + " --max-tokens 24 --ignore-eos --print-ids";
+  std::string expected;
+  for (int p = 0; p < 3; ++p) {
+    const std::string key = "prompt_" + std::to_string(p);
+    args += " --prompt-ids " + absl::StrJoin(golden.Ids(key + ".ids"), ",");
+    expected += absl::StrJoin(golden.Ids(key + ".greedy_ids"), " ") + "\n";
+  }
+  Result r = RunLamina(args);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, expected);
+}
+
+TEST(CliTest, ReadsPromptsFromStandardInputOneALine) {
+  nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  testing::TempDir dir;
+  std::string input = golden["prompts"][0]["text"].get<std::string>() + "\n" +
+                      golden["prompts"][1]["text"].get<std::string>() + "\n";
+  std::string path = dir.Write("prompts.txt", input);
+  Result r = RunLamina("generate --model " + ModelDir("lamina-demo-6m") + " --max-tokens 48", path);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, golden["prompts"][0]["greedy_text"].get<std::string>() + "\n" +
+                       golden["prompts"][1]["greedy_text"].get<std::string>() + "\n");
+}
+
+TEST(CliTest, ErrorsAreClearAndExitNonZero) {
+  Result missing = RunLamina("generate --model /nonexistent/model --prompt hi", "", true);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("/nonexistent/model/config.json: cannot open"), std::string::npos) << missing.out;
+
+  Result bad_flag = RunLamina("generate --model x --promt hi", "", true);
+  EXPECT_EQ(bad_flag.exit_code, 2);
+  EXPECT_NE(bad_flag.out.find("unknown flag --promt"), std::string::npos) << bad_flag.out;
+
+  Result bad_ids = RunLamina("generate --model " + ModelDir("tiny-llama3") + " --prompt-ids 1,x,3", "", true);
+  EXPECT_EQ(bad_ids.exit_code, 2);
+  EXPECT_NE(bad_ids.out.find("'x' is not a token id"), std::string::npos) << bad_ids.out;
+
+  std::vector<std::string> ids(1100, "40");
+  Result too_long = RunLamina("generate --model " + ModelDir("tiny-llama3") + " --prompt-ids " +
+                                  absl::StrJoin(ids, ","), "", true);
+  EXPECT_EQ(too_long.exit_code, 1);
+  EXPECT_NE(too_long.out.find("the prompt has 1100 tokens; the model's context is 1024"), std::string::npos)
+      << too_long.out;
+
+  Result unknown = RunLamina("serve", "", true);
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.out.find("unknown command 'serve'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lamina
