@@ -1,0 +1,156 @@
+// The conformance suite every transport passes: ordering, sizes from empty to many MB, both
+// directions at once, deadlines, a peer that goes away, and an address nobody listens on.
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <thread>
+
+#include "common/transport/transport.h"
+#include "gtest/gtest.h"
+
+namespace lamina {
+namespace {
+
+struct Tcp {
+  static std::unique_ptr<Transport> Make() { return MakeTcpTransport(); }
+  static std::string Address() { return "127.0.0.1:0"; }
+};
+struct Inproc {
+  static std::unique_ptr<Transport> Make() { return MakeInprocTransport(); }
+  static std::string Address() {
+    static std::atomic<int> next{0};
+    return "conformance-" + std::to_string(next++);
+  }
+};
+
+template <typename T>
+class TransportConformanceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    transport_ = T::Make();
+    auto listener = transport_->Listen(T::Address());
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = std::move(*listener);
+    std::thread accept([&] {
+      auto server = listener_->Accept(absl::Now() + absl::Seconds(5));
+      ASSERT_TRUE(server.ok()) << server.status();
+      server_ = std::move(*server);
+    });
+    auto client = transport_->Connect(listener_->address(), absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+    accept.join();
+  }
+
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<Connection> client_, server_;
+};
+
+using Transports = ::testing::Types<Tcp, Inproc>;
+TYPED_TEST_SUITE(TransportConformanceTest, Transports);
+
+std::vector<uint8_t> Pattern(size_t size, uint8_t seed) {
+  std::vector<uint8_t> bytes(size);
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>(seed + i * 31);
+  return bytes;
+}
+
+TYPED_TEST(TransportConformanceTest, MessagesArriveWholeAndInOrderFromEmptyToLarge) {
+  const std::vector<size_t> sizes = {0, 1, 7, 4096, 65537, 3 << 20};
+  std::thread sender([&] {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<uint8_t> a = Pattern(sizes[i] / 2, static_cast<uint8_t>(i)), b = Pattern(sizes[i] - sizes[i] / 2, 99);
+      ByteSpan parts[] = {a, b};
+      ASSERT_TRUE(this->client_->Send({static_cast<uint32_t>(i), 7, 1000 + i}, parts).ok());
+    }
+  });
+  std::vector<uint8_t> payload;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    MessageHeader header;
+    ASSERT_TRUE(this->server_->Receive(&header, &payload, absl::Now() + absl::Seconds(10)).ok());
+    EXPECT_EQ(header.type, i);
+    EXPECT_EQ(header.flags, 7u);
+    EXPECT_EQ(header.tag, 1000 + i);
+    std::vector<uint8_t> expected = Pattern(sizes[i] / 2, static_cast<uint8_t>(i)), b = Pattern(sizes[i] - sizes[i] / 2, 99);
+    expected.insert(expected.end(), b.begin(), b.end());
+    EXPECT_EQ(payload, expected) << "message " << i;
+  }
+  sender.join();
+}
+
+TYPED_TEST(TransportConformanceTest, BothDirectionsAtOnce) {
+  constexpr int kMessages = 200;
+  auto pump = [](Connection* from, uint32_t type) {
+    return std::thread([from, type] {
+      for (int i = 0; i < kMessages; ++i) {
+        std::vector<uint8_t> bytes = Pattern(1000 + i, static_cast<uint8_t>(i));
+        ByteSpan part = bytes;
+        ASSERT_TRUE(from->Send({type, 0, static_cast<uint64_t>(i)}, {&part, 1}).ok());
+      }
+    });
+  };
+  std::thread a = pump(this->client_.get(), 1);
+  std::thread b = pump(this->server_.get(), 2);
+  std::vector<uint8_t> payload;
+  for (int i = 0; i < kMessages; ++i) {
+    MessageHeader header;
+    ASSERT_TRUE(this->server_->Receive(&header, &payload, absl::Now() + absl::Seconds(10)).ok());
+    EXPECT_EQ(header.type, 1u);
+    EXPECT_EQ(header.tag, static_cast<uint64_t>(i));
+    EXPECT_EQ(payload, Pattern(1000 + i, static_cast<uint8_t>(i)));
+    ASSERT_TRUE(this->client_->Receive(&header, &payload, absl::Now() + absl::Seconds(10)).ok());
+    EXPECT_EQ(header.type, 2u);
+    EXPECT_EQ(header.tag, static_cast<uint64_t>(i));
+  }
+  a.join();
+  b.join();
+}
+
+TYPED_TEST(TransportConformanceTest, ReceiveHonoursItsDeadline) {
+  MessageHeader header;
+  std::vector<uint8_t> payload;
+  absl::Time start = absl::Now();
+  absl::Status status = this->server_->Receive(&header, &payload, start + absl::Milliseconds(100));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(90));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TYPED_TEST(TransportConformanceTest, PeerClosingIsUnavailableForReceiveAndSend) {
+  this->client_->Close();
+  this->client_.reset();
+  MessageHeader header;
+  std::vector<uint8_t> payload;
+  EXPECT_EQ(this->server_->Receive(&header, &payload, absl::Now() + absl::Seconds(5)).code(),
+            absl::StatusCode::kUnavailable);
+  std::vector<uint8_t> bytes(1 << 20, 1);
+  ByteSpan part = bytes;
+  absl::Status status;
+  // A socket may accept a send or two into its buffer before it notices the reset.
+  for (int i = 0; i < 20 && status.ok(); ++i) status = this->server_->Send({}, {&part, 1});
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
+TYPED_TEST(TransportConformanceTest, ConnectingWhereNobodyListensIsUnavailable) {
+  std::string address = this->listener_->address();
+  this->listener_->Close();
+  this->listener_.reset();
+  auto connection = this->transport_->Connect(address, absl::Now() + absl::Seconds(2));
+  EXPECT_EQ(connection.status().code(), absl::StatusCode::kUnavailable) << connection.status();
+}
+
+TYPED_TEST(TransportConformanceTest, ListeningTwiceOnOneAddressFails) {
+  auto second = this->transport_->Listen(this->listener_->address());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
+}
+
+TEST(TransportTest, UnknownTransportNamesAreRefused) {
+  auto t = MakeTransport("carrier-pigeon");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(t.status().message()).find("available: tcp, inproc"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lamina
