@@ -3,6 +3,7 @@ find_package(Threads REQUIRED)
 find_package(absl REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(ICU REQUIRED COMPONENTS uc i18n)
+find_package(yaml-cpp REQUIRED)
 
 set(LAMINA_HAVE_CUDA OFF)
 if(LAMINA_WITH_CUDA)

@@ -1,0 +1,292 @@
+#include "common/topology/topology.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
+#include "yaml-cpp/yaml.h"
+
+namespace lamina {
+namespace {
+
+// Reads one YAML mapping, naming the file, line and field path in every error, and refusing
+// fields it does not know.
+class Fields {
+ public:
+  Fields(const YAML::Node& node, std::string path, std::string where, std::vector<std::string> allowed)
+      : node_(node), path_(std::move(path)), where_(std::move(where)), allowed_(std::move(allowed)) {}
+
+  absl::Status Error(const YAML::Node& at, const std::string& field, const std::string& what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ":", at.Mark().line + 1, ": ", Qualified(field), ": ", what));
+  }
+  std::string Qualified(const std::string& field) const { return where_.empty() ? field : where_ + "." + field; }
+
+  absl::Status CheckShape() const {
+    if (!node_.IsMap()) {
+      return absl::InvalidArgumentError(absl::StrCat(path_, ":", node_.Mark().line + 1, ": ",
+                                                     where_.empty() ? "the file" : where_, ": expected a mapping"));
+    }
+    for (const auto& entry : node_) {
+      const std::string key = entry.first.as<std::string>();
+      if (std::find(allowed_.begin(), allowed_.end(), key) == allowed_.end()) {
+        return Error(entry.first, key, absl::StrCat("unknown field (allowed: ", absl::StrJoin(allowed_, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  bool Has(const std::string& field) const { return node_[field].IsDefined() && !node_[field].IsNull(); }
+  YAML::Node Get(const std::string& field) const { return node_[field]; }
+
+  absl::StatusOr<std::string> String(const std::string& field, const std::string* fallback) const {
+    if (!Has(field)) {
+      if (fallback) return *fallback;
+      return absl::InvalidArgumentError(absl::StrCat(path_, ":", node_.Mark().line + 1, ": ", Qualified(field), ": missing"));
+    }
+    YAML::Node value = node_[field];
+    if (!value.IsScalar()) return Error(value, field, "expected a string");
+    return value.as<std::string>();
+  }
+
+  absl::StatusOr<int64_t> Integer(const std::string& field, const int64_t* fallback, int64_t min, int64_t max) const {
+    if (!Has(field)) {
+      if (fallback) return *fallback;
+      return absl::InvalidArgumentError(absl::StrCat(path_, ":", node_.Mark().line + 1, ": ", Qualified(field), ": missing"));
+    }
+    YAML::Node value = node_[field];
+    int64_t parsed;
+    if (!value.IsScalar() || !absl::SimpleAtoi(value.Scalar(), &parsed) || parsed < min || parsed > max) {
+      return Error(value, field, absl::StrCat("expected an integer from ", min, " to ", max, ", got '",
+                                              value.IsScalar() ? value.Scalar() : "a non-scalar", "'"));
+    }
+    return parsed;
+  }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+  std::string where_;
+  std::vector<std::string> allowed_;
+};
+
+absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& path, int index) {
+  const std::string where = absl::StrCat("nodes[", index, "]");
+  Fields f(node, path, where,
+           {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads"});
+  LAMINA_RETURN_IF_ERROR(f.CheckShape());
+  NodeSpec spec;
+  spec.line = node.Mark().line + 1;
+  LAMINA_ASSIGN_OR_RETURN(spec.name, f.String("name", nullptr));
+  LAMINA_ASSIGN_OR_RETURN(std::string role, f.String("role", nullptr));
+  if (role == "compute") {
+    spec.kind = NodeKind::kCompute;
+  } else if (role == "memory") {
+    spec.kind = NodeKind::kMemory;
+  } else {
+    return f.Error(f.Get("role"), "role", absl::StrCat("expected 'compute' or 'memory', got '", role, "'"));
+  }
+  const std::string default_host = "127.0.0.1";
+  LAMINA_ASSIGN_OR_RETURN(spec.host, f.String("host", &default_host));
+  LAMINA_ASSIGN_OR_RETURN(int64_t port, f.Integer("port", nullptr, 1, 65535));
+  spec.port = static_cast<int>(port);
+  const std::string default_device = "cpu";
+  LAMINA_ASSIGN_OR_RETURN(spec.device, f.String("device", &default_device));
+  if (spec.device != "cpu") {
+    if (spec.device.rfind("cuda:", 0) == 0) {
+      return f.Error(f.Get("device"), "device",
+                     absl::StrCat("'", spec.device, "': GPU nodes are not available in this build yet (use cpu)"));
+    }
+    return f.Error(f.Get("device"), "device", absl::StrCat("expected 'cpu' or 'cuda:N', got '", spec.device, "'"));
+  }
+  const int64_t zero = 0;
+  LAMINA_ASSIGN_OR_RETURN(int64_t threads, f.Integer("threads", &zero, 0, 1024));
+  spec.threads = static_cast<int>(threads);
+  if (spec.kind == NodeKind::kMemory) {
+    LAMINA_ASSIGN_OR_RETURN(int64_t data_port, f.Integer("data_port", nullptr, 1, 65535));
+    spec.data_port = static_cast<int>(data_port);
+    LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
+    const std::string tcp = "tcp";
+    LAMINA_ASSIGN_OR_RETURN(spec.transport, f.String("transport", &tcp));
+    if (spec.transport != "tcp") {
+      return f.Error(f.Get("transport"), "transport",
+                     absl::StrCat("'", spec.transport, "' is not available between processes (available: tcp)"));
+    }
+  } else {
+    for (const char* field : {"data_port", "kv_capacity_tokens", "transport"}) {
+      if (f.Has(field)) return f.Error(f.Get(field), field, "only memory nodes have this field");
+    }
+  }
+  return spec;
+}
+
+}  // namespace
+
+const NodeSpec* Topology::Find(const std::string& name) const {
+  for (const NodeSpec& node : nodes) {
+    if (node.name == name) return &node;
+  }
+  return nullptr;
+}
+
+std::vector<const NodeSpec*> Topology::NodesOf(NodeKind kind) const {
+  std::vector<const NodeSpec*> out;
+  for (const NodeSpec& node : nodes) {
+    if (node.kind == kind) out.push_back(&node);
+  }
+  return out;
+}
+
+absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+  }
+  Topology t;
+  t.path = path;
+  try {
+    Fields top(root, path, "", {"model", "coordinator", "scheduler", "pipelining", "nodes", "prices"});
+    LAMINA_RETURN_IF_ERROR(top.CheckShape());
+
+    LAMINA_ASSIGN_OR_RETURN(std::string model, top.String("model", nullptr));
+    std::filesystem::path model_path(model);
+    if (model_path.is_relative()) model_path = std::filesystem::path(path).parent_path() / model_path;
+    t.model_dir = model_path.lexically_normal().string();
+    if (!std::filesystem::exists(model_path / "config.json")) {
+      return top.Error(top.Get("model"), "model",
+                       absl::StrCat("'", model, "' (", t.model_dir, ") is not a model folder: no config.json"));
+    }
+
+    if (!top.Has("coordinator")) return absl::InvalidArgumentError(absl::StrCat(path, ":1: coordinator: missing"));
+    Fields coordinator(top.Get("coordinator"), path, "coordinator", {"host", "port"});
+    LAMINA_RETURN_IF_ERROR(coordinator.CheckShape());
+    const std::string default_host = "127.0.0.1";
+    LAMINA_ASSIGN_OR_RETURN(t.coordinator_host, coordinator.String("host", &default_host));
+    LAMINA_ASSIGN_OR_RETURN(int64_t port, coordinator.Integer("port", nullptr, 1, 65535));
+    t.coordinator_port = static_cast<int>(port);
+
+    if (top.Has("scheduler")) {
+      Fields s(top.Get("scheduler"), path, "scheduler",
+               {"max_batch", "max_tokens_per_iteration", "heartbeat_interval_ms", "heartbeat_timeout_ms"});
+      LAMINA_RETURN_IF_ERROR(s.CheckShape());
+      const int64_t batch = t.max_batch, tokens = t.max_tokens_per_iteration, interval = t.heartbeat_interval_ms,
+                    timeout = t.heartbeat_timeout_ms;
+      LAMINA_ASSIGN_OR_RETURN(int64_t v1, s.Integer("max_batch", &batch, 1, 1 << 20));
+      LAMINA_ASSIGN_OR_RETURN(int64_t v2, s.Integer("max_tokens_per_iteration", &tokens, 1, 1 << 24));
+      LAMINA_ASSIGN_OR_RETURN(int64_t v3, s.Integer("heartbeat_interval_ms", &interval, 10, 60000));
+      LAMINA_ASSIGN_OR_RETURN(int64_t v4, s.Integer("heartbeat_timeout_ms", &timeout, 20, 600000));
+      t.max_batch = static_cast<int>(v1);
+      t.max_tokens_per_iteration = static_cast<int>(v2);
+      t.heartbeat_interval_ms = static_cast<int>(v3);
+      t.heartbeat_timeout_ms = static_cast<int>(v4);
+      if (t.heartbeat_timeout_ms <= t.heartbeat_interval_ms) {
+        return s.Error(s.Get("heartbeat_timeout_ms"), "heartbeat_timeout_ms", "must be longer than heartbeat_interval_ms");
+      }
+    }
+
+    const std::string none = "none";
+    LAMINA_ASSIGN_OR_RETURN(t.pipelining, top.String("pipelining", &none));
+    if (t.pipelining != "none") {
+      return top.Error(top.Get("pipelining"), "pipelining",
+                       absl::StrCat("'", t.pipelining, "' is not available yet (available: none)"));
+    }
+
+    if (!top.Has("nodes") || !top.Get("nodes").IsSequence()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", root.Mark().line + 1, ": nodes: expected a list of nodes"));
+    }
+    std::set<std::string> names;
+    std::map<std::string, int> endpoints;  // host:port -> line
+    int index = 0;
+    for (const YAML::Node& node : top.Get("nodes")) {
+      LAMINA_ASSIGN_OR_RETURN(NodeSpec spec, ParseNode(node, path, index));
+      if (!names.insert(spec.name).second) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ":", spec.line, ": nodes[", index, "].name: duplicate node name '",
+                                                       spec.name, "'"));
+      }
+      std::vector<std::pair<std::string, std::string>> ports = {{"port", spec.grpc_address()}};
+      if (spec.kind == NodeKind::kMemory) ports.push_back({"data_port", spec.data_address()});
+      for (const auto& [field, address] : ports) {
+        if (address == t.coordinator_address() || endpoints.count(address)) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ":", spec.line, ": nodes[", index, "].", field,
+                                                         ": ", address, " is used twice in this topology"));
+        }
+        endpoints[address] = spec.line;
+      }
+      t.nodes.push_back(spec);
+      ++index;
+    }
+    if (t.NodesOf(NodeKind::kCompute).size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: expected exactly one compute node (several need "
+                                                     "pipelining, not available yet), found ",
+                                                     t.NodesOf(NodeKind::kCompute).size()));
+    }
+    if (t.NodesOf(NodeKind::kMemory).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: expected at least one memory node"));
+    }
+
+    if (top.Has("prices")) {
+      YAML::Node prices = top.Get("prices");
+      if (!prices.IsMap()) return top.Error(prices, "prices", "expected a mapping of device kind to dollars per hour");
+      for (const auto& entry : prices) {
+        double value;
+        if (!entry.second.IsScalar() || !absl::SimpleAtod(entry.second.Scalar(), &value) || value < 0) {
+          return top.Error(entry.second, "prices." + entry.first.as<std::string>(), "expected a non-negative number");
+        }
+        t.prices[entry.first.as<std::string>()] = value;
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.mark.line + 1, ": ", e.msg));
+  }
+  return t;
+}
+
+absl::StatusOr<Topology> LoadTopology(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the topology file"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseTopology(buffer.str(), path);
+}
+
+absl::Status CheckPortsFree(const Topology& t) {
+  struct Use {
+    std::string what;
+    int line;
+    int port;
+  };
+  std::vector<Use> uses = {{"coordinator.port", 1, t.coordinator_port}};
+  for (const NodeSpec& n : t.nodes) {
+    uses.push_back({"nodes '" + n.name + "' port", n.line, n.port});
+    if (n.kind == NodeKind::kMemory) uses.push_back({"nodes '" + n.name + "' data_port", n.line, n.data_port});
+  }
+  for (const Use& use : uses) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;  // as the real servers do, so that TIME_WAIT leftovers are not "in use"
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(use.port));
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    int ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::close(fd);
+    if (ok != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(t.path, ":", use.line, ": ", use.what, ": port ", use.port, " is already in use on this machine"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lamina

@@ -1,0 +1,64 @@
+// A cluster's topology, read from YAML (schema: deploy/TOPOLOGY.md). Everything is validated
+// before anything starts, and an error names the file, the line and the field:
+//   "deploy/topologies/x.yaml:14: nodes[1].kv_capacity_tokens: expected a positive integer, got 'lots'".
+// Immutable after loading; thread-safe to read.
+#ifndef LAMINA_COMMON_TOPOLOGY_TOPOLOGY_H_
+#define LAMINA_COMMON_TOPOLOGY_TOPOLOGY_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lamina {
+
+enum class NodeKind { kCompute, kMemory };
+
+struct NodeSpec {
+  std::string name;
+  NodeKind kind = NodeKind::kCompute;
+  std::string host = "127.0.0.1";
+  int port = 0;                     // gRPC
+  int data_port = 0;                // memory nodes: the data plane
+  std::string device = "cpu";
+  std::string transport = "tcp";    // memory nodes: how compute nodes reach the data plane
+  int64_t kv_capacity_tokens = 0;   // memory nodes
+  int threads = 0;                  // CPU threads for kernels; 0 = one per core
+  int line = 0;                     // where the node is defined, for messages
+
+  std::string grpc_address() const { return host + ":" + std::to_string(port); }
+  std::string data_address() const { return host + ":" + std::to_string(data_port); }
+};
+
+struct Topology {
+  std::string path;       // the YAML file
+  std::string model_dir;  // resolved against the file's folder
+  std::string coordinator_host = "127.0.0.1";
+  int coordinator_port = 0;
+  int max_batch = 64;
+  int max_tokens_per_iteration = 4096;
+  int heartbeat_interval_ms = 500;
+  int heartbeat_timeout_ms = 3000;
+  std::string pipelining = "none";
+  std::vector<NodeSpec> nodes;
+  std::map<std::string, double> prices;  // device kind -> dollars per hour
+
+  std::string coordinator_address() const { return coordinator_host + ":" + std::to_string(coordinator_port); }
+  // nullptr when absent.
+  const NodeSpec* Find(const std::string& name) const;
+  std::vector<const NodeSpec*> NodesOf(NodeKind kind) const;
+};
+
+// Parses YAML text; `path` names it in messages and relative model paths resolve against its folder.
+absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::string& path);
+absl::StatusOr<Topology> LoadTopology(const std::string& path);
+
+// Checks that every port of the topology can be bound on this machine now; FailedPrecondition
+// names the line, the node and the port in use.
+absl::Status CheckPortsFree(const Topology& topology);
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMMON_TOPOLOGY_TOPOLOGY_H_

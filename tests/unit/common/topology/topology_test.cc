@@ -1,0 +1,98 @@
+#include "common/topology/topology.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+
+namespace lamina {
+namespace {
+
+const std::string kPath = std::string(LAMINA_SOURCE_DIR) + "/deploy/topologies/local-cpu.yaml";
+
+std::string Original() {
+  auto t = LoadTopology(kPath);
+  EXPECT_TRUE(t.ok()) << t.status();
+  std::FILE* f = std::fopen(kPath.c_str(), "r");
+  std::string text;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) text.append(buffer, n);
+  std::fclose(f);
+  return text;
+}
+
+absl::Status Parse(const std::string& text) { return ParseTopology(text, kPath).status(); }
+
+TEST(TopologyTest, TheDemoTopologyLoads) {
+  auto t = LoadTopology(kPath);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->coordinator_address(), "127.0.0.1:50151");
+  EXPECT_EQ(t->NodesOf(NodeKind::kCompute).size(), 1u);
+  ASSERT_EQ(t->NodesOf(NodeKind::kMemory).size(), 2u);
+  EXPECT_EQ(t->Find("memory-1")->data_address(), "127.0.0.1:50182");
+  EXPECT_EQ(t->Find("memory-1")->kv_capacity_tokens, 8192);
+  EXPECT_EQ(t->Find("memory-1")->line, 30);
+  EXPECT_NE(t->model_dir.find("deploy/models/lamina-demo-6m"), std::string::npos);
+  EXPECT_EQ(t->prices.at("cpu"), 0.05);
+}
+
+void ExpectError(const std::string& text, const std::string& expected) {
+  absl::Status status = Parse(text);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << expected;
+  EXPECT_NE(status.message().find(expected), std::string::npos) << status << "\nexpected: " << expected;
+}
+
+TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
+  const std::string original = Original();
+  ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
+                                              "    kv_capacity_tokens: 8192\n    colour: blue\n\n  - name: memory-1"}}),
+              "local-cpu.yaml:29: nodes[1].colour: unknown field");
+  ExpectError(absl::StrReplaceAll(original, {{"port: 50171", "port: lots"}}),
+              "local-cpu.yaml:25: nodes[1].port: expected an integer from 1 to 65535, got 'lots'");
+  ExpectError(absl::StrReplaceAll(original, {{"name: memory-1", "name: memory-0"}}),
+              "local-cpu.yaml:30: nodes[2].name: duplicate node name 'memory-0'");
+  ExpectError(absl::StrReplaceAll(original, {{"data_port: 50182", "data_port: 50172"}}),
+              "local-cpu.yaml:30: nodes[2].data_port: 127.0.0.1:50172 is used twice");
+  ExpectError(absl::StrReplaceAll(original, {{"model: ../models/lamina-demo-6m", "model: ../models/nope"}}),
+              "local-cpu.yaml:3: model: '../models/nope'");
+  ExpectError(absl::StrReplaceAll(original, {{"role: memory\n    host: 127.0.0.1\n    port: 50181", "role: storage\n    host: 127.0.0.1\n    port: 50181"}}),
+              "local-cpu.yaml:31: nodes[2].role: expected 'compute' or 'memory', got 'storage'");
+  ExpectError(absl::StrReplaceAll(original, {{"max_batch: 64", "max_batch: [1, 2]"}}),
+              "local-cpu.yaml:10: scheduler.max_batch: expected an integer");
+  ExpectError(absl::StrReplaceAll(original, {{"pipelining: none", "pipelining: sideways"}}),
+              "local-cpu.yaml:13: pipelining: 'sideways' is not available");
+  ExpectError(absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0", "    device: cuda:0\n\n  - name: memory-0"}}),
+              "nodes[0].device: 'cuda:0'");
+  ExpectError("nodes: [\n", "local-cpu.yaml:2: not valid YAML");
+  ExpectError(absl::StrReplaceAll(original, {{"  port: 50151", "  port: 50151\n  extra: 1"}}),
+              "local-cpu.yaml:8: coordinator.extra: unknown field");
+}
+
+TEST(TopologyTest, PortInUseIsReportedWithItsLine) {
+  auto t = LoadTopology(kPath);
+  ASSERT_TRUE(t.ok()) << t.status();
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  t->nodes[2].data_port = ntohs(addr.sin_port);
+  absl::Status status = CheckPortsFree(*t);
+  ::close(fd);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("local-cpu.yaml:30: nodes 'memory-1' data_port: port " +
+                                  std::to_string(t->nodes[2].data_port) + " is already in use"),
+            std::string::npos)
+      << status;
+}
+
+}  // namespace
+}  // namespace lamina
