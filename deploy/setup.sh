@@ -11,6 +11,8 @@ packages=(
   nlohmann-json3-dev     # JSON: safetensors headers, config.json, tokenizer.json
   libicu-dev             # Unicode regexes and normalisation for tokenizers
   libgtest-dev libgmock-dev
+  libyaml-cpp-dev        # topology files
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # control plane
 )
 missing=()
 for p in "${packages[@]}"; do
