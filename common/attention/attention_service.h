@@ -3,7 +3,7 @@
 // it is the memory node's AttentionExecutor itself (the in-process transport is a pointer
 // hand-off), and in a cluster it is a client that carries the same calls over a transport.
 //
-// Calls of one step: Reserve() for every sequence that grows, then per layer either StoreKv()
+// Calls of one step: Reserve() for the sequences that grow, then per layer either StoreKv()
 // (a prompt's k/v, computed by the compute node's prefill) or Decode() (one new token each).
 // Errors are per request: an unknown sequence or unreserved position is InvalidArgument, a full
 // pool ResourceExhausted, a lost peer Unavailable; a failed call changes nothing.
@@ -25,6 +25,12 @@ struct DecodeEntry {
   int32_t position;  // the token's position; positions 0..position are attended
 };
 
+// A sequence that grows to `end_position` tokens in this step.
+struct Reservation {
+  SequenceId seq;
+  int32_t end_position;
+};
+
 // Where q, k and v sit in the rows of a fused qkv buffer.
 struct QkvLayout {
   int64_t row_stride;  // floats between rows
@@ -37,8 +43,9 @@ class AttentionService {
  public:
   virtual ~AttentionService() = default;
 
-  // Makes sure `seq` (created on first use) has slots for positions [0, end_position).
-  virtual absl::Status Reserve(SequenceId seq, int32_t end_position) = 0;
+  // Makes sure each sequence (created on first use) has slots for positions [0, end_position).
+  // All or nothing: on error no sequence has gained slots.
+  virtual absl::Status Reserve(absl::Span<const Reservation> reservations) = 0;
 
   // Writes one layer's keys and values of positions [first_position, first_position + count).
   virtual absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count,

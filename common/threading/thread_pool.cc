@@ -60,6 +60,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  std::lock_guard<std::mutex> call(call_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;

@@ -1,6 +1,6 @@
 // A fixed pool of worker threads for data-parallel loops.
-// Thread-safe. ParallelFor blocks until every index has run; it may be called from one thread at a
-// time (callers serialise; the engine has one driving thread per process).
+// Thread-safe. ParallelFor blocks until every index has run; concurrent callers (two memory nodes
+// in one test process, say) take turns.
 #ifndef LAMINA_COMMON_THREADING_THREAD_POOL_H_
 #define LAMINA_COMMON_THREADING_THREAD_POOL_H_
 
@@ -36,6 +36,7 @@ class ThreadPool {
   void RunChunks();
 
   std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // one ParallelFor at a time
   std::mutex mu_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;

@@ -43,13 +43,9 @@ absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, b
   auto free_all = [&] {
     for (const PrefillSequence& p : prompts) attention_->Free(p.seq);
   };
-  for (const PrefillSequence& p : prompts) {
-    absl::Status status = attention_->Reserve(p.seq, static_cast<int32_t>(p.tokens.size()));
-    if (!status.ok()) {
-      free_all();
-      return status;
-    }
-  }
+  std::vector<Reservation> reservations;
+  for (const PrefillSequence& p : prompts) reservations.push_back({p.seq, static_cast<int32_t>(p.tokens.size())});
+  LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
 
   const QkvLayout qkv = slices_.qkv_layout();
   const kernels::cpu::AttentionShape shape{c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window};
@@ -100,7 +96,9 @@ absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, Tensor* 
     entries_.push_back({t.seq, t.position});
     tokens.push_back(t.token);
   }
-  for (const DecodeToken& t : batch) LAMINA_RETURN_IF_ERROR(attention_->Reserve(t.seq, t.position + 1));
+  std::vector<Reservation> reservations;
+  for (const DecodeToken& t : batch) reservations.push_back({t.seq, t.position + 1});
+  LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
 
   const QkvLayout qkv = slices_.qkv_layout();
   slices_.RunFirst(tokens, &s);

@@ -1,5 +1,6 @@
 #include "memory_node/attention/attention_executor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -24,13 +25,36 @@ absl::StatusOr<const std::vector<SlotId>*> AttentionExecutor::SlotsOf(SequenceId
   return &it->second;
 }
 
-absl::Status AttentionExecutor::Reserve(SequenceId seq, int32_t end_position) {
-  std::vector<SlotId>& slots = slots_[seq];
-  const int64_t missing = end_position - static_cast<int64_t>(slots.size());
-  if (missing <= 0) return absl::OkStatus();
-  absl::Status status = allocator_.Allocate(missing, &slots);
-  if (!status.ok() && slots.empty()) slots_.erase(seq);
-  return status;
+int64_t AttentionExecutor::SlotsNeeded(absl::Span<const Reservation> reservations) const {
+  // A sequence may appear more than once; the largest end position counts.
+  absl::flat_hash_map<SequenceId, int32_t> ends;
+  for (const Reservation& r : reservations) ends[r.seq] = std::max(ends[r.seq], r.end_position);
+  int64_t needed = 0;
+  for (const auto& [seq, end] : ends) {
+    auto it = slots_.find(seq);
+    const int64_t held = it == slots_.end() ? 0 : static_cast<int64_t>(it->second.size());
+    needed += std::max<int64_t>(0, end - held);
+  }
+  return needed;
+}
+
+absl::Status AttentionExecutor::Reserve(absl::Span<const Reservation> reservations) {
+  for (const Reservation& r : reservations) {
+    if (r.end_position < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", r.seq, ": negative position ", r.end_position));
+    }
+  }
+  const int64_t needed = SlotsNeeded(reservations);
+  if (needed > allocator_.num_free()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool has ", allocator_.num_free(), " free slots of ",
+                                                     allocator_.num_slots(), "; ", needed, " needed"));
+  }
+  for (const Reservation& r : reservations) {
+    std::vector<SlotId>& slots = slots_[r.seq];
+    const int64_t missing = r.end_position - static_cast<int64_t>(slots.size());
+    if (missing > 0) LAMINA_CHECK(allocator_.Allocate(missing, &slots).ok());  // checked above
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AttentionExecutor::StoreKv(int64_t layer, SequenceId seq, int32_t first_position,

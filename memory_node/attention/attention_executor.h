@@ -31,7 +31,7 @@ class AttentionExecutor : public AttentionService {
   static absl::StatusOr<std::unique_ptr<AttentionExecutor>> Create(const AttentionExecutorOptions& options,
                                                                    ThreadPool* pool = &ThreadPool::Default());
 
-  absl::Status Reserve(SequenceId seq, int32_t end_position) override;
+  absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count,
                        const float* k, const float* v, int64_t row_stride) override;
   absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
@@ -46,6 +46,8 @@ class AttentionExecutor : public AttentionService {
   AttentionExecutor(const AttentionExecutorOptions& options, KvPool pool, ThreadPool* threads)
       : options_(options), pool_(std::move(pool)), allocator_(options.num_slots), threads_(threads) {}
   absl::StatusOr<const std::vector<SlotId>*> SlotsOf(SequenceId seq) const;
+  // Slots `reservations` still need beyond what their sequences hold.
+  int64_t SlotsNeeded(absl::Span<const Reservation> reservations) const;
 
   AttentionExecutorOptions options_;
   KvPool pool_;

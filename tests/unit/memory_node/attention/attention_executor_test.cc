@@ -15,13 +15,16 @@ std::unique_ptr<AttentionExecutor> Make(int64_t slots) {
 
 TEST(AttentionExecutorTest, ReserveGrowsSequencesAndFreeReturnsSlots) {
   auto e = Make(10);
-  ASSERT_TRUE(e->Reserve(1, 4).ok());
-  ASSERT_TRUE(e->Reserve(1, 6).ok());
-  ASSERT_TRUE(e->Reserve(2, 3).ok());
+  Reservation first[] = {{1, 4}};
+  ASSERT_TRUE(e->Reserve(first).ok());
+  Reservation second[] = {{1, 6}, {2, 3}, {2, 2}};
+  ASSERT_TRUE(e->Reserve(second).ok());
   EXPECT_EQ(e->num_free_slots(), 1);
   EXPECT_EQ(e->num_sequences(), 2);
-  EXPECT_EQ(e->Reserve(3, 2).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(e->num_sequences(), 2) << "a failed reservation must not leave an empty sequence behind";
+  Reservation too_many[] = {{3, 1}, {1, 7}, {4, 1}};
+  EXPECT_EQ(e->Reserve(too_many).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(e->num_sequences(), 2) << "a failed reservation is all or nothing";
+  EXPECT_EQ(e->num_free_slots(), 1);
   e->Free(1);
   EXPECT_EQ(e->num_free_slots(), 7);
 }
@@ -32,7 +35,8 @@ TEST(AttentionExecutorTest, UnknownSequenceOrUnreservedPositionIsInvalidArgument
   DecodeEntry unknown{9, 0};
   EXPECT_EQ(e->Decode(0, {&unknown, 1}, qkv.data(), {16, 0, 8, 12}, out.data(), 8).code(),
             absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(e->Reserve(1, 2).ok());
+  Reservation r[] = {{1, 2}};
+  ASSERT_TRUE(e->Reserve(r).ok());
   DecodeEntry beyond{1, 2};
   EXPECT_EQ(e->Decode(0, {&beyond, 1}, qkv.data(), {16, 0, 8, 12}, out.data(), 8).code(),
             absl::StatusCode::kInvalidArgument);
@@ -41,7 +45,8 @@ TEST(AttentionExecutorTest, UnknownSequenceOrUnreservedPositionIsInvalidArgument
 
 TEST(AttentionExecutorTest, SingleTokenAttentionReturnsItsValue) {
   auto e = Make(4);
-  ASSERT_TRUE(e->Reserve(7, 1).ok());
+  Reservation r[] = {{7, 1}};
+  ASSERT_TRUE(e->Reserve(r).ok());
   // Row: q (2 heads x 4), k (1 x 4), v (1 x 4).
   std::vector<float> qkv = {1, 2, 3, 4, 5, 6, 7, 8, 0.5f, 0.5f, 0.5f, 0.5f, 9, 8, 7, 6};
   std::vector<float> out(8);

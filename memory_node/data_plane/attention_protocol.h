@@ -1,0 +1,29 @@
+// The data plane's messages between a compute node (client) and a memory node (server): the
+// AttentionService calls, carried over a Connection. One request, one reply, in order, per
+// connection. Floats are float32 in host order (both ends are little-endian x86-64 or Arm).
+//
+// Request payloads (MessageHeader::type, tag = the request's number):
+//   kReserve  u32 n, n x (i64 seq, i32 end_position)
+//   kStoreKv  i64 layer, i64 seq, i32 first_position, i64 count, k [count, kv_size], v [count, kv_size]
+//   kDecode   i64 layer, u32 n, n x (i64 seq, i32 position), qkv rows [n, q_size + 2 kv_size]
+//   kFree     u32 n, n x i64 seq
+// Reply payload (type kReply, same tag):
+//   i32 status code, string message, then for kDecode the outputs [n, q_size]
+#ifndef LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_PROTOCOL_H_
+#define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_PROTOCOL_H_
+
+#include <cstdint>
+
+namespace lamina::attention_protocol {
+
+enum MessageType : uint32_t {
+  kReserve = 1,
+  kStoreKv = 2,
+  kDecode = 3,
+  kFree = 4,
+  kReply = 100,
+};
+
+}  // namespace lamina::attention_protocol
+
+#endif  // LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_PROTOCOL_H_

@@ -1,0 +1,129 @@
+#include "memory_node/data_plane/attention_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "common/transport/wire.h"
+#include "memory_node/data_plane/attention_protocol.h"
+
+namespace lamina {
+
+namespace ap = attention_protocol;
+
+absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(Transport* transport, const std::string& address,
+                                                                       const AttentionWireShape& shape,
+                                                                       AttentionService* service, std::mutex* service_mu) {
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<Listener> listener, transport->Listen(address));
+  std::unique_ptr<AttentionServer> server(new AttentionServer(std::move(listener), shape, service, service_mu));
+  server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  return server;
+}
+
+AttentionServer::~AttentionServer() {
+  stopping_ = true;
+  listener_->Close();
+  if (accept_thread_.joinable()) accept_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(connections_mu_);
+    for (auto& c : connections_) c->Close();
+  }
+  for (auto& t : connection_threads_) t.join();
+}
+
+void AttentionServer::AcceptLoop() {
+  while (!stopping_) {
+    auto connection = listener_->Accept(absl::InfiniteFuture());
+    if (!connection.ok()) {
+      if (stopping_ || absl::IsCancelled(connection.status())) return;
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(connections_mu_);
+    Connection* c = connection->get();
+    connections_.push_back(std::move(*connection));
+    connection_threads_.emplace_back([this, c] { Serve(c); });
+  }
+}
+
+void AttentionServer::Serve(Connection* connection) {
+  // Buffers live as long as the connection: steady-state requests allocate nothing.
+  std::vector<uint8_t> request, reply;
+  std::vector<float> out;
+  MessageHeader header;
+  while (!stopping_) {
+    if (!connection->Receive(&header, &request, absl::InfiniteFuture()).ok()) return;
+    out.clear();
+    absl::Status status = Handle(header.type, request, &out);
+    reply.clear();
+    WireWriter w(&reply);
+    w.Put<int32_t>(static_cast<int32_t>(status.code()));
+    w.PutString(std::string(status.message()));
+    ByteSpan parts[] = {reply, ByteSpan(reinterpret_cast<const uint8_t*>(out.data()), out.size() * sizeof(float))};
+    if (!connection->Send({ap::kReply, 0, header.tag}, parts).ok()) return;
+  }
+}
+
+absl::Status AttentionServer::Handle(uint32_t type, const std::vector<uint8_t>& payload, std::vector<float>* out) {
+  WireReader r(payload.data(), payload.size());
+  switch (type) {
+    case ap::kReserve: {
+      uint32_t n;
+      LAMINA_RETURN_IF_ERROR(r.Get(&n));
+      std::vector<Reservation> reservations(n);
+      for (Reservation& res : reservations) {
+        LAMINA_RETURN_IF_ERROR(r.Get(&res.seq));
+        LAMINA_RETURN_IF_ERROR(r.Get(&res.end_position));
+      }
+      std::lock_guard<std::mutex> lock(*service_mu_);
+      return service_->Reserve(reservations);
+    }
+    case ap::kStoreKv: {
+      int64_t layer, seq, count;
+      int32_t first;
+      LAMINA_RETURN_IF_ERROR(r.Get(&layer));
+      LAMINA_RETURN_IF_ERROR(r.Get(&seq));
+      LAMINA_RETURN_IF_ERROR(r.Get(&first));
+      LAMINA_RETURN_IF_ERROR(r.Get(&count));
+      if (count < 0 || count > (int64_t{1} << 24)) return absl::InvalidArgumentError("bad token count");
+      const uint8_t *k = nullptr, *v = nullptr;
+      const size_t bytes = static_cast<size_t>(count * shape_.kv_size) * sizeof(float);
+      LAMINA_RETURN_IF_ERROR(r.GetBytes(bytes, &k));
+      LAMINA_RETURN_IF_ERROR(r.GetBytes(bytes, &v));
+      std::lock_guard<std::mutex> lock(*service_mu_);
+      return service_->StoreKv(layer, seq, first, count, reinterpret_cast<const float*>(k),
+                               reinterpret_cast<const float*>(v), shape_.kv_size);
+    }
+    case ap::kDecode: {
+      int64_t layer;
+      uint32_t n;
+      LAMINA_RETURN_IF_ERROR(r.Get(&layer));
+      LAMINA_RETURN_IF_ERROR(r.Get(&n));
+      std::vector<DecodeEntry> entries(n);
+      for (DecodeEntry& e : entries) {
+        LAMINA_RETURN_IF_ERROR(r.Get(&e.seq));
+        LAMINA_RETURN_IF_ERROR(r.Get(&e.position));
+      }
+      const int64_t row = shape_.q_size + 2 * shape_.kv_size;
+      const uint8_t* qkv = nullptr;
+      LAMINA_RETURN_IF_ERROR(r.GetBytes(static_cast<size_t>(n * row) * sizeof(float), &qkv));
+      out->resize(static_cast<size_t>(n * shape_.q_size));
+      std::lock_guard<std::mutex> lock(*service_mu_);
+      absl::Status status = service_->Decode(layer, entries, reinterpret_cast<const float*>(qkv),
+                                             {row, 0, shape_.q_size, shape_.q_size + shape_.kv_size}, out->data(),
+                                             shape_.q_size);
+      if (!status.ok()) out->clear();
+      return status;
+    }
+    case ap::kFree: {
+      uint32_t n;
+      LAMINA_RETURN_IF_ERROR(r.Get(&n));
+      std::vector<SequenceId> seqs(n);
+      for (SequenceId& s : seqs) LAMINA_RETURN_IF_ERROR(r.Get(&s));
+      std::lock_guard<std::mutex> lock(*service_mu_);
+      for (SequenceId s : seqs) service_->Free(s);
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown data-plane message type ", type));
+  }
+}
+
+}  // namespace lamina

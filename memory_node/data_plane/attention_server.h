@@ -1,0 +1,59 @@
+// Serves an AttentionService (the memory node's executor) to compute nodes over a transport:
+// one thread accepts connections, one thread per connection answers its requests in order.
+// A malformed request gets an error reply and the connection stays up; a broken connection ends
+// only its own thread. Thread-safe; the service is called under `service_mu`, which the node's
+// other users of the service (the gRPC FreeSequences handler) share.
+#ifndef LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
+#define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/attention/attention_service.h"
+#include "common/transport/transport.h"
+
+namespace lamina {
+
+struct AttentionWireShape {
+  int64_t num_layers;
+  int64_t q_size;   // floats of q per token
+  int64_t kv_size;  // floats of k (and of v) per token
+};
+
+class AttentionServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<AttentionServer>> Start(Transport* transport, const std::string& address,
+                                                               const AttentionWireShape& shape,
+                                                               AttentionService* service, std::mutex* service_mu);
+  ~AttentionServer();  // stops accepting, closes every connection, joins the threads
+
+  std::string address() const { return listener_->address(); }
+
+ private:
+  AttentionServer(std::unique_ptr<Listener> listener, const AttentionWireShape& shape, AttentionService* service,
+                  std::mutex* service_mu)
+      : listener_(std::move(listener)), shape_(shape), service_(service), service_mu_(service_mu) {}
+  void AcceptLoop();
+  void Serve(Connection* connection);
+  // Handles one request; fills `out` (the outputs of kDecode) and returns the call's status.
+  absl::Status Handle(uint32_t type, const std::vector<uint8_t>& payload, std::vector<float>* out);
+
+  std::unique_ptr<Listener> listener_;
+  AttentionWireShape shape_;
+  AttentionService* service_;
+  std::mutex* service_mu_;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+  std::mutex connections_mu_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<std::thread> connection_threads_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
