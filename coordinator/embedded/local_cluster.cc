@@ -9,22 +9,6 @@
 
 namespace lamina {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone:
-      return "none";
-    case FinishReason::kEndOfSequence:
-      return "end_of_sequence";
-    case FinishReason::kStopId:
-      return "stop";
-    case FinishReason::kMaxTokens:
-      return "length";
-    case FinishReason::kContextFull:
-      return "context_full";
-  }
-  return "?";
-}
-
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Load(const std::string& model_dir, ThreadPool* pool) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(model_dir));
   LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(model_dir));
@@ -101,17 +85,8 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
       const GenerationRequest& req = requests[a.request];
       const int32_t token = a.sampler.Sample(logits.row(static_cast<int64_t>(i)), c.vocab_size);
       ++a.generated;
-      FinishReason finish = FinishReason::kNone;
-      bool is_eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), token) != c.eos_token_ids.end();
-      if (is_eos && !req.ignore_eos) {
-        finish = FinishReason::kEndOfSequence;
-      } else if (std::find(req.stop_ids.begin(), req.stop_ids.end(), token) != req.stop_ids.end()) {
-        finish = FinishReason::kStopId;
-      } else if (a.generated >= req.max_tokens) {
-        finish = FinishReason::kMaxTokens;
-      } else if (a.next_position >= c.max_position_embeddings) {
-        finish = FinishReason::kContextFull;  // no position left to feed this token back at
-      }
+      const FinishReason finish =
+          CheckFinish(token, a.generated, a.next_position, {req.max_tokens, req.ignore_eos, req.stop_ids}, c);
       on_token({a.request, token, finish});
       if (finish != FinishReason::kNone) {
         memory_node->Free(static_cast<SequenceId>(a.request));

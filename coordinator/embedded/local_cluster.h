@@ -18,6 +18,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "compute_node/model/model_weights.h"
 #include "compute_node/sampling/sampler.h"
+#include "coordinator/sequence/stop_conditions.h"
 
 namespace lamina {
 
@@ -28,9 +29,6 @@ struct GenerationRequest {
   bool ignore_eos = false;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
 };
-
-enum class FinishReason { kNone, kEndOfSequence, kStopId, kMaxTokens, kContextFull };
-const char* FinishReasonName(FinishReason reason);
 
 // One generated token. `finish` is kNone except on a request's last token.
 struct TokenEvent {

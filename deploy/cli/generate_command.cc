@@ -8,7 +8,7 @@
 #include "common/status/status_macros.h"
 #include "common/tokenizer/incremental_decoder.h"
 #include "coordinator/embedded/local_cluster.h"
-#include "deploy/cli/flags.h"
+#include "common/flags/flags.h"
 #include "deploy/cli/ordered_printer.h"
 
 namespace lamina::cli {

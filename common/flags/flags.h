@@ -1,8 +1,8 @@
-// A small command-line parser for the `lamina` subcommands: `--name value` or `--name=value`,
+// A small command-line parser for the `lamina` subcommands and the daemons: `--name value` or `--name=value`,
 // repeatable flags, and boolean switches. Errors name the flag.
 // Thread-compatible.
-#ifndef LAMINA_DEPLOY_CLI_FLAGS_H_
-#define LAMINA_DEPLOY_CLI_FLAGS_H_
+#ifndef LAMINA_COMMON_FLAGS_FLAGS_H_
+#define LAMINA_COMMON_FLAGS_FLAGS_H_
 
 #include <cstdint>
 #include <map>
@@ -38,4 +38,4 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const 
 
 }  // namespace lamina::cli
 
-#endif  // LAMINA_DEPLOY_CLI_FLAGS_H_
+#endif  // LAMINA_COMMON_FLAGS_FLAGS_H_

@@ -1,4 +1,4 @@
-#include "deploy/cli/flags.h"
+#include "common/flags/flags.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

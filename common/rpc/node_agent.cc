@@ -1,0 +1,53 @@
+#include "common/rpc/node_agent.h"
+
+#include <chrono>
+
+#include "grpcpp/grpcpp.h"
+
+namespace lamina {
+
+NodeAgent::NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report)
+    : stub_(lamina::v1::Cluster::NewStub(grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()))),
+      registration_(std::move(registration)),
+      report_(std::move(report)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+NodeAgent::~NodeAgent() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+}
+
+bool NodeAgent::Sleep(int milliseconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return !stop_cv_.wait_for(lock, std::chrono::milliseconds(milliseconds), [&] { return stopping_; });
+}
+
+void NodeAgent::Loop() {
+  int interval_ms = 500;
+  bool registered = false;
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (!registered) {
+      lamina::v1::RegisterResponse response;
+      if (stub_->Register(&context, registration_, &response).ok()) {
+        registered = true;
+        if (response.heartbeat_interval_ms() > 0) interval_ms = response.heartbeat_interval_ms();
+      }
+      continue;  // the do-while sleeps, then heartbeats
+    }
+    lamina::v1::HeartbeatRequest request;
+    request.set_name(registration_.name());
+    report_(&request);
+    lamina::v1::HeartbeatResponse response;
+    grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    if (status.ok() && !response.known()) registered = false;
+  } while (Sleep(registered ? interval_ms : 200));
+}
+
+}  // namespace lamina

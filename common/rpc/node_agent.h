@@ -1,0 +1,45 @@
+// Keeps a node known to the coordinator: registers (retrying until the coordinator answers), then
+// sends a heartbeat every interval the coordinator asked for; registers again when the coordinator
+// answers that it does not know the node (it restarted, or declared the node dead).
+// Thread-safe; runs on its own thread until destroyed.
+#ifndef LAMINA_COMMON_RPC_NODE_AGENT_H_
+#define LAMINA_COMMON_RPC_NODE_AGENT_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "lamina/v1/cluster.grpc.pb.h"
+
+namespace lamina {
+
+class NodeAgent {
+ public:
+  // `report` fills a heartbeat's load figures (called on the agent's thread).
+  using Report = std::function<void(lamina::v1::HeartbeatRequest*)>;
+
+  NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report);
+  ~NodeAgent();
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+ private:
+  void Loop();
+  bool Sleep(int milliseconds);  // false when stopping
+
+  std::unique_ptr<lamina::v1::Cluster::Stub> stub_;
+  lamina::v1::RegisterRequest registration_;
+  Report report_;
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMMON_RPC_NODE_AGENT_H_

@@ -1,0 +1,82 @@
+// lamina-compute-node: holds the model weights and runs the model slices, prefill and sampling
+// for the coordinator's iteration plans, reaching the memory nodes of the topology over the data
+// plane. Registers with the coordinator and sends heartbeats. Stops cleanly on SIGINT or SIGTERM.
+//
+//   lamina-compute-node --topology FILE --name NODE
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/flags/flags.h"
+#include "common/rpc/node_agent.h"
+#include "common/rpc/signals.h"
+#include "common/status/status_macros.h"
+#include "common/threading/thread_pool.h"
+#include "common/topology/topology.h"
+#include "compute_node/daemon/step_service.h"
+#include "grpcpp/grpcpp.h"
+
+namespace lamina {
+namespace {
+
+absl::Status Run(const std::vector<std::string>& args) {
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology", "name"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
+  const NodeSpec* spec = topology.Find(flags.String("name", ""));
+  if (spec == nullptr || spec->kind != NodeKind::kCompute) {
+    return absl::InvalidArgumentError(absl::StrCat(topology.path, ": no compute node named '", flags.String("name", ""), "'"));
+  }
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(topology.model_dir));
+  const ModelConfig& config = weights->config;
+
+  std::map<std::string, std::string> memory_nodes;
+  for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
+  std::unique_ptr<Transport> transport = MakeTcpTransport();
+  RemoteAttention attention(transport.get(), memory_nodes, {config.num_layers, config.q_size(), config.kv_size()},
+                            absl::Seconds(5));
+  ThreadPool pool(spec->threads);
+  ComputeEngine engine(weights.get(), &attention, &pool);
+  StepService service(&engine, &attention);
+
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(spec->grpc_address(), grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", spec->grpc_address(), " (port in use?)"));
+  }
+
+  lamina::v1::RegisterRequest registration;
+  registration.set_name(spec->name);
+  registration.set_role(lamina::v1::NODE_ROLE_COMPUTE);
+  registration.set_grpc_address(spec->grpc_address());
+  registration.set_pid(::getpid());
+  NodeAgent agent(topology.coordinator_address(), registration, [](lamina::v1::HeartbeatRequest*) {});
+
+  std::fprintf(stderr, "%s: %s, %lld layers, gRPC on %s, %zu memory nodes\n", spec->name.c_str(),
+               config.architecture.c_str(), static_cast<long long>(config.num_layers), spec->grpc_address().c_str(),
+               memory_nodes.size());
+  WaitForTerminationSignal();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace lamina
+
+int main(int argc, char** argv) {
+  lamina::BlockTerminationSignals();
+  absl::Status status = lamina::Run(std::vector<std::string>(argv + 1, argv + argc));
+  if (!status.ok()) {
+    std::fprintf(stderr, "lamina-compute-node: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,89 @@
+#include "compute_node/daemon/step_service.h"
+
+#include <vector>
+
+namespace lamina {
+namespace {
+
+SamplingParams FromProto(const lamina::v1::SamplingParams& p) {
+  SamplingParams params;
+  params.temperature = p.temperature();
+  params.top_k = p.top_k();
+  params.top_p = p.top_p() > 0 ? p.top_p() : 1.0f;
+  params.seed = p.seed();
+  return params;
+}
+
+}  // namespace
+
+lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lamina::v1::StepResult result;
+  result.set_step_id(plan.step_id());
+  auto fail = [&](const absl::Status& status) {
+    result.clear_tokens();
+    result.set_error_code(static_cast<int32_t>(status.code()));
+    result.set_error_message(std::string(status.message()));
+    for (const std::string& node : attention_->TakeFailedNodes()) result.add_failed_memory_nodes(node);
+    return result;
+  };
+
+  for (int64_t seq : plan.release()) {
+    samplers_.erase(seq);
+    attention_->Forget(seq);
+  }
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<PrefillSequence> prefill;
+  prompts.reserve(plan.prefill_size());
+  for (const auto& item : plan.prefill()) {
+    absl::Status assigned = attention_->Assign(item.seq_id(), item.memory_node());
+    if (!assigned.ok()) return fail(assigned);
+    prompts.emplace_back(item.tokens().begin(), item.tokens().end());
+    prefill.push_back({item.seq_id(), prompts.back()});
+  }
+  std::vector<DecodeToken> decode;
+  for (const auto& item : plan.decode()) {
+    absl::Status assigned = attention_->Assign(item.seq_id(), item.memory_node());
+    if (!assigned.ok()) return fail(assigned);
+    decode.push_back({item.seq_id(), item.token(), item.position()});
+  }
+
+  if (!prefill.empty()) {
+    absl::Status status = engine_->Prefill(prefill, /*all_positions=*/false, &prefill_logits_);
+    if (!status.ok()) return fail(status);
+  }
+  if (!decode.empty()) {
+    absl::Status status = engine_->Decode(decode, &decode_logits_);
+    if (!status.ok()) return fail(status);
+  }
+
+  // Sampling happens only once the whole step succeeded, so a retried step draws the same tokens.
+  const int64_t vocab = engine_->config().vocab_size;
+  for (int i = 0; i < plan.prefill_size(); ++i) {
+    const auto& item = plan.prefill(i);
+    auto [it, inserted] = samplers_.insert_or_assign(item.seq_id(), Sampler(FromProto(item.sampling())));
+    auto* token = result.add_tokens();
+    token->set_seq_id(item.seq_id());
+    token->set_token(it->second.Sample(prefill_logits_.row(i), vocab));
+  }
+  for (int i = 0; i < plan.decode_size(); ++i) {
+    const auto& item = plan.decode(i);
+    auto it = samplers_.find(item.seq_id());
+    if (it == samplers_.end()) it = samplers_.emplace(item.seq_id(), Sampler(SamplingParams{})).first;
+    auto* token = result.add_tokens();
+    token->set_seq_id(item.seq_id());
+    token->set_token(it->second.Sample(decode_logits_.row(i), vocab));
+  }
+  return result;
+}
+
+grpc::Status StepService::Step(grpc::ServerContext* context,
+                               grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) {
+  lamina::v1::StepPlan plan;
+  while (!context->IsCancelled() && stream->Read(&plan)) {
+    if (!stream->Write(RunPlan(plan))) break;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace lamina

@@ -1,0 +1,114 @@
+// lamina-memory-node: holds KV caches and runs attention for the sequences the coordinator places
+// here. Serves the data plane (per-layer q/k/v in, attention outputs out) on its data_port and
+// lamina.v1.MemoryNode (freeing sequences) on its gRPC port; registers with the coordinator and
+// sends heartbeats with its free KV slots. Stops cleanly on SIGINT or SIGTERM.
+//
+//   lamina-memory-node --topology FILE --name NODE
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/flags/flags.h"
+#include "common/model_config/model_config.h"
+#include "common/rpc/node_agent.h"
+#include "common/rpc/signals.h"
+#include "common/status/status_macros.h"
+#include "common/threading/thread_pool.h"
+#include "common/topology/topology.h"
+#include "common/transport/transport.h"
+#include "grpcpp/grpcpp.h"
+#include "lamina/v1/node.grpc.pb.h"
+#include "memory_node/attention/attention_executor.h"
+#include "memory_node/data_plane/attention_server.h"
+
+namespace lamina {
+namespace {
+
+class MemoryNodeService final : public lamina::v1::MemoryNode::Service {
+ public:
+  MemoryNodeService(AttentionExecutor* executor, std::mutex* mu) : executor_(executor), mu_(mu) {}
+
+  grpc::Status FreeSequences(grpc::ServerContext*, const lamina::v1::FreeSequencesRequest* request,
+                             lamina::v1::FreeSequencesResponse* response) override {
+    std::lock_guard<std::mutex> lock(*mu_);
+    for (int64_t seq : request->seq_ids()) executor_->Free(seq);
+    response->set_kv_free_slots(executor_->num_free_slots());
+    return grpc::Status::OK;
+  }
+
+ private:
+  AttentionExecutor* executor_;
+  std::mutex* mu_;
+};
+
+absl::Status Run(const std::vector<std::string>& args) {
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology", "name"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
+  const NodeSpec* spec = topology.Find(flags.String("name", ""));
+  if (spec == nullptr || spec->kind != NodeKind::kMemory) {
+    return absl::InvalidArgumentError(absl::StrCat(topology.path, ": no memory node named '", flags.String("name", ""), "'"));
+  }
+  LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
+
+  ThreadPool pool(spec->threads);
+  std::mutex executor_mu;
+  LAMINA_ASSIGN_OR_RETURN(
+      std::unique_ptr<AttentionExecutor> executor,
+      AttentionExecutor::Create({config.num_layers, spec->kv_capacity_tokens,
+                                 {config.num_q_heads, config.num_kv_heads, config.head_dim, config.sliding_window}},
+                                &pool));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, MakeTransport(spec->transport));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<AttentionServer> data_plane,
+                          AttentionServer::Start(transport.get(), spec->data_address(),
+                                                 {config.num_layers, config.q_size(), config.kv_size()},
+                                                 executor.get(), &executor_mu));
+
+  MemoryNodeService service(executor.get(), &executor_mu);
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(spec->grpc_address(), grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", spec->grpc_address(), " (port in use?)"));
+  }
+
+  lamina::v1::RegisterRequest registration;
+  registration.set_name(spec->name);
+  registration.set_role(lamina::v1::NODE_ROLE_MEMORY);
+  registration.set_grpc_address(spec->grpc_address());
+  registration.set_data_address(spec->data_address());
+  registration.set_kv_capacity_slots(spec->kv_capacity_tokens);
+  registration.set_pid(::getpid());
+  NodeAgent agent(topology.coordinator_address(), registration, [&](lamina::v1::HeartbeatRequest* heartbeat) {
+    std::lock_guard<std::mutex> lock(executor_mu);
+    heartbeat->set_kv_free_slots(executor->num_free_slots());
+    heartbeat->set_num_sequences(executor->num_sequences());
+  });
+
+  const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * static_cast<int64_t>(sizeof(float));
+  std::fprintf(stderr, "%s: %lld KV slots (%.1f MB), data plane on %s, gRPC on %s\n", spec->name.c_str(),
+               static_cast<long long>(spec->kv_capacity_tokens), spec->kv_capacity_tokens * slot_bytes / 1e6,
+               data_plane->address().c_str(), spec->grpc_address().c_str());
+  WaitForTerminationSignal();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace lamina
+
+int main(int argc, char** argv) {
+  lamina::BlockTerminationSignals();
+  absl::Status status = lamina::Run(std::vector<std::string>(argv + 1, argv + argc));
+  if (!status.ok()) {
+    std::fprintf(stderr, "lamina-memory-node: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
