@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/tokenizer/model_tokenizer.h"
 #include "compute_node/engine/compute_engine.h"
 #include "memory_node/attention/attention_executor.h"
 
@@ -11,14 +12,7 @@ namespace lamina {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Load(const std::string& model_dir, ThreadPool* pool) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(model_dir));
-  LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(model_dir));
-  const ModelConfig& c = weights->config;
-  if (tokenizer.vocab_size() > c.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(model_dir, "/tokenizer.json: has ", tokenizer.vocab_size(),
-                                                   " tokens but config.json's vocab_size is ", c.vocab_size));
-  }
-  // config.json's bos_token_id wins over the tokenizer's own idea of it.
-  if (!c.bos_token_ids.empty()) tokenizer.SetBos(static_cast<int32_t>(c.bos_token_ids[0]), tokenizer.add_bos());
+  LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, LoadModelTokenizer(model_dir, weights->config));
   return std::unique_ptr<LocalCluster>(
       new LocalCluster(std::move(weights), std::make_unique<Tokenizer>(std::move(tokenizer)), pool));
 }

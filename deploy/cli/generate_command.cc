@@ -3,20 +3,25 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/incremental_decoder.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "common/flags/flags.h"
+#include "deploy/cli/cluster_client.h"
 #include "deploy/cli/ordered_printer.h"
 
 namespace lamina::cli {
 
 const char kGenerateUsage[] =
-    "usage: lamina generate --model DIR [--prompt TEXT]... [--prompt-ids 1,2,3]... [options]\n"
-    "  Generates continuations on this machine's CPU. Several prompts run as one batch; with no\n"
-    "  --prompt or --prompt-ids, prompts are read from standard input, one per line.\n"
+    "usage: lamina generate (--model DIR | --endpoint HOST:PORT) [--prompt TEXT]... [--prompt-ids 1,2,3]... [options]\n"
+    "  Generates continuations: with --model on this machine's CPU in this process, with --endpoint\n"
+    "  on a running cluster. Several prompts run as one batch; with no --prompt or --prompt-ids,\n"
+    "  prompts are read from standard input, one per line.\n"
     "options:\n"
     "  --max-tokens N     tokens to generate per prompt (default 64)\n"
     "  --temperature T    0 = greedy (default 0)\n"
@@ -24,12 +29,15 @@ const char kGenerateUsage[] =
     "  --top-p P          sample among the smallest set with probability >= P (default 1)\n"
     "  --seed S           random seed for sampling (default 0)\n"
     "  --ignore-eos       keep generating past the end-of-sequence token\n"
+    "  --stop TEXT        stop when the text contains TEXT (repeatable; --endpoint only)\n"
     "  --print-ids        print generated token ids, one line per prompt, instead of text\n";
 
 namespace {
 
 struct GenerateOptions {
   std::string model_dir;
+  std::string endpoint;
+  std::vector<std::string> stop_strings;
   std::vector<std::vector<int32_t>> prompts;
   GenerationRequest defaults;
   bool print_ids = false;
@@ -38,11 +46,19 @@ struct GenerateOptions {
 absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& args,
                                              Flags* flags_out) {
   LAMINA_ASSIGN_OR_RETURN(
-      Flags flags, Flags::Parse(args, {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "seed"},
+      Flags flags, Flags::Parse(args, {"model", "endpoint", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k",
+                                       "top-p", "seed", "stop"},
                                 {"print-ids", "ignore-eos"}));
   GenerateOptions options;
   options.model_dir = flags.String("model", "");
-  if (options.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
+  options.endpoint = flags.String("endpoint", "");
+  if (options.model_dir.empty() == options.endpoint.empty()) {
+    return absl::InvalidArgumentError("give one of --model DIR (run here) or --endpoint HOST:PORT (a running cluster)");
+  }
+  options.stop_strings = flags.All("stop");
+  if (!options.stop_strings.empty() && options.endpoint.empty()) {
+    return absl::InvalidArgumentError("--stop needs --endpoint");
+  }
   LAMINA_ASSIGN_OR_RETURN(int64_t max_tokens, flags.Int("max-tokens", 64));
   LAMINA_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));
   LAMINA_ASSIGN_OR_RETURN(int64_t top_k, flags.Int("top-k", 0));
@@ -64,12 +80,7 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
   return options;
 }
 
-absl::Status Generate(const std::vector<std::string>& args) {
-  Flags flags;
-  LAMINA_ASSIGN_OR_RETURN(GenerateOptions options, ParseOptions(args, &flags));
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Load(options.model_dir));
-  const Tokenizer& tokenizer = cluster->tokenizer();
-
+absl::StatusOr<std::vector<std::string>> PromptTexts(const Flags& flags) {
   std::vector<std::string> texts = flags.All("prompt");
   if (texts.empty() && !flags.Has("prompt-ids")) {
     std::string line;
@@ -78,6 +89,67 @@ absl::Status Generate(const std::vector<std::string>& args) {
     }
     if (texts.empty()) return absl::InvalidArgumentError("no prompts: pass --prompt TEXT or lines on standard input");
   }
+  return texts;
+}
+
+// Each prompt is its own streaming call; the cluster batches them.
+absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<std::string>& texts) {
+  std::vector<lamina::v1::GenerateRequest> requests;
+  for (const std::string& text : texts) {
+    requests.emplace_back();
+    requests.back().set_text(text);
+  }
+  for (const std::vector<int32_t>& ids : options.prompts) {
+    requests.emplace_back();
+    for (int32_t id : ids) requests.back().mutable_token_ids()->add_ids(id);
+  }
+  for (auto& r : requests) {
+    r.set_max_tokens(options.defaults.max_tokens);
+    r.set_ignore_eos(options.defaults.ignore_eos);
+    r.mutable_sampling()->set_temperature(options.defaults.sampling.temperature);
+    r.mutable_sampling()->set_top_k(options.defaults.sampling.top_k);
+    r.mutable_sampling()->set_top_p(options.defaults.sampling.top_p);
+    r.mutable_sampling()->set_seed(options.defaults.sampling.seed);
+    for (const std::string& stop : options.stop_strings) r.add_stop_strings(stop);
+  }
+  ClusterClient client(options.endpoint);
+  OrderedPrinter printer(requests.size(), stdout);
+  std::mutex printer_mu;
+  std::vector<absl::Status> results(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] {
+      std::vector<int32_t> ids;
+      results[i] = client.Generate(requests[i], [&](const lamina::v1::GenerateResponse& response) {
+        std::lock_guard<std::mutex> lock(printer_mu);
+        if (options.print_ids) {
+          ids.insert(ids.end(), response.token_ids().begin(), response.token_ids().end());
+        } else {
+          printer.Write(i, response.text());
+        }
+      });
+      std::lock_guard<std::mutex> lock(printer_mu);
+      if (options.print_ids) printer.Write(i, absl::StrJoin(ids, " "));
+      printer.Finish(i);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) {
+      return absl::Status(results[i].code(), absl::StrCat("request ", i + 1, ": ", results[i].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Generate(const std::vector<std::string>& args) {
+  Flags flags;
+  LAMINA_ASSIGN_OR_RETURN(GenerateOptions options, ParseOptions(args, &flags));
+  LAMINA_ASSIGN_OR_RETURN(std::vector<std::string> texts, PromptTexts(flags));
+  if (!options.endpoint.empty()) return GenerateRemote(options, texts);
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Load(options.model_dir));
+  const Tokenizer& tokenizer = cluster->tokenizer();
+
   // Text prompts first, then id prompts, each in the order given.
   std::vector<GenerationRequest> requests;
   for (const std::string& text : texts) {

@@ -4,13 +4,15 @@
 #include <vector>
 
 #include "deploy/cli/generate_command.h"
+#include "deploy/cli/status_command.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: lamina COMMAND [flags]\n"
     "commands:\n"
-    "  generate   generate text on this machine from a Hugging Face model folder\n"
+    "  generate   generate text, here (--model DIR) or on a running cluster (--endpoint HOST:PORT)\n"
+    "  status     show a running cluster's nodes, KV use, queue and throughput\n"
     "  help       show this message (lamina help COMMAND for a command's flags)\n";
 
 }  // namespace
@@ -24,9 +26,12 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "generate") return lamina::cli::RunGenerate(args);
+  if (command == "status") return lamina::cli::RunStatus(args);
   if (command == "help" || command == "--help" || command == "-h") {
     if (!args.empty() && args[0] == "generate") {
       std::printf("%s", lamina::cli::kGenerateUsage);
+    } else if (!args.empty() && args[0] == "status") {
+      std::printf("%s", lamina::cli::kStatusUsage);
     } else {
       std::printf("%s", kUsage);
     }

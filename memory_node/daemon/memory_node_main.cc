@@ -38,6 +38,7 @@ class MemoryNodeService final : public lamina::v1::MemoryNode::Service {
     std::lock_guard<std::mutex> lock(*mu_);
     for (int64_t seq : request->seq_ids()) executor_->Free(seq);
     response->set_kv_free_slots(executor_->num_free_slots());
+    response->set_num_sequences(executor_->num_sequences());
     return grpc::Status::OK;
   }
 

@@ -1,0 +1,47 @@
+#include "coordinator/api/cluster_service.h"
+
+#include "coordinator/api/generation_service.h"
+
+namespace lamina {
+
+grpc::Status ClusterService::Register(grpc::ServerContext*, const lamina::v1::RegisterRequest* request,
+                                      lamina::v1::RegisterResponse* response) {
+  absl::Status status = membership_->Register(*request);
+  if (!status.ok()) return ToGrpc(status);
+  response->set_heartbeat_interval_ms(heartbeat_interval_ms_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClusterService::Heartbeat(grpc::ServerContext*, const lamina::v1::HeartbeatRequest* request,
+                                       lamina::v1::HeartbeatResponse* response) {
+  response->set_known(membership_->Heartbeat(*request));
+  return grpc::Status::OK;
+}
+
+grpc::Status ClusterService::ClusterStatus(grpc::ServerContext*, const lamina::v1::ClusterStatusRequest*,
+                                           lamina::v1::ClusterStatusResponse* response) {
+  const absl::Time now = absl::Now();
+  for (const MemberInfo& m : membership_->Snapshot()) {
+    auto* node = response->add_nodes();
+    node->set_name(m.spec.name);
+    node->set_role(m.spec.kind == NodeKind::kMemory ? lamina::v1::NODE_ROLE_MEMORY : lamina::v1::NODE_ROLE_COMPUTE);
+    node->set_healthy(m.alive());
+    node->set_detail(!m.registered ? "not registered" : m.dead ? m.dead_reason : "");
+    node->set_grpc_address(m.spec.grpc_address());
+    node->set_kv_capacity_slots(m.kv_capacity_slots);
+    node->set_kv_free_slots(m.kv_free_slots);
+    node->set_kv_used_slots(m.kv_capacity_slots - m.kv_free_slots);
+    node->set_num_sequences(m.num_sequences);
+    node->set_last_heartbeat_ms(m.registered ? absl::ToInt64Milliseconds(now - m.last_heard) : -1);
+  }
+  SchedulerStats stats = scheduler_->Stats();
+  response->set_queue_length(stats.queued);
+  response->set_running(stats.running);
+  response->set_tokens_per_second(stats.tokens_per_second);
+  response->set_completed(stats.completed);
+  response->set_failed(stats.failed);
+  response->set_model(model_name_);
+  return grpc::Status::OK;
+}
+
+}  // namespace lamina

@@ -1,0 +1,36 @@
+// lamina.v1.Cluster: node registration and heartbeats, and the status `lamina status` shows.
+// Thread-safe.
+#ifndef LAMINA_COORDINATOR_API_CLUSTER_SERVICE_H_
+#define LAMINA_COORDINATOR_API_CLUSTER_SERVICE_H_
+
+#include <string>
+
+#include "coordinator/cluster/membership.h"
+#include "coordinator/scheduler/scheduler.h"
+#include "lamina/v1/cluster.grpc.pb.h"
+
+namespace lamina {
+
+class ClusterService final : public lamina::v1::Cluster::Service {
+ public:
+  ClusterService(std::string model_name, int heartbeat_interval_ms, Membership* membership, Scheduler* scheduler)
+      : model_name_(std::move(model_name)), heartbeat_interval_ms_(heartbeat_interval_ms), membership_(membership),
+        scheduler_(scheduler) {}
+
+  grpc::Status Register(grpc::ServerContext*, const lamina::v1::RegisterRequest* request,
+                        lamina::v1::RegisterResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const lamina::v1::HeartbeatRequest* request,
+                         lamina::v1::HeartbeatResponse* response) override;
+  grpc::Status ClusterStatus(grpc::ServerContext*, const lamina::v1::ClusterStatusRequest* request,
+                             lamina::v1::ClusterStatusResponse* response) override;
+
+ private:
+  std::string model_name_;
+  int heartbeat_interval_ms_;
+  Membership* membership_;
+  Scheduler* scheduler_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COORDINATOR_API_CLUSTER_SERVICE_H_

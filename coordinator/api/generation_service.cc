@@ -1,0 +1,92 @@
+#include "coordinator/api/generation_service.h"
+
+namespace lamina {
+namespace {
+
+lamina::v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEndOfSequence:
+      return lamina::v1::FINISH_REASON_END_OF_SEQUENCE;
+    case FinishReason::kStopId:
+    case FinishReason::kStopString:
+      return lamina::v1::FINISH_REASON_STOP;
+    case FinishReason::kMaxTokens:
+      return lamina::v1::FINISH_REASON_LENGTH;
+    case FinishReason::kContextFull:
+      return lamina::v1::FINISH_REASON_CONTEXT_FULL;
+    case FinishReason::kNone:
+      break;
+  }
+  return lamina::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lamina::v1::GenerateRequest* request,
+                                         grpc::ServerWriter<lamina::v1::GenerateResponse>* writer) {
+  GenerationSpec spec;
+  if (request->has_token_ids()) {
+    spec.prompt.assign(request->token_ids().ids().begin(), request->token_ids().ids().end());
+  } else {
+    spec.prompt = tokenizer_->EncodePrompt(request->text());
+  }
+  spec.sampling.temperature = request->sampling().temperature();
+  spec.sampling.top_k = request->sampling().top_k();
+  spec.sampling.top_p = request->sampling().top_p() > 0 ? request->sampling().top_p() : 1.0f;
+  spec.sampling.seed = request->sampling().seed();
+  spec.stop.max_tokens = request->max_tokens();
+  spec.stop.ignore_eos = request->ignore_eos();
+  spec.stop.stop_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
+  spec.stop_strings.assign(request->stop_strings().begin(), request->stop_strings().end());
+
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = scheduler_->Submit(std::move(spec));
+  if (!handle.ok()) return ToGrpc(handle.status());
+  for (;;) {
+    if (context->IsCancelled()) {
+      (*handle)->Cancel();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+    }
+    RequestEvent event;
+    if (!(*handle)->Pop(&event, absl::Milliseconds(50))) continue;
+    if (!event.error.ok()) return ToGrpc(event.error);
+    lamina::v1::GenerateResponse response;
+    for (int32_t id : event.token_ids) response.add_token_ids(id);
+    response.set_text(event.text);
+    if (event.done) {
+      response.set_finish_reason(ToProto(event.finish));
+      response.set_prompt_tokens(event.prompt_tokens);
+      response.set_generated_tokens(event.generated_tokens);
+    }
+    if (!writer->Write(response)) {
+      (*handle)->Cancel();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    }
+    if (event.done) return grpc::Status::OK;
+  }
+}
+
+grpc::Status GenerationService::ListModels(grpc::ServerContext*, const lamina::v1::ListModelsRequest*,
+                                           lamina::v1::ListModelsResponse* response) {
+  auto* model = response->add_models();
+  model->set_name(model_name_);
+  model->set_architecture(config_.architecture);
+  model->set_max_context(static_cast<int32_t>(config_.max_position_embeddings));
+  model->set_vocab_size(static_cast<int32_t>(config_.vocab_size));
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::Health(grpc::ServerContext*, const lamina::v1::HealthRequest*,
+                                       lamina::v1::HealthResponse* response) {
+  std::string why;
+  const bool serving = membership_->AllAlive(&why);
+  response->set_status(serving ? lamina::v1::HealthResponse::SERVING : lamina::v1::HealthResponse::NOT_SERVING);
+  response->set_detail(why);
+  return grpc::Status::OK;
+}
+
+}  // namespace lamina

@@ -1,0 +1,46 @@
+// lamina.v1.Generation: the client API. Each Generate call tokenizes, submits to the scheduler and
+// streams what comes back; cancelling the call cancels the request (its KV slots are freed on the
+// next iteration). Every call ends with a status: the scheduler's error, or OK after the final
+// response, or CANCELLED.
+// Thread-safe.
+#ifndef LAMINA_COORDINATOR_API_GENERATION_SERVICE_H_
+#define LAMINA_COORDINATOR_API_GENERATION_SERVICE_H_
+
+#include <string>
+
+#include "common/model_config/model_config.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/cluster/membership.h"
+#include "coordinator/scheduler/scheduler.h"
+#include "lamina/v1/generation.grpc.pb.h"
+
+namespace lamina {
+
+class GenerationService final : public lamina::v1::Generation::Service {
+ public:
+  GenerationService(std::string model_name, const ModelConfig& config, const Tokenizer* tokenizer,
+                    Scheduler* scheduler, Membership* membership)
+      : model_name_(std::move(model_name)), config_(config), tokenizer_(tokenizer), scheduler_(scheduler),
+        membership_(membership) {}
+
+  grpc::Status Generate(grpc::ServerContext* context, const lamina::v1::GenerateRequest* request,
+                        grpc::ServerWriter<lamina::v1::GenerateResponse>* writer) override;
+  grpc::Status ListModels(grpc::ServerContext* context, const lamina::v1::ListModelsRequest* request,
+                          lamina::v1::ListModelsResponse* response) override;
+  grpc::Status Health(grpc::ServerContext* context, const lamina::v1::HealthRequest* request,
+                      lamina::v1::HealthResponse* response) override;
+
+ private:
+  std::string model_name_;
+  ModelConfig config_;
+  const Tokenizer* tokenizer_;
+  Scheduler* scheduler_;
+  Membership* membership_;
+};
+
+// absl::Status -> grpc::Status (the codes are the same numbers).
+grpc::Status ToGrpc(const absl::Status& status);
+
+}  // namespace lamina
+
+#endif  // LAMINA_COORDINATOR_API_GENERATION_SERVICE_H_

@@ -1,0 +1,73 @@
+// The coordinator's view of the cluster: the nodes the topology names, whether each has
+// registered and is still heard from, and what the memory nodes last reported. A node silent for
+// the heartbeat timeout, or reported unreachable by the compute node, is declared dead once; the
+// `on_death` callback then runs (on the monitor thread or the caller's, outside the lock). A dead
+// node that registers again comes back.
+// Thread-safe.
+#ifndef LAMINA_COORDINATOR_CLUSTER_MEMBERSHIP_H_
+#define LAMINA_COORDINATOR_CLUSTER_MEMBERSHIP_H_
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/topology/topology.h"
+#include "lamina/v1/cluster.pb.h"
+
+namespace lamina {
+
+struct MemberInfo {
+  NodeSpec spec;
+  bool registered = false;
+  bool dead = false;
+  std::string dead_reason;
+  absl::Time last_heard = absl::InfinitePast();
+  int64_t kv_capacity_slots = 0;
+  int64_t kv_free_slots = 0;
+  int64_t num_sequences = 0;
+  int64_t pid = 0;
+
+  bool alive() const { return registered && !dead; }
+};
+
+class Membership {
+ public:
+  using DeathCallback = std::function<void(const std::string& node, const std::string& why)>;
+
+  Membership(const Topology& topology, DeathCallback on_death);
+  ~Membership();  // calls Stop()
+  // Stops the monitor: no death callback runs after this returns. Idempotent.
+  void Stop();
+
+  // InvalidArgument for a name the topology does not have or the wrong role.
+  absl::Status Register(const lamina::v1::RegisterRequest& request);
+  // False when the node must register (again).
+  bool Heartbeat(const lamina::v1::HeartbeatRequest& request);
+  void MarkDead(const std::string& node, const std::string& why);
+  // A memory node's load as it reported it outside a heartbeat (after a free).
+  void SetKvUse(const std::string& node, int64_t free_slots, int64_t num_sequences);
+
+  bool IsAlive(const std::string& node) const;
+  std::vector<MemberInfo> Snapshot() const;
+  // True when every node of the topology is alive; otherwise `why` says which are not.
+  bool AllAlive(std::string* why) const;
+
+ private:
+  void Monitor();
+
+  const absl::Duration timeout_;
+  DeathCallback on_death_;
+  mutable std::mutex mu_;
+  std::map<std::string, MemberInfo> members_;
+  bool stopping_ = false;
+  std::thread monitor_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COORDINATOR_CLUSTER_MEMBERSHIP_H_

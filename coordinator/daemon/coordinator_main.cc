@@ -1,0 +1,69 @@
+// lamina-coordinator: serves the client API (lamina.v1.Generation) and cluster membership
+// (lamina.v1.Cluster) on the topology's coordinator port, and drives the nodes. Stops cleanly on
+// SIGINT or SIGTERM (requests in flight end with UNAVAILABLE).
+//
+//   lamina-coordinator --topology FILE
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/flags/flags.h"
+#include "common/rpc/signals.h"
+#include "common/status/status_macros.h"
+#include "common/tokenizer/model_tokenizer.h"
+#include "common/topology/topology.h"
+#include "coordinator/api/cluster_service.h"
+#include "coordinator/api/generation_service.h"
+#include "grpcpp/grpcpp.h"
+
+namespace lamina {
+namespace {
+
+absl::Status Run(const std::vector<std::string>& args) {
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
+  LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
+  LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, LoadModelTokenizer(topology.model_dir, config));
+  const std::string model_name = std::filesystem::path(topology.model_dir).filename().string();
+
+  Scheduler* scheduler_for_deaths = nullptr;
+  Membership membership(topology, [&](const std::string& node, const std::string& why) {
+    std::fprintf(stderr, "coordinator: node %s declared dead: %s\n", node.c_str(), why.c_str());
+    if (scheduler_for_deaths) scheduler_for_deaths->OnNodeDeath(node);
+  });
+  Scheduler scheduler(topology, config, &tokenizer, &membership);
+  scheduler_for_deaths = &scheduler;
+  GenerationService generation(model_name, config, &tokenizer, &scheduler, &membership);
+  ClusterService cluster(model_name, topology.heartbeat_interval_ms, &membership, &scheduler);
+
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(topology.coordinator_address(), grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&generation);
+  builder.RegisterService(&cluster);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", topology.coordinator_address(), " (port in use?)"));
+  }
+  std::fprintf(stderr, "coordinator: serving %s on %s\n", model_name.c_str(), topology.coordinator_address().c_str());
+  WaitForTerminationSignal();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  membership.Stop();  // no death callback may reach the scheduler while it is destroyed
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace lamina
+
+int main(int argc, char** argv) {
+  lamina::BlockTerminationSignals();
+  absl::Status status = lamina::Run(std::vector<std::string>(argv + 1, argv + argc));
+  if (!status.ok()) {
+    std::fprintf(stderr, "lamina-coordinator: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,63 @@
+#include "coordinator/scheduler/node_clients.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace lamina {
+
+ComputeClient::ComputeClient(const std::string& address)
+    : stub_(lamina::v1::ComputeNode::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+ComputeClient::~ComputeClient() { Reset(); }
+
+void ComputeClient::Reset() {
+  if (stream_) {
+    Abort();
+    stream_->Finish().ok();
+  }
+  stream_.reset();
+  std::lock_guard<std::mutex> lock(context_mu_);
+  context_.reset();
+}
+
+void ComputeClient::Abort() {
+  std::lock_guard<std::mutex> lock(context_mu_);
+  if (context_) context_->TryCancel();
+}
+
+absl::StatusOr<lamina::v1::StepResult> ComputeClient::RunStep(const lamina::v1::StepPlan& plan) {
+  if (!stream_) {
+    std::lock_guard<std::mutex> lock(context_mu_);
+    context_ = std::make_unique<grpc::ClientContext>();
+    stream_ = stub_->Step(context_.get());
+  }
+  lamina::v1::StepResult result;
+  if (!stream_->Write(plan) || !stream_->Read(&result)) {
+    grpc::Status status = stream_->Finish();
+    stream_.reset();
+    return absl::UnavailableError(absl::StrCat("compute node: ", status.ok() ? "stream closed" : status.error_message()));
+  }
+  return result;
+}
+
+MemoryClients::MemoryClients(const std::map<std::string, std::string>& nodes) {
+  for (const auto& [name, address] : nodes) {
+    stubs_[name] = lamina::v1::MemoryNode::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+}
+
+absl::StatusOr<lamina::v1::FreeSequencesResponse> MemoryClients::Free(const std::string& node, const std::vector<int64_t>& seqs) {
+  auto it = stubs_.find(node);
+  if (it == stubs_.end()) return absl::NotFoundError(absl::StrCat("unknown memory node ", node));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  lamina::v1::FreeSequencesRequest request;
+  for (int64_t s : seqs) request.add_seq_ids(s);
+  lamina::v1::FreeSequencesResponse response;
+  grpc::Status status = it->second->FreeSequences(&context, request, &response);
+  if (!status.ok()) return absl::UnavailableError(absl::StrCat("memory node ", node, ": ", status.error_message()));
+  return response;
+}
+
+}  // namespace lamina

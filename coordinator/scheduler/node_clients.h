@@ -1,0 +1,51 @@
+// The coordinator's calls to its nodes: iteration plans to the compute node (one Step stream,
+// opened on first use and again after a failure) and frees to the memory nodes.
+// Thread-compatible, except Abort(), which any thread may call to end a pending step.
+#ifndef LAMINA_COORDINATOR_SCHEDULER_NODE_CLIENTS_H_
+#define LAMINA_COORDINATOR_SCHEDULER_NODE_CLIENTS_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "lamina/v1/node.grpc.pb.h"
+
+namespace lamina {
+
+class ComputeClient {
+ public:
+  explicit ComputeClient(const std::string& address);
+  ~ComputeClient();
+
+  // Sends a plan and waits for its result; Unavailable when the stream broke (the node died or
+  // Abort() was called); the next call opens a new stream.
+  absl::StatusOr<lamina::v1::StepResult> RunStep(const lamina::v1::StepPlan& plan);
+  void Abort();
+
+ private:
+  void Reset();
+
+  std::unique_ptr<lamina::v1::ComputeNode::Stub> stub_;
+  std::mutex context_mu_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<lamina::v1::StepPlan, lamina::v1::StepResult>> stream_;
+};
+
+class MemoryClients {
+ public:
+  // `nodes`: memory node name -> gRPC address.
+  explicit MemoryClients(const std::map<std::string, std::string>& nodes);
+  // Frees sequences on a node, waiting at most a second; returns the node's report afterwards.
+  absl::StatusOr<lamina::v1::FreeSequencesResponse> Free(const std::string& node, const std::vector<int64_t>& seqs);
+
+ private:
+  std::map<std::string, std::unique_ptr<lamina::v1::MemoryNode::Stub>> stubs_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COORDINATOR_SCHEDULER_NODE_CLIENTS_H_

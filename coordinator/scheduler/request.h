@@ -1,0 +1,63 @@
+// A client request as the scheduler sees it, and the channel its results travel back on.
+#ifndef LAMINA_COORDINATOR_SCHEDULER_REQUEST_H_
+#define LAMINA_COORDINATOR_SCHEDULER_REQUEST_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "compute_node/sampling/sampler.h"
+#include "coordinator/sequence/stop_conditions.h"
+
+namespace lamina {
+
+struct GenerationSpec {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConditions stop;
+  std::vector<std::string> stop_strings;
+};
+
+// Tokens and text produced since the previous event; the last event has `done` set and either a
+// finish reason or an error.
+struct RequestEvent {
+  std::vector<int32_t> token_ids;
+  std::string text;
+  bool done = false;
+  FinishReason finish = FinishReason::kNone;
+  absl::Status error;
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+};
+
+// Shared by the API handler (which pops events and may cancel) and the scheduler (which pushes).
+// Thread-safe.
+class RequestHandle {
+ public:
+  explicit RequestHandle(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+
+  void Push(RequestEvent event);
+  // Waits up to `wait` for the next event; false when none came.
+  bool Pop(RequestEvent* event, absl::Duration wait);
+
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  const uint64_t id_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<RequestEvent> events_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COORDINATOR_SCHEDULER_REQUEST_H_

@@ -1,0 +1,348 @@
+#include "coordinator/scheduler/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace lamina {
+namespace {
+
+std::map<std::string, std::string> MemoryGrpcAddresses(const Topology& topology) {
+  std::map<std::string, std::string> out;
+  for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) out[node->name] = node->grpc_address();
+  return out;
+}
+
+int64_t SlotsNeeded(const GenerationSpec& spec, const ModelConfig& config) {
+  return std::min<int64_t>(config.max_position_embeddings,
+                           static_cast<int64_t>(spec.prompt.size()) + spec.stop.max_tokens);
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer,
+                     Membership* membership)
+    : topology_(topology),
+      config_(config),
+      tokenizer_(tokenizer),
+      membership_(membership),
+      compute_node_(topology.NodesOf(NodeKind::kCompute)[0]->name),
+      compute_(topology.NodesOf(NodeKind::kCompute)[0]->grpc_address()),
+      memory_(MemoryGrpcAddresses(topology)) {
+  loop_ = std::thread([this] { Loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  compute_.Abort();
+  loop_.join();
+}
+
+absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationSpec spec) {
+  const int64_t n = static_cast<int64_t>(spec.prompt.size());
+  if (n == 0) return absl::InvalidArgumentError("the prompt is empty");
+  if (n >= config_.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n, " tokens; the model's context is ",
+                                                   config_.max_position_embeddings, " tokens"));
+  }
+  for (int32_t id : spec.prompt) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary (0..",
+                                                     config_.vocab_size - 1, ")"));
+    }
+  }
+  if (spec.stop.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be at least 1");
+  LAMINA_RETURN_IF_ERROR(spec.sampling.Validate());
+
+  // Will it ever fit? Compare with the largest live memory node.
+  int64_t largest = 0;
+  bool compute_alive = false;
+  for (const MemberInfo& m : membership_->Snapshot()) {
+    if (!m.alive()) continue;
+    if (m.spec.kind == NodeKind::kMemory) largest = std::max(largest, m.kv_capacity_slots);
+    if (m.spec.kind == NodeKind::kCompute) compute_alive = true;
+  }
+  if (!compute_alive || largest == 0) {
+    std::string why;
+    membership_->AllAlive(&why);
+    return absl::UnavailableError(absl::StrCat("the cluster cannot serve: ", why));
+  }
+  const int64_t need = SlotsNeeded(spec, config_);
+  if (need > largest) {
+    return absl::ResourceExhaustedError(absl::StrCat("the request needs ", need, " KV slots (prompt ", n, " + max_tokens ",
+                                                     spec.stop.max_tokens, "); the largest memory node has ", largest));
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+  auto handle = std::make_shared<RequestHandle>(next_id_++);
+  queued_specs_[handle->id()] = std::move(spec);
+  queue_.push_back(handle);
+  wake_.notify_all();
+  return handle;
+}
+
+void Scheduler::OnNodeDeath(const std::string& node) {
+  if (node == compute_node_) compute_.Abort();
+  wake_.notify_all();
+}
+
+SchedulerStats Scheduler::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulerStats stats;
+  stats.queued = static_cast<int64_t>(queue_.size());
+  stats.running = running_count_;
+  stats.completed = completed_;
+  stats.failed = failed_;
+  const absl::Time now = absl::Now();
+  int64_t tokens = 0;
+  for (const auto& [when, count] : recent_tokens_) {
+    if (now - when <= absl::Seconds(5)) tokens += count;
+  }
+  stats.tokens_per_second = tokens / 5.0;
+  return stats;
+}
+
+void Scheduler::RecordTokens(int64_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Time now = absl::Now();
+  recent_tokens_.emplace_back(now, count);
+  while (!recent_tokens_.empty() && now - recent_tokens_.front().first > absl::Seconds(5)) recent_tokens_.pop_front();
+}
+
+void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last) {
+  if (error.ok() && seq.text) last.text += seq.text->Finish();
+  last.done = true;
+  last.finish = reason;
+  last.error = error;
+  last.prompt_tokens = static_cast<int32_t>(seq.spec.prompt.size());
+  last.generated_tokens = seq.generated;
+  seq.request->Push(std::move(last));
+  reserved_[seq.memory_node] -= seq.reserved_slots;
+  release_.push_back(static_cast<int64_t>(seq.request->id()));
+  if (membership_->IsAlive(seq.memory_node)) {
+    auto report = memory_.Free(seq.memory_node, {static_cast<int64_t>(seq.request->id())});
+    if (report.ok()) membership_->SetKvUse(seq.memory_node, report->kv_free_slots(), report->num_sequences());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  (error.ok() ? completed_ : failed_)++;
+}
+
+void Scheduler::FailAll(const absl::Status& error) {
+  for (Sequence& seq : running_) Finish(seq, FinishReason::kNone, error);
+  running_.clear();
+}
+
+void Scheduler::EndDeadAndCancelled() {
+  std::vector<Sequence> keep;
+  for (Sequence& seq : running_) {
+    if (!membership_->IsAlive(seq.memory_node)) {
+      Finish(seq, FinishReason::kNone,
+             absl::UnavailableError(absl::StrCat("memory node '", seq.memory_node, "' holding this request died")));
+    } else if (seq.request->cancelled()) {
+      Finish(seq, FinishReason::kNone, absl::CancelledError("cancelled by the client"));
+    } else {
+      keep.push_back(std::move(seq));
+    }
+  }
+  running_ = std::move(keep);
+}
+
+void Scheduler::Admit() {
+  int64_t budget = topology_.max_tokens_per_iteration;
+  for (const Sequence& seq : running_) budget -= seq.prefilled ? 1 : static_cast<int64_t>(seq.spec.prompt.size());
+  int64_t admitted_tokens = 0;
+  const std::vector<MemberInfo> members = membership_->Snapshot();
+  for (;;) {
+    std::shared_ptr<RequestHandle> head;
+    GenerationSpec spec;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty() || static_cast<int>(running_.size()) >= topology_.max_batch) return;
+      head = queue_.front();
+      if (head->cancelled()) {
+        queue_.pop_front();
+        queued_specs_.erase(head->id());
+        RequestEvent event;
+        event.done = true;
+        event.error = absl::CancelledError("cancelled by the client");
+        head->Push(std::move(event));
+        ++failed_;
+        continue;
+      }
+      const int64_t prompt = static_cast<int64_t>(queued_specs_[head->id()].prompt.size());
+      // A prompt larger than the budget still runs, alone, so that nothing starves.
+      if (admitted_tokens > 0 && admitted_tokens + prompt > budget) return;
+      const int64_t need = SlotsNeeded(queued_specs_[head->id()], config_);
+      const MemberInfo* best = nullptr;
+      int64_t best_room = -1, largest = 0;
+      for (const MemberInfo& m : members) {
+        if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
+        largest = std::max(largest, m.kv_capacity_slots);
+        const int64_t room = m.kv_capacity_slots - reserved_[m.spec.name];
+        if (room >= need && room > best_room) {
+          best = &m;
+          best_room = room;
+        }
+      }
+      if (best == nullptr) {
+        if (need <= largest) return;  // it fits once running requests finish: wait
+        queue_.pop_front();
+        queued_specs_.erase(head->id());
+        RequestEvent event;
+        event.done = true;
+        event.error = absl::ResourceExhaustedError(
+            absl::StrCat("the request needs ", need, " KV slots; the largest live memory node has ", largest));
+        head->Push(std::move(event));
+        ++failed_;
+        continue;
+      }
+      queue_.pop_front();
+      spec = std::move(queued_specs_[head->id()]);
+      queued_specs_.erase(head->id());
+      admitted_tokens += prompt;
+      Sequence seq;
+      seq.request = head;
+      seq.memory_node = best->spec.name;
+      seq.reserved_slots = need;
+      seq.text = std::make_unique<TextStream>(tokenizer_, spec.stop_strings);
+      seq.spec = std::move(spec);
+      reserved_[seq.memory_node] += need;
+      running_.push_back(std::move(seq));
+    }
+  }
+}
+
+lamina::v1::StepPlan Scheduler::BuildPlan() {
+  lamina::v1::StepPlan plan;
+  plan.set_step_id(++step_id_);
+  for (int64_t seq : release_) plan.add_release(seq);
+  release_.clear();
+  for (const Sequence& seq : running_) {
+    if (!seq.prefilled) {
+      auto* item = plan.add_prefill();
+      item->set_seq_id(static_cast<int64_t>(seq.request->id()));
+      for (int32_t t : seq.spec.prompt) item->add_tokens(t);
+      item->set_memory_node(seq.memory_node);
+      auto* s = item->mutable_sampling();
+      s->set_temperature(seq.spec.sampling.temperature);
+      s->set_top_k(seq.spec.sampling.top_k);
+      s->set_top_p(seq.spec.sampling.top_p);
+      s->set_seed(seq.spec.sampling.seed);
+    } else {
+      auto* item = plan.add_decode();
+      item->set_seq_id(static_cast<int64_t>(seq.request->id()));
+      item->set_token(seq.last_token);
+      item->set_position(seq.next_position);
+      item->set_memory_node(seq.memory_node);
+    }
+  }
+  return plan;
+}
+
+void Scheduler::ApplyResult(const lamina::v1::StepResult& result) {
+  std::map<int64_t, int32_t> tokens;
+  for (const auto& t : result.tokens()) tokens[t.seq_id()] = t.token();
+  std::vector<Sequence> keep;
+  for (Sequence& seq : running_) {
+    auto it = tokens.find(static_cast<int64_t>(seq.request->id()));
+    if (it == tokens.end()) {
+      Finish(seq, FinishReason::kNone, absl::InternalError("the compute node returned no token for this request"));
+      continue;
+    }
+    const int32_t token = it->second;
+    if (seq.prefilled) {
+      ++seq.next_position;
+    } else {
+      seq.prefilled = true;
+      seq.next_position = static_cast<int32_t>(seq.spec.prompt.size());
+    }
+    seq.last_token = token;
+    ++seq.generated;
+    RequestEvent event;
+    event.token_ids.push_back(token);
+    bool stopped = false;
+    event.text = seq.text->Add(token, &stopped);
+    FinishReason finish = stopped ? FinishReason::kStopString
+                                  : CheckFinish(token, seq.generated, seq.next_position, seq.spec.stop, config_);
+    if (finish != FinishReason::kNone) {
+      Finish(seq, finish, absl::OkStatus(), std::move(event));
+      continue;
+    }
+    seq.request->Push(std::move(event));
+    keep.push_back(std::move(seq));
+  }
+  RecordTokens(static_cast<int64_t>(tokens.size()));
+  running_ = std::move(keep);
+}
+
+void Scheduler::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(50),
+                     [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
+      if (stopping_) break;
+    }
+    EndDeadAndCancelled();
+    if (!membership_->IsAlive(compute_node_)) {
+      FailAll(absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive")));
+      std::lock_guard<std::mutex> lock(mu_);
+      while (!queue_.empty()) {
+        RequestEvent event;
+        event.done = true;
+        event.error = absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive"));
+        queue_.front()->Push(std::move(event));
+        queued_specs_.erase(queue_.front()->id());
+        queue_.pop_front();
+        ++failed_;
+      }
+      running_count_ = 0;
+      continue;
+    }
+    Admit();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_count_ = static_cast<int64_t>(running_.size());
+    }
+    if (running_.empty()) continue;
+
+    absl::StatusOr<lamina::v1::StepResult> result = compute_.RunStep(BuildPlan());
+    if (!result.ok()) {
+      FailAll(result.status());
+      std::lock_guard<std::mutex> lock(mu_);
+      running_count_ = 0;
+      continue;
+    }
+    if (result->error_code() != 0) {
+      if (result->failed_memory_nodes_size() > 0) {
+        // Their sequences end in EndDeadAndCancelled; the others run the same step again.
+        for (const std::string& node : result->failed_memory_nodes()) {
+          membership_->MarkDead(node, absl::StrCat("unreachable from the compute node: ", result->error_message()));
+        }
+        continue;
+      }
+      FailAll(absl::Status(static_cast<absl::StatusCode>(result->error_code()), result->error_message()));
+      continue;
+    }
+    ApplyResult(*result);
+    std::lock_guard<std::mutex> lock(mu_);
+    running_count_ = static_cast<int64_t>(running_.size());
+  }
+  FailAll(absl::UnavailableError("the coordinator is shutting down"));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& handle : queue_) {
+    RequestEvent event;
+    event.done = true;
+    event.error = absl::UnavailableError("the coordinator is shutting down");
+    handle->Push(std::move(event));
+  }
+  queue_.clear();
+}
+
+}  // namespace lamina

@@ -1,0 +1,108 @@
+// The coordinator's batching loop (continuous batching, one batch in flight).
+//
+// Requests are validated when submitted: INVALID_ARGUMENT for a bad one, RESOURCE_EXHAUSTED for
+// one that needs more KV slots than any memory node has, UNAVAILABLE when the cluster is not up.
+// Accepted requests wait in a queue; every iteration the loop
+//   1. ends sequences whose memory node died (UNAVAILABLE) or whose client cancelled (freeing
+//      their slots at once),
+//   2. admits queued requests in FIFO order while the batch, the per-iteration token budget and
+//      some memory node's unreserved capacity allow (each sequence reserves prompt + max_tokens
+//      slots on the memory node with the most room: nothing is overcommitted),
+//   3. sends one plan to the compute node: prefill for new sequences, decode for the others,
+//   4. streams each sampled token to its request and retires the finished ones.
+// A step that fails because memory nodes are unreachable marks them dead and runs again without
+// their sequences; one that fails at the compute node ends the batch with UNAVAILABLE.
+// Thread-safe: Submit and the stats may be called from any thread.
+#ifndef LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_
+#define LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_config/model_config.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/topology/topology.h"
+#include "coordinator/cluster/membership.h"
+#include "coordinator/scheduler/node_clients.h"
+#include "coordinator/scheduler/request.h"
+#include "coordinator/sequence/text_stream.h"
+
+namespace lamina {
+
+struct SchedulerStats {
+  int64_t queued = 0;
+  int64_t running = 0;
+  int64_t completed = 0;
+  int64_t failed = 0;
+  double tokens_per_second = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer, Membership* membership);
+  ~Scheduler();  // stops the loop; unfinished requests end with UNAVAILABLE
+
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationSpec spec);
+  // Called when a node is declared dead: wakes the loop, and aborts a pending step when it is
+  // the compute node.
+  void OnNodeDeath(const std::string& node);
+  SchedulerStats Stats() const;
+
+ private:
+  struct Sequence {
+    std::shared_ptr<RequestHandle> request;
+    GenerationSpec spec;
+    std::string memory_node;
+    int64_t reserved_slots = 0;
+    bool prefilled = false;
+    int32_t last_token = 0;
+    int32_t next_position = 0;  // where last_token is fed back
+    int32_t generated = 0;
+    std::unique_ptr<TextStream> text;
+  };
+
+  void Loop();
+  void EndDeadAndCancelled();
+  void Admit();
+  lamina::v1::StepPlan BuildPlan();
+  void ApplyResult(const lamina::v1::StepResult& result);
+  // Ends a sequence: the final event, its slots freed on its memory node, its sampler released.
+  void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {});
+  void FailAll(const absl::Status& error);
+  void RecordTokens(int64_t count);
+
+  const Topology topology_;
+  const ModelConfig config_;
+  const Tokenizer* tokenizer_;
+  Membership* membership_;
+  std::string compute_node_;
+  ComputeClient compute_;
+  MemoryClients memory_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<RequestHandle>> queue_;      // guarded by mu_
+  std::map<uint64_t, GenerationSpec> queued_specs_;       // guarded by mu_
+  uint64_t next_id_ = 1;                                  // guarded by mu_
+  bool stopping_ = false;                                 // guarded by mu_
+  int64_t running_count_ = 0, completed_ = 0, failed_ = 0;  // guarded by mu_
+  std::deque<std::pair<absl::Time, int64_t>> recent_tokens_;  // guarded by mu_
+
+  // Owned by the loop thread.
+  std::vector<Sequence> running_;
+  std::map<std::string, int64_t> reserved_;  // memory node -> slots reserved by its sequences
+  std::vector<int64_t> release_;             // sequences the compute node may forget
+  uint64_t step_id_ = 0;
+  std::thread loop_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_

@@ -1,0 +1,45 @@
+#include "deploy/cli/cluster_client.h"
+
+#include "grpcpp/grpcpp.h"
+
+namespace lamina::cli {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+ClusterClient::ClusterClient(const std::string& endpoint)
+    : endpoint_(endpoint),
+      channel_(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials())),
+      generation_(lamina::v1::Generation::NewStub(channel_)),
+      cluster_(lamina::v1::Cluster::NewStub(channel_)) {}
+
+absl::Status ClusterClient::Generate(const lamina::v1::GenerateRequest& request,
+                                     const std::function<void(const lamina::v1::GenerateResponse&)>& on_response) {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<lamina::v1::GenerateResponse>> reader = generation_->Generate(&context, request);
+  lamina::v1::GenerateResponse response;
+  while (reader->Read(&response)) on_response(response);
+  return FromGrpc(reader->Finish());
+}
+
+absl::StatusOr<lamina::v1::ClusterStatusResponse> ClusterClient::Status(absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  lamina::v1::ClusterStatusResponse response;
+  grpc::Status status = cluster_->ClusterStatus(&context, {}, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<lamina::v1::HealthResponse> ClusterClient::Health(absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  lamina::v1::HealthResponse response;
+  grpc::Status status = generation_->Health(&context, {}, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+}  // namespace lamina::cli

@@ -1,0 +1,40 @@
+// The CLI's calls to a running cluster over its public gRPC API.
+#ifndef LAMINA_DEPLOY_CLI_CLUSTER_CLIENT_H_
+#define LAMINA_DEPLOY_CLI_CLUSTER_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "lamina/v1/cluster.grpc.pb.h"
+#include "lamina/v1/generation.grpc.pb.h"
+
+namespace lamina::cli {
+
+class ClusterClient {
+ public:
+  explicit ClusterClient(const std::string& endpoint);
+
+  // Streams one request; `on_response` sees every response in order. Returns the call's status.
+  absl::Status Generate(const lamina::v1::GenerateRequest& request,
+                        const std::function<void(const lamina::v1::GenerateResponse&)>& on_response);
+  absl::StatusOr<lamina::v1::ClusterStatusResponse> Status(absl::Duration timeout);
+  absl::StatusOr<lamina::v1::HealthResponse> Health(absl::Duration timeout);
+
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  std::string endpoint_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<lamina::v1::Generation::Stub> generation_;
+  std::unique_ptr<lamina::v1::Cluster::Stub> cluster_;
+};
+
+// grpc::Status -> absl::Status.
+absl::Status FromGrpc(const grpc::Status& status);
+
+}  // namespace lamina::cli
+
+#endif  // LAMINA_DEPLOY_CLI_CLUSTER_CLIENT_H_

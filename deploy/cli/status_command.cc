@@ -1,0 +1,56 @@
+#include "deploy/cli/status_command.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_format.h"
+#include "common/flags/flags.h"
+#include "common/status/status_macros.h"
+#include "common/topology/topology.h"
+#include "deploy/cli/cluster_client.h"
+
+namespace lamina::cli {
+
+const char kStatusUsage[] =
+    "usage: lamina status [--endpoint HOST:PORT | --topology FILE]\n"
+    "  Shows a running cluster's nodes, their health and KV use, the queue and tokens/s.\n";
+
+namespace {
+
+absl::Status Status(const std::vector<std::string>& args) {
+  LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"endpoint", "topology"}, {}));
+  std::string endpoint = flags.String("endpoint", "");
+  if (endpoint.empty() && flags.Has("topology")) {
+    LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
+    endpoint = topology.coordinator_address();
+  }
+  if (endpoint.empty()) return absl::InvalidArgumentError("--endpoint HOST:PORT or --topology FILE is required");
+  ClusterClient client(endpoint);
+  LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse s, client.Status(absl::Seconds(3)));
+  std::printf("cluster %s, model %s\n", endpoint.c_str(), s.model().c_str());
+  std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld\n\n",
+              static_cast<long long>(s.queue_length()), static_cast<long long>(s.running()), s.tokens_per_second(),
+              static_cast<long long>(s.completed()), static_cast<long long>(s.failed()));
+  std::printf("%-14s %-8s %-9s %-24s %5s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)", "SEQS", "LAST HEARD");
+  for (const auto& n : s.nodes()) {
+    const bool memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;
+    std::string kv = memory ? absl::StrFormat("%d / %d (%d)", n.kv_used_slots(), n.kv_capacity_slots(), n.kv_free_slots())
+                            : "-";
+    std::string seqs = memory ? absl::StrFormat("%d", n.num_sequences()) : "-";
+    std::string heard = n.last_heartbeat_ms() < 0 ? "never" : absl::StrFormat("%.1f s ago", n.last_heartbeat_ms() / 1000.0);
+    std::printf("%-14s %-8s %-9s %-24s %5s  %s%s%s\n", n.name().c_str(), memory ? "memory" : "compute",
+                n.healthy() ? "healthy" : "DOWN", kv.c_str(), seqs.c_str(), heard.c_str(),
+                n.detail().empty() ? "" : ": ", n.detail().c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunStatus(const std::vector<std::string>& args) {
+  absl::Status status = Status(args);
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "lamina status: %s\n", std::string(status.message()).c_str());
+  return absl::IsInvalidArgument(status) ? 2 : 1;
+}
+
+}  // namespace lamina::cli
