@@ -2,12 +2,12 @@
 
 #include <chrono>
 
-#include "grpcpp/grpcpp.h"
+#include "common/rpc/channel.h"
 
 namespace lamina {
 
 NodeAgent::NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report)
-    : stub_(lamina::v1::Cluster::NewStub(grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()))),
+    : stub_(lamina::v1::Cluster::NewStub(CreateControlChannel(coordinator_address))),
       registration_(std::move(registration)),
       report_(std::move(report)) {
   thread_ = std::thread([this] { Loop(); });
@@ -33,6 +33,9 @@ void NodeAgent::Loop() {
   do {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // Wait for the connection within the deadline: with the synchronous API a connection
+    // attempt only progresses while a call waits on it.
+    context.set_wait_for_ready(true);
     if (!registered) {
       lamina::v1::RegisterResponse response;
       if (stub_->Register(&context, registration_, &response).ok()) {

@@ -64,7 +64,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                config.architecture.c_str(), static_cast<long long>(config.num_layers), spec->grpc_address().c_str(),
                memory_nodes.size());
   WaitForTerminationSignal();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   return absl::OkStatus();
 }
 

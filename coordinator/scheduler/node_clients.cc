@@ -3,11 +3,12 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/channel.h"
 
 namespace lamina {
 
 ComputeClient::ComputeClient(const std::string& address)
-    : stub_(lamina::v1::ComputeNode::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+    : stub_(lamina::v1::ComputeNode::NewStub(CreateControlChannel(address))) {}
 
 ComputeClient::~ComputeClient() { Reset(); }
 
@@ -43,7 +44,7 @@ absl::StatusOr<lamina::v1::StepResult> ComputeClient::RunStep(const lamina::v1::
 
 MemoryClients::MemoryClients(const std::map<std::string, std::string>& nodes) {
   for (const auto& [name, address] : nodes) {
-    stubs_[name] = lamina::v1::MemoryNode::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stubs_[name] = lamina::v1::MemoryNode::NewStub(CreateControlChannel(address));
   }
 }
 

@@ -1,5 +1,6 @@
 #include "deploy/cli/cluster_client.h"
 
+#include "common/rpc/channel.h"
 #include "grpcpp/grpcpp.h"
 
 namespace lamina::cli {
@@ -11,7 +12,7 @@ absl::Status FromGrpc(const grpc::Status& status) {
 
 ClusterClient::ClusterClient(const std::string& endpoint)
     : endpoint_(endpoint),
-      channel_(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials())),
+      channel_(CreateControlChannel(endpoint)),
       generation_(lamina::v1::Generation::NewStub(channel_)),
       cluster_(lamina::v1::Cluster::NewStub(channel_)) {}
 
@@ -36,6 +37,7 @@ absl::StatusOr<lamina::v1::ClusterStatusResponse> ClusterClient::Status(absl::Du
 absl::StatusOr<lamina::v1::HealthResponse> ClusterClient::Health(absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context.set_wait_for_ready(true);  // wait for (and so drive) the connection until the deadline
   lamina::v1::HealthResponse response;
   grpc::Status status = generation_->Health(&context, {}, &response);
   if (!status.ok()) return FromGrpc(status);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
+#include "common/topology/topology.h"
 #include "common/tokenizer/incremental_decoder.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "common/flags/flags.h"
@@ -18,7 +19,8 @@
 namespace lamina::cli {
 
 const char kGenerateUsage[] =
-    "usage: lamina generate (--model DIR | --endpoint HOST:PORT) [--prompt TEXT]... [--prompt-ids 1,2,3]... [options]\n"
+    "usage: lamina generate (--model DIR | --endpoint HOST:PORT | --topology FILE) [--prompt TEXT]...\n"
+    "                       [--prompt-ids 1,2,3]... [options]\n"
     "  Generates continuations: with --model on this machine's CPU in this process, with --endpoint\n"
     "  on a running cluster. Several prompts run as one batch; with no --prompt or --prompt-ids,\n"
     "  prompts are read from standard input, one per line.\n"
@@ -46,14 +48,19 @@ struct GenerateOptions {
 absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& args,
                                              Flags* flags_out) {
   LAMINA_ASSIGN_OR_RETURN(
-      Flags flags, Flags::Parse(args, {"model", "endpoint", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k",
+      Flags flags, Flags::Parse(args, {"model", "endpoint", "topology", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k",
                                        "top-p", "seed", "stop"},
                                 {"print-ids", "ignore-eos"}));
   GenerateOptions options;
   options.model_dir = flags.String("model", "");
   options.endpoint = flags.String("endpoint", "");
+  if (options.endpoint.empty() && flags.Has("topology")) {
+    LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
+    options.endpoint = topology.coordinator_address();
+  }
   if (options.model_dir.empty() == options.endpoint.empty()) {
-    return absl::InvalidArgumentError("give one of --model DIR (run here) or --endpoint HOST:PORT (a running cluster)");
+    return absl::InvalidArgumentError(
+        "give one of --model DIR (run here), or --endpoint HOST:PORT or --topology FILE (a running cluster)");
   }
   options.stop_strings = flags.All("stop");
   if (!options.stop_strings.empty() && options.endpoint.empty()) {

@@ -5,12 +5,14 @@
 
 #include "deploy/cli/generate_command.h"
 #include "deploy/cli/status_command.h"
+#include "deploy/cli/up_command.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: lamina COMMAND [flags]\n"
     "commands:\n"
+    "  up         start a cluster from a topology file and supervise it until Ctrl-C\n"
     "  generate   generate text, here (--model DIR) or on a running cluster (--endpoint HOST:PORT)\n"
     "  status     show a running cluster's nodes, KV use, queue and throughput\n"
     "  help       show this message (lamina help COMMAND for a command's flags)\n";
@@ -27,9 +29,12 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "generate") return lamina::cli::RunGenerate(args);
   if (command == "status") return lamina::cli::RunStatus(args);
+  if (command == "up") return lamina::cli::RunUp(args);
   if (command == "help" || command == "--help" || command == "-h") {
     if (!args.empty() && args[0] == "generate") {
       std::printf("%s", lamina::cli::kGenerateUsage);
+    } else if (!args.empty() && args[0] == "up") {
+      std::printf("%s", lamina::cli::kUpUsage);
     } else if (!args.empty() && args[0] == "status") {
       std::printf("%s", lamina::cli::kStatusUsage);
     } else {

@@ -97,7 +97,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                static_cast<long long>(spec->kv_capacity_tokens), spec->kv_capacity_tokens * slot_bytes / 1e6,
                data_plane->address().c_str(), spec->grpc_address().c_str());
   WaitForTerminationSignal();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   return absl::OkStatus();
 }
 

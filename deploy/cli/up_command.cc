@@ -1,0 +1,259 @@
+#include "deploy/cli/up_command.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/flags/flags.h"
+#include "common/status/status_macros.h"
+#include "common/topology/topology.h"
+#include "deploy/cli/cluster_client.h"
+
+namespace lamina::cli {
+
+const char kUpUsage[] =
+    "usage: lamina up TOPOLOGY.yaml [--log-dir DIR] [--timeout SECONDS]\n"
+    "  Starts the cluster a topology describes (schema: deploy/TOPOLOGY.md), waits until it is\n"
+    "  healthy and prints its endpoint; Ctrl-C or SIGTERM stops every process.\n";
+
+namespace {
+
+struct Child {
+  std::string name;
+  std::vector<std::string> argv;
+  std::string log;
+  pid_t pid = -1;
+  bool running = false;
+};
+
+std::string LogTail(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  std::string line;
+  while (std::getline(in, line)) all.push_back(line);
+  std::vector<std::string> tail(all.size() > static_cast<size_t>(lines) ? all.end() - lines : all.begin(), all.end());
+  return absl::StrJoin(tail, "\n    ");
+}
+
+std::string ExitDescription(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  return "stopped";
+}
+
+absl::Status Spawn(Child* child) {
+  int log = ::open(child->log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log < 0) return absl::InternalError(absl::StrCat("cannot write ", child->log, ": ", std::strerror(errno)));
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    // The child: its own process group (terminal signals go to `lamina up`, which stops children
+    // in order), killed if `lamina up` dies, output to its log, default signal handling.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (std::string& a : child->argv) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(log);
+  child->pid = pid;
+  child->running = true;
+  return absl::OkStatus();
+}
+
+// Reaps exited children; reports each, naming its log.
+void Reap(std::vector<Child>& children, bool report) {
+  for (;;) {
+    int status;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (Child& c : children) {
+      if (c.pid != pid) continue;
+      c.running = false;
+      if (report) {
+        std::fprintf(stderr, "lamina up: %s (pid %d) %s; its log: %s\n    %s\n", c.name.c_str(), pid,
+                     ExitDescription(status).c_str(), c.log.c_str(), LogTail(c.log, 5).c_str());
+      }
+    }
+  }
+}
+
+void StopAll(std::vector<Child>& children) {
+  // Compute nodes first, then memory nodes, the coordinator last: clients see clean errors.
+  for (auto it = children.rbegin(); it != children.rend(); ++it) {
+    if (it->running) ::kill(it->pid, SIGTERM);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  for (;;) {
+    Reap(children, /*report=*/false);
+    bool any = false;
+    for (const Child& c : children) any |= c.running;
+    if (!any) return;
+    if (absl::Now() > deadline) {
+      for (Child& c : children) {
+        if (c.running) ::kill(c.pid, SIGKILL);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+std::string ProgramDir() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
+}
+
+// Waits for SIGINT or SIGTERM for up to `timeout`; returns the signal or 0.
+int WaitForSignal(absl::Duration timeout) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  timespec ts = absl::ToTimespec(timeout);
+  int sig = ::sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
+  std::vector<std::string> flag_args;
+  std::string topology_path;
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) != 0 && topology_path.empty() && (flag_args.empty() || flag_args.back().find('=') != std::string::npos ||
+                                                           flag_args.size() % 2 == 0)) {
+      topology_path = a;
+    } else {
+      flag_args.push_back(a);
+    }
+  }
+  LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(flag_args, {"log-dir", "timeout"}, {}));
+  if (topology_path.empty()) return absl::InvalidArgumentError("missing TOPOLOGY.yaml");
+  LAMINA_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 120));
+  // Everything is checked before anything starts.
+  absl::StatusOr<Topology> loaded = LoadTopology(topology_path);
+  if (!loaded.ok()) {
+    *exit_code = 2;
+    return loaded.status();
+  }
+  const Topology& topology = *loaded;
+  absl::Status ports = CheckPortsFree(topology);
+  if (!ports.ok()) {
+    *exit_code = 2;
+    return ports;
+  }
+  const std::string bin = ProgramDir();
+  for (const char* program : {"lamina-coordinator", "lamina-compute-node", "lamina-memory-node"}) {
+    if (::access((bin + "/" + program).c_str(), X_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat(bin, "/", program, " is missing (build all targets)"));
+    }
+  }
+  std::string log_dir = flags.String("log-dir", absl::StrCat("/tmp/lamina-up-", ::getpid()));
+  std::filesystem::create_directories(log_dir);
+
+  std::vector<Child> children;
+  const std::string abs_topology = std::filesystem::absolute(topology_path).string();
+  children.push_back({"coordinator", {bin + "/lamina-coordinator", "--topology", abs_topology}, log_dir + "/coordinator.log"});
+  for (NodeKind kind : {NodeKind::kMemory, NodeKind::kCompute}) {
+    for (const NodeSpec* node : topology.NodesOf(kind)) {
+      std::string program = kind == NodeKind::kMemory ? "/lamina-memory-node" : "/lamina-compute-node";
+      children.push_back({node->name, {bin + program, "--topology", abs_topology, "--name", node->name},
+                          log_dir + "/" + node->name + ".log"});
+    }
+  }
+
+  std::fprintf(stderr, "lamina up: starting %zu processes (logs in %s)\n", children.size(), log_dir.c_str());
+  for (Child& c : children) {
+    absl::Status spawned = Spawn(&c);
+    if (!spawned.ok()) {
+      StopAll(children);
+      return spawned;
+    }
+  }
+
+  ClusterClient client(topology.coordinator_address());
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  std::string waiting_for;
+  for (;;) {
+    Reap(children, /*report=*/true);
+    for (const Child& c : children) {
+      if (!c.running) {
+        StopAll(children);
+        return absl::UnavailableError(absl::StrCat(c.name, " stopped during start-up (see ", c.log, ")"));
+      }
+    }
+    auto health = client.Health(absl::Seconds(1));
+    if (health.ok() && health->status() == lamina::v1::HealthResponse::SERVING) break;
+    std::string why = health.ok() ? health->detail()
+                                  : absl::StrCat("coordinator not answering yet (", health.status().message(), ")");
+    if (why != waiting_for) {
+      std::fprintf(stderr, "lamina up: waiting: %s\n", why.c_str());
+      waiting_for = why;
+    }
+    if (absl::Now() > deadline) {
+      StopAll(children);
+      return absl::DeadlineExceededError(absl::StrCat("the cluster was not healthy after ", timeout_s, " s: ", why));
+    }
+    if (int sig = WaitForSignal(absl::Milliseconds(200))) {
+      StopAll(children);
+      return absl::CancelledError(absl::StrCat("stopped by signal ", sig, " during start-up"));
+    }
+  }
+
+  std::printf("Lamina is up: endpoint %s\n", topology.coordinator_address().c_str());
+  std::printf("  model %s; %zu compute and %zu memory nodes; logs in %s\n",
+              std::filesystem::path(topology.model_dir).filename().c_str(), topology.NodesOf(NodeKind::kCompute).size(),
+              topology.NodesOf(NodeKind::kMemory).size(), log_dir.c_str());
+  std::printf("  try: lamina generate --endpoint %s --prompt \"In this paper, we\"\n", topology.coordinator_address().c_str());
+  std::printf("  Ctrl-C stops the cluster.\n");
+  std::fflush(stdout);
+
+  for (;;) {
+    if (int sig = WaitForSignal(absl::Milliseconds(200))) {
+      std::fprintf(stderr, "lamina up: %s: stopping the cluster\n", strsignal(sig));
+      break;
+    }
+    Reap(children, /*report=*/true);
+  }
+  StopAll(children);
+  std::fprintf(stderr, "lamina up: stopped\n");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunUp(const std::vector<std::string>& args) {
+  // Signals are taken with sigtimedwait; blocked before any thread or child exists.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  int exit_code = 1;
+  absl::Status status = Up(args, &exit_code);
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "lamina up: %s\n", std::string(status.message()).c_str());
+  return absl::IsInvalidArgument(status) ? 2 : exit_code;
+}
+
+}  // namespace lamina::cli
