@@ -1,0 +1,109 @@
+#include "tests/integration/cluster_harness.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/support/golden.h"
+
+namespace lamina::testing {
+
+int FreePort() {
+  static std::set<int> handed_out;
+  for (;;) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    int port = ntohs(addr.sin_port);
+    if (handed_out.insert(port).second) return port;
+  }
+}
+
+std::pair<int, std::string> RunCli(const std::string& args) {
+  std::string command = std::string(LAMINA_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const ClusterOptions& options) {
+  std::unique_ptr<ClusterHarness> h(new ClusterHarness());
+  const int coordinator_port = FreePort();
+  h->endpoint_ = absl::StrCat("127.0.0.1:", coordinator_port);
+  std::string yaml = absl::StrCat("model: ", ModelDir(options.model), "\ncoordinator:\n  port: ", coordinator_port,
+                                  "\nscheduler:\n  max_batch: ", options.max_batch,
+                                  "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\nnodes:\n",
+                                  "  - name: compute-0\n    role: compute\n    port: ", FreePort(), "\n");
+  for (int i = 0; i < options.memory_nodes; ++i) {
+    absl::StrAppend(&yaml, "  - name: memory-", i, "\n    role: memory\n    port: ", FreePort(),
+                    "\n    data_port: ", FreePort(), "\n    kv_capacity_tokens: ", options.kv_capacity_tokens, "\n");
+  }
+  const std::string topology = h->dir_.Write("topology.yaml", yaml);
+  const std::string out = h->dir_.path() + "/up.out";
+  h->up_pid_ = ::fork();
+  if (h->up_pid_ == 0) {
+    FILE* f = std::freopen(out.c_str(), "w", stdout);
+    (void)f;
+    ::dup2(STDOUT_FILENO, STDERR_FILENO);
+    ::execl(LAMINA_BINARY, LAMINA_BINARY, "up", topology.c_str(), "--log-dir", (h->dir_.path() + "/logs").c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (h->UpOutput().find("Lamina is up") == std::string::npos) {
+    int status;
+    if (::waitpid(h->up_pid_, &status, WNOHANG) == h->up_pid_) {
+      h->up_pid_ = -1;
+      return absl::InternalError("lamina up exited: " + h->UpOutput());
+    }
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("cluster not up: " + h->UpOutput());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  h->client_ = std::make_unique<cli::ClusterClient>(h->endpoint_);
+  return h;
+}
+
+ClusterHarness::~ClusterHarness() {
+  if (up_pid_ <= 0) return;
+  ::kill(up_pid_, SIGTERM);
+  int status;
+  ::waitpid(up_pid_, &status, 0);
+}
+
+std::string ClusterHarness::UpOutput() const {
+  FILE* f = std::fopen((dir_.path() + "/up.out").c_str(), "r");
+  if (!f) return "";
+  std::string text;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) text.append(buffer, n);
+  std::fclose(f);
+  return text;
+}
+
+absl::StatusOr<int64_t> ClusterHarness::NodePid(const std::string& node) {
+  auto status = client_->Status(absl::Seconds(2));
+  if (!status.ok()) return status.status();
+  for (const auto& n : status->nodes()) {
+    if (n.name() == node) return n.pid();
+  }
+  return absl::NotFoundError(node);
+}
+
+}  // namespace lamina::testing

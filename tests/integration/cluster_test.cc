@@ -1,0 +1,305 @@
+// The cluster as users run it: `lamina up` starts a coordinator, a compute node and memory nodes
+// as separate processes on loopback; requests go through the public gRPC API.
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/transport/transport.h"
+#include "coordinator/embedded/local_cluster.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "lamina/v1/generation.grpc.pb.h"
+#include "tests/integration/cluster_harness.h"
+#include "tests/support/golden.h"
+
+namespace lamina::testing {
+namespace {
+
+struct Outcome {
+  absl::Status status;
+  std::vector<int32_t> ids;
+  std::string text;
+  lamina::v1::FinishReason finish = lamina::v1::FINISH_REASON_UNSPECIFIED;
+};
+
+Outcome Generate(cli::ClusterClient& client, const lamina::v1::GenerateRequest& request) {
+  Outcome o;
+  o.status = client.Generate(request, [&](const lamina::v1::GenerateResponse& r) {
+    o.ids.insert(o.ids.end(), r.token_ids().begin(), r.token_ids().end());
+    o.text += r.text();
+    if (r.finish_reason() != lamina::v1::FINISH_REASON_UNSPECIFIED) o.finish = r.finish_reason();
+  });
+  return o;
+}
+
+lamina::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_tokens) {
+  lamina::v1::GenerateRequest r;
+  for (int32_t id : ids) r.mutable_token_ids()->add_ids(id);
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  return r;
+}
+
+// Greedy ids from single-process mode, the reference for the cluster.
+std::vector<int32_t> SingleProcess(LocalCluster& local, const std::vector<int32_t>& prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  std::vector<int32_t> ids;
+  EXPECT_TRUE(local.Generate({&r, 1}, [&](const TokenEvent& e) { ids.push_back(e.token); }).ok());
+  return ids;
+}
+
+TEST(ClusterTest, ThirtyTwoConcurrentRequestsMatchSingleProcessModeOnBothMemoryNodes) {
+  auto cluster = ClusterHarness::Start({});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+
+  const std::vector<std::string> texts = {"Attention offloading", "The memory devices", "FlashAttention",
+                                          "In this paper, we", "We", "The KV cache", "Decode attention is",
+                                          "GPU memory"};
+  nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  std::vector<lamina::v1::GenerateRequest> requests;
+  std::vector<std::vector<int32_t>> expected;
+  for (int i = 0; i < 32; ++i) {
+    const std::string& text = texts[i % texts.size()];
+    const int max_tokens = 8 + (i * 7) % 41;  // 8 .. 48
+    const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt(text);
+    lamina::v1::GenerateRequest r = IdsRequest(prompt, max_tokens);
+    if (i % 2 == 0) {  // half the requests send text, tokenized by the cluster
+      r.clear_token_ids();
+      r.set_text(text);
+    }
+    requests.push_back(r);
+    expected.push_back(SingleProcess(**local, prompt, max_tokens));
+  }
+  // The golden fixture agrees with single-process mode where it applies.
+  for (int p = 0; p < 4; ++p) {
+    std::vector<int32_t> greedy = golden["prompts"][p]["greedy_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(SingleProcess(**local, golden["prompts"][p]["ids"].get<std::vector<int32_t>>(), 48), greedy);
+  }
+
+  std::atomic<bool> done{false};
+  std::map<std::string, int64_t> max_sequences;
+  std::thread watcher([&] {
+    while (!done) {
+      auto status = (*cluster)->client().Status(absl::Seconds(1));
+      if (status.ok()) {
+        for (const auto& n : status->nodes()) {
+          max_sequences[n.name()] = std::max(max_sequences[n.name()], n.num_sequences());
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  std::vector<Outcome> outcomes(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), requests[i]); });
+  }
+  for (auto& t : threads) t.join();
+  done = true;
+  watcher.join();
+
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
+    EXPECT_EQ(outcomes[i].ids, expected[i]) << "request " << i;
+    EXPECT_EQ(outcomes[i].finish, lamina::v1::FINISH_REASON_LENGTH);
+  }
+  // Request 3 is "In this paper, we", sent as ids: its streamed text starts the golden text.
+  ASSERT_EQ(texts[3], golden["prompts"][3]["text"].get<std::string>());
+  EXPECT_FALSE(outcomes[3].text.empty());
+  EXPECT_EQ(outcomes[3].text, golden["prompts"][3]["greedy_text"].get<std::string>().substr(0, outcomes[3].text.size()));
+  EXPECT_GT(max_sequences["memory-0"], 0) << "memory-0 never held a sequence";
+  EXPECT_GT(max_sequences["memory-1"], 0) << "memory-1 never held a sequence";
+}
+
+TEST(ClusterTest, CancellingAStreamFreesItsSlotsVisiblyInStatus) {
+  auto cluster = ClusterHarness::Start({});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto channel = grpc::CreateChannel((*cluster)->endpoint(), grpc::InsecureChannelCredentials());
+  auto stub = lamina::v1::Generation::NewStub(channel);
+  grpc::ClientContext context;
+  lamina::v1::GenerateRequest request;
+  request.set_text("In this paper, we");
+  request.set_max_tokens(1000);
+  request.set_ignore_eos(true);
+  auto reader = stub->Generate(&context, request);
+  lamina::v1::GenerateResponse response;
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(reader->Read(&response));
+
+  auto used = [&] {
+    int64_t total = 0;
+    auto status = (*cluster)->client().Status(absl::Seconds(1));
+    for (const auto& n : status->nodes()) total += n.kv_used_slots();
+    return total;
+  };
+  // Memory nodes report their use with each heartbeat (every 100 ms here).
+  absl::Time deadline = absl::Now() + absl::Seconds(3);
+  while (used() < 20 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_GE(used(), 20) << "the running request should hold its prompt and generated tokens";
+
+  context.TryCancel();
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  deadline = absl::Now() + absl::Seconds(3);
+  while (used() != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(used(), 0) << "cancelling must free the request's KV slots";
+}
+
+TEST(ClusterTest, KillingAMemoryNodeFailsOnlyItsSequencesAndTheSurvivorServesNewRequests) {
+  auto cluster = ClusterHarness::Start({});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  const std::vector<int32_t> expected = SingleProcess(**local, prompt, 600);
+
+  std::vector<Outcome> outcomes(8);
+  std::vector<absl::Time> ended(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 600));
+      ended[i] = absl::Now();
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(400));  // mid-run
+  auto pid = (*cluster)->NodePid("memory-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  for (auto& t : threads) t.join();
+
+  int failed = 0, succeeded = 0;
+  for (int i = 0; i < 8; ++i) {
+    if (outcomes[i].status.ok()) {
+      ++succeeded;
+      EXPECT_EQ(outcomes[i].ids, expected) << "a survivor's output must be unaffected";
+    } else {
+      ++failed;
+      EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
+      EXPECT_NE(std::string(outcomes[i].status.message()).find("memory-1"), std::string::npos) << outcomes[i].status;
+      EXPECT_LT(ended[i] - killed, absl::Seconds(5)) << "failed requests must end within a few seconds";
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(succeeded, 0);
+
+  Outcome after = Generate((*cluster)->client(), IdsRequest(prompt, 16));
+  ASSERT_TRUE(after.status.ok()) << after.status;
+  EXPECT_EQ(after.ids, std::vector<int32_t>(expected.begin(), expected.begin() + 16));
+  auto status = (*cluster)->client().Status(absl::Seconds(1));
+  ASSERT_TRUE(status.ok());
+  for (const auto& n : status->nodes()) {
+    if (n.name() == "memory-1") {
+      EXPECT_FALSE(n.healthy());
+    }
+  }
+  EXPECT_NE((*cluster)->UpOutput().find("memory-1"), std::string::npos) << "lamina up reports the dead daemon";
+}
+
+TEST(ClusterTest, RequestsBeyondCapacityQueueAndCompleteAndImpossibleOnesAreRefused) {
+  // Two memory nodes of 200 slots; each request needs prompt + 60 slots, so three fit per node.
+  ClusterOptions options;
+  options.kv_capacity_tokens = 200;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("FlashAttention");
+  const std::vector<int32_t> expected = SingleProcess(**local, prompt, 60);
+
+  std::vector<Outcome> outcomes(16);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 60)); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status;
+    EXPECT_EQ(outcomes[i].ids, expected);
+  }
+
+  const absl::Time start = absl::Now();
+  Outcome too_big = Generate((*cluster)->client(), IdsRequest(prompt, 300));
+  EXPECT_EQ(too_big.status.code(), absl::StatusCode::kResourceExhausted) << too_big.status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "refused at once, not after waiting";
+
+  Outcome too_long = Generate((*cluster)->client(), IdsRequest(std::vector<int32_t>(1100, 40), 4));
+  EXPECT_EQ(too_long.status.code(), absl::StatusCode::kInvalidArgument) << too_long.status;
+  EXPECT_NE(std::string(too_long.status.message()).find("1100 tokens"), std::string::npos);
+}
+
+TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
+  ClusterOptions options;
+  options.memory_nodes = 1;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  lamina::v1::GenerateRequest r;
+  r.set_text("In this paper, we");
+  r.set_max_tokens(48);
+  r.add_stop_strings("efficiency");
+  Outcome o = Generate((*cluster)->client(), r);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.text, " introduce attention offloading, an innovative architectural approach to improve the cost ");
+  EXPECT_EQ(o.finish, lamina::v1::FINISH_REASON_STOP);
+}
+
+TEST(ClusterTest, MalformedTopologiesAreRefusedBeforeAnyProcessStarts) {
+  TempDir dir;
+  const std::string good = absl::StrCat("model: ", ModelDir("lamina-demo-6m"), R"(
+coordinator:
+  port: )", FreePort(), R"(
+nodes:
+  - name: compute-0
+    role: compute
+    port: )", FreePort(), R"(
+  - name: memory-0
+    role: memory
+    port: )", FreePort(), R"(
+    data_port: )", FreePort(), R"(
+    kv_capacity_tokens: 1024
+)");
+  struct Case {
+    std::string from, to, expected;
+  };
+  const std::vector<Case> cases = {
+      {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: 1024\n    flavour: vanilla", "topology.yaml:13: nodes[1].flavour: unknown field"},
+      {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: lots", "topology.yaml:12: nodes[1].kv_capacity_tokens: expected an integer"},
+      {"name: memory-0", "name: compute-0", "topology.yaml:8: nodes[1].name: duplicate node name 'compute-0'"},
+      {"model: " + ModelDir("lamina-demo-6m"), "model: /nonexistent/model", "topology.yaml:1: model: '/nonexistent/model'"},
+  };
+  for (const Case& c : cases) {
+    std::string yaml = good;
+    yaml.replace(yaml.find(c.from), c.from.size(), c.to);
+    const std::string path = dir.Write("topology.yaml", yaml);
+    auto [code, out] = RunCli("up " + path + " --log-dir " + dir.path() + "/logs");
+    EXPECT_EQ(code, 2) << out;
+    EXPECT_NE(out.find(c.expected), std::string::npos) << out << "\nexpected: " << c.expected;
+    EXPECT_EQ(out.find("starting"), std::string::npos) << "nothing may start: " << out;
+  }
+  // A port in use.
+  auto holder = MakeTcpTransport()->Listen("127.0.0.1:0");
+  ASSERT_TRUE(holder.ok());
+  const std::string busy_port = (*holder)->address().substr((*holder)->address().rfind(':') + 1);
+  std::string yaml = good;
+  const size_t at = yaml.find("data_port: ") + 11;
+  yaml.replace(at, yaml.find('\n', at) - at, busy_port);
+  const std::string path = dir.Write("topology.yaml", yaml);
+  auto [code, out] = RunCli("up " + path);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find(absl::StrCat("topology.yaml:8: nodes 'memory-0' data_port: port ", busy_port, " is already in use")),
+            std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace lamina::testing
