@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
   std::unique_ptr<ClusterHarness> h(new ClusterHarness());
   const int coordinator_port = FreePort();
   h->endpoint_ = absl::StrCat("127.0.0.1:", coordinator_port);
-  std::string yaml = absl::StrCat("model: ", ModelDir(options.model), "\ncoordinator:\n  port: ", coordinator_port,
+  const std::string model = options.model.find('/') == std::string::npos ? ModelDir(options.model) : options.model;
+  std::string yaml = absl::StrCat("model: ", model, "\ncoordinator:\n  port: ", coordinator_port,
                                   "\nscheduler:\n  max_batch: ", options.max_batch,
                                   "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\nnodes:\n",
                                   "  - name: compute-0\n    role: compute\n    port: ", FreePort(), "\n");
@@ -56,6 +57,7 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
   }
   const std::string topology = h->dir_.Write("topology.yaml", yaml);
   const std::string out = h->dir_.path() + "/up.out";
+  std::fflush(nullptr);  // the child must not inherit (and flush again) our buffered output
   h->up_pid_ = ::fork();
   if (h->up_pid_ == 0) {
     FILE* f = std::freopen(out.c_str(), "w", stdout);

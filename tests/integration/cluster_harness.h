@@ -16,7 +16,7 @@
 namespace lamina::testing {
 
 struct ClusterOptions {
-  std::string model = "lamina-demo-6m";
+  std::string model = "lamina-demo-6m";  // a name under tests/data or deploy/models, or a folder
   int memory_nodes = 2;
   int64_t kv_capacity_tokens = 8192;
   int max_batch = 64;
