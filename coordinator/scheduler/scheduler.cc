@@ -22,14 +22,15 @@ int64_t SlotsNeeded(const GenerationSpec& spec, const ModelConfig& config) {
 }  // namespace
 
 Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer,
-                     Membership* membership)
+                     Membership* membership, std::unique_ptr<AdmissionPolicy> policy)
     : topology_(topology),
       config_(config),
       tokenizer_(tokenizer),
       membership_(membership),
       compute_node_(topology.NodesOf(NodeKind::kCompute)[0]->name),
       compute_(topology.NodesOf(NodeKind::kCompute)[0]->grpc_address()),
-      memory_(MemoryGrpcAddresses(topology)) {
+      memory_(MemoryGrpcAddresses(topology)),
+      policy_(policy ? std::move(policy) : std::make_unique<FifoPolicy>()) {
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -158,63 +159,62 @@ void Scheduler::Admit() {
   for (const Sequence& seq : running_) budget -= seq.prefilled ? 1 : static_cast<int64_t>(seq.spec.prompt.size());
   int64_t admitted_tokens = 0;
   const std::vector<MemberInfo> members = membership_->Snapshot();
-  for (;;) {
-    std::shared_ptr<RequestHandle> head;
-    GenerationSpec spec;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty() || static_cast<int>(running_.size()) >= topology_.max_batch) return;
-      head = queue_.front();
-      if (head->cancelled()) {
-        queue_.pop_front();
-        queued_specs_.erase(head->id());
-        RequestEvent event;
-        event.done = true;
-        event.error = absl::CancelledError("cancelled by the client");
-        head->Push(std::move(event));
-        ++failed_;
-        continue;
-      }
-      const int64_t prompt = static_cast<int64_t>(queued_specs_[head->id()].prompt.size());
-      // A prompt larger than the budget still runs, alone, so that nothing starves.
-      if (admitted_tokens > 0 && admitted_tokens + prompt > budget) return;
-      const int64_t need = SlotsNeeded(queued_specs_[head->id()], config_);
-      const MemberInfo* best = nullptr;
-      int64_t best_room = -1, largest = 0;
-      for (const MemberInfo& m : members) {
-        if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
-        largest = std::max(largest, m.kv_capacity_slots);
-        const int64_t room = m.kv_capacity_slots - reserved_[m.spec.name];
-        if (room >= need && room > best_room) {
-          best = &m;
-          best_room = room;
-        }
-      }
-      if (best == nullptr) {
-        if (need <= largest) return;  // it fits once running requests finish: wait
-        queue_.pop_front();
-        queued_specs_.erase(head->id());
-        RequestEvent event;
-        event.done = true;
-        event.error = absl::ResourceExhaustedError(
-            absl::StrCat("the request needs ", need, " KV slots; the largest live memory node has ", largest));
-        head->Push(std::move(event));
-        ++failed_;
-        continue;
-      }
-      queue_.pop_front();
-      spec = std::move(queued_specs_[head->id()]);
-      queued_specs_.erase(head->id());
-      admitted_tokens += prompt;
-      Sequence seq;
-      seq.request = head;
-      seq.memory_node = best->spec.name;
-      seq.reserved_slots = need;
-      seq.text = std::make_unique<TextStream>(tokenizer_, spec.stop_strings);
-      seq.spec = std::move(spec);
-      reserved_[seq.memory_node] += need;
-      running_.push_back(std::move(seq));
+  auto end_waiting = [&](size_t index, absl::Status error) {  // mu_ held
+    RequestEvent event;
+    event.done = true;
+    event.error = std::move(error);
+    queue_[index]->Push(std::move(event));
+    queued_specs_.erase(queue_[index]->id());
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(index));
+    ++failed_;
+  };
+
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = queue_.size(); i-- > 0;) {
+    if (queue_[i]->cancelled()) end_waiting(i, absl::CancelledError("cancelled by the client"));
+  }
+  while (!queue_.empty() && static_cast<int>(running_.size()) < topology_.max_batch) {
+    std::vector<WaitingRequest> waiting;
+    for (const auto& handle : queue_) {
+      const GenerationSpec& spec = queued_specs_[handle->id()];
+      waiting.push_back({handle->id(), static_cast<int64_t>(spec.prompt.size()), SlotsNeeded(spec, config_)});
     }
+    const std::optional<size_t> pick = policy_->Next(waiting);
+    if (!pick || *pick >= waiting.size()) return;
+    const WaitingRequest& candidate = waiting[*pick];
+    // A prompt larger than the budget still runs, alone, so that nothing starves.
+    if (admitted_tokens > 0 && admitted_tokens + candidate.prompt_tokens > budget) return;
+
+    // The live memory node with the most unreserved room that fits the request.
+    const MemberInfo* best = nullptr;
+    int64_t best_room = -1, largest = 0;
+    for (const MemberInfo& m : members) {
+      if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
+      largest = std::max(largest, m.kv_capacity_slots);
+      const int64_t room = m.kv_capacity_slots - reserved_[m.spec.name];
+      if (room >= candidate.kv_slots_needed && room > best_room) {
+        best = &m;
+        best_room = room;
+      }
+    }
+    if (best == nullptr) {
+      if (candidate.kv_slots_needed <= largest) return;  // it fits once running requests finish: wait
+      end_waiting(*pick, absl::ResourceExhaustedError(absl::StrCat("the request needs ", candidate.kv_slots_needed,
+                                                                   " KV slots; the largest live memory node has ",
+                                                                   largest)));
+      continue;
+    }
+    Sequence seq;
+    seq.request = queue_[*pick];
+    seq.spec = std::move(queued_specs_[candidate.id]);
+    seq.memory_node = best->spec.name;
+    seq.reserved_slots = candidate.kv_slots_needed;
+    seq.text = std::make_unique<TextStream>(tokenizer_, seq.spec.stop_strings);
+    queued_specs_.erase(candidate.id);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*pick));
+    admitted_tokens += candidate.prompt_tokens;
+    reserved_[seq.memory_node] += seq.reserved_slots;
+    running_.push_back(std::move(seq));
   }
 }
 

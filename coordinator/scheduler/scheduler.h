@@ -5,7 +5,7 @@
 // Accepted requests wait in a queue; every iteration the loop
 //   1. ends sequences whose memory node died (UNAVAILABLE) or whose client cancelled (freeing
 //      their slots at once),
-//   2. admits queued requests in FIFO order while the batch, the per-iteration token budget and
+//   2. admits queued requests in the order its AdmissionPolicy picks (FIFO by default) while the batch, the per-iteration token budget and
 //      some memory node's unreserved capacity allow (each sequence reserves prompt + max_tokens
 //      slots on the memory node with the most room: nothing is overcommitted),
 //   3. sends one plan to the compute node: prefill for new sequences, decode for the others,
@@ -30,6 +30,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/topology/topology.h"
 #include "coordinator/cluster/membership.h"
+#include "coordinator/scheduler/admission_policy.h"
 #include "coordinator/scheduler/node_clients.h"
 #include "coordinator/scheduler/request.h"
 #include "coordinator/sequence/text_stream.h"
@@ -46,7 +47,9 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer, Membership* membership);
+  // `policy` picks which waiting request to admit next; null means FIFO.
+  Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer, Membership* membership,
+            std::unique_ptr<AdmissionPolicy> policy = nullptr);
   ~Scheduler();  // stops the loop; unfinished requests end with UNAVAILABLE
 
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationSpec spec);
@@ -85,6 +88,7 @@ class Scheduler {
   std::string compute_node_;
   ComputeClient compute_;
   MemoryClients memory_;
+  std::unique_ptr<AdmissionPolicy> policy_;  // used on the loop thread, under mu_
 
   mutable std::mutex mu_;
   std::condition_variable wake_;

@@ -107,6 +107,27 @@ absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEnt
   return absl::OkStatus();
 }
 
+absl::Status AttentionExecutor::Fork(SequenceId from, SequenceId to, int64_t length) {
+  LAMINA_ASSIGN_OR_RETURN(const std::vector<SlotId>* source, SlotsOf(from));
+  if (slots_.count(to)) return absl::InvalidArgumentError(absl::StrCat("sequence ", to, " already exists"));
+  const int64_t n = length < 0 ? static_cast<int64_t>(source->size()) : length;
+  if (n > static_cast<int64_t>(source->size())) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", from, " has ", source->size(), " positions, not ", n));
+  }
+  std::vector<SlotId> copy;
+  LAMINA_RETURN_IF_ERROR(allocator_.Allocate(n, &copy));
+  const int64_t stride = pool_.shape().slot_stride();
+  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
+    for (float* base : {pool_.keys(layer), pool_.values(layer)}) {
+      for (int64_t t = 0; t < n; ++t) {
+        std::memcpy(base + copy[t] * stride, base + (*source)[t] * stride, stride * sizeof(float));
+      }
+    }
+  }
+  slots_[to] = std::move(copy);
+  return absl::OkStatus();
+}
+
 void AttentionExecutor::Free(SequenceId seq) {
   auto it = slots_.find(seq);
   if (it == slots_.end()) return;

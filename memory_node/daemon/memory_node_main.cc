@@ -42,6 +42,16 @@ class MemoryNodeService final : public lamina::v1::MemoryNode::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ForkSequence(grpc::ServerContext*, const lamina::v1::ForkSequenceRequest* request,
+                            lamina::v1::ForkSequenceResponse* response) override {
+    std::lock_guard<std::mutex> lock(*mu_);
+    absl::Status status =
+        executor_->Fork(request->from_seq_id(), request->to_seq_id(), request->length() > 0 ? request->length() : -1);
+    if (!status.ok()) return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+    response->set_kv_free_slots(executor_->num_free_slots());
+    return grpc::Status::OK;
+  }
+
  private:
   AttentionExecutor* executor_;
   std::mutex* mu_;

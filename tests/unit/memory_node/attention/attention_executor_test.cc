@@ -55,5 +55,26 @@ TEST(AttentionExecutorTest, SingleTokenAttentionReturnsItsValue) {
   EXPECT_EQ(out, (std::vector<float>{9, 8, 7, 6, 9, 8, 7, 6}));
 }
 
+TEST(AttentionExecutorTest, ForkCopiesTheKvSoBothSequencesAttendAlike) {
+  auto e = Make(8);
+  Reservation r[] = {{1, 2}};
+  ASSERT_TRUE(e->Reserve(r).ok());
+  std::vector<float> kv = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (int layer = 0; layer < 2; ++layer) ASSERT_TRUE(e->StoreKv(layer, 1, 0, 2, kv.data(), kv.data(), 4).ok());
+  ASSERT_TRUE(e->Fork(1, 2).ok());
+  EXPECT_EQ(e->num_free_slots(), 4);
+  Reservation grow[] = {{1, 3}, {2, 3}};
+  ASSERT_TRUE(e->Reserve(grow).ok());
+  std::vector<float> qkv = {1, 0, 1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 9, 9, 9, 9};
+  std::vector<float> out1(8), out2(8);
+  DecodeEntry d1{1, 2}, d2{2, 2};
+  ASSERT_TRUE(e->Decode(1, {&d1, 1}, qkv.data(), {16, 0, 8, 12}, out1.data(), 8).ok());
+  ASSERT_TRUE(e->Decode(1, {&d2, 1}, qkv.data(), {16, 0, 8, 12}, out2.data(), 8).ok());
+  EXPECT_EQ(out1, out2);
+  EXPECT_EQ(e->Fork(9, 3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Fork(1, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Fork(1, 4, 9).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace lamina
