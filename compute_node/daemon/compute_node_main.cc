@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags/flags.h"
 #include "common/rpc/node_agent.h"
-#include "common/rpc/signals.h"
+#include "common/rpc/daemon.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
 #include "common/topology/topology.h"
@@ -42,16 +42,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   ThreadPool pool(spec->threads);
   ComputeEngine engine(weights.get(), &attention, &pool);
   StepService service(&engine, &attention);
-
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(spec->grpc_address(), grpc::InsecureServerCredentials(), &bound_port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(256 << 20);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", spec->grpc_address(), " (port in use?)"));
-  }
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
   lamina::v1::RegisterRequest registration;
   registration.set_name(spec->name);
@@ -63,20 +54,11 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::fprintf(stderr, "%s: %s, %lld layers, gRPC on %s, %zu memory nodes\n", spec->name.c_str(),
                config.architecture.c_str(), static_cast<long long>(config.num_layers), spec->grpc_address().c_str(),
                memory_nodes.size());
-  WaitForTerminationSignal();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();
 }
 
 }  // namespace
 }  // namespace lamina
 
-int main(int argc, char** argv) {
-  lamina::BlockTerminationSignals();
-  absl::Status status = lamina::Run(std::vector<std::string>(argv + 1, argv + argc));
-  if (!status.ok()) {
-    std::fprintf(stderr, "lamina-compute-node: %s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return lamina::DaemonMain("lamina-compute-node", argc, argv, lamina::Run); }

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags/flags.h"
-#include "common/rpc/signals.h"
+#include "common/rpc/daemon.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/topology/topology.h"
@@ -39,18 +39,10 @@ absl::Status Run(const std::vector<std::string>& args) {
   GenerationService generation(model_name, config, &tokenizer, &scheduler, &membership);
   ClusterService cluster(model_name, topology.heartbeat_interval_ms, &membership, &scheduler);
 
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(topology.coordinator_address(), grpc::InsecureServerCredentials(), &bound_port);
-  builder.RegisterService(&generation);
-  builder.RegisterService(&cluster);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", topology.coordinator_address(), " (port in use?)"));
-  }
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
+                          StartGrpcServer(topology.coordinator_address(), {&generation, &cluster}));
   std::fprintf(stderr, "coordinator: serving %s on %s\n", model_name.c_str(), topology.coordinator_address().c_str());
-  WaitForTerminationSignal();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  ServeUntilSignal(server.get(), absl::Seconds(2));
   membership.Stop();  // no death callback may reach the scheduler while it is destroyed
   return absl::OkStatus();
 }
@@ -58,12 +50,4 @@ absl::Status Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace lamina
 
-int main(int argc, char** argv) {
-  lamina::BlockTerminationSignals();
-  absl::Status status = lamina::Run(std::vector<std::string>(argv + 1, argv + argc));
-  if (!status.ok()) {
-    std::fprintf(stderr, "lamina-coordinator: %s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return lamina::DaemonMain("lamina-coordinator", argc, argv, lamina::Run); }

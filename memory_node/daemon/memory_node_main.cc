@@ -16,7 +16,7 @@
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
 #include "common/rpc/node_agent.h"
-#include "common/rpc/signals.h"
+#include "common/rpc/daemon.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
 #include "common/topology/topology.h"
@@ -80,14 +80,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                                                  executor.get(), &executor_mu));
 
   MemoryNodeService service(executor.get(), &executor_mu);
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(spec->grpc_address(), grpc::InsecureServerCredentials(), &bound_port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", spec->grpc_address(), " (port in use?)"));
-  }
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
   lamina::v1::RegisterRequest registration;
   registration.set_name(spec->name);
@@ -106,20 +99,11 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::fprintf(stderr, "%s: %lld KV slots (%.1f MB), data plane on %s, gRPC on %s\n", spec->name.c_str(),
                static_cast<long long>(spec->kv_capacity_tokens), spec->kv_capacity_tokens * slot_bytes / 1e6,
                data_plane->address().c_str(), spec->grpc_address().c_str());
-  WaitForTerminationSignal();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();
 }
 
 }  // namespace
 }  // namespace lamina
 
-int main(int argc, char** argv) {
-  lamina::BlockTerminationSignals();
-  absl::Status status = lamina::Run(std::vector<std::string>(argv + 1, argv + argc));
-  if (!status.ok()) {
-    std::fprintf(stderr, "lamina-memory-node: %s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return lamina::DaemonMain("lamina-memory-node", argc, argv, lamina::Run); }

@@ -8,23 +8,14 @@
 
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace lamina {
 namespace {
 
 const std::string kPath = std::string(LAMINA_SOURCE_DIR) + "/deploy/topologies/local-cpu.yaml";
 
-std::string Original() {
-  auto t = LoadTopology(kPath);
-  EXPECT_TRUE(t.ok()) << t.status();
-  std::FILE* f = std::fopen(kPath.c_str(), "r");
-  std::string text;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) text.append(buffer, n);
-  std::fclose(f);
-  return text;
-}
+std::string Original() { return testing::ReadFileOrDie(kPath); }
 
 absl::Status Parse(const std::string& text) { return ParseTopology(text, kPath).status(); }
 

@@ -1,0 +1,38 @@
+#include "common/rpc/daemon.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/signals.h"
+
+namespace lamina {
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
+                                                              const std::vector<grpc::Service*>& services) {
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address, " (port in use?)"));
+  }
+  return server;
+}
+
+void ServeUntilSignal(grpc::Server* server, absl::Duration grace) {
+  WaitForTerminationSignal();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+int DaemonMain(const char* program, int argc, char** argv,
+               const std::function<absl::Status(const std::vector<std::string>&)>& run) {
+  BlockTerminationSignals();
+  absl::Status status = run(std::vector<std::string>(argv + 1, argv + argc));
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "%s: %s\n", program, std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace lamina

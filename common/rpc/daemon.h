@@ -1,0 +1,33 @@
+// What the three daemons share: starting a gRPC server, serving until SIGINT or SIGTERM, and a
+// main() that reports a start-up failure in one line and exits non-zero.
+#ifndef LAMINA_COMMON_RPC_DAEMON_H_
+#define LAMINA_COMMON_RPC_DAEMON_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+
+namespace lamina {
+
+// Builds and starts a gRPC server on `address` with `services`; Unavailable names the address
+// when it cannot be bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
+                                                              const std::vector<grpc::Service*>& services);
+
+// Blocks until SIGINT or SIGTERM, then shuts `server` down, cancelling calls still running after
+// `grace`.
+void ServeUntilSignal(grpc::Server* server, absl::Duration grace);
+
+// The body of a daemon's main(): blocks the termination signals (so that ServeUntilSignal can
+// take them), runs `run` on the arguments, and on failure prints "PROGRAM: message" and returns 1.
+int DaemonMain(const char* program, int argc, char** argv,
+               const std::function<absl::Status(const std::vector<std::string>&)>& run);
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMMON_RPC_DAEMON_H_
