@@ -54,9 +54,9 @@ absl::Status RemoteAttention::SendTo(Node* node, uint32_t type, absl::Span<const
     if (!connection.ok()) return Failed(node, connection.status());
     node->connection = std::move(*connection);
   }
-  std::vector<ByteSpan> parts = {node->send};
-  parts.insert(parts.end(), extra.begin(), extra.end());
-  absl::Status status = node->connection->Send({type, 0, next_tag_}, parts);
+  parts_.assign(1, ByteSpan(node->send));
+  parts_.insert(parts_.end(), extra.begin(), extra.end());
+  absl::Status status = node->connection->Send({type, 0, next_tag_}, parts_);
   if (!status.ok()) return Failed(node, status);
   node->sent = true;
   return absl::OkStatus();

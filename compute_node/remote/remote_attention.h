@@ -70,6 +70,7 @@ class RemoteAttention : public AttentionService {
   std::map<std::string, Node> nodes_;
   absl::flat_hash_map<SequenceId, Node*> route_;
   std::set<std::string> failed_;
+  std::vector<ByteSpan> parts_;  // SendTo's scratch
   uint64_t next_tag_ = 1;
 };
 

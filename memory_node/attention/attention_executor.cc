@@ -90,15 +90,26 @@ absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEnt
                                                      " is not reserved"));
     }
   }
-  gathered_slots_.clear();
-  slot_begin_.assign(1, 0);
   for (size_t i = 0; i < entries.size(); ++i) {
-    const std::vector<SlotId>& slots = slots_.find(entries[i].seq)->second;
     const float* row = qkv + i * layout.row_stride;
     LAMINA_RETURN_IF_ERROR(StoreKv(layer, entries[i].seq, entries[i].position, 1,
                                    row + layout.k_offset, row + layout.v_offset, 0));
-    gathered_slots_.insert(gathered_slots_.end(), slots.begin(), slots.begin() + entries[i].position + 1);
-    slot_begin_.push_back(static_cast<int64_t>(gathered_slots_.size()));
+  }
+  // Every layer of a step attends over the same slots: gather them once per step.
+  const bool same_step = entries.size() == gathered_for_.size() &&
+                         std::equal(entries.begin(), entries.end(), gathered_for_.begin(),
+                                    [](const DecodeEntry& a, const DecodeEntry& b) {
+                                      return a.seq == b.seq && a.position == b.position;
+                                    });
+  if (!same_step) {
+    gathered_for_.assign(entries.begin(), entries.end());
+    gathered_slots_.clear();
+    slot_begin_.assign(1, 0);
+    for (const DecodeEntry& e : entries) {
+      const std::vector<SlotId>& slots = slots_.find(e.seq)->second;
+      gathered_slots_.insert(gathered_slots_.end(), slots.begin(), slots.begin() + e.position + 1);
+      slot_begin_.push_back(static_cast<int64_t>(gathered_slots_.size()));
+    }
   }
   kernels::cpu::DecodeAttention(options_.attention, qkv + layout.q_offset, layout.row_stride, pool_.keys(layer),
                                 pool_.values(layer), pool_.shape().slot_stride(), gathered_slots_.data(),
@@ -131,6 +142,7 @@ absl::Status AttentionExecutor::Fork(SequenceId from, SequenceId to, int64_t len
 void AttentionExecutor::Free(SequenceId seq) {
   auto it = slots_.find(seq);
   if (it == slots_.end()) return;
+  gathered_for_.clear();  // the freed slots may be handed to another sequence
   allocator_.Free(it->second);
   slots_.erase(it);
 }

@@ -60,7 +60,9 @@ class AttentionExecutor : public AttentionService {
   SlotAllocator allocator_;
   ThreadPool* threads_;
   absl::flat_hash_map<SequenceId, std::vector<SlotId>> slots_;  // slot of each position
-  // Scratch for Decode, kept to avoid per-layer allocation.
+  // Decode's slot lists, gathered once per step (the entries they were gathered for) and kept to
+  // avoid per-layer work and allocation.
+  std::vector<DecodeEntry> gathered_for_;
   std::vector<int32_t> gathered_slots_;
   std::vector<int64_t> slot_begin_;
 };

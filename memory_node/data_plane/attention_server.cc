@@ -44,30 +44,44 @@ void AttentionServer::AcceptLoop() {
 }
 
 void AttentionServer::Serve(Connection* connection) {
-  // Buffers live as long as the connection: steady-state requests allocate nothing.
-  std::vector<uint8_t> request, reply;
-  std::vector<float> out;
+  Scratch s;
   MessageHeader header;
   while (!stopping_) {
-    if (!connection->Receive(&header, &request, absl::InfiniteFuture()).ok()) return;
-    out.clear();
-    absl::Status status = Handle(header.type, request, &out);
-    reply.clear();
-    WireWriter w(&reply);
+    if (!connection->Receive(&header, &s.request, absl::InfiniteFuture()).ok()) return;
+    s.out.clear();
+    absl::Status status = Handle(header.type, &s);
+    s.reply.clear();
+    WireWriter w(&s.reply);
     w.Put<int32_t>(static_cast<int32_t>(status.code()));
     w.PutString(std::string(status.message()));
-    ByteSpan parts[] = {reply, ByteSpan(reinterpret_cast<const uint8_t*>(out.data()), out.size() * sizeof(float))};
+    ByteSpan parts[] = {s.reply, ByteSpan(reinterpret_cast<const uint8_t*>(s.out.data()), s.out.size() * sizeof(float))};
     if (!connection->Send({ap::kReply, 0, header.tag}, parts).ok()) return;
   }
 }
 
-absl::Status AttentionServer::Handle(uint32_t type, const std::vector<uint8_t>& payload, std::vector<float>* out) {
-  WireReader r(payload.data(), payload.size());
+namespace {
+
+// A count read off the wire must fit in what is left of the message, so that a malformed one
+// cannot make the server allocate without bound.
+absl::Status CheckCount(uint32_t n, size_t bytes_each, const WireReader& r) {
+  if (n > r.remaining() / bytes_each) {
+    return absl::InvalidArgumentError(absl::StrCat("message claims ", n, " entries; only ", r.remaining(), " bytes follow"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
+  WireReader r(scratch->request.data(), scratch->request.size());
+  std::vector<float>* out = &scratch->out;
   switch (type) {
     case ap::kReserve: {
       uint32_t n;
       LAMINA_RETURN_IF_ERROR(r.Get(&n));
-      std::vector<Reservation> reservations(n);
+      LAMINA_RETURN_IF_ERROR(CheckCount(n, sizeof(int64_t) + sizeof(int32_t), r));
+      std::vector<Reservation>& reservations = scratch->reservations;
+      reservations.resize(n);
       for (Reservation& res : reservations) {
         LAMINA_RETURN_IF_ERROR(r.Get(&res.seq));
         LAMINA_RETURN_IF_ERROR(r.Get(&res.end_position));
@@ -96,7 +110,9 @@ absl::Status AttentionServer::Handle(uint32_t type, const std::vector<uint8_t>& 
       uint32_t n;
       LAMINA_RETURN_IF_ERROR(r.Get(&layer));
       LAMINA_RETURN_IF_ERROR(r.Get(&n));
-      std::vector<DecodeEntry> entries(n);
+      LAMINA_RETURN_IF_ERROR(CheckCount(n, sizeof(int64_t) + sizeof(int32_t), r));
+      std::vector<DecodeEntry>& entries = scratch->entries;
+      entries.resize(n);
       for (DecodeEntry& e : entries) {
         LAMINA_RETURN_IF_ERROR(r.Get(&e.seq));
         LAMINA_RETURN_IF_ERROR(r.Get(&e.position));
@@ -115,7 +131,9 @@ absl::Status AttentionServer::Handle(uint32_t type, const std::vector<uint8_t>& 
     case ap::kFree: {
       uint32_t n;
       LAMINA_RETURN_IF_ERROR(r.Get(&n));
-      std::vector<SequenceId> seqs(n);
+      LAMINA_RETURN_IF_ERROR(CheckCount(n, sizeof(int64_t), r));
+      std::vector<SequenceId>& seqs = scratch->seqs;
+      seqs.resize(n);
       for (SequenceId& s : seqs) LAMINA_RETURN_IF_ERROR(r.Get(&s));
       std::lock_guard<std::mutex> lock(*service_mu_);
       for (SequenceId s : seqs) service_->Free(s);

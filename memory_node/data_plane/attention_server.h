@@ -40,8 +40,16 @@ class AttentionServer {
       : listener_(std::move(listener)), shape_(shape), service_(service), service_mu_(service_mu) {}
   void AcceptLoop();
   void Serve(Connection* connection);
-  // Handles one request; fills `out` (the outputs of kDecode) and returns the call's status.
-  absl::Status Handle(uint32_t type, const std::vector<uint8_t>& payload, std::vector<float>* out);
+  // A connection's buffers, kept for its lifetime so that steady-state requests allocate nothing.
+  struct Scratch {
+    std::vector<uint8_t> request, reply;
+    std::vector<float> out;  // kDecode's outputs
+    std::vector<Reservation> reservations;
+    std::vector<DecodeEntry> entries;
+    std::vector<SequenceId> seqs;
+  };
+  // Handles one request (in scratch->request) and returns the call's status.
+  absl::Status Handle(uint32_t type, Scratch* scratch);
 
   std::unique_ptr<Listener> listener_;
   AttentionWireShape shape_;

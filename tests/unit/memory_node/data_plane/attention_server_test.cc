@@ -1,0 +1,66 @@
+// Malformed data-plane messages get an error reply; the connection and the server stay up.
+#include "memory_node/data_plane/attention_server.h"
+
+#include <mutex>
+
+#include "common/transport/wire.h"
+#include "gtest/gtest.h"
+#include "memory_node/attention/attention_executor.h"
+#include "memory_node/data_plane/attention_protocol.h"
+
+namespace lamina {
+namespace {
+
+namespace ap = attention_protocol;
+
+TEST(AttentionServerTest, MalformedRequestsAreAnsweredWithErrorsAndTheConnectionSurvives) {
+  auto executor = AttentionExecutor::Create({2, 16, {2, 1, 4, 0}});
+  ASSERT_TRUE(executor.ok());
+  std::mutex mu;
+  auto transport = MakeInprocTransport();
+  auto server = AttentionServer::Start(transport.get(), "server-test", {2, 8, 4}, executor->get(), &mu);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto connection = transport->Connect("server-test", absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(connection.ok());
+
+  auto call = [&](uint32_t type, const std::vector<uint8_t>& payload) {
+    ByteSpan part = payload;
+    EXPECT_TRUE((*connection)->Send({type, 0, 7}, {&part, 1}).ok());
+    MessageHeader header;
+    std::vector<uint8_t> reply;
+    EXPECT_TRUE((*connection)->Receive(&header, &reply, absl::Now() + absl::Seconds(2)).ok());
+    EXPECT_EQ(header.type, ap::kReply);
+    EXPECT_EQ(header.tag, 7u);
+    WireReader r(reply.data(), reply.size());
+    int32_t code = -1;
+    std::string message;
+    EXPECT_TRUE(r.Get(&code).ok());
+    EXPECT_TRUE(r.GetString(&message).ok());
+    return std::make_pair(static_cast<absl::StatusCode>(code), message);
+  };
+
+  std::vector<uint8_t> huge_count;
+  WireWriter(&huge_count).Put<uint32_t>(0xffffffffu);  // claims 4 billion reservations
+  auto [code1, message1] = call(ap::kReserve, huge_count);
+  EXPECT_EQ(code1, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message1.find("claims"), std::string::npos) << message1;
+
+  auto [code2, message2] = call(ap::kDecode, {1, 2, 3});
+  EXPECT_EQ(code2, absl::StatusCode::kDataLoss) << message2;
+
+  auto [code3, message3] = call(99, {});
+  EXPECT_EQ(code3, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message3.find("unknown data-plane message type 99"), std::string::npos);
+
+  std::vector<uint8_t> reserve;
+  WireWriter w(&reserve);
+  w.Put<uint32_t>(1);
+  w.Put<int64_t>(5);
+  w.Put<int32_t>(3);
+  auto [code4, message4] = call(ap::kReserve, reserve);
+  EXPECT_EQ(code4, absl::StatusCode::kOk) << message4;
+  EXPECT_EQ((*executor)->num_free_slots(), 13);
+}
+
+}  // namespace
+}  // namespace lamina
