@@ -203,7 +203,9 @@ TEST(ClusterTest, KillingAMemoryNodeFailsOnlyItsSequencesAndTheSurvivorServesNew
       EXPECT_FALSE(n.healthy());
     }
   }
-  EXPECT_NE((*cluster)->UpOutput().find("memory-1"), std::string::npos) << "lamina up reports the dead daemon";
+  EXPECT_NE((*cluster)->UpOutput().find(absl::StrCat("memory-1 (pid ", *pid, ") was killed by signal 9")),
+            std::string::npos)
+      << "lamina up reports the dead daemon:\n" << (*cluster)->UpOutput();
 }
 
 TEST(ClusterTest, RequestsBeyondCapacityQueueAndCompleteAndImpossibleOnesAreRefused) {

@@ -113,6 +113,54 @@ TEST(TokenizerTest, SpecialTokensInTextAreMatchedAndSkippableWhenDecoding) {
   EXPECT_EQ(tokenizer->Decode(ids), "<|begin_of_text|>Hello world<|eot_id|>");
 }
 
+// A SentencePiece-style tokenizer with a Metaspace pre-tokenizer (the newer Mistral and TinyLlama
+// layout), built inline: "▁" + "a" merge into "▁a", and a character outside the vocabulary falls
+// back to its bytes.
+TEST(TokenizerTest, MetaspacePreTokenizerWithByteFallback) {
+  const std::string json = R"json({
+    "normalizer": null,
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false},
+    "decoder": {"type": "Sequence", "decoders": [
+      {"type": "ByteFallback"},
+      {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false}]},
+    "added_tokens": [{"id": 0, "content": "<s>", "special": true}],
+    "model": {"type": "BPE", "byte_fallback": true, "unk_token": null,
+              "vocab": {"<s>": 0, "\u2581": 1, "a": 2, "b": 3, "\u2581a": 4, "\u2581ab": 5, "<0x21>": 6},
+              "merges": [["\u2581", "a"], ["\u2581a", "b"]]}})json";
+  auto tokenizer = Tokenizer::FromJson(json, "metaspace.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(tokenizer->Encode("ab a!"), (std::vector<int32_t>{5, 4, 6}));
+  EXPECT_EQ(tokenizer->Decode({5, 4, 6}), "ab a!");
+  // "first": only the text's first segment gets the prefix, not the text after a special token.
+  EXPECT_EQ(tokenizer->Encode("<s>ab"), (std::vector<int32_t>{0, 2, 3}));
+}
+
+// Qwen2 style: NFC normalisation before a byte-level BPE whose split regex takes digits one at a
+// time. The vocabulary is every printable ASCII byte plus the byte-level forms of é's two bytes.
+TEST(TokenizerTest, NfcNormalizerAndQwen2SplitRegex) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0x21; b <= 0x7e; ++b) vocab[std::string(1, static_cast<char>(b))] = b;
+  vocab["\u00c3"] = 200;  // byte 0xc3
+  vocab["\u00a9"] = 201;  // byte 0xa9
+  vocab["\u0120"] = 202;  // byte 0x20 (space)
+  nlohmann::json json = nlohmann::json::parse(R"json({
+    "normalizer": {"type": "NFC"},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "behavior": "Isolated", "pattern": {"Regex":
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]},
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "merges": []}})json");
+  json["model"]["vocab"] = vocab;
+  auto tokenizer = Tokenizer::FromJson(json.dump(), "qwen2.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  // e + combining acute accent (decomposed) becomes é (c3 a9) before encoding.
+  EXPECT_EQ(tokenizer->Encode("e\xcc\x81"), (std::vector<int32_t>{200, 201}));
+  EXPECT_EQ(tokenizer->Encode("123"), (std::vector<int32_t>{'1', '2', '3'}));
+  EXPECT_EQ(tokenizer->Encode("a 12"), (std::vector<int32_t>{'a', 202, '1', '2'}));
+  EXPECT_EQ(tokenizer->Decode(tokenizer->Encode("a 12")), "a 12");
+}
+
 TEST(TokenizerTest, MalformedFilesAreRejectedWithTheFileName) {
   struct Case {
     std::string json;
