@@ -33,6 +33,7 @@ grpc::Status ClusterService::ClusterStatus(grpc::ServerContext*, const lamina::v
     node->set_kv_used_slots(m.kv_capacity_slots - m.kv_free_slots);
     node->set_num_sequences(m.num_sequences);
     node->set_pid(m.pid);
+    node->set_kv_shared_slots(m.kv_shared_slots);
     node->set_last_heartbeat_ms(m.registered ? absl::ToInt64Milliseconds(now - m.last_heard) : -1);
   }
   SchedulerStats stats = scheduler_->Stats();

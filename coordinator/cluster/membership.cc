@@ -60,6 +60,7 @@ bool Membership::Heartbeat(const lamina::v1::HeartbeatRequest& request) {
   if (m.spec.kind == NodeKind::kMemory) {
     m.kv_free_slots = request.kv_free_slots();
     m.num_sequences = request.num_sequences();
+    m.kv_shared_slots = request.kv_shared_slots();
   }
   return true;
 }

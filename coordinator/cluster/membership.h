@@ -30,6 +30,7 @@ struct MemberInfo {
   int64_t kv_capacity_slots = 0;
   int64_t kv_free_slots = 0;
   int64_t num_sequences = 0;
+  int64_t kv_shared_slots = 0;
   int64_t pid = 0;
 
   bool alive() const { return registered && !dead; }

@@ -35,6 +35,7 @@ absl::Status Status(const std::vector<std::string>& args) {
     const bool memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;
     std::string kv = memory ? absl::StrFormat("%d / %d (%d)", n.kv_used_slots(), n.kv_capacity_slots(), n.kv_free_slots())
                             : "-";
+    if (memory && n.kv_shared_slots() > 0) kv += absl::StrFormat(", %d shared", n.kv_shared_slots());
     std::string seqs = memory ? absl::StrFormat("%d", n.num_sequences()) : "-";
     std::string heard = n.last_heartbeat_ms() < 0 ? "never" : absl::StrFormat("%.1f s ago", n.last_heartbeat_ms() / 1000.0);
     std::printf("%-14s %-8s %-9s %-24s %5s  %s%s%s\n", n.name().c_str(), memory ? "memory" : "compute",

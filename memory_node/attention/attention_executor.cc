@@ -65,6 +65,12 @@ absl::Status AttentionExecutor::StoreKv(int64_t layer, SequenceId seq, int32_t f
     return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": positions [", first_position, ", ",
                                                    first_position + count, ") are not reserved"));
   }
+  for (int64_t t = 0; t < count; ++t) {
+    if (allocator_.RefCount((*slots)[first_position + t]) > 1) {
+      return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, ": position ", first_position + t,
+                                                        " is shared with another sequence and cannot be written"));
+    }
+  }
   const int64_t stride = pool_.shape().slot_stride();
   float* keys = pool_.keys(layer);
   float* values = pool_.values(layer);
@@ -125,17 +131,10 @@ absl::Status AttentionExecutor::Fork(SequenceId from, SequenceId to, int64_t len
   if (n > static_cast<int64_t>(source->size())) {
     return absl::InvalidArgumentError(absl::StrCat("sequence ", from, " has ", source->size(), " positions, not ", n));
   }
-  std::vector<SlotId> copy;
-  LAMINA_RETURN_IF_ERROR(allocator_.Allocate(n, &copy));
-  const int64_t stride = pool_.shape().slot_stride();
-  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
-    for (float* base : {pool_.keys(layer), pool_.values(layer)}) {
-      for (int64_t t = 0; t < n; ++t) {
-        std::memcpy(base + copy[t] * stride, base + (*source)[t] * stride, stride * sizeof(float));
-      }
-    }
-  }
-  slots_[to] = std::move(copy);
+  // The new sequence shares the slots (their KV is written once); it grows into slots of its own.
+  std::vector<SlotId> shared(source->begin(), source->begin() + n);
+  allocator_.Share(shared);
+  slots_[to] = std::move(shared);
   return absl::OkStatus();
 }
 
@@ -143,7 +142,7 @@ void AttentionExecutor::Free(SequenceId seq) {
   auto it = slots_.find(seq);
   if (it == slots_.end()) return;
   gathered_for_.clear();  // the freed slots may be handed to another sequence
-  allocator_.Free(it->second);
+  allocator_.Release(it->second);
   slots_.erase(it);
 }
 

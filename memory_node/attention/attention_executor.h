@@ -38,14 +38,15 @@ class AttentionExecutor : public AttentionService {
                       const QkvLayout& layout, float* out, int64_t out_stride) override;
   void Free(SequenceId seq) override;
 
-  // Makes `to` a copy of `from`'s first `length` positions (all of them when length < 0), e.g. for
-  // several samples from one prompt. The KV bytes are copied into new slots (sharing slots by
-  // reference count is the slab allocator's job). InvalidArgument for an unknown `from`, an
-  // existing `to` or a length beyond `from`; ResourceExhausted when the pool is short.
+  // Makes `to` start with `from`'s first `length` positions (all of them when length < 0), e.g. for
+  // several samples from one prompt: the slots are shared by reference count, not copied, and
+  // writing a shared position is FailedPrecondition. InvalidArgument for an unknown `from`, an
+  // existing `to` or a length beyond `from`.
   absl::Status Fork(SequenceId from, SequenceId to, int64_t length = -1);
 
   int64_t num_slots() const { return allocator_.num_slots(); }
   int64_t num_free_slots() const { return allocator_.num_free(); }
+  int64_t num_shared_slots() const { return allocator_.num_shared(); }
   int64_t num_sequences() const { return static_cast<int64_t>(slots_.size()); }
 
  private:

@@ -93,6 +93,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     std::lock_guard<std::mutex> lock(executor_mu);
     heartbeat->set_kv_free_slots(executor->num_free_slots());
     heartbeat->set_num_sequences(executor->num_sequences());
+    heartbeat->set_kv_shared_slots(executor->num_shared_slots());
   });
 
   const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * static_cast<int64_t>(sizeof(float));

@@ -55,14 +55,17 @@ TEST(AttentionExecutorTest, SingleTokenAttentionReturnsItsValue) {
   EXPECT_EQ(out, (std::vector<float>{9, 8, 7, 6, 9, 8, 7, 6}));
 }
 
-TEST(AttentionExecutorTest, ForkCopiesTheKvSoBothSequencesAttendAlike) {
+TEST(AttentionExecutorTest, ForkSharesTheSlotsSoBothSequencesAttendAlike) {
   auto e = Make(8);
   Reservation r[] = {{1, 2}};
   ASSERT_TRUE(e->Reserve(r).ok());
   std::vector<float> kv = {1, 2, 3, 4, 5, 6, 7, 8};
   for (int layer = 0; layer < 2; ++layer) ASSERT_TRUE(e->StoreKv(layer, 1, 0, 2, kv.data(), kv.data(), 4).ok());
   ASSERT_TRUE(e->Fork(1, 2).ok());
-  EXPECT_EQ(e->num_free_slots(), 4);
+  EXPECT_EQ(e->num_free_slots(), 6) << "a fork stores the shared positions once";
+  EXPECT_EQ(e->num_shared_slots(), 2);
+  EXPECT_EQ(e->StoreKv(0, 2, 1, 1, kv.data(), kv.data(), 4).code(), absl::StatusCode::kFailedPrecondition)
+      << "a shared position must not be overwritten";
   Reservation grow[] = {{1, 3}, {2, 3}};
   ASSERT_TRUE(e->Reserve(grow).ok());
   std::vector<float> qkv = {1, 0, 1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 9, 9, 9, 9};
@@ -74,6 +77,11 @@ TEST(AttentionExecutorTest, ForkCopiesTheKvSoBothSequencesAttendAlike) {
   EXPECT_EQ(e->Fork(9, 3).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(e->Fork(1, 2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(e->Fork(1, 4, 9).code(), absl::StatusCode::kInvalidArgument);
+  e->Free(1);
+  EXPECT_EQ(e->num_shared_slots(), 0);
+  EXPECT_EQ(e->num_free_slots(), 5) << "sequence 2 still holds the two shared slots and its own";
+  e->Free(2);
+  EXPECT_EQ(e->num_free_slots(), 8);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ TEST(SlotAllocatorTest, FreedSlotsAreReusedFirstInTheirOrder) {
   std::vector<SlotId> a, b, c;
   ASSERT_TRUE(allocator.Allocate(3, &a).ok());
   ASSERT_TRUE(allocator.Allocate(2, &b).ok());
-  allocator.Free(a);
+  allocator.Release(a);
   ASSERT_TRUE(allocator.Allocate(3, &c).ok());
   EXPECT_EQ(c, a);
 }
@@ -33,6 +33,21 @@ TEST(SlotAllocatorTest, ExhaustionIsResourceExhaustedAndTakesNothing) {
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(slots.size(), 3u);
   EXPECT_EQ(allocator.num_free(), 1);
+}
+
+TEST(SlotAllocatorTest, SharedSlotsFreeOnlyWhenTheLastReferenceGoes) {
+  SlotAllocator allocator(4);
+  std::vector<SlotId> a;
+  ASSERT_TRUE(allocator.Allocate(2, &a).ok());
+  allocator.Share(a);
+  EXPECT_EQ(allocator.num_shared(), 2);
+  EXPECT_EQ(allocator.RefCount(a[0]), 2);
+  allocator.Release(a);
+  EXPECT_EQ(allocator.num_free(), 2);
+  EXPECT_EQ(allocator.num_shared(), 0);
+  allocator.Release(a);
+  EXPECT_EQ(allocator.num_free(), 4);
+  EXPECT_EQ(allocator.RefCount(a[1]), 0);
 }
 
 }  // namespace
