@@ -61,10 +61,17 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
   const int64_t vocab = engine_->config().vocab_size;
   for (int i = 0; i < plan.prefill_size(); ++i) {
     const auto& item = plan.prefill(i);
-    auto [it, inserted] = samplers_.insert_or_assign(item.seq_id(), Sampler(FromProto(item.sampling())));
-    auto* token = result.add_tokens();
-    token->set_seq_id(item.seq_id());
-    token->set_token(it->second.Sample(prefill_logits_.row(i), vocab));
+    const SamplingParams params = FromProto(item.sampling());
+    std::vector<int64_t> samples = {item.seq_id()};
+    samples.insert(samples.end(), item.fork_seq_ids().begin(), item.fork_seq_ids().end());
+    for (size_t k = 0; k < samples.size(); ++k) {
+      SamplingParams own = params;
+      own.seed = params.seed + k;
+      auto [it, inserted] = samplers_.insert_or_assign(samples[k], Sampler(own));
+      auto* token = result.add_tokens();
+      token->set_seq_id(samples[k]);
+      token->set_token(it->second.Sample(prefill_logits_.row(i), vocab));
+    }
   }
   for (int i = 0; i < plan.decode_size(); ++i) {
     const auto& item = plan.decode(i);

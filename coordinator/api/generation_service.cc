@@ -39,6 +39,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lam
   spec.sampling.top_k = request->sampling().top_k();
   spec.sampling.top_p = request->sampling().top_p() > 0 ? request->sampling().top_p() : 1.0f;
   spec.sampling.seed = request->sampling().seed();
+  spec.n = request->n() > 0 ? request->n() : 1;
   spec.stop.max_tokens = request->max_tokens();
   spec.stop.ignore_eos = request->ignore_eos();
   spec.stop.stop_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
@@ -55,9 +56,10 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lam
     if (!(*handle)->Pop(&event, absl::Milliseconds(50))) continue;
     if (!event.error.ok()) return ToGrpc(event.error);
     lamina::v1::GenerateResponse response;
+    response.set_index(event.index);
     for (int32_t id : event.token_ids) response.add_token_ids(id);
     response.set_text(event.text);
-    if (event.done) {
+    if (event.finish != FinishReason::kNone) {
       response.set_finish_reason(ToProto(event.finish));
       response.set_prompt_tokens(event.prompt_tokens);
       response.set_generated_tokens(event.generated_tokens);

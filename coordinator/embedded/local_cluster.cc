@@ -35,6 +35,7 @@ absl::Status LocalCluster::Validate(absl::Span<const GenerationRequest> requests
       }
     }
     if (req.max_tokens < 1) return absl::InvalidArgumentError(which + "max_tokens must be at least 1");
+    if (req.n < 1 || req.n > 64) return absl::InvalidArgumentError(absl::StrCat(which, "n must be from 1 to 64, got ", req.n));
     absl::Status sampling = req.sampling.Validate();
     if (!sampling.ok()) return absl::InvalidArgumentError(which + std::string(sampling.message()));
   }
@@ -46,10 +47,12 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
   if (requests.empty()) return absl::OkStatus();
   const ModelConfig& c = config();
 
-  // A pool with exactly the slots these requests can use: nothing is overcommitted.
+  // A pool with exactly the slots these requests can use: each prompt once, plus every sample's
+  // tokens. Nothing is overcommitted.
   int64_t slots = 0;
   for (const GenerationRequest& req : requests) {
-    slots += std::min<int64_t>(c.max_position_embeddings, static_cast<int64_t>(req.prompt.size()) + req.max_tokens);
+    const int64_t prompt = static_cast<int64_t>(req.prompt.size());
+    slots += prompt + req.n * std::min<int64_t>(req.max_tokens, c.max_position_embeddings - prompt);
   }
   LAMINA_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionExecutor> memory_node,
@@ -57,52 +60,67 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
                                 pool_));
   ComputeEngine engine(weights_.get(), memory_node.get(), pool_);
 
+  // One sample of one request: a sequence of its own.
   struct Active {
     size_t request;
+    int32_t sample;
+    SequenceId seq;
     Sampler sampler;
     int32_t last_token = 0;
-    int32_t next_position = 0;
+    int32_t next_position = 0;  // where last_token is fed back
     int32_t generated = 0;
   };
-  std::vector<Active> active;
-  std::vector<PrefillSequence> prompts;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    active.push_back({r, Sampler(requests[r].sampling)});
-    prompts.push_back({static_cast<SequenceId>(r), requests[r].prompt});
-  }
-
-  // Samples one token per active sequence from `logits`, reports it, and drops finished ones.
-  auto advance = [&](const Tensor& logits) {
-    std::vector<Active> still_active;
-    for (size_t i = 0; i < active.size(); ++i) {
-      Active& a = active[i];
-      const GenerationRequest& req = requests[a.request];
-      const int32_t token = a.sampler.Sample(logits.row(static_cast<int64_t>(i)), c.vocab_size);
-      ++a.generated;
-      const FinishReason finish =
-          CheckFinish(token, a.generated, a.next_position, {req.max_tokens, req.ignore_eos, req.stop_ids}, c);
-      on_token({a.request, token, finish});
-      if (finish != FinishReason::kNone) {
-        memory_node->Free(static_cast<SequenceId>(a.request));
-        continue;
-      }
-      a.last_token = token;
-      still_active.push_back(std::move(a));
-    }
-    active = std::move(still_active);
+  // Reports a sampled token; false when the sample finished (its slots are freed).
+  auto record = [&](Active& a, int32_t token) {
+    const GenerationRequest& req = requests[a.request];
+    ++a.generated;
+    a.last_token = token;
+    const FinishReason finish =
+        CheckFinish(token, a.generated, a.next_position, {req.max_tokens, req.ignore_eos, req.stop_ids}, c);
+    on_token({a.request, a.sample, token, finish});
+    if (finish == FinishReason::kNone) return true;
+    memory_node->Free(a.seq);
+    return false;
   };
 
+  std::vector<PrefillSequence> prompts;
+  for (size_t r = 0; r < requests.size(); ++r) prompts.push_back({static_cast<SequenceId>(r), requests[r].prompt});
   Tensor logits;
   LAMINA_RETURN_IF_ERROR(engine.Prefill(prompts, /*all_positions=*/false, &logits));
-  for (Active& a : active) a.next_position = static_cast<int32_t>(requests[a.request].prompt.size());
-  advance(logits);
+
+  // Every sample draws its first token from its prompt's logits; samples beyond the first share
+  // the prompt's slots (forked before the first sample may finish and free them).
+  std::vector<Active> active;
+  SequenceId next_seq = static_cast<SequenceId>(requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int32_t prompt = static_cast<int32_t>(requests[r].prompt.size());
+    std::vector<Active> samples;
+    for (int32_t k = 0; k < requests[r].n; ++k) {
+      SamplingParams params = requests[r].sampling;
+      params.seed += k;
+      const SequenceId seq = k == 0 ? static_cast<SequenceId>(r) : next_seq++;
+      if (k > 0) LAMINA_RETURN_IF_ERROR(memory_node->Fork(static_cast<SequenceId>(r), seq, prompt));
+      samples.push_back({r, k, seq, Sampler(params)});
+      samples.back().next_position = prompt;
+    }
+    for (Active& a : samples) {
+      if (record(a, a.sampler.Sample(logits.row(static_cast<int64_t>(r)), c.vocab_size))) active.push_back(std::move(a));
+    }
+  }
 
   std::vector<DecodeToken> batch;
   while (!active.empty()) {
     batch.clear();
-    for (Active& a : active) batch.push_back({static_cast<SequenceId>(a.request), a.last_token, a.next_position++});
+    for (Active& a : active) batch.push_back({a.seq, a.last_token, a.next_position++});
     LAMINA_RETURN_IF_ERROR(engine.Decode(batch, &logits));
-    advance(logits);
+    std::vector<Active> still_active;
+    for (size_t i = 0; i < active.size(); ++i) {
+      Active& a = active[i];
+      if (record(a, a.sampler.Sample(logits.row(static_cast<int64_t>(i)), c.vocab_size))) {
+        still_active.push_back(std::move(a));
+      }
+    }
+    active = std::move(still_active);
   }
   return absl::OkStatus();
 }

@@ -24,6 +24,7 @@ namespace lamina {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, BOS included where the model wants one
+  int32_t n = 1;                // samples; the prompt is prefilled once and shared; sample k uses seed + k
   SamplingParams sampling;
   int32_t max_tokens = 16;
   bool ignore_eos = false;
@@ -33,6 +34,7 @@ struct GenerationRequest {
 // One generated token. `finish` is kNone except on a request's last token.
 struct TokenEvent {
   size_t request;  // index into the requests passed to Generate
+  int32_t sample;  // which of the request's n samples
   int32_t token;
   FinishReason finish;
 };

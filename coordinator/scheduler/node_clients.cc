@@ -62,3 +62,25 @@ absl::StatusOr<lamina::v1::FreeSequencesResponse> MemoryClients::Free(const std:
 }
 
 }  // namespace lamina
+
+namespace lamina {
+
+absl::Status MemoryClients::Fork(const std::string& node, int64_t from, int64_t to, int64_t length) {
+  auto it = stubs_.find(node);
+  if (it == stubs_.end()) return absl::NotFoundError(absl::StrCat("unknown memory node ", node));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  lamina::v1::ForkSequenceRequest request;
+  request.set_from_seq_id(from);
+  request.set_to_seq_id(to);
+  request.set_length(length);
+  lamina::v1::ForkSequenceResponse response;
+  grpc::Status status = it->second->ForkSequence(&context, request, &response);
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("memory node ", node, ": ", status.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lamina

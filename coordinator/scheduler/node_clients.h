@@ -41,6 +41,8 @@ class MemoryClients {
   explicit MemoryClients(const std::map<std::string, std::string>& nodes);
   // Frees sequences on a node, waiting at most a second; returns the node's report afterwards.
   absl::StatusOr<lamina::v1::FreeSequencesResponse> Free(const std::string& node, const std::vector<int64_t>& seqs);
+  // Starts sequence `to` with the first `length` positions of `from` (shared, not copied).
+  absl::Status Fork(const std::string& node, int64_t from, int64_t to, int64_t length);
 
  private:
   std::map<std::string, std::unique_ptr<lamina::v1::MemoryNode::Stub>> stubs_;

@@ -19,14 +19,16 @@ namespace lamina {
 
 struct GenerationSpec {
   std::vector<int32_t> prompt;
+  int32_t n = 1;  // samples from the prompt; sample k uses seed + k
   SamplingParams sampling;
   StopConditions stop;
   std::vector<std::string> stop_strings;
 };
 
-// Tokens and text produced since the previous event; the last event has `done` set and either a
-// finish reason or an error.
+// Tokens and text one sample produced since its previous event. A sample's last event has a finish
+// reason; the request's last event has `done` set. An error ends the whole request (done, error).
 struct RequestEvent {
+  int32_t index = 0;  // the sample
   std::vector<int32_t> token_ids;
   std::string text;
   bool done = false;

@@ -14,9 +14,11 @@ std::map<std::string, std::string> MemoryGrpcAddresses(const Topology& topology)
   return out;
 }
 
+// The prompt once, plus every sample's generated tokens (bounded by the context).
 int64_t SlotsNeeded(const GenerationSpec& spec, const ModelConfig& config) {
-  return std::min<int64_t>(config.max_position_embeddings,
-                           static_cast<int64_t>(spec.prompt.size()) + spec.stop.max_tokens);
+  const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
+  const int64_t per_sample = std::min<int64_t>(spec.stop.max_tokens, config.max_position_embeddings - prompt);
+  return prompt + spec.n * std::max<int64_t>(per_sample, 0);
 }
 
 }  // namespace
@@ -58,6 +60,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationSpec 
     }
   }
   if (spec.stop.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be at least 1");
+  if (spec.n < 1 || spec.n > 64) return absl::InvalidArgumentError(absl::StrCat("n must be from 1 to 64, got ", spec.n));
   LAMINA_RETURN_IF_ERROR(spec.sampling.Validate());
 
   // Will it ever fit? Compare with the largest live memory node.
@@ -75,8 +78,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationSpec 
   }
   const int64_t need = SlotsNeeded(spec, config_);
   if (need > largest) {
-    return absl::ResourceExhaustedError(absl::StrCat("the request needs ", need, " KV slots (prompt ", n, " + max_tokens ",
-                                                     spec.stop.max_tokens, "); the largest memory node has ", largest));
+    return absl::ResourceExhaustedError(absl::StrCat("the request needs ", need, " KV slots (prompt ", n, " + ", spec.n,
+                                                     " x max_tokens ", spec.stop.max_tokens,
+                                                     "); the largest memory node has ", largest));
   }
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -117,21 +121,34 @@ void Scheduler::RecordTokens(int64_t count) {
 }
 
 void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last) {
-  if (error.ok() && seq.text) last.text += seq.text->Finish();
-  last.done = true;
-  last.finish = reason;
-  last.error = error;
-  last.prompt_tokens = static_cast<int32_t>(seq.spec.prompt.size());
-  last.generated_tokens = seq.generated;
-  seq.request->Push(std::move(last));
-  reserved_[seq.memory_node] -= seq.reserved_slots;
-  release_.push_back(static_cast<int64_t>(seq.request->id()));
-  if (membership_->IsAlive(seq.memory_node)) {
-    auto report = memory_.Free(seq.memory_node, {static_cast<int64_t>(seq.request->id())});
-    if (report.ok()) membership_->SetKvUse(seq.memory_node, report->kv_free_slots(), report->num_sequences());
+  RequestState& request = *seq.request;
+  // Samples that were never forked (sample 0 ended before its prefill) end with it.
+  request.running_samples -= 1 + static_cast<int32_t>(seq.forks.size());
+  const bool last_sample = request.running_samples == 0;
+  if (error.ok() && !request.failed) {
+    if (seq.text) last.text += seq.text->Finish();
+    last.index = seq.index;
+    last.finish = reason;
+    last.prompt_tokens = static_cast<int32_t>(request.spec.prompt.size());
+    last.generated_tokens = seq.generated;
+    last.done = last_sample;
+    request.handle->Push(std::move(last));
+  } else if (!error.ok() && !request.failed) {
+    request.failed = true;  // one error ends the request for the client; later samples add nothing
+    RequestEvent event;
+    event.done = true;
+    event.error = error;
+    request.handle->Push(std::move(event));
   }
+  release_.push_back(seq.seq_id);
+  if (membership_->IsAlive(request.memory_node)) {
+    auto report = memory_.Free(request.memory_node, {seq.seq_id});
+    if (report.ok()) membership_->SetKvUse(request.memory_node, report->kv_free_slots(), report->num_sequences());
+  }
+  if (!last_sample) return;
+  reserved_[request.memory_node] -= request.reserved_slots;
   std::lock_guard<std::mutex> lock(mu_);
-  (error.ok() ? completed_ : failed_)++;
+  (request.failed ? failed_ : completed_)++;
 }
 
 void Scheduler::FailAll(const absl::Status& error) {
@@ -142,10 +159,10 @@ void Scheduler::FailAll(const absl::Status& error) {
 void Scheduler::EndDeadAndCancelled() {
   std::vector<Sequence> keep;
   for (Sequence& seq : running_) {
-    if (!membership_->IsAlive(seq.memory_node)) {
+    if (!membership_->IsAlive(seq.request->memory_node)) {
       Finish(seq, FinishReason::kNone,
-             absl::UnavailableError(absl::StrCat("memory node '", seq.memory_node, "' holding this request died")));
-    } else if (seq.request->cancelled()) {
+             absl::UnavailableError(absl::StrCat("memory node '", seq.request->memory_node, "' holding this request died")));
+    } else if (seq.request->handle->cancelled()) {
       Finish(seq, FinishReason::kNone, absl::CancelledError("cancelled by the client"));
     } else {
       keep.push_back(std::move(seq));
@@ -156,7 +173,7 @@ void Scheduler::EndDeadAndCancelled() {
 
 void Scheduler::Admit() {
   int64_t budget = topology_.max_tokens_per_iteration;
-  for (const Sequence& seq : running_) budget -= seq.prefilled ? 1 : static_cast<int64_t>(seq.spec.prompt.size());
+  for (const Sequence& seq : running_) budget -= seq.prefilled ? 1 : static_cast<int64_t>(seq.request->spec.prompt.size());
   int64_t admitted_tokens = 0;
   const std::vector<MemberInfo> members = membership_->Snapshot();
   auto end_waiting = [&](size_t index, absl::Status error) {  // mu_ held
@@ -204,16 +221,21 @@ void Scheduler::Admit() {
                                                                    largest)));
       continue;
     }
+    auto request = std::make_shared<RequestState>();
+    request->handle = queue_[*pick];
+    request->spec = std::move(queued_specs_[candidate.id]);
+    request->memory_node = best->spec.name;
+    request->reserved_slots = candidate.kv_slots_needed;
+    request->running_samples = request->spec.n;
     Sequence seq;
-    seq.request = queue_[*pick];
-    seq.spec = std::move(queued_specs_[candidate.id]);
-    seq.memory_node = best->spec.name;
-    seq.reserved_slots = candidate.kv_slots_needed;
-    seq.text = std::make_unique<TextStream>(tokenizer_, seq.spec.stop_strings);
+    seq.request = request;
+    seq.seq_id = next_seq_id_++;
+    for (int32_t k = 1; k < request->spec.n; ++k) seq.forks.push_back(next_seq_id_++);
+    seq.text = std::make_unique<TextStream>(tokenizer_, request->spec.stop_strings);
     queued_specs_.erase(candidate.id);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*pick));
     admitted_tokens += candidate.prompt_tokens;
-    reserved_[seq.memory_node] += seq.reserved_slots;
+    reserved_[request->memory_node] += request->reserved_slots;
     running_.push_back(std::move(seq));
   }
 }
@@ -224,58 +246,94 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
   for (int64_t seq : release_) plan.add_release(seq);
   release_.clear();
   for (const Sequence& seq : running_) {
+    const GenerationSpec& spec = seq.request->spec;
     if (!seq.prefilled) {
       auto* item = plan.add_prefill();
-      item->set_seq_id(static_cast<int64_t>(seq.request->id()));
-      for (int32_t t : seq.spec.prompt) item->add_tokens(t);
-      item->set_memory_node(seq.memory_node);
+      item->set_seq_id(seq.seq_id);
+      for (int32_t t : spec.prompt) item->add_tokens(t);
+      item->set_memory_node(seq.request->memory_node);
       auto* s = item->mutable_sampling();
-      s->set_temperature(seq.spec.sampling.temperature);
-      s->set_top_k(seq.spec.sampling.top_k);
-      s->set_top_p(seq.spec.sampling.top_p);
-      s->set_seed(seq.spec.sampling.seed);
+      s->set_temperature(spec.sampling.temperature);
+      s->set_top_k(spec.sampling.top_k);
+      s->set_top_p(spec.sampling.top_p);
+      s->set_seed(spec.sampling.seed);
+      for (SequenceId fork : seq.forks) item->add_fork_seq_ids(fork);
     } else {
       auto* item = plan.add_decode();
-      item->set_seq_id(static_cast<int64_t>(seq.request->id()));
+      item->set_seq_id(seq.seq_id);
       item->set_token(seq.last_token);
       item->set_position(seq.next_position);
-      item->set_memory_node(seq.memory_node);
+      item->set_memory_node(seq.request->memory_node);
     }
   }
   return plan;
+}
+
+std::vector<Scheduler::Sequence> Scheduler::ForkSamples(Sequence& first) {
+  std::vector<Sequence> forks;
+  const int32_t prompt = static_cast<int32_t>(first.request->spec.prompt.size());
+  for (size_t k = 0; k < first.forks.size(); ++k) {
+    Sequence fork;
+    fork.request = first.request;
+    fork.seq_id = first.forks[k];
+    fork.index = static_cast<int32_t>(k + 1);
+    fork.prefilled = true;
+    fork.next_position = prompt;
+    fork.text = std::make_unique<TextStream>(tokenizer_, first.request->spec.stop_strings);
+    absl::Status forked = memory_.Fork(first.request->memory_node, first.seq_id, fork.seq_id, prompt);
+    if (!forked.ok()) {
+      Finish(fork, FinishReason::kNone, forked);
+      continue;
+    }
+    forks.push_back(std::move(fork));
+  }
+  first.forks.clear();
+  return forks;
+}
+
+bool Scheduler::Advance(Sequence& seq, int32_t token) {
+  const GenerationSpec& spec = seq.request->spec;
+  seq.last_token = token;
+  ++seq.generated;
+  RequestEvent event;
+  event.index = seq.index;
+  event.token_ids.push_back(token);
+  bool stopped = false;
+  event.text = seq.text->Add(token, &stopped);
+  const FinishReason finish =
+      stopped ? FinishReason::kStopString : CheckFinish(token, seq.generated, seq.next_position, spec.stop, config_);
+  if (finish != FinishReason::kNone) {
+    Finish(seq, finish, absl::OkStatus(), std::move(event));
+    return false;
+  }
+  if (!seq.request->failed) seq.request->handle->Push(std::move(event));
+  return true;
 }
 
 void Scheduler::ApplyResult(const lamina::v1::StepResult& result) {
   std::map<int64_t, int32_t> tokens;
   for (const auto& t : result.tokens()) tokens[t.seq_id()] = t.token();
   std::vector<Sequence> keep;
-  for (Sequence& seq : running_) {
-    auto it = tokens.find(static_cast<int64_t>(seq.request->id()));
+  auto take = [&](Sequence seq) {
+    auto it = tokens.find(seq.seq_id);
     if (it == tokens.end()) {
       Finish(seq, FinishReason::kNone, absl::InternalError("the compute node returned no token for this request"));
-      continue;
+    } else if (Advance(seq, it->second)) {
+      keep.push_back(std::move(seq));
     }
-    const int32_t token = it->second;
+  };
+  for (Sequence& seq : running_) {
     if (seq.prefilled) {
       ++seq.next_position;
-    } else {
-      seq.prefilled = true;
-      seq.next_position = static_cast<int32_t>(seq.spec.prompt.size());
-    }
-    seq.last_token = token;
-    ++seq.generated;
-    RequestEvent event;
-    event.token_ids.push_back(token);
-    bool stopped = false;
-    event.text = seq.text->Add(token, &stopped);
-    FinishReason finish = stopped ? FinishReason::kStopString
-                                  : CheckFinish(token, seq.generated, seq.next_position, seq.spec.stop, config_);
-    if (finish != FinishReason::kNone) {
-      Finish(seq, finish, absl::OkStatus(), std::move(event));
+      take(std::move(seq));
       continue;
     }
-    seq.request->Push(std::move(event));
-    keep.push_back(std::move(seq));
+    seq.prefilled = true;
+    seq.next_position = static_cast<int32_t>(seq.request->spec.prompt.size());
+    // Fork first: sample 0 may finish at once and free its slots, which the forks share.
+    std::vector<Sequence> forks = ForkSamples(seq);
+    take(std::move(seq));
+    for (Sequence& fork : forks) take(std::move(fork));
   }
   RecordTokens(static_cast<int64_t>(tokens.size()));
   running_ = std::move(keep);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/attention/attention_service.h"
 #include "common/model_config/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/topology/topology.h"
@@ -59,11 +60,21 @@ class Scheduler {
   SchedulerStats Stats() const;
 
  private:
-  struct Sequence {
-    std::shared_ptr<RequestHandle> request;
+  // What a request's samples share.
+  struct RequestState {
+    std::shared_ptr<RequestHandle> handle;
     GenerationSpec spec;
     std::string memory_node;
     int64_t reserved_slots = 0;
+    int32_t running_samples = 0;
+    bool failed = false;  // an error event was sent; the request is over for the client
+  };
+  // One sample of a request: a sequence on the compute and memory nodes.
+  struct Sequence {
+    std::shared_ptr<RequestState> request;
+    SequenceId seq_id = 0;
+    int32_t index = 0;
+    std::vector<SequenceId> forks;  // sample 0 before its prefill: the ids of samples 1 .. n-1
     bool prefilled = false;
     int32_t last_token = 0;
     int32_t next_position = 0;  // where last_token is fed back
@@ -76,6 +87,10 @@ class Scheduler {
   void Admit();
   lamina::v1::StepPlan BuildPlan();
   void ApplyResult(const lamina::v1::StepResult& result);
+  // Records a sampled token; false when the sample finished (and was retired).
+  bool Advance(Sequence& seq, int32_t token);
+  // After sample 0's prefill: fork its prompt into samples 1 .. n-1 on the memory node.
+  std::vector<Sequence> ForkSamples(Sequence& first);
   // Ends a sequence: the final event, its slots freed on its memory node, its sampler released.
   void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {});
   void FailAll(const absl::Status& error);
@@ -104,6 +119,7 @@ class Scheduler {
   std::map<std::string, int64_t> reserved_;  // memory node -> slots reserved by its sequences
   std::vector<int64_t> release_;             // sequences the compute node may forget
   uint64_t step_id_ = 0;
+  SequenceId next_seq_id_ = 1;
   std::thread loop_;
 };
 

@@ -26,6 +26,7 @@ const char kGenerateUsage[] =
     "  prompts are read from standard input, one per line.\n"
     "options:\n"
     "  --max-tokens N     tokens to generate per prompt (default 64)\n"
+    "  --n N              samples per prompt, printed in turn; the prompt's KV is shared (default 1)\n"
     "  --temperature T    0 = greedy (default 0)\n"
     "  --top-k K          sample among the K most likely tokens (default 0 = all)\n"
     "  --top-p P          sample among the smallest set with probability >= P (default 1)\n"
@@ -49,7 +50,7 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
                                              Flags* flags_out) {
   LAMINA_ASSIGN_OR_RETURN(
       Flags flags, Flags::Parse(args, {"model", "endpoint", "topology", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k",
-                                       "top-p", "seed", "stop"},
+                                       "top-p", "seed", "stop", "n"},
                                 {"print-ids", "ignore-eos"}));
   GenerateOptions options;
   options.model_dir = flags.String("model", "");
@@ -73,6 +74,9 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
   LAMINA_ASSIGN_OR_RETURN(int64_t seed, flags.Int("seed", 0));
   if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be at least 1");
   options.defaults.max_tokens = static_cast<int32_t>(max_tokens);
+  LAMINA_ASSIGN_OR_RETURN(int64_t n, flags.Int("n", 1));
+  if (n < 1 || n > 64) return absl::InvalidArgumentError("--n must be from 1 to 64");
+  options.defaults.n = static_cast<int32_t>(n);
   options.defaults.sampling = {static_cast<float>(temperature), static_cast<int32_t>(top_k),
                                static_cast<float>(top_p), static_cast<uint64_t>(seed)};
   absl::Status sampling = options.defaults.sampling.Validate();
@@ -112,6 +116,7 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
   }
   for (auto& r : requests) {
     r.set_max_tokens(options.defaults.max_tokens);
+    r.set_n(options.defaults.n);
     r.set_ignore_eos(options.defaults.ignore_eos);
     r.mutable_sampling()->set_temperature(options.defaults.sampling.temperature);
     r.mutable_sampling()->set_top_k(options.defaults.sampling.top_k);
@@ -119,25 +124,36 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
     r.mutable_sampling()->set_seed(options.defaults.sampling.seed);
     for (const std::string& stop : options.stop_strings) r.add_stop_strings(stop);
   }
+  // One output slot per sample, prompt-major.
+  const size_t n = static_cast<size_t>(options.defaults.n);
   ClusterClient client(options.endpoint);
-  OrderedPrinter printer(requests.size(), stdout);
+  OrderedPrinter printer(requests.size() * n, stdout);
   std::mutex printer_mu;
   std::vector<absl::Status> results(requests.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < requests.size(); ++i) {
     threads.emplace_back([&, i] {
-      std::vector<int32_t> ids;
+      std::vector<std::vector<int32_t>> ids(n);
+      std::vector<bool> finished(n, false);
       results[i] = client.Generate(requests[i], [&](const lamina::v1::GenerateResponse& response) {
         std::lock_guard<std::mutex> lock(printer_mu);
+        const size_t sample = static_cast<size_t>(response.index()) < n ? response.index() : 0;
+        const size_t slot = i * n + sample;
         if (options.print_ids) {
-          ids.insert(ids.end(), response.token_ids().begin(), response.token_ids().end());
+          ids[sample].insert(ids[sample].end(), response.token_ids().begin(), response.token_ids().end());
         } else {
-          printer.Write(i, response.text());
+          printer.Write(slot, response.text());
+        }
+        if (response.finish_reason() != lamina::v1::FINISH_REASON_UNSPECIFIED) {
+          if (options.print_ids) printer.Write(slot, absl::StrJoin(ids[sample], " "));
+          printer.Finish(slot);
+          finished[sample] = true;
         }
       });
       std::lock_guard<std::mutex> lock(printer_mu);
-      if (options.print_ids) printer.Write(i, absl::StrJoin(ids, " "));
-      printer.Finish(i);
+      for (size_t k = 0; k < n; ++k) {
+        if (!finished[k]) printer.Finish(i * n + k);  // ended by an error
+      }
     });
   }
   for (auto& t : threads) t.join();
@@ -168,22 +184,25 @@ absl::Status Generate(const std::vector<std::string>& args) {
     requests.back().prompt = std::move(ids);
   }
 
-  OrderedPrinter printer(requests.size(), stdout);
-  std::vector<IncrementalDecoder> decoders(requests.size(), IncrementalDecoder(&tokenizer, /*at_text_start=*/false));
-  std::vector<std::vector<int32_t>> generated(requests.size());
+  // One output slot per sample, prompt-major.
+  const size_t n = static_cast<size_t>(options.defaults.n);
+  OrderedPrinter printer(requests.size() * n, stdout);
+  std::vector<IncrementalDecoder> decoders(requests.size() * n, IncrementalDecoder(&tokenizer, /*at_text_start=*/false));
+  std::vector<std::vector<int32_t>> generated(requests.size() * n);
   return cluster->Generate(requests, [&](const TokenEvent& event) {
+    const size_t slot = event.request * n + static_cast<size_t>(event.sample);
     if (options.print_ids) {
-      generated[event.request].push_back(event.token);
+      generated[slot].push_back(event.token);
       if (event.finish != FinishReason::kNone) {
-        printer.Write(event.request, absl::StrJoin(generated[event.request], " "));
-        printer.Finish(event.request);
+        printer.Write(slot, absl::StrJoin(generated[slot], " "));
+        printer.Finish(slot);
       }
       return;
     }
-    printer.Write(event.request, decoders[event.request].Add(event.token));
+    printer.Write(slot, decoders[slot].Add(event.token));
     if (event.finish != FinishReason::kNone) {
-      printer.Write(event.request, decoders[event.request].Finish());
-      printer.Finish(event.request);
+      printer.Write(slot, decoders[slot].Finish());
+      printer.Finish(slot);
     }
   });
 }

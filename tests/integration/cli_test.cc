@@ -1,6 +1,7 @@
 // Runs the real `lamina` binary as a user would.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -87,6 +88,16 @@ TEST(CliTest, ReadsPromptsFromStandardInputOneALine) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, golden["prompts"][0]["greedy_text"].get<std::string>() + "\n" +
                        golden["prompts"][1]["greedy_text"].get<std::string>() + "\n");
+}
+
+TEST(CliTest, NSamplesPrintInTurnAndEachEqualsARunWithItsSeed) {
+  const std::string base = "generate --model " + ModelDir("lamina-demo-6m") + " --prompt We --temperature 1.2 --max-tokens 16";
+  Result n3 = RunLamina(base + " --n 3 --seed 5");
+  ASSERT_EQ(n3.exit_code, 0);
+  std::string separate;
+  for (int seed : {5, 6, 7}) separate += RunLamina(base + " --seed " + std::to_string(seed)).out;
+  EXPECT_EQ(n3.out, separate);
+  EXPECT_EQ(std::count(n3.out.begin(), n3.out.end(), '\n'), 3);
 }
 
 TEST(CliTest, ErrorsAreClearAndExitNonZero) {

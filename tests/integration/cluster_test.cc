@@ -240,6 +240,68 @@ TEST(ClusterTest, RequestsBeyondCapacityQueueAndCompleteAndImpossibleOnesAreRefu
   EXPECT_NE(std::string(too_long.status.message()).find("1100 tokens"), std::string::npos);
 }
 
+TEST(ClusterTest, NSamplesStoreThePromptOnceAndEachEqualsASingleRequestWithItsSeed) {
+  ClusterOptions options;
+  options.memory_nodes = 1;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  // A long prompt makes sharing visible: stored four times it would take 4 x its length.
+  std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt(
+      "Attention offloading moves the KV cache to memory devices. The memory devices hold the KV cache "
+      "and run attention, while compute devices run the rest of the model. In this paper, we");
+  ASSERT_GT(prompt.size(), 30u);
+  lamina::v1::GenerateRequest r = IdsRequest(prompt, 400);
+  r.set_n(4);
+  r.mutable_sampling()->set_temperature(1.1f);
+  r.mutable_sampling()->set_seed(11);
+
+  std::atomic<bool> done{false};
+  int64_t max_shared = 0, used_when_shared = 0;
+  std::thread watcher([&] {
+    while (!done) {
+      auto status = (*cluster)->client().Status(absl::Seconds(1));
+      if (status.ok()) {
+        for (const auto& n : status->nodes()) {
+          if (n.name() == "memory-0" && n.kv_shared_slots() > max_shared) {
+            max_shared = n.kv_shared_slots();
+            used_when_shared = n.kv_used_slots();
+          }
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  });
+  std::map<int32_t, std::vector<int32_t>> samples;
+  int finished = 0;
+  absl::Status status = (*cluster)->client().Generate(r, [&](const lamina::v1::GenerateResponse& resp) {
+    auto& ids = samples[resp.index()];
+    ids.insert(ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    finished += resp.finish_reason() != lamina::v1::FINISH_REASON_UNSPECIFIED;
+  });
+  done = true;
+  watcher.join();
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(finished, 4);
+  ASSERT_EQ(samples.size(), 4u);
+  EXPECT_EQ(max_shared, static_cast<int64_t>(prompt.size())) << "the prompt's slots are held by all four samples";
+  // Stored once, the pool holds the prompt plus the same number of tokens for each sample (they
+  // advance together); the memory node reports a consistent snapshot.
+  EXPECT_EQ((used_when_shared - static_cast<int64_t>(prompt.size())) % 4, 0) << used_when_shared;
+  EXPECT_GE(used_when_shared, static_cast<int64_t>(prompt.size()) + 4);
+  for (int32_t k = 0; k < 4; ++k) {
+    GenerationRequest single;
+    single.prompt = prompt;
+    single.max_tokens = 400;
+    single.ignore_eos = true;
+    single.sampling = {1.1f, 0, 1.0f, static_cast<uint64_t>(11 + k)};
+    std::vector<int32_t> expected;
+    ASSERT_TRUE((*local)->Generate({&single, 1}, [&](const TokenEvent& e) { expected.push_back(e.token); }).ok());
+    EXPECT_EQ(samples[k], expected) << "sample " << k;
+  }
+}
+
 TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   ClusterOptions options;
   options.memory_nodes = 1;

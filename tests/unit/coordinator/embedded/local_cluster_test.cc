@@ -1,6 +1,7 @@
 #include "coordinator/embedded/local_cluster.h"
 
 #include <map>
+#include <vector>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,24 @@ TEST(LocalClusterTest, SeededSamplingIsReproducibleAndDiffersFromGreedy) {
   EXPECT_EQ(a[1].ids, b[0].ids);
   std::vector<Output> greedy = GenerateAll(**cluster, {Greedy(r.prompt, 32)});
   EXPECT_NE(a[0].ids, greedy[0].ids);
+}
+
+TEST(LocalClusterTest, SampleKOfAnNRequestEqualsASingleRequestWithSeedPlusK) {
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GenerationRequest r = Greedy((*cluster)->tokenizer().EncodePrompt("We"), 24);
+  r.sampling = {1.2f, 0, 1.0f, 40};
+  r.n = 3;
+  std::map<int32_t, std::vector<int32_t>> samples;
+  ASSERT_TRUE((*cluster)->Generate({&r, 1}, [&](const TokenEvent& e) { samples[e.sample].push_back(e.token); }).ok());
+  ASSERT_EQ(samples.size(), 3u);
+  for (int32_t k = 0; k < 3; ++k) {
+    GenerationRequest single = r;
+    single.n = 1;
+    single.sampling.seed = 40 + k;
+    EXPECT_EQ(GenerateAll(**cluster, {single})[0].ids, samples[k]) << "sample " << k;
+  }
+  EXPECT_NE(samples[0], samples[1]);
 }
 
 TEST(LocalClusterTest, StopsWhenTheContextIsFull) {
