@@ -58,6 +58,13 @@ class Fields {
     return value.as<std::string>();
   }
 
+  absl::StatusOr<bool> Bool(const std::string& field, bool fallback) const {
+    if (!Has(field)) return fallback;
+    YAML::Node value = node_[field];
+    if (value.IsScalar() && (value.Scalar() == "true" || value.Scalar() == "false")) return value.Scalar() == "true";
+    return Error(value, field, absl::StrCat("expected true or false, got '", value.IsScalar() ? value.Scalar() : "a non-scalar", "'"));
+  }
+
   absl::StatusOr<int64_t> Integer(const std::string& field, const int64_t* fallback, int64_t min, int64_t max) const {
     if (!Has(field)) {
       if (fallback) return *fallback;
@@ -178,7 +185,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
 
     if (top.Has("scheduler")) {
       Fields s(top.Get("scheduler"), path, "scheduler",
-               {"max_batch", "max_tokens_per_iteration", "heartbeat_interval_ms", "heartbeat_timeout_ms"});
+               {"max_batch", "max_tokens_per_iteration", "heartbeat_interval_ms", "heartbeat_timeout_ms",
+                "prefix_caching"});
       LAMINA_RETURN_IF_ERROR(s.CheckShape());
       const int64_t batch = t.max_batch, tokens = t.max_tokens_per_iteration, interval = t.heartbeat_interval_ms,
                     timeout = t.heartbeat_timeout_ms;
@@ -190,6 +198,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       t.max_tokens_per_iteration = static_cast<int>(v2);
       t.heartbeat_interval_ms = static_cast<int>(v3);
       t.heartbeat_timeout_ms = static_cast<int>(v4);
+      LAMINA_ASSIGN_OR_RETURN(t.prefix_caching, s.Bool("prefix_caching", true));
       if (t.heartbeat_timeout_ms <= t.heartbeat_interval_ms) {
         return s.Error(s.Get("heartbeat_timeout_ms"), "heartbeat_timeout_ms", "must be longer than heartbeat_interval_ms");
       }

@@ -41,6 +41,7 @@ struct Topology {
   int max_tokens_per_iteration = 4096;
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 3000;
+  bool prefix_caching = true;  // keep prompt prefixes on memory nodes for reuse
   std::string pipelining = "none";
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour

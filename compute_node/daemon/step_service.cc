@@ -32,20 +32,37 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
     samplers_.erase(seq);
     attention_->Forget(seq);
   }
+  // Whole prompts run as a prefill batch. A prompt continuing a cached prefix runs on the decode
+  // path instead (its tokens attend over the prefix held by the memory node), after the running
+  // sequences' tokens. `logits_of[i]` is where prefill item i's next-token logits come from.
+  struct LogitsRow {
+    const Tensor* logits;
+    int64_t row;
+  };
+  std::vector<LogitsRow> logits_of(plan.prefill_size());
   std::vector<std::vector<int32_t>> prompts;
   std::vector<PrefillSequence> prefill;
   prompts.reserve(plan.prefill_size());
-  for (const auto& item : plan.prefill()) {
-    absl::Status assigned = attention_->Assign(item.seq_id(), item.memory_node());
-    if (!assigned.ok()) return fail(assigned);
-    prompts.emplace_back(item.tokens().begin(), item.tokens().end());
-    prefill.push_back({item.seq_id(), prompts.back()});
-  }
   std::vector<DecodeToken> decode;
   for (const auto& item : plan.decode()) {
     absl::Status assigned = attention_->Assign(item.seq_id(), item.memory_node());
     if (!assigned.ok()) return fail(assigned);
     decode.push_back({item.seq_id(), item.token(), item.position()});
+  }
+  for (int i = 0; i < plan.prefill_size(); ++i) {
+    const auto& item = plan.prefill(i);
+    absl::Status assigned = attention_->Assign(item.seq_id(), item.memory_node());
+    if (!assigned.ok()) return fail(assigned);
+    if (item.start_position() > 0) {
+      for (int t = 0; t < item.tokens_size(); ++t) {
+        decode.push_back({item.seq_id(), item.tokens(t), item.start_position() + t});
+      }
+      logits_of[i] = {&decode_logits_, static_cast<int64_t>(decode.size()) - 1};
+      continue;
+    }
+    prompts.emplace_back(item.tokens().begin(), item.tokens().end());
+    prefill.push_back({item.seq_id(), prompts.back()});
+    logits_of[i] = {&prefill_logits_, static_cast<int64_t>(prefill.size()) - 1};
   }
 
   if (!prefill.empty()) {
@@ -70,7 +87,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
       auto [it, inserted] = samplers_.insert_or_assign(samples[k], Sampler(own));
       auto* token = result.add_tokens();
       token->set_seq_id(samples[k]);
-      token->set_token(it->second.Sample(prefill_logits_.row(i), vocab));
+      token->set_token(it->second.Sample(logits_of[i].logits->row(logits_of[i].row), vocab));
     }
   }
   for (int i = 0; i < plan.decode_size(); ++i) {

@@ -157,6 +157,9 @@ void Scheduler::FailAll(const absl::Status& error) {
 }
 
 void Scheduler::EndDeadAndCancelled() {
+  for (const MemberInfo& m : membership_->Snapshot()) {
+    if (m.spec.kind == NodeKind::kMemory && m.dead) prefix_cache_.DropNode(m.spec.name);
+  }
   std::vector<Sequence> keep;
   for (Sequence& seq : running_) {
     if (!membership_->IsAlive(seq.request->memory_node)) {
@@ -202,15 +205,24 @@ void Scheduler::Admit() {
     // A prompt larger than the budget still runs, alone, so that nothing starves.
     if (admitted_tokens > 0 && admitted_tokens + candidate.prompt_tokens > budget) return;
 
-    // The live memory node with the most unreserved room that fits the request.
+    // The live memory node holding the longest cached prefix of the prompt, among those with
+    // room once their cached prefixes give way; otherwise the one with the most room.
     const MemberInfo* best = nullptr;
-    int64_t best_room = -1, largest = 0;
+    int64_t best_match = -1, best_room = -1, largest = 0;
+    const std::vector<int32_t>& prompt = queued_specs_[candidate.id].prompt;
     for (const MemberInfo& m : members) {
       if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
       largest = std::max(largest, m.kv_capacity_slots);
       const int64_t room = m.kv_capacity_slots - reserved_[m.spec.name];
-      if (room >= candidate.kv_slots_needed && room > best_room) {
+      if (room < candidate.kv_slots_needed) continue;
+      int64_t match = 0;
+      if (topology_.prefix_caching) {
+        auto hit = prefix_cache_.Longest(m.spec.name, prompt);
+        if (hit) match = hit->length;
+      }
+      if (match > best_match || (match == best_match && room > best_room)) {
         best = &m;
+        best_match = match;
         best_room = room;
       }
     }
@@ -221,6 +233,7 @@ void Scheduler::Admit() {
                                                                    largest)));
       continue;
     }
+    MakeRoom(best->spec.name, best->kv_capacity_slots, candidate.kv_slots_needed);
     auto request = std::make_shared<RequestState>();
     request->handle = queue_[*pick];
     request->spec = std::move(queued_specs_[candidate.id]);
@@ -232,6 +245,13 @@ void Scheduler::Admit() {
     seq.seq_id = next_seq_id_++;
     for (int32_t k = 1; k < request->spec.n; ++k) seq.forks.push_back(next_seq_id_++);
     seq.text = std::make_unique<TextStream>(tokenizer_, request->spec.stop_strings);
+    if (topology_.prefix_caching) {
+      // Start from a cached prefix: share its slots and compute only the rest of the prompt.
+      auto hit = prefix_cache_.Longest(request->memory_node, request->spec.prompt);
+      if (hit && memory_.Fork(request->memory_node, hit->cache_seq, seq.seq_id, hit->length).ok()) {
+        seq.start_position = static_cast<int32_t>(hit->length);
+      }
+    }
     queued_specs_.erase(candidate.id);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*pick));
     admitted_tokens += candidate.prompt_tokens;
@@ -250,7 +270,8 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
     if (!seq.prefilled) {
       auto* item = plan.add_prefill();
       item->set_seq_id(seq.seq_id);
-      for (int32_t t : spec.prompt) item->add_tokens(t);
+      for (size_t t = seq.start_position; t < spec.prompt.size(); ++t) item->add_tokens(spec.prompt[t]);
+      item->set_start_position(seq.start_position);
       item->set_memory_node(seq.request->memory_node);
       auto* s = item->mutable_sampling();
       s->set_temperature(spec.sampling.temperature);
@@ -267,6 +288,26 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
     }
   }
   return plan;
+}
+
+void Scheduler::MakeRoom(const std::string& node, int64_t capacity, int64_t need) {
+  while (capacity - reserved_[node] - prefix_cache_.CachedSlots(node) < need) {
+    std::optional<SequenceId> victim = prefix_cache_.EvictOldest(node);
+    if (!victim) return;
+    memory_.Free(node, {*victim}).IgnoreError();  // slots still shared by requests stay theirs
+  }
+}
+
+void Scheduler::CachePrompt(const Sequence& seq) {
+  if (!topology_.prefix_caching) return;
+  const std::vector<int32_t>& prompt = seq.request->spec.prompt;
+  const int64_t length = prefix_cache_.CacheableLength(prompt);
+  if (length == 0) return;
+  absl::Span<const int32_t> prefix(prompt.data(), static_cast<size_t>(length));
+  const std::string& node = seq.request->memory_node;
+  if (prefix_cache_.Contains(node, prefix)) return;
+  const SequenceId cache_seq = next_seq_id_++;
+  if (memory_.Fork(node, seq.seq_id, cache_seq, length).ok()) prefix_cache_.Insert(node, cache_seq, prefix);
 }
 
 std::vector<Scheduler::Sequence> Scheduler::ForkSamples(Sequence& first) {
@@ -330,8 +371,10 @@ void Scheduler::ApplyResult(const lamina::v1::StepResult& result) {
     }
     seq.prefilled = true;
     seq.next_position = static_cast<int32_t>(seq.request->spec.prompt.size());
-    // Fork first: sample 0 may finish at once and free its slots, which the forks share.
+    // Fork first: sample 0 may finish at once and free its slots, which the forks and the prefix
+    // cache share.
     std::vector<Sequence> forks = ForkSamples(seq);
+    CachePrompt(seq);
     take(std::move(seq));
     for (Sequence& fork : forks) take(std::move(fork));
   }

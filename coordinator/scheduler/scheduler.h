@@ -33,6 +33,7 @@
 #include "coordinator/cluster/membership.h"
 #include "coordinator/scheduler/admission_policy.h"
 #include "coordinator/scheduler/node_clients.h"
+#include "coordinator/scheduler/prefix_cache.h"
 #include "coordinator/scheduler/request.h"
 #include "coordinator/sequence/text_stream.h"
 
@@ -75,6 +76,7 @@ class Scheduler {
     SequenceId seq_id = 0;
     int32_t index = 0;
     std::vector<SequenceId> forks;  // sample 0 before its prefill: the ids of samples 1 .. n-1
+    int32_t start_position = 0;     // before its prefill: prompt positions already shared from the prefix cache
     bool prefilled = false;
     int32_t last_token = 0;
     int32_t next_position = 0;  // where last_token is fed back
@@ -91,6 +93,10 @@ class Scheduler {
   bool Advance(Sequence& seq, int32_t token);
   // After sample 0's prefill: fork its prompt into samples 1 .. n-1 on the memory node.
   std::vector<Sequence> ForkSamples(Sequence& first);
+  // After a prefill: keep the prompt's whole blocks on its memory node for later prompts.
+  void CachePrompt(const Sequence& seq);
+  // Evicts cached prefixes on `node`, least recently used first, until `need` slots fit.
+  void MakeRoom(const std::string& node, int64_t capacity, int64_t need);
   // Ends a sequence: the final event, its slots freed on its memory node, its sampler released.
   void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {});
   void FailAll(const absl::Status& error);
@@ -120,6 +126,7 @@ class Scheduler {
   std::vector<int64_t> release_;             // sequences the compute node may forget
   uint64_t step_id_ = 0;
   SequenceId next_seq_id_ = 1;
+  PrefixCache prefix_cache_;
   std::thread loop_;
 };
 

@@ -49,7 +49,8 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
   const std::string model = options.model.find('/') == std::string::npos ? ModelDir(options.model) : options.model;
   std::string yaml = absl::StrCat("model: ", model, "\ncoordinator:\n  port: ", coordinator_port,
                                   "\nscheduler:\n  max_batch: ", options.max_batch,
-                                  "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\nnodes:\n",
+                                  "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
+                                  options.prefix_caching ? "true" : "false", "\nnodes:\n",
                                   "  - name: compute-0\n    role: compute\n    port: ", FreePort(), "\n");
   for (int i = 0; i < options.memory_nodes; ++i) {
     absl::StrAppend(&yaml, "  - name: memory-", i, "\n    role: memory\n    port: ", FreePort(),

@@ -20,6 +20,7 @@ struct ClusterOptions {
   int memory_nodes = 2;
   int64_t kv_capacity_tokens = 8192;
   int max_batch = 64;
+  bool prefix_caching = true;
 };
 
 class ClusterHarness {

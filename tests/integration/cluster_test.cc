@@ -302,6 +302,92 @@ TEST(ClusterTest, NSamplesStoreThePromptOnceAndEachEqualsASingleRequestWithItsSe
   }
 }
 
+// Requests sharing a long system prompt reuse its slots, produce the outputs they produce without
+// sharing, and see their first token sooner.
+TEST(ClusterTest, ASharedSystemPromptIsReusedWithIdenticalOutputsAndShorterTimeToFirstToken) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  std::string system;
+  while (system.size() < 1800) {
+    system += "Attention offloading moves the KV cache to cheap memory devices, which run attention, while the "
+              "expensive compute devices run the rest of the model. ";
+  }
+  const std::vector<int32_t> first = (*local)->tokenizer().EncodePrompt(system + "Question one: why?");
+  const std::vector<int32_t> second = (*local)->tokenizer().EncodePrompt(system + "Question two: how?");
+  ASSERT_GT(second.size(), 300u);
+  ASSERT_LT(second.size(), 900u);
+  const std::vector<int32_t> expected = SingleProcess(**local, second, 24);
+
+  struct Timed {
+    Outcome outcome;
+    double ttft_ms;
+  };
+  auto run = [](ClusterHarness& cluster, const std::vector<int32_t>& prompt) {
+    Timed t{{}, -1};
+    const absl::Time start = absl::Now();
+    t.outcome.status = cluster.client().Generate(IdsRequest(prompt, 24), [&](const lamina::v1::GenerateResponse& r) {
+      if (t.ttft_ms < 0) t.ttft_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+      t.outcome.ids.insert(t.outcome.ids.end(), r.token_ids().begin(), r.token_ids().end());
+    });
+    return t;
+  };
+  auto median_ttft = [&](ClusterHarness& cluster, std::vector<Timed>* runs) {
+    for (int i = 0; i < 3; ++i) runs->push_back(run(cluster, second));
+    std::vector<double> ttft;
+    for (const Timed& t : *runs) ttft.push_back(t.ttft_ms);
+    std::sort(ttft.begin(), ttft.end());
+    return ttft[1];
+  };
+
+  ClusterOptions without_sharing;
+  without_sharing.memory_nodes = 1;
+  without_sharing.prefix_caching = false;
+  double cold_ttft;
+  {
+    auto cluster = ClusterHarness::Start(without_sharing);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    ASSERT_TRUE(run(**cluster, first).outcome.status.ok());
+    std::vector<Timed> runs;
+    cold_ttft = median_ttft(**cluster, &runs);
+    for (const Timed& t : runs) EXPECT_EQ(t.outcome.ids, expected);
+  }
+
+  ClusterOptions with_sharing = without_sharing;
+  with_sharing.prefix_caching = true;
+  auto cluster = ClusterHarness::Start(with_sharing);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Timed warm = run(**cluster, first);  // fills the cache with the system prompt
+  ASSERT_TRUE(warm.outcome.status.ok()) << warm.outcome.status;
+
+  std::atomic<bool> done{false};
+  int64_t max_shared = 0;
+  std::thread watcher([&] {
+    while (!done) {
+      auto status = (*cluster)->client().Status(absl::Seconds(1));
+      if (status.ok()) {
+        for (const auto& n : status->nodes()) max_shared = std::max(max_shared, n.kv_shared_slots());
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  });
+  std::vector<Timed> runs;
+  const double warm_ttft = median_ttft(**cluster, &runs);
+  done = true;
+  watcher.join();
+  for (const Timed& t : runs) {
+    ASSERT_TRUE(t.outcome.status.ok()) << t.outcome.status;
+    EXPECT_EQ(t.outcome.ids, expected) << "sharing must not change the output";
+  }
+  // The shared part is the prompts' common whole blocks (16 tokens each).
+  int64_t common = 0;
+  while (common < static_cast<int64_t>(first.size()) && first[common] == second[common]) ++common;
+  EXPECT_GE(max_shared, common / 16 * 16 - 16) << "the system prompt's slots are shared, not stored again";
+  EXPECT_LT(warm_ttft, cold_ttft) << "time to first token with the cached prefix " << warm_ttft << " ms, without "
+                                  << cold_ttft << " ms";
+  std::printf("time to first token for a %zu-token prompt: %.1f ms with the cached system prompt, %.1f ms without\n",
+              second.size(), warm_ttft, cold_ttft);
+}
+
 TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   ClusterOptions options;
   options.memory_nodes = 1;
