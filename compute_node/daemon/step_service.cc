@@ -84,7 +84,10 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
     for (size_t k = 0; k < samples.size(); ++k) {
       SamplingParams own = params;
       own.seed = params.seed + k;
-      auto [it, inserted] = samplers_.insert_or_assign(samples[k], Sampler(own));
+      auto it = samplers_.find(samples[k]);
+      if (!item.resume() || it == samplers_.end()) {
+        it = samplers_.insert_or_assign(samples[k], Sampler(own)).first;  // a resumed one keeps its stream
+      }
       auto* token = result.add_tokens();
       token->set_seq_id(samples[k]);
       token->set_token(it->second.Sample(logits_of[i].logits->row(logits_of[i].row), vocab));

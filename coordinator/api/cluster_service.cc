@@ -42,6 +42,7 @@ grpc::Status ClusterService::ClusterStatus(grpc::ServerContext*, const lamina::v
   response->set_tokens_per_second(stats.tokens_per_second);
   response->set_completed(stats.completed);
   response->set_failed(stats.failed);
+  response->set_preemptions(stats.preemptions);
   response->set_model(model_name_);
   return grpc::Status::OK;
 }

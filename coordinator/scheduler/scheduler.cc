@@ -104,6 +104,7 @@ SchedulerStats Scheduler::Stats() const {
   stats.running = running_count_;
   stats.completed = completed_;
   stats.failed = failed_;
+  stats.preemptions = preemptions_;
   const absl::Time now = absl::Now();
   int64_t tokens = 0;
   for (const auto& [when, count] : recent_tokens_) {
@@ -146,7 +147,6 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
     if (report.ok()) membership_->SetKvUse(request.memory_node, report->kv_free_slots(), report->num_sequences());
   }
   if (!last_sample) return;
-  reserved_[request.memory_node] -= request.reserved_slots;
   std::lock_guard<std::mutex> lock(mu_);
   (request.failed ? failed_ : completed_)++;
 }
@@ -189,6 +189,10 @@ void Scheduler::Admit() {
     ++failed_;
   };
 
+  if (!ResumePreempted()) return;  // preempted requests go first
+  std::map<std::string, int64_t> use;
+  for (const MemberInfo& m : members) use[m.spec.name] = NodeUse(m.spec.name);
+
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = queue_.size(); i-- > 0;) {
     if (queue_[i]->cancelled()) end_waiting(i, absl::CancelledError("cancelled by the client"));
@@ -207,14 +211,18 @@ void Scheduler::Admit() {
 
     // The live memory node holding the longest cached prefix of the prompt, among those with
     // room once their cached prefixes give way; otherwise the one with the most room.
+    // Admission needs room for the prompt and each sample's first token now; the sequences grow
+    // into free slots later, and preemption makes room if a node runs dry.
     const MemberInfo* best = nullptr;
     int64_t best_match = -1, best_room = -1, largest = 0;
-    const std::vector<int32_t>& prompt = queued_specs_[candidate.id].prompt;
+    const GenerationSpec& candidate_spec = queued_specs_[candidate.id];
+    const std::vector<int32_t>& prompt = candidate_spec.prompt;
+    const int64_t need_now = static_cast<int64_t>(prompt.size()) + candidate_spec.n;
     for (const MemberInfo& m : members) {
       if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
       largest = std::max(largest, m.kv_capacity_slots);
-      const int64_t room = m.kv_capacity_slots - reserved_[m.spec.name];
-      if (room < candidate.kv_slots_needed) continue;
+      const int64_t room = m.kv_capacity_slots - use[m.spec.name];  // cached prefixes give way
+      if (room < need_now) continue;
       int64_t match = 0;
       if (topology_.prefix_caching) {
         auto hit = prefix_cache_.Longest(m.spec.name, prompt);
@@ -233,12 +241,12 @@ void Scheduler::Admit() {
                                                                    largest)));
       continue;
     }
-    MakeRoom(best->spec.name, best->kv_capacity_slots, candidate.kv_slots_needed);
+    MakeRoom(best->spec.name, best->kv_capacity_slots, need_now);
     auto request = std::make_shared<RequestState>();
     request->handle = queue_[*pick];
     request->spec = std::move(queued_specs_[candidate.id]);
     request->memory_node = best->spec.name;
-    request->reserved_slots = candidate.kv_slots_needed;
+    request->admitted = ++admissions_;
     request->running_samples = request->spec.n;
     Sequence seq;
     seq.request = request;
@@ -255,7 +263,7 @@ void Scheduler::Admit() {
     queued_specs_.erase(candidate.id);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*pick));
     admitted_tokens += candidate.prompt_tokens;
-    reserved_[request->memory_node] += request->reserved_slots;
+    use[request->memory_node] += Footprint(seq);
     running_.push_back(std::move(seq));
   }
 }
@@ -272,6 +280,10 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
       item->set_seq_id(seq.seq_id);
       for (size_t t = seq.start_position; t < spec.prompt.size(); ++t) item->add_tokens(spec.prompt[t]);
       item->set_start_position(seq.start_position);
+      if (seq.resume) {  // recompute everything the sample had: its prompt and its output
+        for (int32_t t : seq.output) item->add_tokens(t);
+        item->set_resume(true);
+      }
       item->set_memory_node(seq.request->memory_node);
       auto* s = item->mutable_sampling();
       s->set_temperature(spec.sampling.temperature);
@@ -290,8 +302,92 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
   return plan;
 }
 
+int64_t Scheduler::Footprint(const Sequence& seq) const {
+  const int64_t prompt = static_cast<int64_t>(seq.request->spec.prompt.size());
+  if (seq.prefilled) return seq.next_position + 1;
+  if (seq.resume) return prompt + static_cast<int64_t>(seq.output.size());
+  return prompt + static_cast<int64_t>(seq.forks.size());
+}
+
+int64_t Scheduler::NodeUse(const std::string& node) const {
+  int64_t use = 0;
+  for (const Sequence& seq : running_) {
+    if (seq.request->memory_node == node) use += Footprint(seq);
+  }
+  return use;
+}
+
+void Scheduler::PreemptWhereFull() {
+  for (const MemberInfo& m : membership_->Snapshot()) {
+    if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
+    const std::string& node = m.spec.name;
+    while (NodeUse(node) + prefix_cache_.CachedSlots(node) > m.kv_capacity_slots) {
+      if (std::optional<SequenceId> victim = prefix_cache_.EvictOldest(node)) {
+        memory_.Free(node, {*victim}).IgnoreError();
+        continue;
+      }
+      std::shared_ptr<RequestState> youngest;
+      int requests_here = 0;
+      for (const Sequence& seq : running_) {
+        if (seq.request->memory_node != node || seq.index != 0) continue;
+        ++requests_here;
+        if (!youngest || seq.request->admitted > youngest->admitted) youngest = seq.request;
+      }
+      // The last request on a node always fits: its final size was checked when it arrived.
+      if (!youngest || requests_here < 2) break;
+      std::vector<Sequence> samples, keep;
+      std::vector<int64_t> ids;
+      for (Sequence& seq : running_) {
+        if (seq.request != youngest) {
+          keep.push_back(std::move(seq));
+          continue;
+        }
+        ids.push_back(seq.seq_id);
+        seq.prefilled = false;
+        seq.resume = !seq.output.empty();
+        seq.start_position = 0;
+        samples.push_back(std::move(seq));
+      }
+      running_ = std::move(keep);
+      memory_.Free(node, ids).IgnoreError();  // the compute node keeps their random streams
+      preempted_.push_back(std::move(samples));
+      std::lock_guard<std::mutex> lock(mu_);
+      ++preemptions_;
+    }
+  }
+}
+
+bool Scheduler::ResumePreempted() {
+  while (!preempted_.empty() && static_cast<int>(running_.size()) < topology_.max_batch) {
+    std::vector<Sequence>& samples = preempted_.front();
+    if (samples[0].request->handle->cancelled()) {
+      for (Sequence& seq : samples) Finish(seq, FinishReason::kNone, absl::CancelledError("cancelled by the client"));
+      preempted_.pop_front();
+      continue;
+    }
+    int64_t need = 0;
+    for (const Sequence& seq : samples) need += Footprint(seq) + 1;
+    std::optional<MemberInfo> best;
+    int64_t best_room = -1;
+    for (const MemberInfo& m : membership_->Snapshot()) {
+      if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
+      const int64_t room = m.kv_capacity_slots - NodeUse(m.spec.name);  // cached prefixes give way
+      if (room >= need && room > best_room) {
+        best = m;
+        best_room = room;
+      }
+    }
+    if (!best) return false;  // wait for running requests to finish
+    MakeRoom(best->spec.name, best->kv_capacity_slots, need);
+    samples[0].request->memory_node = best->spec.name;
+    for (Sequence& seq : samples) running_.push_back(std::move(seq));
+    preempted_.pop_front();
+  }
+  return preempted_.empty();
+}
+
 void Scheduler::MakeRoom(const std::string& node, int64_t capacity, int64_t need) {
-  while (capacity - reserved_[node] - prefix_cache_.CachedSlots(node) < need) {
+  while (capacity - NodeUse(node) - prefix_cache_.CachedSlots(node) < need) {
     std::optional<SequenceId> victim = prefix_cache_.EvictOldest(node);
     if (!victim) return;
     memory_.Free(node, {*victim}).IgnoreError();  // slots still shared by requests stay theirs
@@ -335,6 +431,7 @@ std::vector<Scheduler::Sequence> Scheduler::ForkSamples(Sequence& first) {
 bool Scheduler::Advance(Sequence& seq, int32_t token) {
   const GenerationSpec& spec = seq.request->spec;
   seq.last_token = token;
+  seq.output.push_back(token);
   ++seq.generated;
   RequestEvent event;
   event.index = seq.index;
@@ -366,6 +463,13 @@ void Scheduler::ApplyResult(const lamina::v1::StepResult& result) {
   for (Sequence& seq : running_) {
     if (seq.prefilled) {
       ++seq.next_position;
+      take(std::move(seq));
+      continue;
+    }
+    if (seq.resume) {  // recomputed: the token continues where the sample left off
+      seq.prefilled = true;
+      seq.resume = false;
+      seq.next_position = static_cast<int32_t>(seq.request->spec.prompt.size() + seq.output.size());
       take(std::move(seq));
       continue;
     }
@@ -407,6 +511,7 @@ void Scheduler::Loop() {
       continue;
     }
     Admit();
+    PreemptWhereFull();
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_count_ = static_cast<int64_t>(running_.size());

@@ -5,11 +5,15 @@
 // Accepted requests wait in a queue; every iteration the loop
 //   1. ends sequences whose memory node died (UNAVAILABLE) or whose client cancelled (freeing
 //      their slots at once),
-//   2. admits queued requests in the order its AdmissionPolicy picks (FIFO by default) while the batch, the per-iteration token budget and
-//      some memory node's unreserved capacity allow (each sequence reserves prompt + max_tokens
-//      slots on the memory node with the most room: nothing is overcommitted),
-//   3. sends one plan to the compute node: prefill for new sequences, decode for the others,
-//   4. streams each sampled token to its request and retires the finished ones.
+//   2. resumes preempted requests, then admits queued ones in the order its AdmissionPolicy picks
+//      (FIFO by default) while the batch, the per-iteration token budget and a memory node's free
+//      slots allow (the node holding the longest cached prefix of the prompt, else the one with
+//      the most room); a request that could never fit was refused when submitted,
+//   3. when a memory node would run dry in the step, evicts cached prefixes there and then
+//      preempts its youngest request (slots freed now, tokens kept, recomputed later: the output
+//      is the same),
+//   4. sends one plan to the compute node: prefill for new sequences, decode for the others,
+//   5. streams each sampled token to its request and retires the finished ones.
 // A step that fails because memory nodes are unreachable marks them dead and runs again without
 // their sequences; one that fails at the compute node ends the batch with UNAVAILABLE.
 // Thread-safe: Submit and the stats may be called from any thread.
@@ -44,6 +48,7 @@ struct SchedulerStats {
   int64_t running = 0;
   int64_t completed = 0;
   int64_t failed = 0;
+  int64_t preemptions = 0;
   double tokens_per_second = 0;
 };
 
@@ -66,7 +71,7 @@ class Scheduler {
     std::shared_ptr<RequestHandle> handle;
     GenerationSpec spec;
     std::string memory_node;
-    int64_t reserved_slots = 0;
+    uint64_t admitted = 0;  // admission order: the youngest request is preempted first
     int32_t running_samples = 0;
     bool failed = false;  // an error event was sent; the request is over for the client
   };
@@ -78,6 +83,8 @@ class Scheduler {
     std::vector<SequenceId> forks;  // sample 0 before its prefill: the ids of samples 1 .. n-1
     int32_t start_position = 0;     // before its prefill: prompt positions already shared from the prefix cache
     bool prefilled = false;
+    bool resume = false;            // preempted: its next prefill recomputes prompt + output
+    std::vector<int32_t> output;    // every token sampled so far
     int32_t last_token = 0;
     int32_t next_position = 0;  // where last_token is fed back
     int32_t generated = 0;
@@ -95,8 +102,17 @@ class Scheduler {
   std::vector<Sequence> ForkSamples(Sequence& first);
   // After a prefill: keep the prompt's whole blocks on its memory node for later prompts.
   void CachePrompt(const Sequence& seq);
-  // Evicts cached prefixes on `node`, least recently used first, until `need` slots fit.
+  // Evicts cached prefixes on `node`, least recently used first, until `need` more slots fit.
   void MakeRoom(const std::string& node, int64_t capacity, int64_t need);
+  // Slots a sequence holds once the next step has run. Shared slots count for every holder, so
+  // the sums below can only overestimate: a memory node is never overcommitted.
+  int64_t Footprint(const Sequence& seq) const;
+  int64_t NodeUse(const std::string& node) const;
+  // When a memory node would run dry in the next step: evict cached prefixes, then preempt the
+  // youngest request there (its slots freed, its tokens kept, resumed later by recomputing).
+  void PreemptWhereFull();
+  // Resumes preempted requests (before any new one); false while the oldest cannot fit yet.
+  bool ResumePreempted();
   // Ends a sequence: the final event, its slots freed on its memory node, its sampler released.
   void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {});
   void FailAll(const absl::Status& error);
@@ -117,12 +133,13 @@ class Scheduler {
   std::map<uint64_t, GenerationSpec> queued_specs_;       // guarded by mu_
   uint64_t next_id_ = 1;                                  // guarded by mu_
   bool stopping_ = false;                                 // guarded by mu_
-  int64_t running_count_ = 0, completed_ = 0, failed_ = 0;  // guarded by mu_
+  int64_t running_count_ = 0, completed_ = 0, failed_ = 0, preemptions_ = 0;  // guarded by mu_
   std::deque<std::pair<absl::Time, int64_t>> recent_tokens_;  // guarded by mu_
 
   // Owned by the loop thread.
   std::vector<Sequence> running_;
-  std::map<std::string, int64_t> reserved_;  // memory node -> slots reserved by its sequences
+  std::deque<std::vector<Sequence>> preempted_;  // preempted requests' samples, oldest first
+  uint64_t admissions_ = 0;
   std::vector<int64_t> release_;             // sequences the compute node may forget
   uint64_t step_id_ = 0;
   SequenceId next_seq_id_ = 1;

@@ -27,9 +27,10 @@ absl::Status Status(const std::vector<std::string>& args) {
   ClusterClient client(endpoint);
   LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse s, client.Status(absl::Seconds(3)));
   std::printf("cluster %s, model %s\n", endpoint.c_str(), s.model().c_str());
-  std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld\n\n",
+  std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld, preempted %lld\n\n",
               static_cast<long long>(s.queue_length()), static_cast<long long>(s.running()), s.tokens_per_second(),
-              static_cast<long long>(s.completed()), static_cast<long long>(s.failed()));
+              static_cast<long long>(s.completed()), static_cast<long long>(s.failed()),
+              static_cast<long long>(s.preemptions()));
   std::printf("%-14s %-8s %-9s %-24s %5s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)", "SEQS", "LAST HEARD");
   for (const auto& n : s.nodes()) {
     const bool memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;

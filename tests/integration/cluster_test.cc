@@ -388,6 +388,53 @@ TEST(ClusterTest, ASharedSystemPromptIsReusedWithIdenticalOutputsAndShorterTimeT
               second.size(), warm_ttft, cold_ttft);
 }
 
+TEST(ClusterTest, UnderMemoryPressurePreemptedRequestsCompleteWithIdenticalOutputs) {
+  // Eight requests of up to 155 tokens each on a node of 240 slots: each fits alone, together
+  // they run the pool dry, so the youngest are preempted and recomputed later.
+  ClusterOptions options;
+  options.memory_nodes = 1;
+  options.kv_capacity_tokens = 240;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+
+  const std::vector<std::string> texts = {"The memory devices", "FlashAttention", "We", "GPU memory"};
+  std::vector<lamina::v1::GenerateRequest> requests;
+  std::vector<std::vector<int32_t>> expected;
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt(texts[i % texts.size()]);
+    lamina::v1::GenerateRequest r = IdsRequest(prompt, 150);
+    GenerationRequest single;
+    single.prompt = prompt;
+    single.max_tokens = 150;
+    single.ignore_eos = true;
+    if (i >= 6) {  // sampled: the random stream must survive preemption too
+      r.mutable_sampling()->set_temperature(1.0f);
+      r.mutable_sampling()->set_seed(100 + i);
+      single.sampling = {1.0f, 0, 1.0f, static_cast<uint64_t>(100 + i)};
+    }
+    std::vector<int32_t> ids;
+    ASSERT_TRUE((*local)->Generate({&single, 1}, [&](const TokenEvent& e) { ids.push_back(e.token); }).ok());
+    requests.push_back(r);
+    expected.push_back(ids);
+  }
+  std::vector<Outcome> outcomes(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), requests[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status;
+    EXPECT_EQ(outcomes[i].ids, expected[i]) << "request " << i;
+  }
+  auto status = (*cluster)->client().Status(absl::Seconds(1));
+  ASSERT_TRUE(status.ok());
+  EXPECT_GT(status->preemptions(), 0) << "the pool never ran dry: the test does not test preemption";
+  EXPECT_EQ(status->completed(), 8);
+}
+
 TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   ClusterOptions options;
   options.memory_nodes = 1;
