@@ -1,6 +1,7 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -154,6 +155,13 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
 void Scheduler::FailAll(const absl::Status& error) {
   for (Sequence& seq : running_) Finish(seq, FinishReason::kNone, error);
   running_.clear();
+}
+
+void Scheduler::FailPreempted(const absl::Status& error) {
+  for (std::vector<Sequence>& samples : preempted_) {
+    for (Sequence& seq : samples) Finish(seq, FinishReason::kNone, error);
+  }
+  preempted_.clear();
 }
 
 void Scheduler::EndDeadAndCancelled() {
@@ -327,14 +335,14 @@ void Scheduler::PreemptWhereFull() {
         continue;
       }
       std::shared_ptr<RequestState> youngest;
-      int requests_here = 0;
+      std::set<const RequestState*> requests_here;
       for (const Sequence& seq : running_) {
-        if (seq.request->memory_node != node || seq.index != 0) continue;
-        ++requests_here;
+        if (seq.request->memory_node != node) continue;
+        requests_here.insert(seq.request.get());
         if (!youngest || seq.request->admitted > youngest->admitted) youngest = seq.request;
       }
       // The last request on a node always fits: its final size was checked when it arrived.
-      if (!youngest || requests_here < 2) break;
+      if (!youngest || requests_here.size() < 2) break;
       std::vector<Sequence> samples, keep;
       std::vector<int64_t> ids;
       for (Sequence& seq : running_) {
@@ -497,6 +505,7 @@ void Scheduler::Loop() {
     EndDeadAndCancelled();
     if (!membership_->IsAlive(compute_node_)) {
       FailAll(absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive")));
+      FailPreempted(absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive")));
       std::lock_guard<std::mutex> lock(mu_);
       while (!queue_.empty()) {
         RequestEvent event;
@@ -541,6 +550,7 @@ void Scheduler::Loop() {
     running_count_ = static_cast<int64_t>(running_.size());
   }
   FailAll(absl::UnavailableError("the coordinator is shutting down"));
+  FailPreempted(absl::UnavailableError("the coordinator is shutting down"));
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& handle : queue_) {
     RequestEvent event;

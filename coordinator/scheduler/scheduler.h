@@ -116,6 +116,7 @@ class Scheduler {
   // Ends a sequence: the final event, its slots freed on its memory node, its sampler released.
   void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {});
   void FailAll(const absl::Status& error);
+  void FailPreempted(const absl::Status& error);
   void RecordTokens(int64_t count);
 
   const Topology topology_;
