@@ -42,6 +42,7 @@ struct Topology {
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 3000;
   bool prefix_caching = true;  // keep prompt prefixes on memory nodes for reuse
+  int step_timeout_ms = 30000;  // a step running longer is aborted (its batch ends UNAVAILABLE)
   std::string pipelining = "none";
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour

@@ -104,11 +104,30 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
   return result;
 }
 
+void StepService::Abandon(const lamina::v1::StepPlan& plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto forget = [&](int64_t seq) {
+    attention_->Free(seq);
+    samplers_.erase(seq);
+  };
+  for (const auto& item : plan.prefill()) {
+    forget(item.seq_id());
+    for (int64_t fork : item.fork_seq_ids()) forget(fork);
+  }
+  for (const auto& item : plan.decode()) forget(item.seq_id());
+}
+
 grpc::Status StepService::Step(grpc::ServerContext* context,
                                grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) {
   lamina::v1::StepPlan plan;
   while (!context->IsCancelled() && stream->Read(&plan)) {
-    if (!stream->Write(RunPlan(plan))) break;
+    lamina::v1::StepResult result = RunPlan(plan);
+    if (context->IsCancelled() || !stream->Write(result)) {
+      // The coordinator gave up on this step (the node was declared dead, or the step timed out)
+      // and has ended these sequences: undo what the late step put on the memory nodes.
+      Abandon(plan);
+      break;
+    }
   }
   return grpc::Status::OK;
 }

@@ -26,6 +26,8 @@ class StepService final : public lamina::v1::ComputeNode::Service {
 
   // Runs one plan (exposed for tests).
   lamina::v1::StepResult RunPlan(const lamina::v1::StepPlan& plan);
+  // Frees every sequence of a plan whose result the coordinator will never read.
+  void Abandon(const lamina::v1::StepPlan& plan);
 
  private:
   std::mutex mu_;

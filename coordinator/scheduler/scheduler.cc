@@ -35,6 +35,21 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
       memory_(MemoryGrpcAddresses(topology)),
       policy_(policy ? std::move(policy) : std::make_unique<FifoPolicy>()) {
   loop_ = std::thread([this] { Loop(); });
+  watchdog_ = std::thread([this] { Watchdog(); });
+}
+
+void Scheduler::Watchdog() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; })) return;
+    }
+    const int64_t started = step_started_ms_.load();
+    if (started != 0 && absl::ToUnixMillis(absl::Now()) - started > topology_.step_timeout_ms) {
+      step_started_ms_ = 0;
+      compute_.Abort();  // RunStep returns Unavailable and the batch ends
+    }
+  }
 }
 
 Scheduler::~Scheduler() {
@@ -45,6 +60,7 @@ Scheduler::~Scheduler() {
   wake_.notify_all();
   compute_.Abort();
   loop_.join();
+  watchdog_.join();
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationSpec spec) {
@@ -527,7 +543,14 @@ void Scheduler::Loop() {
     }
     if (running_.empty()) continue;
 
-    absl::StatusOr<lamina::v1::StepResult> result = compute_.RunStep(BuildPlan());
+    const lamina::v1::StepPlan plan = BuildPlan();
+    step_started_ms_ = absl::ToUnixMillis(absl::Now());
+    absl::StatusOr<lamina::v1::StepResult> result = compute_.RunStep(plan);
+    const bool timed_out = step_started_ms_.exchange(0) == 0;
+    if (!result.ok() && timed_out) {
+      result = absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' did not finish an iteration in ",
+                                                   topology_.step_timeout_ms, " ms"));
+    }
     if (!result.ok()) {
       FailAll(result.status());
       std::lock_guard<std::mutex> lock(mu_);

@@ -20,6 +20,7 @@
 #ifndef LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_
 #define LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -92,6 +93,7 @@ class Scheduler {
   };
 
   void Loop();
+  void Watchdog();
   void EndDeadAndCancelled();
   void Admit();
   lamina::v1::StepPlan BuildPlan();
@@ -143,6 +145,10 @@ class Scheduler {
   uint64_t admissions_ = 0;
   std::vector<int64_t> release_;             // sequences the compute node may forget
   uint64_t step_id_ = 0;
+  // When the step in flight started (0: none), for the watchdog that aborts a step past the
+  // topology's step_timeout_ms.
+  std::atomic<int64_t> step_started_ms_{0};
+  std::thread watchdog_;
   SequenceId next_seq_id_ = 1;
   PrefixCache prefix_cache_;
   std::thread loop_;

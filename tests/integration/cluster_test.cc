@@ -435,6 +435,51 @@ TEST(ClusterTest, UnderMemoryPressurePreemptedRequestsCompleteWithIdenticalOutpu
   EXPECT_EQ(status->completed(), 8);
 }
 
+TEST(ClusterTest, AHungComputeNodeEndsItsRequestsAndTheClusterRecoversWhenItComesBack) {
+  auto cluster = ClusterHarness::Start({});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto pid = (*cluster)->NodePid("compute-0");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const std::vector<int32_t> prompt = {1021, 841, 68, 391, 697};
+  std::vector<Outcome> outcomes(4);
+  std::vector<absl::Time> ended(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 900));
+      ended[i] = absl::Now();
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time stopped = absl::Now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGSTOP), 0);  // hung, not dead: its sockets stay open
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
+    EXPECT_LT(ended[i] - stopped, absl::Seconds(6)) << "no request waits forever on a hung node";
+  }
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGCONT), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  Outcome after;
+  do {
+    absl::SleepFor(absl::Milliseconds(200));
+    after = Generate((*cluster)->client(), IdsRequest(prompt, 8));
+  } while (!after.status.ok() && absl::Now() < deadline);
+  ASSERT_TRUE(after.status.ok()) << "the node re-registers and serves again: " << after.status;
+  EXPECT_EQ(after.ids.size(), 8u);
+  // Nothing the interrupted step left behind stays allocated.
+  absl::Time settle = absl::Now() + absl::Seconds(3);
+  int64_t used = -1;
+  while (absl::Now() < settle) {
+    auto status = (*cluster)->client().Status(absl::Seconds(1));
+    used = 0;
+    for (const auto& n : status->nodes()) used += n.kv_used_slots();
+    if (used == 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(used, 0);
+}
+
 TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   ClusterOptions options;
   options.memory_nodes = 1;
