@@ -137,18 +137,10 @@ int WaitForSignal(absl::Duration timeout) {
 }
 
 absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
-  std::vector<std::string> flag_args;
-  std::string topology_path;
-  for (const std::string& a : args) {
-    if (a.rfind("--", 0) != 0 && topology_path.empty() && (flag_args.empty() || flag_args.back().find('=') != std::string::npos ||
-                                                           flag_args.size() % 2 == 0)) {
-      topology_path = a;
-    } else {
-      flag_args.push_back(a);
-    }
-  }
-  LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(flag_args, {"log-dir", "timeout"}, {}));
-  if (topology_path.empty()) return absl::InvalidArgumentError("missing TOPOLOGY.yaml");
+  // The topology comes first: lamina up TOPOLOGY.yaml [flags].
+  if (args.empty() || args[0].rfind("--", 0) == 0) return absl::InvalidArgumentError("missing TOPOLOGY.yaml");
+  const std::string topology_path = args[0];
+  LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse({args.begin() + 1, args.end()}, {"log-dir", "timeout"}, {}));
   LAMINA_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 120));
   // Everything is checked before anything starts.
   absl::StatusOr<Topology> loaded = LoadTopology(topology_path);
@@ -253,6 +245,8 @@ int RunUp(const std::vector<std::string>& args) {
   absl::Status status = Up(args, &exit_code);
   if (status.ok()) return 0;
   std::fprintf(stderr, "lamina up: %s\n", std::string(status.message()).c_str());
+  // A usage mistake (not a topology problem, which already set exit_code) gets the usage.
+  if (absl::IsInvalidArgument(status) && exit_code != 2) std::fprintf(stderr, "%s", kUpUsage);
   return absl::IsInvalidArgument(status) ? 2 : exit_code;
 }
 
