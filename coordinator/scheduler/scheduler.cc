@@ -143,6 +143,9 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
   // Samples that were never forked (sample 0 ended before its prefill) end with it.
   request.running_samples -= 1 + static_cast<int32_t>(seq.forks.size());
   const bool last_sample = request.running_samples == 0;
+  // The client hears last, once the slots are freed and the request counted, so that what it
+  // reads from `lamina status` afterwards already reflects this request.
+  std::optional<RequestEvent> to_client;
   if (error.ok() && !request.failed) {
     if (seq.text) last.text += seq.text->Finish();
     last.index = seq.index;
@@ -150,22 +153,23 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
     last.prompt_tokens = static_cast<int32_t>(request.spec.prompt.size());
     last.generated_tokens = seq.generated;
     last.done = last_sample;
-    request.handle->Push(std::move(last));
+    to_client = std::move(last);
   } else if (!error.ok() && !request.failed) {
     request.failed = true;  // one error ends the request for the client; later samples add nothing
-    RequestEvent event;
-    event.done = true;
-    event.error = error;
-    request.handle->Push(std::move(event));
+    to_client = RequestEvent();
+    to_client->done = true;
+    to_client->error = error;
   }
   release_.push_back(seq.seq_id);
   if (membership_->IsAlive(request.memory_node)) {
     auto report = memory_.Free(request.memory_node, {seq.seq_id});
     if (report.ok()) membership_->SetKvUse(request.memory_node, report->kv_free_slots(), report->num_sequences());
   }
-  if (!last_sample) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  (request.failed ? failed_ : completed_)++;
+  if (last_sample) {
+    std::lock_guard<std::mutex> lock(mu_);
+    (request.failed ? failed_ : completed_)++;
+  }
+  if (to_client) request.handle->Push(std::move(*to_client));
 }
 
 void Scheduler::FailAll(const absl::Status& error) {
