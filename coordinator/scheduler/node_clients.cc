@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/channel.h"
+#include "common/status/status_macros.h"
 
 namespace lamina {
 
@@ -48,26 +49,26 @@ MemoryClients::MemoryClients(const std::map<std::string, std::string>& nodes) {
   }
 }
 
-absl::StatusOr<lamina::v1::FreeSequencesResponse> MemoryClients::Free(const std::string& node, const std::vector<int64_t>& seqs) {
+absl::StatusOr<lamina::v1::MemoryNode::Stub*> MemoryClients::StubOf(const std::string& node) {
   auto it = stubs_.find(node);
   if (it == stubs_.end()) return absl::NotFoundError(absl::StrCat("unknown memory node ", node));
+  return it->second.get();
+}
+
+absl::StatusOr<lamina::v1::FreeSequencesResponse> MemoryClients::Free(const std::string& node, const std::vector<int64_t>& seqs) {
+  LAMINA_ASSIGN_OR_RETURN(lamina::v1::MemoryNode::Stub * stub, StubOf(node));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
   lamina::v1::FreeSequencesRequest request;
   for (int64_t s : seqs) request.add_seq_ids(s);
   lamina::v1::FreeSequencesResponse response;
-  grpc::Status status = it->second->FreeSequences(&context, request, &response);
+  grpc::Status status = stub->FreeSequences(&context, request, &response);
   if (!status.ok()) return absl::UnavailableError(absl::StrCat("memory node ", node, ": ", status.error_message()));
   return response;
 }
 
-}  // namespace lamina
-
-namespace lamina {
-
 absl::Status MemoryClients::Fork(const std::string& node, int64_t from, int64_t to, int64_t length) {
-  auto it = stubs_.find(node);
-  if (it == stubs_.end()) return absl::NotFoundError(absl::StrCat("unknown memory node ", node));
+  LAMINA_ASSIGN_OR_RETURN(lamina::v1::MemoryNode::Stub * stub, StubOf(node));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   lamina::v1::ForkSequenceRequest request;
@@ -75,7 +76,7 @@ absl::Status MemoryClients::Fork(const std::string& node, int64_t from, int64_t 
   request.set_to_seq_id(to);
   request.set_length(length);
   lamina::v1::ForkSequenceResponse response;
-  grpc::Status status = it->second->ForkSequence(&context, request, &response);
+  grpc::Status status = stub->ForkSequence(&context, request, &response);
   if (!status.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                         absl::StrCat("memory node ", node, ": ", status.error_message()));

@@ -45,6 +45,8 @@ class MemoryClients {
   absl::Status Fork(const std::string& node, int64_t from, int64_t to, int64_t length);
 
  private:
+  absl::StatusOr<lamina::v1::MemoryNode::Stub*> StubOf(const std::string& node);
+
   std::map<std::string, std::unique_ptr<lamina::v1::MemoryNode::Stub>> stubs_;
 };
 

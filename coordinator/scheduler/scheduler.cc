@@ -177,6 +177,22 @@ void Scheduler::FailAll(const absl::Status& error) {
   running_.clear();
 }
 
+void Scheduler::FailEverything(const absl::Status& error) {
+  FailAll(error);
+  FailPreempted(error);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& handle : queue_) {
+    RequestEvent event;
+    event.done = true;
+    event.error = error;
+    handle->Push(std::move(event));
+    ++failed_;
+  }
+  queue_.clear();
+  queued_specs_.clear();
+  running_count_ = 0;
+}
+
 void Scheduler::FailPreempted(const absl::Status& error) {
   for (std::vector<Sequence>& samples : preempted_) {
     for (Sequence& seq : samples) Finish(seq, FinishReason::kNone, error);
@@ -524,19 +540,7 @@ void Scheduler::Loop() {
     }
     EndDeadAndCancelled();
     if (!membership_->IsAlive(compute_node_)) {
-      FailAll(absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive")));
-      FailPreempted(absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive")));
-      std::lock_guard<std::mutex> lock(mu_);
-      while (!queue_.empty()) {
-        RequestEvent event;
-        event.done = true;
-        event.error = absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive"));
-        queue_.front()->Push(std::move(event));
-        queued_specs_.erase(queue_.front()->id());
-        queue_.pop_front();
-        ++failed_;
-      }
-      running_count_ = 0;
+      FailEverything(absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive")));
       continue;
     }
     Admit();
@@ -576,16 +580,7 @@ void Scheduler::Loop() {
     std::lock_guard<std::mutex> lock(mu_);
     running_count_ = static_cast<int64_t>(running_.size());
   }
-  FailAll(absl::UnavailableError("the coordinator is shutting down"));
-  FailPreempted(absl::UnavailableError("the coordinator is shutting down"));
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& handle : queue_) {
-    RequestEvent event;
-    event.done = true;
-    event.error = absl::UnavailableError("the coordinator is shutting down");
-    handle->Push(std::move(event));
-  }
-  queue_.clear();
+  FailEverything(absl::UnavailableError("the coordinator is shutting down"));
 }
 
 }  // namespace lamina

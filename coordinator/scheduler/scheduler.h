@@ -119,6 +119,8 @@ class Scheduler {
   void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {});
   void FailAll(const absl::Status& error);
   void FailPreempted(const absl::Status& error);
+  // Ends every request: running, preempted and queued.
+  void FailEverything(const absl::Status& error);
   void RecordTokens(int64_t count);
 
   const Topology topology_;
