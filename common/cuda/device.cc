@@ -1,0 +1,58 @@
+#include "common/cuda/device.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+
+#ifdef LAMINA_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace lamina {
+
+absl::StatusOr<DeviceSpec> ParseDevice(const std::string& text) {
+  if (text == "cpu") return DeviceSpec{};
+  int index = 0;
+  if (absl::StartsWith(text, "cuda:") && absl::SimpleAtoi(text.substr(5), &index) && index >= 0) {
+    return DeviceSpec{true, index};
+  }
+  return absl::InvalidArgumentError(absl::StrCat("device '", text, "' is neither 'cpu' nor 'cuda:N'"));
+}
+
+absl::Status UseDevice(const DeviceSpec& spec) {
+  if (!spec.is_cuda) return absl::OkStatus();
+#ifdef LAMINA_HAVE_CUDA
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("device cuda:", spec.index, ": no usable GPU (",
+                                                      cudaGetErrorString(error), ")"));
+  }
+  if (spec.index >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("device cuda:", spec.index, ": only ", count,
+                                                      " GPU(s) visible"));
+  }
+  const cudaError_t set = cudaSetDevice(spec.index);
+  if (set != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("device cuda:", spec.index, ": ", cudaGetErrorString(set)));
+  }
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError(absl::StrCat("device cuda:", spec.index,
+                                                    ": this build of Lamina has no CUDA support"));
+#endif
+}
+
+std::string NoGpuReason() {
+#ifdef LAMINA_HAVE_CUDA
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) return absl::StrCat("no usable GPU: ", cudaGetErrorString(error));
+  if (count == 0) return "no GPU visible";
+  return "";
+#else
+  return "this build has no CUDA support";
+#endif
+}
+
+}  // namespace lamina

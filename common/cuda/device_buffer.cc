@@ -1,0 +1,86 @@
+#include "common/cuda/device_buffer.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+
+namespace lamina::cuda {
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(size_t bytes) {
+  DeviceBuffer buffer;
+  if (bytes == 0) return buffer;
+  void* p = nullptr;
+  const cudaError_t error = cudaMalloc(&p, bytes);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
+    return CudaStatus(error, absl::StrCat("cudaMalloc of ", bytes, " bytes").c_str(), "DeviceBuffer::Create");
+  }
+  buffer.data_.reset(p);
+  buffer.bytes_ = bytes;
+  return buffer;
+}
+
+absl::StatusOr<PinnedBuffer> PinnedBuffer::Create(size_t bytes) {
+  PinnedBuffer buffer;
+  if (bytes == 0) return buffer;
+  void* p = nullptr;
+  const cudaError_t error = cudaMallocHost(&p, bytes);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(error, absl::StrCat("cudaMallocHost of ", bytes, " bytes").c_str(), "PinnedBuffer::Create");
+  }
+  buffer.data_.reset(p);
+  buffer.bytes_ = bytes;
+  return buffer;
+}
+
+absl::StatusOr<Stream> Stream::Create() {
+  cudaStream_t s = nullptr;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Stream stream;
+  stream.stream_.reset(s);
+  return stream;
+}
+
+absl::Status Stream::Synchronize() const {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Event> Event::Create() {
+  cudaEvent_t e = nullptr;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  Event event;
+  event.event_.reset(e);
+  return event;
+}
+
+absl::Status Event::Record(cudaStream_t stream) const {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_.get(), stream));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> Event::ElapsedSince(const Event& start) const {
+  float ms = 0;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), event_.get()));
+  return ms;
+}
+
+absl::Status EnsureCapacity(DeviceBuffer* buffer, size_t bytes) {
+  if (buffer->bytes() >= bytes) return absl::OkStatus();
+  *buffer = DeviceBuffer();  // free first so the old and new never coexist
+  auto grown = DeviceBuffer::Create(bytes);
+  if (!grown.ok()) return grown.status();
+  *buffer = std::move(*grown);
+  return absl::OkStatus();
+}
+
+absl::Status EnsureCapacity(PinnedBuffer* buffer, size_t bytes) {
+  if (buffer->bytes() >= bytes) return absl::OkStatus();
+  *buffer = PinnedBuffer();
+  auto grown = PinnedBuffer::Create(bytes);
+  if (!grown.ok()) return grown.status();
+  *buffer = std::move(*grown);
+  return absl::OkStatus();
+}
+
+}  // namespace lamina::cuda

@@ -1,0 +1,90 @@
+// Owners of CUDA resources: device memory, pinned host memory, streams and events. Each comes from
+// a factory that returns a Status and frees its resource when destroyed; all are move-only.
+// Thread-compatible.
+#ifndef LAMINA_COMMON_CUDA_DEVICE_BUFFER_H_
+#define LAMINA_COMMON_CUDA_DEVICE_BUFFER_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace lamina::cuda {
+
+// Device memory of a fixed size on the current device.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // ResourceExhausted naming the size when the device is full. A zero size gives an empty buffer.
+  static absl::StatusOr<DeviceBuffer> Create(size_t bytes);
+
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_.get()); }
+  void* data() const { return data_.get(); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { cudaFree(p); }
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory, so that copies to and from the device run asynchronously at full rate.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  static absl::StatusOr<PinnedBuffer> Create(size_t bytes);
+
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_.get()); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { cudaFreeHost(p); }
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t bytes_ = 0;
+};
+
+// A non-blocking stream.
+class Stream {
+ public:
+  static absl::StatusOr<Stream> Create();
+  cudaStream_t get() const { return stream_.get(); }
+  absl::Status Synchronize() const;
+
+ private:
+  struct Destroy {
+    void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+  };
+  std::unique_ptr<CUstream_st, Destroy> stream_;
+};
+
+// An event for timing (with timing enabled) or ordering.
+class Event {
+ public:
+  static absl::StatusOr<Event> Create();
+  cudaEvent_t get() const { return event_.get(); }
+  absl::Status Record(cudaStream_t stream) const;
+  // Milliseconds from `start` to this event; both must have completed.
+  absl::StatusOr<float> ElapsedSince(const Event& start) const;
+
+ private:
+  struct Destroy {
+    void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+  };
+  std::unique_ptr<CUevent_st, Destroy> event_;
+};
+
+// Grows `buffer` to at least `bytes` (never shrinks); the contents are not kept.
+absl::Status EnsureCapacity(DeviceBuffer* buffer, size_t bytes);
+absl::Status EnsureCapacity(PinnedBuffer* buffer, size_t bytes);
+
+}  // namespace lamina::cuda
+
+#endif  // LAMINA_COMMON_CUDA_DEVICE_BUFFER_H_

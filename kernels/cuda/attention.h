@@ -1,0 +1,67 @@
+// CUDA attention, the sibling of kernels/cpu/attention.h, over a bf16 KV cache.
+//
+// Decode attention reads a token-granular cache laid out [slot][kv_head][head_dim] per layer. It is
+// GQA-aware (each KV head is read once for its whole group of query heads) and, when the batch is
+// too small to fill the GPU, splits each sequence's context across thread blocks and merges the
+// partial softmax results (flash-decoding). Prefill attention is FlashAttention-2 style: query
+// tiles per block, key/value tiles in shared memory, online softmax, rows split across warps.
+//
+// Supported: head_dim 16, 32, 64 or 128; up to 8 query heads per KV head. Anything else is
+// InvalidArgument naming the value. Launchers queue work on `stream` and never synchronize.
+// Thread-safe.
+#ifndef LAMINA_KERNELS_CUDA_ATTENTION_H_
+#define LAMINA_KERNELS_CUDA_ATTENTION_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cpu/attention.h"
+
+namespace lamina::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+using kernels::cpu::AttentionShape;
+
+// How a decode call splits its work; from PlanDecode().
+struct DecodePlan {
+  int splits = 1;                // context chunks per (sequence, kv head)
+  int64_t workspace_floats = 0;  // scratch the call needs (0 when splits == 1)
+};
+
+// Picks the number of splits so that about `num_sms` × 4 blocks run, never chunks shorter than 64
+// tokens. `max_context` is the longest attended context of the batch.
+DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms);
+
+// One query per sequence against its cached keys: sequence s attends to the slots
+// slot_ids[slot_begin[s] .. slot_begin[s + 1]) in position order (the last `sliding_window` of
+// them when set).
+absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan,
+                             const float* q, int64_t q_stride,         // [num_seqs, q_stride], heads first
+                             const bf16* k_cache, const bf16* v_cache,  // [num_slots, kv_heads, head_dim]
+                             const int32_t* slot_ids,                   // [total context tokens]
+                             const int32_t* slot_begin,                 // [num_seqs + 1]
+                             float* out, int64_t out_stride,            // [num_seqs, out_stride]
+                             int64_t num_seqs,
+                             float* workspace,  // [plan.workspace_floats] or nullptr when 0
+                             cudaStream_t stream);
+
+// Causal self-attention over one prompt: query t attends to keys 0..t.
+absl::Status PrefillAttention(const AttentionShape& shape,
+                              const float* q, int64_t q_stride,  // [tokens, q_stride]
+                              const float* k, const float* v,    // [tokens, kv_stride]
+                              int64_t kv_stride,
+                              float* out, int64_t out_stride,    // [tokens, out_stride]
+                              int64_t num_tokens, cudaStream_t stream);
+
+// Writes k and v rows (float32, heads first) into the cache at the given slots, as bf16.
+absl::Status StoreKv(const float* k, const float* v, int64_t row_stride,  // [count, row_stride]
+                     const int32_t* slots,                                 // [count]
+                     bf16* k_cache, bf16* v_cache,                        // [num_slots, kv_heads, head_dim]
+                     int64_t count, int64_t kv_size, cudaStream_t stream);
+
+}  // namespace lamina::kernels::cuda
+
+#endif  // LAMINA_KERNELS_CUDA_ATTENTION_H_

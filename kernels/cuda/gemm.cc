@@ -1,0 +1,109 @@
+#include "kernels/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace lamina::kernels::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32 << 20;
+
+absl::Status LtStatus(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasLtGetStatusName(status), " (",
+                                          cublasLtGetStatusString(status), ")"));
+}
+
+#define LAMINA_LT_RETURN_IF_ERROR(expr) LAMINA_RETURN_IF_ERROR(LtStatus((expr), #expr))
+
+}  // namespace
+
+// Row-major out[m, n] is column-major outᵀ [n, m]; outᵀ = W · xᵀ with W (row-major [n, k]) read as
+// column-major [k, n] and transposed: the "TN" product cuBLAS is fastest at.
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create() {
+  std::unique_ptr<Gemm> gemm(new Gemm());
+  LAMINA_LT_RETURN_IF_ERROR(cublasLtCreate(&gemm->handle_));
+  LAMINA_ASSIGN_OR_RETURN(gemm->workspace_, ::lamina::cuda::DeviceBuffer::Create(kWorkspaceBytes));
+  return gemm;
+}
+
+Gemm::~Gemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  const auto [m, n, k, bias, accumulate] = key;
+  auto plan = std::make_unique<Plan>();
+  LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T;
+  const cublasOperation_t none = CUBLAS_OP_N;
+  LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                                           sizeof(transpose)));
+  LAMINA_LT_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
+  if (bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                             sizeof(epilogue)));
+    LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                             &bias_type, sizeof(bias_type)));
+  }
+  LAMINA_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, k, n, k));
+  LAMINA_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, k, m, k));
+  LAMINA_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, n, m, n));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
+  const size_t workspace = workspace_.bytes();
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                       sizeof(workspace));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
+                                                               plan->c, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  LAMINA_RETURN_IF_ERROR(LtStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
+  if (found == 0) {
+    return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for a bf16 GEMM of m=", m, " n=", n,
+                                                 " k=", k));
+  }
+  plan->algo = result.algo;
+  Plan* raw = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* out, int64_t m, int64_t n, int64_t k,
+                       bool accumulate, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  LAMINA_ASSIGN_OR_RETURN(Plan * plan, PlanFor(Key{m, n, k, bias != nullptr, accumulate}));
+  if (bias) {
+    LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                             sizeof(bias)));
+  }
+  const float alpha = 1.f;
+  const float beta = accumulate ? 1.f : 0.f;
+  LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, out, plan->c,
+                                           out, plan->c, &plan->algo, workspace_.data(), workspace_.bytes(), stream));
+  return absl::OkStatus();
+}
+
+}  // namespace lamina::kernels::cuda

@@ -1,0 +1,38 @@
+// Token sampling on the GPU, one block per row of logits, with the semantics of
+// compute_node/sampling/sampler.h: greedy at temperature 0 (lowest index on ties); otherwise the
+// softmax at the temperature restricted to the top_k largest logits, then to the smallest set of
+// those whose probability reaches top_p, and one draw from it.
+//
+// The thresholds are found by radix selection over the logits' bits (no sort), and probability
+// masses are summed in 32.32 fixed point, so a draw is bit-for-bit reproducible. The random number
+// is a counter-based hash of (seed, counter): pass the token's position as the counter and a
+// sequence resumes its stream anywhere. The draw differs from the CPU sampler's mt19937_64 stream,
+// so sampled (non-greedy) tokens are reproducible per device kind, not across them.
+// Thread-safe; queues work on `stream`.
+#ifndef LAMINA_KERNELS_CUDA_SAMPLING_H_
+#define LAMINA_KERNELS_CUDA_SAMPLING_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace lamina::kernels::cuda {
+
+struct DeviceSamplingParams {
+  float temperature;  // 0: greedy
+  int32_t top_k;      // 0: no limit
+  float top_p;        // 1: no limit
+  uint64_t seed;
+  uint64_t counter;   // e.g. the position of the token being sampled
+};
+
+absl::Status Sample(const float* logits,                 // [rows, vocab]
+                    const DeviceSamplingParams* params,  // [rows], device memory
+                    int32_t* tokens,                     // [rows]
+                    int64_t rows, int64_t vocab, cudaStream_t stream);
+
+}  // namespace lamina::kernels::cuda
+
+#endif  // LAMINA_KERNELS_CUDA_SAMPLING_H_

@@ -1,0 +1,379 @@
+// Every CUDA kernel against its CPU reference (kernels/cpu) on fresh random inputs: odd sizes,
+// MHA, GQA and MQA, head_dim 16 to 128, contexts from 1 to 8K. Inputs that the GPU keeps in bf16
+// are rounded to bf16 before the CPU sees them, so the tolerances measure the kernels, not the
+// storage format. Skips with the reason where no GPU is present.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/cuda/device.h"
+#include "common/cuda/device_buffer.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sampling.h"
+
+namespace lamina::kernels {
+namespace {
+
+using ::lamina::cuda::DeviceBuffer;
+using bf16 = __nv_bfloat16;
+
+class CudaParityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = NoGpuReason();
+    if (!reason.empty()) GTEST_SKIP() << "CUDA parity needs a GPU: " << reason;
+  }
+
+  std::vector<float> Random(size_t n, float scale = 1.f) {
+    std::uniform_real_distribution<float> dist(-scale, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
+  // Rounds to bf16 and back, as the GPU will store it.
+  static std::vector<float> RoundBf16(std::vector<float> v) {
+    for (float& x : v) x = __bfloat162float(__float2bfloat16(x));
+    return v;
+  }
+  static std::vector<bf16> ToBf16(const std::vector<float>& v) {
+    std::vector<bf16> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16(v[i]);
+    return out;
+  }
+  template <typename T>
+  static DeviceBuffer Upload(const std::vector<T>& host) {
+    auto buffer = DeviceBuffer::Create(std::max<size_t>(1, host.size() * sizeof(T)));
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    return std::move(*buffer);
+  }
+  template <typename T>
+  static std::vector<T> Download(const DeviceBuffer& buffer, size_t n) {
+    std::vector<T> host(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+  static std::vector<float> DownloadBf16(const DeviceBuffer& buffer, size_t n) {
+    std::vector<bf16> raw = Download<bf16>(buffer, n);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(raw[i]);
+    return out;
+  }
+  // Largest |a - b| / (atol + rtol |b|) must stay <= 1.
+  static void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol,
+                         const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double err = std::abs(got[i] - want[i]) / (atol + rtol * std::abs(want[i]));
+      if (!(err <= worst)) {
+        worst = err;
+        at = i;
+      }
+    }
+    EXPECT_LE(worst, 1.0) << what << ": element " << at << " is " << got[at] << ", CPU says " << want[at];
+  }
+
+  std::mt19937 rng_{1234};
+};
+
+TEST_F(CudaParityTest, EmbeddingIsExact) {
+  const int64_t vocab = 37, hidden = 100;
+  const std::vector<float> table = RoundBf16(Random(vocab * hidden));
+  const std::vector<int32_t> tokens = {5, 0, 36, 5, 17};
+  std::vector<float> want(tokens.size() * hidden);
+  cpu::Embedding(table.data(), tokens.data(), want.data(), tokens.size(), hidden);
+  DeviceBuffer d_table = Upload(ToBf16(table)), d_tokens = Upload(tokens);
+  DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
+  ASSERT_TRUE(cuda::Embedding(d_table.as<bf16>(), d_tokens.as<int32_t>(), d_out.as<float>(), tokens.size(), hidden,
+                              nullptr).ok());
+  EXPECT_EQ(Download<float>(d_out, want.size()), want);
+}
+
+TEST_F(CudaParityTest, RmsNormWithAndWithoutResidualAdd) {
+  for (int64_t hidden : {96, 1000, 4096}) {
+    const int64_t rows = 7;
+    std::vector<float> x = Random(rows * hidden, 3.f);
+    const std::vector<float> delta = Random(rows * hidden);
+    const std::vector<float> weight = RoundBf16(Random(hidden));
+    for (bool fused : {false, true}) {
+      std::vector<float> cpu_x = x;
+      if (fused) cpu::AddInPlace(cpu_x.data(), delta.data(), cpu_x.size());
+      std::vector<float> want(rows * hidden);
+      cpu::RmsNorm(cpu_x.data(), weight.data(), want.data(), rows, hidden, 1e-5f);
+      DeviceBuffer d_x = Upload(x), d_delta = Upload(delta), d_w = Upload(ToBf16(weight));
+      DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(bf16));
+      ASSERT_TRUE(cuda::RmsNorm(d_x.as<float>(), fused ? d_delta.as<float>() : nullptr, d_w.as<bf16>(),
+                                d_out.as<bf16>(), rows, hidden, 1e-5f, nullptr).ok());
+      ExpectNear(DownloadBf16(d_out, want.size()), want, 1e-3f, 8e-3f, "rmsnorm output");
+      ExpectNear(Download<float>(d_x, x.size()), cpu_x, 1e-6f, 1e-6f, "residual after the fused add");
+    }
+  }
+}
+
+TEST_F(CudaParityTest, SwiGlu) {
+  const int64_t rows = 5, inter = 333;
+  const std::vector<float> gate_up = Random(rows * 2 * inter, 4.f);
+  std::vector<float> want(rows * inter);
+  cpu::SwiGlu(gate_up.data(), want.data(), rows, inter);
+  DeviceBuffer d_in = Upload(gate_up), d_out = *DeviceBuffer::Create(want.size() * sizeof(bf16));
+  ASSERT_TRUE(cuda::SwiGlu(d_in.as<float>(), d_out.as<bf16>(), rows, inter, nullptr).ok());
+  ExpectNear(DownloadBf16(d_out, want.size()), want, 1e-3f, 8e-3f, "swiglu");
+}
+
+TEST_F(CudaParityTest, RopeDefaultAndLlama3) {
+  RopeConfig llama3;
+  llama3.theta = 500000;
+  llama3.type = RopeConfig::Type::kLlama3;
+  llama3.factor = 8;
+  llama3.low_freq_factor = 1;
+  llama3.high_freq_factor = 4;
+  llama3.original_max_position_embeddings = 8192;
+  RopeConfig plain;
+  plain.theta = 10000;
+  for (const RopeConfig& config : {plain, llama3}) {
+    for (int64_t head_dim : {64, 128}) {
+      const int64_t rows = 9, heads = 6, stride = heads * head_dim + 40;
+      cpu::Rope rope(config, head_dim);
+      const std::vector<int32_t> positions = {0, 1, 2, 100, 4095, 8191, 8192, 20000, 131071};
+      std::vector<float> x = Random(rows * stride, 2.f);
+      std::vector<float> want = x;
+      rope.Apply(want.data(), positions.data(), rows, heads, stride);
+      DeviceBuffer d_x = Upload(x), d_pos = Upload(positions);
+      DeviceBuffer d_table = Upload(cuda::RopeCosSin(rope.inv_freq(), 131072));
+      ASSERT_TRUE(cuda::Rope(d_x.as<float>(), d_pos.as<int32_t>(), d_table.as<float>(), rows, heads, head_dim,
+                             stride, nullptr).ok());
+      ExpectNear(Download<float>(d_x, x.size()), want, 1e-5f, 1e-5f, "rope");
+    }
+  }
+}
+
+TEST_F(CudaParityTest, GemmWithBiasAndAccumulate) {
+  auto gemm = cuda::Gemm::Create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  struct Shape { int64_t m, n, k; };
+  for (const Shape& s : {Shape{1, 131, 96}, Shape{7, 37, 264}, Shape{33, 1024, 512}, Shape{128, 384, 4096}}) {
+    const std::vector<float> x = RoundBf16(Random(s.m * s.k)), w = RoundBf16(Random(s.n * s.k, 0.05f));
+    const std::vector<float> bias = Random(s.n), initial = Random(s.m * s.n);
+    std::vector<float> want(s.m * s.n);
+    cpu::Matmul(x.data(), w.data(), bias.data(), want.data(), s.m, s.n, s.k);
+    DeviceBuffer d_x = Upload(ToBf16(x)), d_w = Upload(ToBf16(w)), d_b = Upload(bias), d_out = Upload(initial);
+    ASSERT_TRUE((*gemm)->Run(d_x.as<bf16>(), d_w.as<bf16>(), d_b.as<float>(), d_out.as<float>(), s.m, s.n, s.k,
+                             false, nullptr).ok());
+    ExpectNear(Download<float>(d_out, want.size()), want, 1e-4f, 1e-4f, "gemm with bias");
+    // Accumulate: out = out + x·Wᵀ, the fused residual add.
+    std::vector<float> plain(s.m * s.n), accumulated = initial;
+    cpu::Matmul(x.data(), w.data(), nullptr, plain.data(), s.m, s.n, s.k);
+    cpu::AddInPlace(accumulated.data(), plain.data(), accumulated.size());
+    DeviceBuffer d_acc = Upload(initial);
+    ASSERT_TRUE((*gemm)->Run(d_x.as<bf16>(), d_w.as<bf16>(), nullptr, d_acc.as<float>(), s.m, s.n, s.k, true,
+                             nullptr).ok());
+    ExpectNear(Download<float>(d_acc, want.size()), accumulated, 1e-4f, 1e-4f, "gemm accumulate");
+  }
+}
+
+struct AttentionCase {
+  int64_t q_heads, kv_heads, head_dim;
+  std::vector<int64_t> contexts;  // one per sequence
+  int64_t sliding_window = 0;
+};
+
+TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
+  const std::vector<AttentionCase> cases = {
+      {8, 8, 64, {1, 17, 300}},                // MHA
+      {32, 8, 128, {2048, 1, 4097, 33}},       // GQA, Llama-3 shape
+      {8, 1, 128, {8192}},                     // MQA, 8K
+      {6, 6, 16, {5, 70}},                     // the tiny model's shape
+      {8, 4, 32, {257, 1000, 3}},              // the demo model's shape
+      {12, 2, 64, {500, 129}, 100},            // 6 heads per KV head, sliding window
+      {28, 4, 128, {1500}},                    // 7 heads per KV head
+  };
+  for (const AttentionCase& c : cases) {
+    const cpu::AttentionShape shape{c.q_heads, c.kv_heads, c.head_dim, c.sliding_window};
+    const int64_t seqs = static_cast<int64_t>(c.contexts.size());
+    const int64_t total = std::accumulate(c.contexts.begin(), c.contexts.end(), int64_t{0});
+    const int64_t num_slots = total + 50;
+    const int64_t kv_size = c.kv_heads * c.head_dim, q_size = c.q_heads * c.head_dim;
+    // Each sequence's positions land on scattered slots, as after churn in the allocator.
+    std::vector<int32_t> slots(num_slots);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng_);
+    slots.resize(total);
+    std::vector<int64_t> begin64 = {0};
+    std::vector<int32_t> begin32 = {0};
+    for (int64_t len : c.contexts) {
+      begin64.push_back(begin64.back() + len);
+      begin32.push_back(static_cast<int32_t>(begin64.back()));
+    }
+    const std::vector<float> keys = RoundBf16(Random(num_slots * kv_size, 2.f));
+    const std::vector<float> values = RoundBf16(Random(num_slots * kv_size));
+    const int64_t q_stride = q_size + 24;
+    const std::vector<float> q = Random(seqs * q_stride);
+    std::vector<float> want(seqs * q_size);
+    cpu::DecodeAttention(shape, q.data(), q_stride, keys.data(), values.data(), kv_size, slots.data(), begin64.data(),
+                         want.data(), q_size, seqs);
+
+    DeviceBuffer d_q = Upload(q), d_k = Upload(ToBf16(keys)), d_v = Upload(ToBf16(values));
+    DeviceBuffer d_slots = Upload(slots), d_begin = Upload(begin32);
+    const int64_t longest = *std::max_element(c.contexts.begin(), c.contexts.end());
+    for (int sms : {1, 132}) {  // one block per (sequence, head), and contexts split across blocks
+      const cuda::DecodePlan plan = cuda::PlanDecode(shape, seqs, longest, sms);
+      DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
+      DeviceBuffer d_work = *DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float));
+      ASSERT_TRUE(cuda::DecodeAttention(shape, plan, d_q.as<float>(), q_stride, d_k.as<bf16>(), d_v.as<bf16>(),
+                                        d_slots.as<int32_t>(), d_begin.as<int32_t>(), d_out.as<float>(), q_size, seqs,
+                                        d_work.as<float>(), nullptr).ok());
+      ExpectNear(Download<float>(d_out, want.size()), want, 2e-4f, 2e-3f,
+                 "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
+                     " dim " + std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits));
+    }
+  }
+}
+
+TEST_F(CudaParityTest, DecodeAttentionRejectsUnsupportedShapes) {
+  const cuda::DecodePlan plan;
+  absl::Status status = cuda::DecodeAttention({8, 8, 96, 0}, plan, nullptr, 0, nullptr, nullptr, nullptr, nullptr,
+                                              nullptr, 0, 1, nullptr, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("head_dim 96"), std::string::npos) << status;
+  status = cuda::DecodeAttention({16, 1, 64, 0}, plan, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 1,
+                                 nullptr, nullptr);
+  EXPECT_NE(status.message().find("16 query heads per KV head"), std::string::npos) << status;
+}
+
+TEST_F(CudaParityTest, PrefillAttentionCausal) {
+  const std::vector<AttentionCase> cases = {
+      {8, 8, 64, {1}}, {8, 2, 128, {19}}, {4, 1, 128, {200}}, {6, 6, 16, {77}}, {8, 4, 32, {513}},
+      {12, 4, 64, {300}, 64},
+  };
+  for (const AttentionCase& c : cases) {
+    const cpu::AttentionShape shape{c.q_heads, c.kv_heads, c.head_dim, c.sliding_window};
+    const int64_t tokens = c.contexts[0];
+    const int64_t q_size = c.q_heads * c.head_dim, kv_size = c.kv_heads * c.head_dim;
+    const int64_t stride = q_size + 2 * kv_size;  // a fused qkv row
+    const std::vector<float> qkv = Random(tokens * stride, 2.f);
+    std::vector<float> want(tokens * q_size);
+    cpu::PrefillAttention(shape, qkv.data(), stride, qkv.data() + q_size, qkv.data() + q_size + kv_size, stride,
+                          want.data(), q_size, tokens);
+    DeviceBuffer d_qkv = Upload(qkv), d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
+    const float* base = d_qkv.as<float>();
+    ASSERT_TRUE(cuda::PrefillAttention(shape, base, stride, base + q_size, base + q_size + kv_size, stride,
+                                       d_out.as<float>(), q_size, tokens, nullptr).ok());
+    ExpectNear(Download<float>(d_out, want.size()), want, 1e-5f, 1e-4f,
+               "prefill attention of " + std::to_string(tokens) + " tokens");
+  }
+}
+
+TEST_F(CudaParityTest, StoreKvWritesBf16AtSlots) {
+  const int64_t count = 5, kv_size = 96, stride = 300, num_slots = 20;
+  const std::vector<float> rows = Random(count * stride);
+  const std::vector<int32_t> slots = {7, 3, 19, 0, 11};
+  DeviceBuffer d_rows = Upload(rows), d_slots = Upload(slots);
+  DeviceBuffer d_k = Upload(std::vector<bf16>(num_slots * kv_size)), d_v = Upload(std::vector<bf16>(num_slots * kv_size));
+  ASSERT_TRUE(cuda::StoreKv(d_rows.as<float>(), d_rows.as<float>() + 100, stride, d_slots.as<int32_t>(),
+                            d_k.as<bf16>(), d_v.as<bf16>(), count, kv_size, nullptr).ok());
+  const std::vector<float> k = DownloadBf16(d_k, num_slots * kv_size), v = DownloadBf16(d_v, num_slots * kv_size);
+  for (int64_t r = 0; r < count; ++r) {
+    for (int64_t i = 0; i < kv_size; ++i) {
+      ASSERT_EQ(k[slots[r] * kv_size + i], __bfloat162float(__float2bfloat16(rows[r * stride + i])));
+      ASSERT_EQ(v[slots[r] * kv_size + i], __bfloat162float(__float2bfloat16(rows[r * stride + 100 + i])));
+    }
+  }
+  EXPECT_EQ(k[1 * kv_size], 0.f);  // an untouched slot
+}
+
+class CudaSamplingTest : public CudaParityTest {
+ protected:
+  std::vector<int32_t> SampleRows(const std::vector<float>& logits, const std::vector<cuda::DeviceSamplingParams>& p,
+                                  int64_t vocab) {
+    DeviceBuffer d_logits = Upload(logits), d_params = Upload(p);
+    DeviceBuffer d_tokens = Upload(std::vector<int32_t>(p.size(), -1));
+    EXPECT_TRUE(cuda::Sample(d_logits.as<float>(), d_params.as<cuda::DeviceSamplingParams>(), d_tokens.as<int32_t>(),
+                             p.size(), vocab, nullptr).ok());
+    return Download<int32_t>(d_tokens, p.size());
+  }
+};
+
+TEST_F(CudaSamplingTest, GreedyIsTheCpuArgMaxWithTiesToTheLowestIndex) {
+  const int64_t vocab = 128257, rows = 6;
+  std::vector<float> logits = Random(rows * vocab, 10.f);
+  logits[2 * vocab + 5] = logits[2 * vocab + 99999] = 50.f;  // a tie
+  std::vector<cuda::DeviceSamplingParams> params(rows, {0.f, 0, 1.f, 1, 0});
+  const std::vector<int32_t> got = SampleRows(logits, params, vocab);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * vocab;
+    EXPECT_EQ(got[r], std::max_element(row, row + vocab) - row) << "row " << r;
+  }
+  EXPECT_EQ(got[2], 5);
+}
+
+TEST_F(CudaSamplingTest, DrawsFollowTheSoftmaxAndStayInsideTopKAndTopP) {
+  const int64_t vocab = 10;
+  const std::vector<float> row = {1.0f, 2.5f, 0.3f, -1.f, 2.0f, 0.f, 1.7f, -3.f, 0.9f, 2.2f};
+  const int draws = 40000;
+  struct Case { float temperature; int32_t top_k; float top_p; };
+  for (const Case& c : {Case{1.f, 0, 1.f}, Case{0.7f, 3, 1.f}, Case{1.3f, 0, 0.6f}, Case{1.f, 4, 0.8f}}) {
+    // The CPU's kept set and probabilities, as Sampler computes them.
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+    const int64_t k = c.top_k > 0 ? c.top_k : vocab;
+    std::vector<double> p(k);
+    double z = 0;
+    for (int64_t i = 0; i < k; ++i) z += p[i] = std::exp((row[order[i]] - row[order[0]]) / c.temperature);
+    int64_t keep = k;
+    double cumulative = 0;
+    for (int64_t i = 0; i < k && c.top_p < 1.f; ++i) {
+      cumulative += p[i] / z;
+      if (cumulative >= c.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    double kept_mass = 0;
+    for (int64_t i = 0; i < keep; ++i) kept_mass += p[i];
+    std::vector<double> expected(vocab, 0.0);
+    for (int64_t i = 0; i < keep; ++i) expected[order[i]] = p[i] / kept_mass;
+
+    std::vector<float> logits;
+    std::vector<cuda::DeviceSamplingParams> params;
+    for (int i = 0; i < draws; ++i) {
+      logits.insert(logits.end(), row.begin(), row.end());
+      params.push_back({c.temperature, c.top_k, c.top_p, 42, static_cast<uint64_t>(i)});
+    }
+    const std::vector<int32_t> got = SampleRows(logits, params, vocab);
+    std::vector<double> freq(vocab, 0.0);
+    for (int32_t t : got) {
+      ASSERT_GE(t, 0);
+      ASSERT_LT(t, vocab);
+      freq[t] += 1.0 / draws;
+    }
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (expected[i] == 0) {
+        EXPECT_EQ(freq[i], 0.0) << "token " << i << " is outside top_k/top_p but was drawn";
+      } else {
+        EXPECT_NEAR(freq[i], expected[i], 0.01) << "token " << i << " at temperature " << c.temperature;
+      }
+    }
+    // Reproducible: the same seed and counters give the same tokens.
+    EXPECT_EQ(SampleRows(logits, params, vocab), got);
+  }
+}
+
+}  // namespace
+}  // namespace lamina::kernels
