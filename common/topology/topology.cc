@@ -1,5 +1,7 @@
 #include "common/topology/topology.h"
 
+#include "common/cuda/device.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -108,11 +110,8 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
   spec.port = static_cast<int>(port);
   const std::string default_device = "cpu";
   LAMINA_ASSIGN_OR_RETURN(spec.device, f.String("device", &default_device));
-  if (spec.device != "cpu") {
-    if (spec.device.rfind("cuda:", 0) == 0) {
-      return f.Error(f.Get("device"), "device",
-                     absl::StrCat("'", spec.device, "': GPU nodes are not available in this build yet (use cpu)"));
-    }
+  // Whether this host has that GPU is the node's to check when it starts.
+  if (!ParseDevice(spec.device).ok()) {
     return f.Error(f.Get("device"), "device", absl::StrCat("expected 'cpu' or 'cuda:N', got '", spec.device, "'"));
   }
   const int64_t zero = 0;

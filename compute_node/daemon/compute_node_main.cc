@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/rpc/node_agent.h"
 #include "common/rpc/daemon.h"
@@ -19,10 +20,46 @@
 #include "common/threading/thread_pool.h"
 #include "common/topology/topology.h"
 #include "compute_node/daemon/step_service.h"
+#ifdef LAMINA_HAVE_CUDA
+#include "compute_node/engine/cuda/cuda_model_weights.h"
+#include "compute_node/engine/cuda/cuda_slice_backend.h"
+#endif
 #include "grpcpp/grpcpp.h"
 
 namespace lamina {
 namespace {
+
+// The engine on the node's device. On a GPU the weights move to it and the host copy is dropped.
+class NodeEngine : public ComputeEngine {
+ public:
+  using ComputeEngine::ComputeEngine;
+  std::unique_ptr<ModelWeights> host_weights;
+#ifdef LAMINA_HAVE_CUDA
+  std::unique_ptr<CudaModelWeights> gpu_weights;
+#endif
+};
+
+absl::StatusOr<std::unique_ptr<ComputeEngine>> MakeEngine(const std::string& device_name,
+                                                          std::unique_ptr<ModelWeights> weights,
+                                                          AttentionService* attention, ThreadPool* pool) {
+  LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(device_name));
+  if (!device.is_cuda) {
+    auto engine = std::make_unique<NodeEngine>(weights.get(), attention, pool);
+    engine->host_weights = std::move(weights);
+    return std::unique_ptr<ComputeEngine>(std::move(engine));
+  }
+#ifdef LAMINA_HAVE_CUDA
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaModelWeights> gpu, CudaModelWeights::Upload(*weights));
+  weights.reset();
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> prefill, CudaSliceBackend::Create(gpu.get(), device.index));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> decode, CudaSliceBackend::Create(gpu.get(), device.index));
+  auto engine = std::make_unique<NodeEngine>(std::move(prefill), std::move(decode), attention);
+  engine->gpu_weights = std::move(gpu);
+  return std::unique_ptr<ComputeEngine>(std::move(engine));
+#else
+  return UseDevice(device);  // says this build has no CUDA
+#endif
+}
 
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology", "name"}, {}));
@@ -31,8 +68,10 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (spec == nullptr || spec->kind != NodeKind::kCompute) {
     return absl::InvalidArgumentError(absl::StrCat(topology.path, ": no compute node named '", flags.String("name", ""), "'"));
   }
+  LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
+  LAMINA_RETURN_IF_ERROR(UseDevice(device));  // before the (long) load: a missing GPU fails fast
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(topology.model_dir));
-  const ModelConfig& config = weights->config;
+  const ModelConfig config = weights->config;
 
   std::map<std::string, std::string> memory_nodes;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
@@ -40,8 +79,9 @@ absl::Status Run(const std::vector<std::string>& args) {
   RemoteAttention attention(transport.get(), memory_nodes, {config.num_layers, config.q_size(), config.kv_size()},
                             absl::Seconds(5));
   ThreadPool pool(spec->threads);
-  ComputeEngine engine(weights.get(), &attention, &pool);
-  StepService service(&engine, &attention);
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine,
+                          MakeEngine(spec->device, std::move(weights), &attention, &pool));
+  StepService service(engine.get(), &attention);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
   lamina::v1::RegisterRequest registration;
@@ -51,9 +91,9 @@ absl::Status Run(const std::vector<std::string>& args) {
   registration.set_pid(::getpid());
   NodeAgent agent(topology.coordinator_address(), registration, [](lamina::v1::HeartbeatRequest*) {});
 
-  std::fprintf(stderr, "%s: %s, %lld layers, gRPC on %s, %zu memory nodes\n", spec->name.c_str(),
-               config.architecture.c_str(), static_cast<long long>(config.num_layers), spec->grpc_address().c_str(),
-               memory_nodes.size());
+  std::fprintf(stderr, "%s: %s, %lld layers on %s, gRPC on %s, %zu memory nodes\n", spec->name.c_str(),
+               config.architecture.c_str(), static_cast<long long>(config.num_layers), spec->device.c_str(),
+               spec->grpc_address().c_str(), memory_nodes.size());
   ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();
 }

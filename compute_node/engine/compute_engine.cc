@@ -2,12 +2,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
-#include "kernels/cpu/attention.h"
+#include "compute_node/engine/cpu_slice_backend.h"
 
 namespace lamina {
 
 ComputeEngine::ComputeEngine(const ModelWeights* weights, AttentionService* attention, ThreadPool* pool)
-    : weights_(weights), attention_(attention), pool_(pool), slices_(weights, pool) {}
+    : ComputeEngine(std::make_unique<CpuSliceBackend>(weights, pool), std::make_unique<CpuSliceBackend>(weights, pool),
+                    attention) {}
+
+ComputeEngine::ComputeEngine(std::unique_ptr<SliceBackend> prefill, std::unique_ptr<SliceBackend> decode,
+                             AttentionService* attention)
+    : attention_(attention), prefill_(std::move(prefill)), decode_(std::move(decode)) {}
 
 absl::Status ComputeEngine::CheckToken(int32_t token, int32_t position) const {
   if (token < 0 || token >= config().vocab_size) {
@@ -25,8 +30,7 @@ absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, b
                                     Tensor* logits) {
   const ModelConfig& c = config();
   std::vector<int32_t> tokens;
-  SliceState& s = prefill_state_;
-  s.positions.clear();
+  std::vector<int32_t> positions;
   for (const PrefillSequence& p : prompts) {
     if (p.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("sequence ", p.seq, ": empty prompt"));
     if (static_cast<int64_t>(p.tokens.size()) > c.max_position_embeddings) {
@@ -36,37 +40,44 @@ absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, b
     }
     for (size_t t = 0; t < p.tokens.size(); ++t) {
       LAMINA_RETURN_IF_ERROR(CheckToken(p.tokens[t], static_cast<int32_t>(t)));
-      s.positions.push_back(static_cast<int32_t>(t));
+      positions.push_back(static_cast<int32_t>(t));
     }
     tokens.insert(tokens.end(), p.tokens.begin(), p.tokens.end());
   }
-  auto free_all = [&] {
-    for (const PrefillSequence& p : prompts) attention_->Free(p.seq);
-  };
   std::vector<Reservation> reservations;
   for (const PrefillSequence& p : prompts) reservations.push_back({p.seq, static_cast<int32_t>(p.tokens.size())});
   LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
+  // From here on a failure frees the prompts' slots, so nothing is left half-written.
+  absl::Status status = RunPrefill(prompts, tokens, positions, all_positions, logits);
+  if (!status.ok()) {
+    for (const PrefillSequence& p : prompts) attention_->Free(p.seq);
+  }
+  return status;
+}
 
-  const QkvLayout qkv = slices_.qkv_layout();
-  const kernels::cpu::AttentionShape shape{c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window};
-  slices_.RunFirst(tokens, &s);
+absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts, absl::Span<const int32_t> tokens,
+                                       absl::Span<const int32_t> positions, bool all_positions, Tensor* logits) {
+  const ModelConfig& c = config();
+  SliceBackend& b = *prefill_;
+  const QkvLayout qkv = b.qkv_layout();
+  LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     int64_t row = 0;
     for (const PrefillSequence& p : prompts) {
       const int64_t n = static_cast<int64_t>(p.tokens.size());
-      const float* base = s.qkv.row(row);
-      kernels::cpu::PrefillAttention(shape, base + qkv.q_offset, qkv.row_stride, base + qkv.k_offset,
-                                     base + qkv.v_offset, qkv.row_stride, s.attn_out.row(row), c.q_size(),
-                                     n, *pool_);
-      absl::Status status = attention_->StoreKv(layer, p.seq, 0, n, base + qkv.k_offset,
-                                                base + qkv.v_offset, qkv.row_stride);
-      if (!status.ok()) {
-        free_all();
-        return status;
-      }
+      LAMINA_RETURN_IF_ERROR(b.PrefillAttention(row, n));
       row += n;
     }
-    if (layer + 1 < c.num_layers) slices_.RunMiddle(layer + 1, &s);
+    LAMINA_ASSIGN_OR_RETURN(const float* rows, b.HostQkv());
+    row = 0;
+    for (const PrefillSequence& p : prompts) {
+      const int64_t n = static_cast<int64_t>(p.tokens.size());
+      const float* base = rows + row * qkv.row_stride;
+      LAMINA_RETURN_IF_ERROR(attention_->StoreKv(layer, p.seq, 0, n, base + qkv.k_offset, base + qkv.v_offset,
+                                                 qkv.row_stride));
+      row += n;
+    }
+    if (layer + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer + 1));
   }
 
   std::vector<int64_t> rows;
@@ -79,20 +90,19 @@ absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, b
       rows.push_back(end - 1);
     }
   }
-  slices_.RunLast(rows, &s, logits);
-  return absl::OkStatus();
+  return b.RunLast(rows, logits);
 }
 
 absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, Tensor* logits) {
   const ModelConfig& c = config();
-  SliceState& s = decode_state_;
-  s.positions.clear();
+  SliceBackend& b = *decode_;
   entries_.clear();
   std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
   tokens.reserve(batch.size());
   for (const DecodeToken& t : batch) {
     LAMINA_RETURN_IF_ERROR(CheckToken(t.token, t.position));
-    s.positions.push_back(t.position);
+    positions.push_back(t.position);
     entries_.push_back({t.seq, t.position});
     tokens.push_back(t.token);
   }
@@ -100,16 +110,16 @@ absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, Tensor* 
   for (const DecodeToken& t : batch) reservations.push_back({t.seq, t.position + 1});
   LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
 
-  const QkvLayout qkv = slices_.qkv_layout();
-  slices_.RunFirst(tokens, &s);
+  const QkvLayout qkv = b.qkv_layout();
+  LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    LAMINA_RETURN_IF_ERROR(attention_->Decode(layer, entries_, s.qkv.data(), qkv, s.attn_out.data(), c.q_size()));
-    if (layer + 1 < c.num_layers) slices_.RunMiddle(layer + 1, &s);
+    LAMINA_ASSIGN_OR_RETURN(const float* rows, b.HostQkv());
+    LAMINA_RETURN_IF_ERROR(attention_->Decode(layer, entries_, rows, qkv, b.HostAttnOut(), c.q_size()));
+    if (layer + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer + 1));
   }
   std::vector<int64_t> rows(batch.size());
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  slices_.RunLast(rows, &s, logits);
-  return absl::OkStatus();
+  return b.RunLast(rows, logits);
 }
 
 }  // namespace lamina

@@ -5,11 +5,13 @@
 //
 // Prefill runs the prompt's causal attention here (compute-bound work stays on the compute node)
 // and ships each layer's k/v to the memory side in bulk. Decode sends each new token's q/k/v.
+// The slices run on a SliceBackend (CPU or GPU); this loop is the same for both.
 // Thread-compatible: one batch at a time per engine.
 #ifndef LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_
 #define LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -17,7 +19,7 @@
 #include "common/attention/attention_service.h"
 #include "common/tensor/tensor.h"
 #include "common/threading/thread_pool.h"
-#include "compute_node/engine/model_slices.h"
+#include "compute_node/engine/slice_backend.h"
 #include "compute_node/model/model_weights.h"
 
 namespace lamina {
@@ -35,8 +37,12 @@ struct DecodeToken {
 
 class ComputeEngine {
  public:
+  // On the CPU kernels.
   ComputeEngine(const ModelWeights* weights, AttentionService* attention,
                 ThreadPool* pool = &ThreadPool::Default());
+  // On the given backends, one for prefill batches and one for decode batches (of one model).
+  ComputeEngine(std::unique_ptr<SliceBackend> prefill, std::unique_ptr<SliceBackend> decode,
+                AttentionService* attention);
 
   // Runs all prompts as one batch. Writes logits [num prompts, vocab] for each prompt's last
   // token, or with `all_positions` [total prompt tokens, vocab] for every position.
@@ -47,17 +53,16 @@ class ComputeEngine {
   // One decode step for a batch of sequences: logits [batch, vocab].
   absl::Status Decode(absl::Span<const DecodeToken> batch, Tensor* logits);
 
-  const ModelConfig& config() const { return weights_->config; }
+  const ModelConfig& config() const { return decode_->config(); }
 
  private:
   absl::Status CheckToken(int32_t token, int32_t position) const;
+  absl::Status RunPrefill(absl::Span<const PrefillSequence> prompts, absl::Span<const int32_t> tokens,
+                          absl::Span<const int32_t> positions, bool all_positions, Tensor* logits);
 
-  const ModelWeights* weights_;
   AttentionService* attention_;
-  ThreadPool* pool_;
-  ModelSlices slices_;
-  SliceState prefill_state_;
-  SliceState decode_state_;
+  std::unique_ptr<SliceBackend> prefill_;
+  std::unique_ptr<SliceBackend> decode_;
   std::vector<DecodeEntry> entries_;
 };
 

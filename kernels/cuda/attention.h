@@ -31,7 +31,7 @@ struct DecodePlan {
   int64_t workspace_floats = 0;  // scratch the call needs (0 when splits == 1)
 };
 
-// Picks the number of splits so that about `num_sms` × 4 blocks run, never chunks shorter than 64
+// Picks the number of splits so that about `num_sms` × 8 blocks run, never chunks shorter than 64
 // tokens. `max_context` is the longest attended context of the batch.
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms);
 

@@ -19,6 +19,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kUnroll = 4;
 constexpr int kMinChunk = 64;
+// Enough resident blocks per SM to keep loads in flight while other warps compute.
+constexpr int kBlocksPerSm = 8;
 
 __device__ __forceinline__ void Unpack8(const uint4& raw, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -244,7 +246,7 @@ absl::Status DispatchGroup(const AttentionShape& shape, const DecodePlan& plan, 
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms) {
   DecodePlan plan;
   const int64_t blocks = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
-  const int64_t wanted = (4 * static_cast<int64_t>(num_sms) + blocks - 1) / blocks;
+  const int64_t wanted = (kBlocksPerSm * static_cast<int64_t>(num_sms) + blocks - 1) / blocks;
   const int64_t most = std::max<int64_t>(1, max_context / kMinChunk);
   plan.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, most)));
   if (plan.splits > 1) plan.workspace_floats = num_seqs * shape.num_q_heads * plan.splits * (shape.head_dim + 1);

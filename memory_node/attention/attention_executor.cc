@@ -14,9 +14,17 @@ absl::StatusOr<std::unique_ptr<AttentionExecutor>> AttentionExecutor::Create(
   if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0) {
     return absl::InvalidArgumentError("attention heads: num_q_heads must be a multiple of num_kv_heads");
   }
-  LAMINA_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create({options.num_layers, options.num_slots,
-                                                     a.num_kv_heads, a.head_dim}));
-  return std::unique_ptr<AttentionExecutor>(new AttentionExecutor(options, std::move(kv), pool));
+  if (options.num_layers <= 0 || options.num_slots <= 0) {
+    return absl::InvalidArgumentError("KV pool needs at least one layer and one slot");
+  }
+  const KvBackendOptions backend_options{options.num_layers, options.num_slots, a};
+  std::unique_ptr<KvBackend> backend;
+  if (options.cuda_device >= 0) {
+    LAMINA_ASSIGN_OR_RETURN(backend, CreateCudaKvBackend(backend_options, options.cuda_device));
+  } else {
+    LAMINA_ASSIGN_OR_RETURN(backend, CreateCpuKvBackend(backend_options, pool));
+  }
+  return std::unique_ptr<AttentionExecutor>(new AttentionExecutor(options, std::move(backend)));
 }
 
 absl::StatusOr<const std::vector<SlotId>*> AttentionExecutor::SlotsOf(SequenceId seq) const {
@@ -65,19 +73,18 @@ absl::Status AttentionExecutor::StoreKv(int64_t layer, SequenceId seq, int32_t f
     return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": positions [", first_position, ", ",
                                                    first_position + count, ") are not reserved"));
   }
-  for (int64_t t = 0; t < count; ++t) {
-    if (allocator_.RefCount((*slots)[first_position + t]) > 1) {
-      return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, ": position ", first_position + t,
+  LAMINA_RETURN_IF_ERROR(CheckWritable(seq, *slots, first_position, count));
+  write_slots_.assign(slots->begin() + first_position, slots->begin() + first_position + count);
+  return backend_->Store(layer, write_slots_, k, v, row_stride);
+}
+
+absl::Status AttentionExecutor::CheckWritable(SequenceId seq, const std::vector<SlotId>& slots, int64_t first,
+                                              int64_t count) const {
+  for (int64_t t = first; t < first + count; ++t) {
+    if (allocator_.RefCount(slots[t]) > 1) {
+      return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, ": position ", t,
                                                         " is shared with another sequence and cannot be written"));
     }
-  }
-  const int64_t stride = pool_.shape().slot_stride();
-  float* keys = pool_.keys(layer);
-  float* values = pool_.values(layer);
-  for (int64_t t = 0; t < count; ++t) {
-    const SlotId slot = (*slots)[first_position + t];
-    std::memcpy(keys + slot * stride, k + t * row_stride, stride * sizeof(float));
-    std::memcpy(values + slot * stride, v + t * row_stride, stride * sizeof(float));
   }
   return absl::OkStatus();
 }
@@ -96,11 +103,14 @@ absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEnt
                                                      " is not reserved"));
     }
   }
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const float* row = qkv + i * layout.row_stride;
-    LAMINA_RETURN_IF_ERROR(StoreKv(layer, entries[i].seq, entries[i].position, 1,
-                                   row + layout.k_offset, row + layout.v_offset, 0));
+  write_slots_.clear();
+  for (const DecodeEntry& e : entries) {
+    const std::vector<SlotId>& slots = slots_.find(e.seq)->second;
+    LAMINA_RETURN_IF_ERROR(CheckWritable(e.seq, slots, e.position, 1));
+    write_slots_.push_back(slots[e.position]);
   }
+  LAMINA_RETURN_IF_ERROR(backend_->Store(layer, write_slots_, qkv + layout.k_offset, qkv + layout.v_offset,
+                                         layout.row_stride));
   // Every layer of a step attends over the same slots: gather them once per step.
   const bool same_step = entries.size() == gathered_for_.size() &&
                          std::equal(entries.begin(), entries.end(), gathered_for_.begin(),
@@ -108,7 +118,6 @@ absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEnt
                                       return a.seq == b.seq && a.position == b.position;
                                     });
   if (!same_step) {
-    gathered_for_.assign(entries.begin(), entries.end());
     gathered_slots_.clear();
     slot_begin_.assign(1, 0);
     for (const DecodeEntry& e : entries) {
@@ -116,12 +125,11 @@ absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEnt
       gathered_slots_.insert(gathered_slots_.end(), slots.begin(), slots.begin() + e.position + 1);
       slot_begin_.push_back(static_cast<int64_t>(gathered_slots_.size()));
     }
+    gathered_for_.clear();  // stays empty if the backend refuses the lists
+    LAMINA_RETURN_IF_ERROR(backend_->SetContexts(gathered_slots_, slot_begin_));
+    gathered_for_.assign(entries.begin(), entries.end());
   }
-  kernels::cpu::DecodeAttention(options_.attention, qkv + layout.q_offset, layout.row_stride, pool_.keys(layer),
-                                pool_.values(layer), pool_.shape().slot_stride(), gathered_slots_.data(),
-                                slot_begin_.data(), out, out_stride,
-                                static_cast<int64_t>(entries.size()), *threads_);
-  return absl::OkStatus();
+  return backend_->Attend(layer, qkv + layout.q_offset, layout.row_stride, out, out_stride);
 }
 
 absl::Status AttentionExecutor::Fork(SequenceId from, SequenceId to, int64_t length) {

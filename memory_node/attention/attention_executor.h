@@ -1,6 +1,6 @@
 // The memory node's work, behind the AttentionService interface: keeps each sequence's KV in token
 // slots of a pool (one slot per position, shared by all layers) and runs decode attention over
-// them on the CPU kernels.
+// them, on the CPU or a GPU (a KvBackend).
 // Thread-compatible: one caller at a time (the node's step loop).
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_ATTENTION_EXECUTOR_H_
 #define LAMINA_MEMORY_NODE_ATTENTION_ATTENTION_EXECUTOR_H_
@@ -15,7 +15,7 @@
 #include "common/attention/attention_service.h"
 #include "common/threading/thread_pool.h"
 #include "kernels/cpu/attention.h"
-#include "memory_node/kv_cache/kv_pool.h"
+#include "memory_node/attention/kv_backend.h"
 #include "memory_node/kv_cache/slot_allocator.h"
 
 namespace lamina {
@@ -24,6 +24,7 @@ struct AttentionExecutorOptions {
   int64_t num_layers;
   int64_t num_slots;
   kernels::cpu::AttentionShape attention;
+  int cuda_device = -1;  // >= 0: the pool and attention live on this GPU; else on the CPU
 };
 
 class AttentionExecutor : public AttentionService {
@@ -50,22 +51,24 @@ class AttentionExecutor : public AttentionService {
   int64_t num_sequences() const { return static_cast<int64_t>(slots_.size()); }
 
  private:
-  AttentionExecutor(const AttentionExecutorOptions& options, KvPool pool, ThreadPool* threads)
-      : options_(options), pool_(std::move(pool)), allocator_(options.num_slots), threads_(threads) {}
+  AttentionExecutor(const AttentionExecutorOptions& options, std::unique_ptr<KvBackend> backend)
+      : options_(options), backend_(std::move(backend)), allocator_(options.num_slots) {}
+  // FailedPrecondition when a position of `seq` in [first, first + count) is shared.
+  absl::Status CheckWritable(SequenceId seq, const std::vector<SlotId>& slots, int64_t first, int64_t count) const;
   absl::StatusOr<const std::vector<SlotId>*> SlotsOf(SequenceId seq) const;
   // Slots `reservations` still need beyond what their sequences hold.
   int64_t SlotsNeeded(absl::Span<const Reservation> reservations) const;
 
   AttentionExecutorOptions options_;
-  KvPool pool_;
+  std::unique_ptr<KvBackend> backend_;
   SlotAllocator allocator_;
-  ThreadPool* threads_;
   absl::flat_hash_map<SequenceId, std::vector<SlotId>> slots_;  // slot of each position
   // Decode's slot lists, gathered once per step (the entries they were gathered for) and kept to
   // avoid per-layer work and allocation.
   std::vector<DecodeEntry> gathered_for_;
   std::vector<int32_t> gathered_slots_;
   std::vector<int64_t> slot_begin_;
+  std::vector<int32_t> write_slots_;  // scratch: the slots one call writes
 };
 
 }  // namespace lamina

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
 #include "common/rpc/node_agent.h"
@@ -66,12 +67,14 @@ absl::Status Run(const std::vector<std::string>& args) {
   }
   LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
 
+  LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
   ThreadPool pool(spec->threads);
   std::mutex executor_mu;
   LAMINA_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionExecutor> executor,
       AttentionExecutor::Create({config.num_layers, spec->kv_capacity_tokens,
-                                 {config.num_q_heads, config.num_kv_heads, config.head_dim, config.sliding_window}},
+                                 {config.num_q_heads, config.num_kv_heads, config.head_dim, config.sliding_window},
+                                 device.is_cuda ? device.index : -1},
                                 &pool));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, MakeTransport(spec->transport));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<AttentionServer> data_plane,

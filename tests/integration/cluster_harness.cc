@@ -51,9 +51,11 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
                                   "\nscheduler:\n  max_batch: ", options.max_batch,
                                   "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
                                   options.prefix_caching ? "true" : "false", "\nnodes:\n",
-                                  "  - name: compute-0\n    role: compute\n    port: ", FreePort(), "\n");
+                                  "  - name: compute-0\n    role: compute\n    device: ", options.device,
+                                  "\n    port: ", FreePort(), "\n");
   for (int i = 0; i < options.memory_nodes; ++i) {
-    absl::StrAppend(&yaml, "  - name: memory-", i, "\n    role: memory\n    port: ", FreePort(),
+    absl::StrAppend(&yaml, "  - name: memory-", i, "\n    role: memory\n    device: ", options.device,
+                    "\n    port: ", FreePort(),
                     "\n    data_port: ", FreePort(), "\n    kv_capacity_tokens: ", options.kv_capacity_tokens, "\n");
   }
   const std::string topology = h->dir_.Write("topology.yaml", yaml);

@@ -21,6 +21,7 @@ struct ClusterOptions {
   int64_t kv_capacity_tokens = 8192;
   int max_batch = 64;
   bool prefix_caching = true;
+  std::string device = "cpu";  // of every node, e.g. "cuda:0"
 };
 
 class ClusterHarness {

@@ -57,8 +57,8 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
               "local-cpu.yaml:10: scheduler.max_batch: expected an integer");
   ExpectError(absl::StrReplaceAll(original, {{"pipelining: none", "pipelining: sideways"}}),
               "local-cpu.yaml:13: pipelining: 'sideways' is not available");
-  ExpectError(absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0", "    device: cuda:0\n\n  - name: memory-0"}}),
-              "nodes[0].device: 'cuda:0'");
+  ExpectError(absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0", "    device: gpu0\n\n  - name: memory-0"}}),
+              "nodes[0].device: expected 'cpu' or 'cuda:N', got 'gpu0'");
   ExpectError("nodes: [\n", "local-cpu.yaml:2: not valid YAML");
   ExpectError(absl::StrReplaceAll(original, {{"  port: 50151", "  port: 50151\n  extra: 1"}}),
               "local-cpu.yaml:8: coordinator.extra: unknown field");

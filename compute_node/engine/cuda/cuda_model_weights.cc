@@ -1,0 +1,113 @@
+#include "compute_node/engine/cuda/cuda_model_weights.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+#include "common/status/status_macros.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace lamina {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+absl::StatusOr<cuda::DeviceBuffer> Allocate(size_t bytes, const std::string& name) {
+  absl::StatusOr<cuda::DeviceBuffer> buffer = cuda::DeviceBuffer::Create(bytes);
+  if (!buffer.ok()) return absl::Status(buffer.status().code(), absl::StrCat(name, ": ", buffer.status().message()));
+  return buffer;
+}
+
+absl::StatusOr<cuda::DeviceBuffer> UploadBf16(const Tensor& t, const std::string& name) {
+  std::vector<bf16> host(t.size());
+  for (int64_t i = 0; i < t.size(); ++i) host[i] = __float2bfloat16(t.data()[i]);
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, Allocate(host.size() * sizeof(bf16), name));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(buffer.data(), host.data(), buffer.bytes(), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+absl::StatusOr<cuda::DeviceBuffer> UploadFloat(const Tensor& t, const std::string& name) {
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, Allocate(t.size() * sizeof(float), name));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(buffer.data(), t.data(), buffer.bytes(), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+absl::StatusOr<cuda::DeviceBuffer> RandomBf16(int64_t count, float scale, uint64_t seed, const std::string& name) {
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, Allocate(count * sizeof(bf16), name));
+  LAMINA_RETURN_IF_ERROR(kernels::cuda::FillUniform(buffer.as<bf16>(), count, scale, seed, nullptr));
+  return buffer;
+}
+
+absl::Status UploadRope(const ModelConfig& c, CudaModelWeights* w) {
+  const kernels::cpu::Rope rope(c.rope, c.head_dim);
+  const std::vector<float> table = kernels::cuda::RopeCosSin(rope.inv_freq(), c.max_position_embeddings);
+  LAMINA_ASSIGN_OR_RETURN(w->rope, Allocate(table.size() * sizeof(float), "rope table"));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(w->rope.data(), table.data(), w->rope.bytes(), cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t CudaModelWeights::StepBytes() const {
+  int64_t bytes = final_norm.bytes() + (lm_head.bytes() ? lm_head.bytes() : embed.bytes());
+  for (const CudaLayerWeights& l : layers) {
+    bytes += l.input_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.o_proj.bytes() + l.post_norm.bytes() +
+             l.gate_up.bytes() + l.down.bytes();
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Upload(const ModelWeights& weights) {
+  auto w = std::make_unique<CudaModelWeights>();
+  w->config = weights.config;
+  LAMINA_ASSIGN_OR_RETURN(w->embed, UploadBf16(weights.embed, "embed_tokens"));
+  for (size_t i = 0; i < weights.layers.size(); ++i) {
+    const LayerWeights& l = weights.layers[i];
+    const std::string name = absl::StrCat("layer ", i);
+    CudaLayerWeights d;
+    LAMINA_ASSIGN_OR_RETURN(d.input_norm, UploadBf16(l.input_norm, name + " input_layernorm"));
+    LAMINA_ASSIGN_OR_RETURN(d.qkv, UploadBf16(l.qkv, name + " qkv_proj"));
+    if (l.qkv_bias.size() > 0) {
+      LAMINA_ASSIGN_OR_RETURN(d.qkv_bias, UploadFloat(l.qkv_bias, name + " qkv bias"));
+    }
+    LAMINA_ASSIGN_OR_RETURN(d.o_proj, UploadBf16(l.o_proj, name + " o_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.post_norm, UploadBf16(l.post_norm, name + " post_attention_layernorm"));
+    LAMINA_ASSIGN_OR_RETURN(d.gate_up, UploadBf16(l.gate_up, name + " gate_up_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.down, UploadBf16(l.down, name + " down_proj"));
+    w->layers.push_back(std::move(d));
+  }
+  LAMINA_ASSIGN_OR_RETURN(w->final_norm, UploadBf16(weights.final_norm, "norm"));
+  if (weights.lm_head.size() > 0) {
+    LAMINA_ASSIGN_OR_RETURN(w->lm_head, UploadBf16(weights.lm_head, "lm_head"));
+  }
+  LAMINA_RETURN_IF_ERROR(UploadRope(w->config, w.get()));
+  return w;
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Random(const ModelConfig& c, uint64_t seed) {
+  auto w = std::make_unique<CudaModelWeights>();
+  w->config = c;
+  uint64_t stream = seed;
+  // Scales keep activations of a deep random model finite: about 1/sqrt(fan_in).
+  const float proj = 1.f / std::sqrt(static_cast<float>(c.hidden_size));
+  const float down = 1.f / std::sqrt(static_cast<float>(c.intermediate_size));
+  LAMINA_ASSIGN_OR_RETURN(w->embed, RandomBf16(c.vocab_size * c.hidden_size, 1.f, ++stream, "embed_tokens"));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    CudaLayerWeights d;
+    LAMINA_ASSIGN_OR_RETURN(d.input_norm, RandomBf16(c.hidden_size, 1.f, ++stream, "input_layernorm"));
+    LAMINA_ASSIGN_OR_RETURN(d.qkv, RandomBf16(c.qkv_size() * c.hidden_size, proj, ++stream, "qkv_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.o_proj, RandomBf16(c.hidden_size * c.q_size(), proj, ++stream, "o_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.post_norm, RandomBf16(c.hidden_size, 1.f, ++stream, "post_attention_layernorm"));
+    LAMINA_ASSIGN_OR_RETURN(d.gate_up, RandomBf16(2 * c.intermediate_size * c.hidden_size, proj, ++stream, "gate_up"));
+    LAMINA_ASSIGN_OR_RETURN(d.down, RandomBf16(c.hidden_size * c.intermediate_size, down, ++stream, "down_proj"));
+    w->layers.push_back(std::move(d));
+  }
+  LAMINA_ASSIGN_OR_RETURN(w->final_norm, RandomBf16(c.hidden_size, 1.f, ++stream, "norm"));
+  LAMINA_ASSIGN_OR_RETURN(w->lm_head, RandomBf16(c.vocab_size * c.hidden_size, proj, ++stream, "lm_head"));
+  LAMINA_RETURN_IF_ERROR(UploadRope(c, w.get()));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return w;
+}
+
+}  // namespace lamina

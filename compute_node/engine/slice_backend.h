@@ -1,0 +1,52 @@
+// The model slices of one batch on one device. ComputeEngine's layer loop drives a SliceBackend and
+// never touches a device itself, so the CPU and the GPU run the very same loop (and the CPU slices
+// are the oracle for the GPU ones). A backend owns one batch's activations: the engine keeps one
+// for prefill and one for decode.
+//
+// The calls of one batch: RunFirst, then per layer either PrefillAttention (local causal attention
+// over a prompt's rows) or HostAttnOut (whose buffer the caller fills with attention outputs),
+// then RunMiddle for the next layer, and finally RunLast. HostQkv hands q/k/v to the memory side.
+// Thread-compatible: one batch at a time.
+#ifndef LAMINA_COMPUTE_NODE_ENGINE_SLICE_BACKEND_H_
+#define LAMINA_COMPUTE_NODE_ENGINE_SLICE_BACKEND_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/attention/attention_service.h"
+#include "common/model_config/model_config.h"
+#include "common/tensor/tensor.h"
+
+namespace lamina {
+
+class SliceBackend {
+ public:
+  virtual ~SliceBackend() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // Where q, k and v sit in the rows HostQkv() returns.
+  virtual QkvLayout qkv_layout() const = 0;
+
+  // Slice 0 for a new batch: embedding, then layer 0 up to q/k/v. Token ids and positions must be
+  // valid (ComputeEngine checks them).
+  virtual absl::Status RunFirst(absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions) = 0;
+  // Slice `slice` (0 < slice < num_layers): the rest of layer slice-1, then layer `slice` up to q/k/v.
+  virtual absl::Status RunMiddle(int64_t slice) = 0;
+  // The last slice; logits [rows.size(), vocab] for the given batch rows.
+  virtual absl::Status RunLast(absl::Span<const int64_t> rows, Tensor* logits) = 0;
+
+  // The batch's q/k/v after the latest slice, in host memory: [tokens, qkv_layout().row_stride].
+  // Valid until the next call.
+  virtual absl::StatusOr<const float*> HostQkv() = 0;
+  // A host buffer [tokens, q_size] for the attention output that the next slice reads. Calling it
+  // means the caller writes every row before RunMiddle/RunLast.
+  virtual float* HostAttnOut() = 0;
+  // Causal attention over the batch rows [first_row, first_row + count), which hold one prompt
+  // from position 0, into the attention output the next slice reads.
+  virtual absl::Status PrefillAttention(int64_t first_row, int64_t count) = 0;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMPUTE_NODE_ENGINE_SLICE_BACKEND_H_

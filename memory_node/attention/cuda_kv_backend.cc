@@ -1,0 +1,136 @@
+// The KV pool in GPU memory (bf16, one [slot][kv_head][head_dim] array per layer for K and for V)
+// with the CUDA kernels. Host inputs are staged on the node's stream; Attend returns once the
+// outputs are back in host memory.
+#include <cuda_bf16.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/device.h"
+#include "common/cuda/device_buffer.h"
+#include "common/status/status_macros.h"
+#include "kernels/cuda/attention.h"
+#include "memory_node/attention/kv_backend.h"
+
+namespace lamina {
+namespace {
+
+using bf16 = __nv_bfloat16;
+namespace kc = kernels::cuda;
+
+class CudaKvBackend : public KvBackend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaKvBackend>> Create(const KvBackendOptions& options, int device) {
+    LAMINA_RETURN_IF_ERROR(UseDevice({true, device}));
+    std::unique_ptr<CudaKvBackend> b(new CudaKvBackend(options, device));
+    const int64_t layer_elems = options.num_slots * b->kv_size_;
+    absl::StatusOr<cuda::DeviceBuffer> pool =
+        cuda::DeviceBuffer::Create(2 * options.num_layers * layer_elems * sizeof(bf16));
+    if (!pool.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("KV pool of ", options.num_slots, " slots does not fit on cuda:",
+                                                       device, ": ", pool.status().message()));
+    }
+    b->pool_ = std::move(*pool);
+    LAMINA_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&b->num_sms_, cudaDevAttrMultiProcessorCount, device));
+    return b;
+  }
+
+  absl::Status Store(int64_t layer, absl::Span<const int32_t> slots, const float* k, const float* v,
+                     int64_t row_stride) override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    const int64_t n = static_cast<int64_t>(slots.size());
+    if (n == 0) return absl::OkStatus();
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&stage_k_, n * kv_size_ * sizeof(float)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&stage_v_, n * kv_size_ * sizeof(float)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&stage_slots_, n * sizeof(int32_t)));
+    const size_t row_bytes = kv_size_ * sizeof(float);
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(stage_k_.data(), row_bytes, k, row_stride * sizeof(float), row_bytes,
+                                                  n, cudaMemcpyHostToDevice, stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(stage_v_.data(), row_bytes, v, row_stride * sizeof(float), row_bytes,
+                                                  n, cudaMemcpyHostToDevice, stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_slots_.data(), slots.data(), n * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, stream()));
+    LAMINA_RETURN_IF_ERROR(kc::StoreKv(stage_k_.as<float>(), stage_v_.as<float>(), kv_size_,
+                                       stage_slots_.as<int32_t>(), keys(layer), values(layer), n, kv_size_, stream()));
+    // The staging buffers are reused by the next call.
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+    return absl::OkStatus();
+  }
+
+  absl::Status SetContexts(absl::Span<const int32_t> slot_ids, absl::Span<const int64_t> slot_begin) override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    num_seqs_ = static_cast<int64_t>(slot_begin.size()) - 1;
+    max_context_ = 0;
+    std::vector<int32_t> begin32(slot_begin.size());
+    for (size_t i = 0; i < slot_begin.size(); ++i) {
+      begin32[i] = static_cast<int32_t>(slot_begin[i]);
+      if (i > 0) max_context_ = std::max(max_context_, slot_begin[i] - slot_begin[i - 1]);
+    }
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&slot_ids_, std::max<size_t>(1, slot_ids.size()) * sizeof(int32_t)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&slot_begin_, begin32.size() * sizeof(int32_t)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot_ids_.data(), slot_ids.data(), slot_ids.size() * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot_begin_.data(), begin32.data(), begin32.size() * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, stream()));
+    plan_ = kc::PlanDecode(options_.attention, num_seqs_, max_context_, num_sms_);
+    LAMINA_RETURN_IF_ERROR(
+        cuda::EnsureCapacity(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));  // begin32 goes away on return
+    return absl::OkStatus();
+  }
+
+  absl::Status Attend(int64_t layer, const float* q, int64_t q_stride, float* out, int64_t out_stride) override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    if (num_seqs_ == 0) return absl::OkStatus();
+    const int64_t q_size = options_.attention.num_q_heads * options_.attention.head_dim;
+    const size_t row_bytes = q_size * sizeof(float);
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&q_, num_seqs_ * row_bytes));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&out_, num_seqs_ * row_bytes));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(q_.data(), row_bytes, q, q_stride * sizeof(float), row_bytes,
+                                                  num_seqs_, cudaMemcpyHostToDevice, stream()));
+    LAMINA_RETURN_IF_ERROR(kc::DecodeAttention(options_.attention, plan_, q_.as<float>(), q_size, keys(layer),
+                                               values(layer), slot_ids_.as<int32_t>(), slot_begin_.as<int32_t>(),
+                                               out_.as<float>(), q_size, num_seqs_, workspace_.as<float>(), stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out, out_stride * sizeof(float), out_.data(), row_bytes, row_bytes,
+                                                  num_seqs_, cudaMemcpyDeviceToHost, stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+    return absl::OkStatus();
+  }
+
+ private:
+  CudaKvBackend(const KvBackendOptions& options, int device)
+      : options_(options),
+        device_(device),
+        kv_size_(options.attention.num_kv_heads * options.attention.head_dim) {}
+  cudaStream_t stream() const { return stream_.get(); }
+  bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * options_.num_slots * kv_size_; }
+  bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * options_.num_slots * kv_size_; }
+
+  KvBackendOptions options_;
+  int device_;
+  int64_t kv_size_;
+  int num_sms_ = 0;
+  cuda::DeviceBuffer pool_;  // bf16 [layers][K, V][num_slots, kv_heads, head_dim]
+  cuda::Stream stream_;
+  // Staging, grown on demand and reused.
+  cuda::DeviceBuffer stage_k_, stage_v_;  // float [rows, kv_size]
+  cuda::DeviceBuffer stage_slots_;        // int32 [rows]
+  cuda::DeviceBuffer slot_ids_;           // int32 [total context]
+  cuda::DeviceBuffer slot_begin_;         // int32 [seqs + 1]
+  cuda::DeviceBuffer q_, out_;            // float [seqs, q_size]
+  cuda::DeviceBuffer workspace_;          // float [plan_.workspace_floats]
+  int64_t num_seqs_ = 0;
+  int64_t max_context_ = 0;
+  kc::DecodePlan plan_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvBackend>> CreateCudaKvBackend(const KvBackendOptions& options, int device) {
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaKvBackend> backend, CudaKvBackend::Create(options, device));
+  return std::unique_ptr<KvBackend>(std::move(backend));
+}
+
+}  // namespace lamina

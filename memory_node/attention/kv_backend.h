@@ -1,0 +1,48 @@
+// Where a memory node keeps its KV pool and runs attention: the CPU (float32 pool, CPU kernels) or
+// a GPU (bf16 pool, CUDA kernels). AttentionExecutor owns the slot bookkeeping and validation and
+// hands a backend only well-formed work: slots inside the pool, layers in range.
+// All pointers passed in are host memory. Thread-compatible.
+#ifndef LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
+#define LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/threading/thread_pool.h"
+#include "kernels/cpu/attention.h"
+
+namespace lamina {
+
+struct KvBackendOptions {
+  int64_t num_layers;
+  int64_t num_slots;
+  kernels::cpu::AttentionShape attention;
+};
+
+class KvBackend {
+ public:
+  virtual ~KvBackend() = default;
+
+  // Writes one layer's k and v rows (heads first, `row_stride` floats apart) at `slots`.
+  virtual absl::Status Store(int64_t layer, absl::Span<const int32_t> slots, const float* k, const float* v,
+                             int64_t row_stride) = 0;
+  // The slot lists the following Attend calls read: sequence s attends to
+  // slot_ids[slot_begin[s] .. slot_begin[s + 1]).
+  virtual absl::Status SetContexts(absl::Span<const int32_t> slot_ids, absl::Span<const int64_t> slot_begin) = 0;
+  // out[s] = attention of q[s] over sequence s's context, for every sequence of SetContexts.
+  virtual absl::Status Attend(int64_t layer, const float* q, int64_t q_stride,  // [seqs, q_stride]
+                              float* out, int64_t out_stride) = 0;               // [seqs, out_stride]
+};
+
+// The float32 pool on the CPU kernels. ResourceExhausted when the pool does not fit in memory.
+absl::StatusOr<std::unique_ptr<KvBackend>> CreateCpuKvBackend(const KvBackendOptions& options, ThreadPool* pool);
+
+// The bf16 pool on GPU `device`. FailedPrecondition when this build has no CUDA or the device is
+// missing; ResourceExhausted when the pool does not fit on the GPU.
+absl::StatusOr<std::unique_ptr<KvBackend>> CreateCudaKvBackend(const KvBackendOptions& options, int device);
+
+}  // namespace lamina
+
+#endif  // LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_

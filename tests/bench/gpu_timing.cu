@@ -1,0 +1,78 @@
+#include <algorithm>
+#include <vector>
+
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/device_buffer.h"
+#include "common/status/status_macros.h"
+#include "tests/bench/gpu_timing.h"
+
+namespace lamina::bench {
+namespace {
+
+// Sums 16-byte words, `kUnroll` independent loads in flight per thread.
+template <int kUnroll>
+__global__ void ReadKernel(const uint4* __restrict__ data, int64_t words, unsigned* __restrict__ sink) {
+  unsigned acc = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < words; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(data + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < words; i += stride) {
+    const uint4 v = data[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads alive
+}
+
+}  // namespace
+
+absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaStream_t stream, int runs) {
+  LAMINA_ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create());
+  LAMINA_ASSIGN_OR_RETURN(cuda::Event stop, cuda::Event::Create());
+  for (int i = 0; i < 3; ++i) LAMINA_RETURN_IF_ERROR(work());
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    LAMINA_RETURN_IF_ERROR(start.Record(stream));
+    LAMINA_RETURN_IF_ERROR(work());
+    LAMINA_RETURN_IF_ERROR(stop.Record(stream));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
+    LAMINA_ASSIGN_OR_RETURN(float ms, stop.ElapsedSince(start));
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+absl::StatusOr<double> BestReadRate(cudaStream_t stream) {
+  const int64_t bytes = int64_t{2} << 30;
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer data, cuda::DeviceBuffer::Create(bytes));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer sink, cuda::DeviceBuffer::Create(sizeof(unsigned)));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(data.data(), 1, bytes, stream));
+  int sms = 0;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  double best = 0;
+  for (int blocks_per_sm : {2, 4, 8}) {
+    for (int unroll : {4, 8}) {
+      auto work = [&]() -> absl::Status {
+        const int64_t words = bytes / 16;
+        if (unroll == 4) {
+          ReadKernel<4><<<sms * blocks_per_sm, 512, 0, stream>>>(data.as<uint4>(), words, sink.as<unsigned>());
+        } else {
+          ReadKernel<8><<<sms * blocks_per_sm, 512, 0, stream>>>(data.as<uint4>(), words, sink.as<unsigned>());
+        }
+        LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        return absl::OkStatus();
+      };
+      LAMINA_ASSIGN_OR_RETURN(double ms, MedianMs(work, stream, 20));
+      best = std::max(best, bytes / (ms * 1e-3));
+    }
+  }
+  return best;
+}
+
+}  // namespace lamina::bench

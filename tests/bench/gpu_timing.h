@@ -1,0 +1,22 @@
+// What the GPU benchmarks share: the best plain read rate of this GPU (the baseline every
+// memory-bound figure is a ratio against) and event timing of a queued piece of work.
+#ifndef LAMINA_TESTS_BENCH_GPU_TIMING_H_
+#define LAMINA_TESTS_BENCH_GPU_TIMING_H_
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+
+namespace lamina::bench {
+
+// Bytes per second of the fastest of a few plain read kernels over a 2 GiB buffer.
+absl::StatusOr<double> BestReadRate(cudaStream_t stream);
+
+// The median milliseconds of `runs` executions of `work` (which queues on `stream`), after warm-up.
+absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaStream_t stream, int runs = 50);
+
+}  // namespace lamina::bench
+
+#endif  // LAMINA_TESTS_BENCH_GPU_TIMING_H_

@@ -1,0 +1,194 @@
+// lamina-bench-kernels: the GPU kernels against baselines measured in the same run.
+//  - decode attention: KV bytes read per second against the best plain read rate of this GPU, and
+//    against PyTorch's SDPA at the same shapes (from `sdpa_baseline.py`'s CSV, run just before);
+//  - each compute-slice GEMM of a Llama-3-8B-shaped model: our cuBLASLt path (bf16 in, fp32 out,
+//    epilogue plans) against one plain cublasGemmEx call with the same types.
+//   lamina-bench-kernels [--sdpa sdpa.csv] [--out results.csv]
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/device_buffer.h"
+#include "common/flags/flags.h"
+#include "common/status/status_macros.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "tests/bench/gpu_timing.h"
+
+namespace lamina::bench {
+namespace {
+
+using bf16 = __nv_bfloat16;
+namespace kc = kernels::cuda;
+
+struct Shape {
+  int q_heads, kv_heads, batch, context;
+};
+
+std::map<std::tuple<int, int, int, int>, double> LoadSdpa(const std::string& path) {
+  std::map<std::tuple<int, int, int, int>, double> out;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ',');
+    if (f.size() != 5) continue;
+    out[{std::stoi(f[0]), std::stoi(f[1]), std::stoi(f[2]), std::stoi(f[3])}] = std::stod(f[4]);
+  }
+  return out;
+}
+
+absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE* csv, cudaStream_t stream) {
+  const auto sdpa = LoadSdpa(sdpa_path);
+  int sms = 0;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::printf("\nDecode attention, head_dim 128, bf16 KV in token slots (contiguous runs per sequence)\n");
+  std::printf("%-7s %6s %8s %10s %10s %12s %10s\n", "heads", "batch", "context", "time us", "KV TB/s", "of read rate",
+              "vs SDPA");
+  const std::vector<Shape> shapes = {{32, 8, 1, 4096},   {32, 8, 16, 2048},  {32, 8, 64, 2048},
+                                     {32, 8, 128, 4096}, {32, 32, 1, 4096}, {32, 32, 128, 4096}};
+  for (const Shape& s : shapes) {
+    const int64_t d = 128;
+    const kc::AttentionShape shape{s.q_heads, s.kv_heads, d, 0};
+    const int64_t slots = static_cast<int64_t>(s.batch) * s.context;
+    const int64_t kv_size = s.kv_heads * d;
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer k, cuda::DeviceBuffer::Create(slots * kv_size * sizeof(bf16)));
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer v, cuda::DeviceBuffer::Create(slots * kv_size * sizeof(bf16)));
+    LAMINA_RETURN_IF_ERROR(kc::FillUniform(k.as<bf16>(), slots * kv_size, 1.f, 1, stream));
+    LAMINA_RETURN_IF_ERROR(kc::FillUniform(v.as<bf16>(), slots * kv_size, 1.f, 2, stream));
+    std::vector<int32_t> ids(slots);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::vector<int32_t> begin(s.batch + 1);
+    for (int b = 0; b <= s.batch; ++b) begin[b] = b * s.context;
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_ids, cuda::DeviceBuffer::Create(slots * sizeof(int32_t)));
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_begin, cuda::DeviceBuffer::Create(begin.size() * sizeof(int32_t)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_ids.data(), ids.data(), slots * sizeof(int32_t), cudaMemcpyHostToDevice));
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(d_begin.data(), begin.data(), begin.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    const int64_t q_size = s.q_heads * d;
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer q, cuda::DeviceBuffer::Create(s.batch * q_size * sizeof(float)));
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer out, cuda::DeviceBuffer::Create(s.batch * q_size * sizeof(float)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(q.data(), 0, q.bytes(), stream));
+    const kc::DecodePlan plan = kc::PlanDecode(shape, s.batch, s.context, sms);
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer work,
+                            cuda::DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float)));
+    LAMINA_ASSIGN_OR_RETURN(double ms, MedianMs(
+                                           [&] {
+                                             return kc::DecodeAttention(shape, plan, q.as<float>(), q_size, k.as<bf16>(),
+                                                                        v.as<bf16>(), d_ids.as<int32_t>(),
+                                                                        d_begin.as<int32_t>(), out.as<float>(), q_size,
+                                                                        s.batch, work.as<float>(), stream);
+                                           },
+                                           stream));
+    const double kv_bytes = 2.0 * slots * kv_size * sizeof(bf16);
+    const double rate = kv_bytes / (ms * 1e-3);
+    auto it = sdpa.find({s.q_heads, s.kv_heads, s.batch, s.context});
+    const double sdpa_us = it == sdpa.end() ? 0 : it->second;
+    std::string vs = sdpa_us > 0 ? absl::StrCat(absl::SixDigits(sdpa_us / (ms * 1e3)), "x") : "n/a";
+    std::printf("%2d/%-4d %6d %8d %10.1f %10.2f %12.2f %10s   (splits %d)\n", s.q_heads, s.kv_heads, s.batch, s.context,
+                ms * 1e3, rate / 1e12, rate / read_rate, vs.c_str(), plan.splits);
+    if (csv) {
+      std::fprintf(csv, "attention,%d/%d,%d,%d,%.2f,%.4f,%.4f,%.4f\n", s.q_heads, s.kv_heads, s.batch, s.context,
+                   ms * 1e3, rate / 1e12, rate / read_rate, sdpa_us > 0 ? sdpa_us / (ms * 1e3) : 0.0);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BenchGemms(double read_rate, FILE* csv, cudaStream_t stream) {
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<kc::Gemm> ours, kc::Gemm::Create());
+  cublasHandle_t cublas = nullptr;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return absl::InternalError("cublasCreate failed");
+  cublasSetStream(cublas, stream);
+  struct Gemm {
+    const char* name;
+    int64_t n, k;
+  };
+  const std::vector<Gemm> gemms = {{"qkv", 6144, 4096}, {"o_proj", 4096, 4096}, {"gate_up", 28672, 4096},
+                                   {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
+  std::printf("\nCompute-slice GEMMs, Llama-3-8B shapes, bf16 weights, fp32 accumulate and output\n");
+  std::printf("%-8s %6s %11s %11s %13s %12s\n", "gemm", "M", "ours us", "cuBLAS us", "cuBLAS/ours", "weights TB/s");
+  for (const Gemm& g : gemms) {
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer w, cuda::DeviceBuffer::Create(g.n * g.k * sizeof(bf16)));
+    LAMINA_RETURN_IF_ERROR(kc::FillUniform(w.as<bf16>(), g.n * g.k, 0.02f, 3, stream));
+    for (int64_t m : {1, 16, 128, 1024}) {
+      LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer x, cuda::DeviceBuffer::Create(m * g.k * sizeof(bf16)));
+      LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer y, cuda::DeviceBuffer::Create(m * g.n * sizeof(float)));
+      LAMINA_RETURN_IF_ERROR(kc::FillUniform(x.as<bf16>(), m * g.k, 1.f, 4, stream));
+      LAMINA_ASSIGN_OR_RETURN(double ours_ms, MedianMs(
+                                                  [&] {
+                                                    return ours->Run(x.as<bf16>(), w.as<bf16>(), nullptr, y.as<float>(),
+                                                                     m, g.n, g.k, false, stream);
+                                                  },
+                                                  stream));
+      const float alpha = 1.f, beta = 0.f;
+      LAMINA_ASSIGN_OR_RETURN(
+          double cublas_ms,
+          MedianMs(
+              [&]() -> absl::Status {
+                const cublasStatus_t st =
+                    cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, g.n, m, g.k, &alpha, w.data(), CUDA_R_16BF, g.k,
+                                 x.data(), CUDA_R_16BF, g.k, &beta, y.data(), CUDA_R_32F, g.n, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT);
+                if (st != CUBLAS_STATUS_SUCCESS) return absl::InternalError("cublasGemmEx failed");
+                return absl::OkStatus();
+              },
+              stream));
+      const double weight_rate = g.n * g.k * sizeof(bf16) / (ours_ms * 1e-3);
+      std::printf("%-8s %6lld %11.1f %11.1f %13.2f %12.2f\n", g.name, static_cast<long long>(m), ours_ms * 1e3,
+                  cublas_ms * 1e3, cublas_ms / ours_ms, weight_rate / 1e12);
+      if (csv) {
+        std::fprintf(csv, "gemm,%s,%lld,%lld,%.2f,%.2f,%.4f,%.4f\n", g.name, static_cast<long long>(m),
+                     static_cast<long long>(g.k), ours_ms * 1e3, cublas_ms * 1e3, cublas_ms / ours_ms,
+                     weight_rate / read_rate);
+      }
+    }
+  }
+  cublasDestroy(cublas);
+  return absl::OkStatus();
+}
+
+absl::Status Run(const std::vector<std::string>& args) {
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"sdpa", "out"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
+  cudaDeviceProp prop;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
+  LAMINA_ASSIGN_OR_RETURN(double read_rate, BestReadRate(stream.get()));
+  std::printf("%s, %d SMs: best plain read rate in this run %.2f TB/s\n", prop.name, prop.multiProcessorCount,
+              read_rate / 1e12);
+  FILE* csv = nullptr;
+  const std::string out = flags.String("out", "");
+  if (!out.empty()) {
+    csv = std::fopen(out.c_str(), "w");
+    if (!csv) return absl::InvalidArgumentError(absl::StrCat("--out ", out, ": cannot write"));
+  }
+  absl::Status status = BenchAttention(read_rate, flags.String("sdpa", ""), csv, stream.get());
+  if (status.ok()) status = BenchGemms(read_rate, csv, stream.get());
+  if (csv) std::fclose(csv);
+  return status;
+}
+
+}  // namespace
+}  // namespace lamina::bench
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const absl::Status status = lamina::bench::Run(args);
+  if (!status.ok()) {
+    std::fprintf(stderr, "lamina-bench-kernels: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
