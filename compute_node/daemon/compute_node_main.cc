@@ -29,33 +29,27 @@
 namespace lamina {
 namespace {
 
-// The engine on the node's device. On a GPU the weights move to it and the host copy is dropped.
-class NodeEngine : public ComputeEngine {
- public:
-  using ComputeEngine::ComputeEngine;
-  std::unique_ptr<ModelWeights> host_weights;
+// What the engine computes with; declared before the engine so that it outlives it.
+struct EngineWeights {
+  std::unique_ptr<ModelWeights> host;
 #ifdef LAMINA_HAVE_CUDA
-  std::unique_ptr<CudaModelWeights> gpu_weights;
+  std::unique_ptr<CudaModelWeights> gpu;
 #endif
 };
 
-absl::StatusOr<std::unique_ptr<ComputeEngine>> MakeEngine(const std::string& device_name,
-                                                          std::unique_ptr<ModelWeights> weights,
+// The engine on the node's device. On a GPU the weights move to it and the host copy is dropped.
+absl::StatusOr<std::unique_ptr<ComputeEngine>> MakeEngine(const std::string& device_name, EngineWeights* weights,
                                                           AttentionService* attention, ThreadPool* pool) {
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(device_name));
-  if (!device.is_cuda) {
-    auto engine = std::make_unique<NodeEngine>(weights.get(), attention, pool);
-    engine->host_weights = std::move(weights);
-    return std::unique_ptr<ComputeEngine>(std::move(engine));
-  }
+  if (!device.is_cuda) return std::make_unique<ComputeEngine>(weights->host.get(), attention, pool);
 #ifdef LAMINA_HAVE_CUDA
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaModelWeights> gpu, CudaModelWeights::Upload(*weights));
-  weights.reset();
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> prefill, CudaSliceBackend::Create(gpu.get(), device.index));
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> decode, CudaSliceBackend::Create(gpu.get(), device.index));
-  auto engine = std::make_unique<NodeEngine>(std::move(prefill), std::move(decode), attention);
-  engine->gpu_weights = std::move(gpu);
-  return std::unique_ptr<ComputeEngine>(std::move(engine));
+  LAMINA_ASSIGN_OR_RETURN(weights->gpu, CudaModelWeights::Upload(*weights->host));
+  weights->host.reset();
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> prefill,
+                          CudaSliceBackend::Create(weights->gpu.get(), device.index));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> decode,
+                          CudaSliceBackend::Create(weights->gpu.get(), device.index));
+  return std::make_unique<ComputeEngine>(std::move(prefill), std::move(decode), attention);
 #else
   return UseDevice(device);  // says this build has no CUDA
 #endif
@@ -70,8 +64,9 @@ absl::Status Run(const std::vector<std::string>& args) {
   }
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
   LAMINA_RETURN_IF_ERROR(UseDevice(device));  // before the (long) load: a missing GPU fails fast
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(topology.model_dir));
-  const ModelConfig config = weights->config;
+  EngineWeights weights;
+  LAMINA_ASSIGN_OR_RETURN(weights.host, ModelWeights::Load(topology.model_dir));
+  const ModelConfig config = weights.host->config;
 
   std::map<std::string, std::string> memory_nodes;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
@@ -80,7 +75,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                             absl::Seconds(5));
   ThreadPool pool(spec->threads);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine,
-                          MakeEngine(spec->device, std::move(weights), &attention, &pool));
+                          MakeEngine(spec->device, &weights, &attention, &pool));
   StepService service(engine.get(), &attention);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
