@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/cuda/cuda_check.h"
+#include "kernels/cuda/random.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {
@@ -73,22 +74,10 @@ __global__ void ToBf16Kernel(const float* in, bf16* out, int64_t count) {
   if (i < count) out[i] = __float2bfloat16(in[i]);
 }
 
-__global__ void ToFloatKernel(const bf16* in, float* out, int64_t count) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) out[i] = __bfloat162float(in[i]);
-}
-
 __global__ void GatherRowsKernel(const float* in, const int32_t* rows, float* out, int64_t cols) {
   const int64_t r = blockIdx.x;
   const float* src = in + static_cast<int64_t>(rows[r]) * cols;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[r * cols + i] = src[i];
-}
-
-__device__ uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 __global__ void FillUniformKernel(bf16* out, int64_t count, float scale, uint64_t seed) {
@@ -148,13 +137,6 @@ absl::Status Rope(float* x, const int32_t* positions, const float* cos_sin, int6
 absl::Status ToBf16(const float* in, bf16* out, int64_t count, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
   ToBf16Kernel<<<Blocks(count), kThreads, 0, stream>>>(in, out, count);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
-}
-
-absl::Status ToFloat(const bf16* in, float* out, int64_t count, cudaStream_t stream) {
-  if (count == 0) return absl::OkStatus();
-  ToFloatKernel<<<Blocks(count), kThreads, 0, stream>>>(in, out, count);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

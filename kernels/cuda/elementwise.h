@@ -50,8 +50,6 @@ std::vector<float> RopeCosSin(const std::vector<double>& inv_freq, int64_t max_p
 
 // out = round_to_bf16(in).
 absl::Status ToBf16(const float* in, bf16* out, int64_t count, cudaStream_t stream);
-// out = float(in).
-absl::Status ToFloat(const bf16* in, float* out, int64_t count, cudaStream_t stream);
 
 // Gathers rows: out[i] = in[rows[i]].
 absl::Status GatherRows(const float* in,       // [*, cols]

@@ -3,6 +3,7 @@
 #include <cfloat>
 
 #include "common/cuda/cuda_check.h"
+#include "kernels/cuda/random.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {

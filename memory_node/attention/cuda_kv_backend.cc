@@ -52,11 +52,11 @@ class CudaKvBackend : public KvBackend {
                                                   n, cudaMemcpyHostToDevice, stream()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_slots_.data(), slots.data(), n * sizeof(int32_t),
                                                 cudaMemcpyHostToDevice, stream()));
-    LAMINA_RETURN_IF_ERROR(kc::StoreKv(stage_k_.as<float>(), stage_v_.as<float>(), kv_size_,
-                                       stage_slots_.as<int32_t>(), keys(layer), values(layer), n, kv_size_, stream()));
-    // The staging buffers are reused by the next call.
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
-    return absl::OkStatus();
+    // No wait here: copies from pageable memory return once the source is staged, the next use of
+    // the staging buffers is ordered after this kernel on the same stream, and growing them
+    // (cudaFree) synchronizes. Attend() waits for its own results.
+    return kc::StoreKv(stage_k_.as<float>(), stage_v_.as<float>(), kv_size_, stage_slots_.as<int32_t>(), keys(layer),
+                       values(layer), n, kv_size_, stream());
   }
 
   absl::Status SetContexts(absl::Span<const int32_t> slot_ids, absl::Span<const int64_t> slot_begin) override {

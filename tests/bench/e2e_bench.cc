@@ -59,7 +59,11 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream timing_stream, cuda::Stream::Create());
   LAMINA_ASSIGN_OR_RETURN(double read_rate, BestReadRate(timing_stream.get()));
   std::printf("%s: best plain read rate in this run %.2f TB/s\n", prop.name, read_rate / 1e12);
-  std::fprintf(stderr, "filling %.1f GB of random weights...\n", 16.1);
+  const double parameters = static_cast<double>(c.num_layers) *
+                                (c.hidden_size * (c.qkv_size() + c.q_size() + 3 * c.intermediate_size) +
+                                 2 * c.hidden_size) +
+                            2.0 * c.vocab_size * c.hidden_size;
+  std::fprintf(stderr, "filling %.1f GB of random weights...\n", parameters * sizeof(bf16) / 1e9);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaModelWeights> weights, CudaModelWeights::Random(c, 7));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> slices, CudaSliceBackend::Create(weights.get(), 0));
   cudaStream_t stream = slices->stream();
