@@ -15,83 +15,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
+#include "common/yaml/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
 namespace lamina {
 namespace {
 
-// Reads one YAML mapping, naming the file, line and field path in every error, and refusing
-// fields it does not know.
-class Fields {
- public:
-  Fields(const YAML::Node& node, std::string path, std::string where, std::vector<std::string> allowed)
-      : node_(node), path_(std::move(path)), where_(std::move(where)), allowed_(std::move(allowed)) {}
-
-  absl::Status Error(const YAML::Node& at, const std::string& field, const std::string& what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path_, ":", at.Mark().line + 1, ": ", Qualified(field), ": ", what));
-  }
-  std::string Qualified(const std::string& field) const { return where_.empty() ? field : where_ + "." + field; }
-
-  absl::Status CheckShape() const {
-    if (!node_.IsMap()) {
-      return absl::InvalidArgumentError(absl::StrCat(path_, ":", node_.Mark().line + 1, ": ",
-                                                     where_.empty() ? "the file" : where_, ": expected a mapping"));
-    }
-    for (const auto& entry : node_) {
-      const std::string key = entry.first.as<std::string>();
-      if (std::find(allowed_.begin(), allowed_.end(), key) == allowed_.end()) {
-        return Error(entry.first, key, absl::StrCat("unknown field (allowed: ", absl::StrJoin(allowed_, ", "), ")"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  bool Has(const std::string& field) const { return node_[field].IsDefined() && !node_[field].IsNull(); }
-  YAML::Node Get(const std::string& field) const { return node_[field]; }
-
-  absl::StatusOr<std::string> String(const std::string& field, const std::string* fallback) const {
-    if (!Has(field)) {
-      if (fallback) return *fallback;
-      return absl::InvalidArgumentError(absl::StrCat(path_, ":", node_.Mark().line + 1, ": ", Qualified(field), ": missing"));
-    }
-    YAML::Node value = node_[field];
-    if (!value.IsScalar()) return Error(value, field, "expected a string");
-    return value.as<std::string>();
-  }
-
-  absl::StatusOr<bool> Bool(const std::string& field, bool fallback) const {
-    if (!Has(field)) return fallback;
-    YAML::Node value = node_[field];
-    if (value.IsScalar() && (value.Scalar() == "true" || value.Scalar() == "false")) return value.Scalar() == "true";
-    return Error(value, field, absl::StrCat("expected true or false, got '", value.IsScalar() ? value.Scalar() : "a non-scalar", "'"));
-  }
-
-  absl::StatusOr<int64_t> Integer(const std::string& field, const int64_t* fallback, int64_t min, int64_t max) const {
-    if (!Has(field)) {
-      if (fallback) return *fallback;
-      return absl::InvalidArgumentError(absl::StrCat(path_, ":", node_.Mark().line + 1, ": ", Qualified(field), ": missing"));
-    }
-    YAML::Node value = node_[field];
-    int64_t parsed;
-    if (!value.IsScalar() || !absl::SimpleAtoi(value.Scalar(), &parsed) || parsed < min || parsed > max) {
-      return Error(value, field, absl::StrCat("expected an integer from ", min, " to ", max, ", got '",
-                                              value.IsScalar() ? value.Scalar() : "a non-scalar", "'"));
-    }
-    return parsed;
-  }
-
- private:
-  YAML::Node node_;
-  std::string path_;
-  std::string where_;
-  std::vector<std::string> allowed_;
-};
+using Fields = YamlFields;
 
 absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& path, int index) {
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
-           {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads"});
+           {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads", "kind"});
   LAMINA_RETURN_IF_ERROR(f.CheckShape());
   NodeSpec spec;
   spec.line = node.Mark().line + 1;
@@ -114,6 +49,8 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
   if (!ParseDevice(spec.device).ok()) {
     return f.Error(f.Get("device"), "device", absl::StrCat("expected 'cpu' or 'cuda:N', got '", spec.device, "'"));
   }
+  const std::string default_kind = spec.device == "cpu" ? "cpu" : "";
+  LAMINA_ASSIGN_OR_RETURN(spec.price_kind, f.String("kind", &default_kind));
   const int64_t zero = 0;
   LAMINA_ASSIGN_OR_RETURN(int64_t threads, f.Integer("threads", &zero, 0, 1024));
   spec.threads = static_cast<int>(threads);
@@ -153,12 +90,7 @@ std::vector<const NodeSpec*> Topology::NodesOf(NodeKind kind) const {
 }
 
 absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
-  }
+  LAMINA_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(yaml_text, path));
   Topology t;
   t.path = path;
   try {

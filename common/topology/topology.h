@@ -26,6 +26,9 @@ struct NodeSpec {
   std::string transport = "tcp";    // memory nodes: how compute nodes reach the data plane
   int64_t kv_capacity_tokens = 0;   // memory nodes
   int threads = 0;                  // CPU threads for kernels; 0 = one per core
+  // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost
+  // reports charge for it. Defaults to "cpu" on the CPU and to nothing on a GPU.
+  std::string price_kind;
   int line = 0;                     // where the node is defined, for messages
 
   std::string grpc_address() const { return host + ":" + std::to_string(port); }

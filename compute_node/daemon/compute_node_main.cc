@@ -84,7 +84,16 @@ absl::Status Run(const std::vector<std::string>& args) {
   registration.set_role(lamina::v1::NODE_ROLE_COMPUTE);
   registration.set_grpc_address(spec->grpc_address());
   registration.set_pid(::getpid());
-  NodeAgent agent(topology.coordinator_address(), registration, [](lamina::v1::HeartbeatRequest*) {});
+  NodeAgent agent(topology.coordinator_address(), registration, [&](lamina::v1::HeartbeatRequest* heartbeat) {
+    const BusyMeter::Snapshot busy = service.busy().Read();
+    const BusyMeter::Snapshot trips = attention.round_trips().Read();
+    lamina::v1::NodeLoad* load = heartbeat->mutable_load();
+    load->set_clock_seconds(busy.clock_seconds);
+    load->set_busy_seconds(busy.busy_seconds);
+    load->set_busy_count(busy.count);
+    load->set_round_trip_seconds(trips.busy_seconds);
+    load->set_round_trips(trips.count);
+  });
 
   std::fprintf(stderr, "%s: %s, %lld layers on %s, gRPC on %s, %zu memory nodes\n", spec->name.c_str(),
                config.architecture.c_str(), static_cast<long long>(config.num_layers), spec->device.c_str(),

@@ -18,6 +18,7 @@ SamplingParams FromProto(const lamina::v1::SamplingParams& p) {
 
 lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
   std::lock_guard<std::mutex> lock(mu_);
+  ScopedBusy timed(&busy_);
   lamina::v1::StepResult result;
   result.set_step_id(plan.step_id());
   auto fail = [&](const absl::Status& status) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/metrics/busy_meter.h"
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/remote/remote_attention.h"
 #include "compute_node/sampling/sampler.h"
@@ -28,6 +29,8 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   lamina::v1::StepResult RunPlan(const lamina::v1::StepPlan& plan);
   // Frees every sequence of a plan whose result the coordinator will never read.
   void Abandon(const lamina::v1::StepPlan& plan);
+  // Time spent running plans.
+  const BusyMeter& busy() const { return busy_; }
 
  private:
   std::mutex mu_;
@@ -35,6 +38,7 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   RemoteAttention* attention_;
   std::map<SequenceId, Sampler> samplers_;
   Tensor prefill_logits_, decode_logits_;
+  BusyMeter busy_;
 };
 
 }  // namespace lamina

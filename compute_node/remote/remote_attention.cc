@@ -137,6 +137,7 @@ absl::Status RemoteAttention::StoreKv(int64_t layer, SequenceId seq, int32_t fir
 
 absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
                                      const QkvLayout& layout, float* out, int64_t out_stride) {
+  ScopedBusy timed(&round_trips_);
   ++next_tag_;
   for (auto& [name, node] : nodes_) node.rows.clear();
   for (size_t i = 0; i < entries.size(); ++i) {

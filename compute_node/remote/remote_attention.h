@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "common/attention/attention_service.h"
+#include "common/metrics/busy_meter.h"
 #include "common/transport/transport.h"
 #include "memory_node/data_plane/attention_server.h"
 
@@ -38,6 +39,8 @@ class RemoteAttention : public AttentionService {
   void Forget(SequenceId seq) { route_.erase(seq); }
   // Nodes that failed since the last call, and clears the list.
   std::vector<std::string> TakeFailedNodes();
+  // Per-layer Decode round trips: q/k/v out to every node involved, outputs back.
+  const BusyMeter& round_trips() const { return round_trips_; }
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count, const float* k,
@@ -72,6 +75,7 @@ class RemoteAttention : public AttentionService {
   std::set<std::string> failed_;
   std::vector<ByteSpan> parts_;  // SendTo's scratch
   uint64_t next_tag_ = 1;
+  BusyMeter round_trips_;
 };
 
 }  // namespace lamina

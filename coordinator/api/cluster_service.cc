@@ -34,6 +34,7 @@ grpc::Status ClusterService::ClusterStatus(grpc::ServerContext*, const lamina::v
     node->set_num_sequences(m.num_sequences);
     node->set_pid(m.pid);
     node->set_kv_shared_slots(m.kv_shared_slots);
+    *node->mutable_load() = m.load;
     node->set_last_heartbeat_ms(m.registered ? absl::ToInt64Milliseconds(now - m.last_heard) : -1);
   }
   SchedulerStats stats = scheduler_->Stats();
@@ -43,6 +44,10 @@ grpc::Status ClusterService::ClusterStatus(grpc::ServerContext*, const lamina::v
   response->set_completed(stats.completed);
   response->set_failed(stats.failed);
   response->set_preemptions(stats.preemptions);
+  response->set_iterations(stats.iterations);
+  response->set_decoded_sequences(stats.decoded_sequences);
+  response->set_prefilled_tokens(stats.prefilled_tokens);
+  response->set_iteration_seconds(stats.iteration_seconds);
   response->set_model(model_name_);
   return grpc::Status::OK;
 }

@@ -42,6 +42,7 @@ absl::Status Membership::Register(const lamina::v1::RegisterRequest& request) {
   m.dead = false;
   m.dead_reason.clear();
   m.last_heard = absl::Now();
+  m.load.Clear();  // a restarted node counts from zero again
   m.pid = request.pid();
   if (memory) {
     m.kv_capacity_slots = request.kv_capacity_slots();
@@ -57,6 +58,7 @@ bool Membership::Heartbeat(const lamina::v1::HeartbeatRequest& request) {
   if (it == members_.end() || !it->second.alive()) return false;
   MemberInfo& m = it->second;
   m.last_heard = absl::Now();
+  m.load = request.load();
   if (m.spec.kind == NodeKind::kMemory) {
     m.kv_free_slots = request.kv_free_slots();
     m.num_sequences = request.num_sequences();

@@ -32,6 +32,7 @@ struct MemberInfo {
   int64_t num_sequences = 0;
   int64_t kv_shared_slots = 0;
   int64_t pid = 0;
+  lamina::v1::NodeLoad load;  // as last reported
 
   bool alive() const { return registered && !dead; }
 };

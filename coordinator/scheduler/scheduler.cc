@@ -122,6 +122,10 @@ SchedulerStats Scheduler::Stats() const {
   stats.completed = completed_;
   stats.failed = failed_;
   stats.preemptions = preemptions_;
+  stats.iterations = iterations_;
+  stats.decoded_sequences = decoded_sequences_;
+  stats.prefilled_tokens = prefilled_tokens_;
+  stats.iteration_seconds = iteration_seconds_;
   const absl::Time now = absl::Now();
   int64_t tokens = 0;
   for (const auto& [when, count] : recent_tokens_) {
@@ -552,9 +556,19 @@ void Scheduler::Loop() {
     if (running_.empty()) continue;
 
     const lamina::v1::StepPlan plan = BuildPlan();
-    step_started_ms_ = absl::ToUnixMillis(absl::Now());
+    const absl::Time step_start = absl::Now();
+    step_started_ms_ = absl::ToUnixMillis(step_start);
     absl::StatusOr<lamina::v1::StepResult> result = compute_.RunStep(plan);
     const bool timed_out = step_started_ms_.exchange(0) == 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      iteration_seconds_ += absl::ToDoubleSeconds(absl::Now() - step_start);
+      if (result.ok() && result->error_code() == 0) {
+        ++iterations_;
+        decoded_sequences_ += plan.decode_size();
+        for (const auto& item : plan.prefill()) prefilled_tokens_ += item.tokens_size();
+      }
+    }
     if (!result.ok() && timed_out) {
       result = absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' did not finish an iteration in ",
                                                    topology_.step_timeout_ms, " ms"));

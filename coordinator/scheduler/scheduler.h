@@ -51,6 +51,12 @@ struct SchedulerStats {
   int64_t failed = 0;
   int64_t preemptions = 0;
   double tokens_per_second = 0;
+  // Iterations that succeeded, the sequences they decoded, the prompt tokens they prefilled, and
+  // the wall time of all iterations (successful or not) from plan sent to result read.
+  int64_t iterations = 0;
+  int64_t decoded_sequences = 0;
+  int64_t prefilled_tokens = 0;
+  double iteration_seconds = 0;
 };
 
 class Scheduler {
@@ -139,6 +145,8 @@ class Scheduler {
   uint64_t next_id_ = 1;                                  // guarded by mu_
   bool stopping_ = false;                                 // guarded by mu_
   int64_t running_count_ = 0, completed_ = 0, failed_ = 0, preemptions_ = 0;  // guarded by mu_
+  int64_t iterations_ = 0, decoded_sequences_ = 0, prefilled_tokens_ = 0;    // guarded by mu_
+  double iteration_seconds_ = 0;                                             // guarded by mu_
   std::deque<std::pair<absl::Time, int64_t>> recent_tokens_;  // guarded by mu_
 
   // Owned by the loop thread.

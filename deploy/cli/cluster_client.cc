@@ -17,8 +17,10 @@ ClusterClient::ClusterClient(const std::string& endpoint)
       cluster_(lamina::v1::Cluster::NewStub(channel_)) {}
 
 absl::Status ClusterClient::Generate(const lamina::v1::GenerateRequest& request,
-                                     const std::function<void(const lamina::v1::GenerateResponse&)>& on_response) {
+                                     const std::function<void(const lamina::v1::GenerateResponse&)>& on_response,
+                                     absl::Duration timeout) {
   grpc::ClientContext context;
+  if (timeout != absl::InfiniteDuration()) context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   std::unique_ptr<grpc::ClientReader<lamina::v1::GenerateResponse>> reader = generation_->Generate(&context, request);
   lamina::v1::GenerateResponse response;
   while (reader->Read(&response)) on_response(response);
@@ -30,6 +32,15 @@ absl::StatusOr<lamina::v1::ClusterStatusResponse> ClusterClient::Status(absl::Du
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   lamina::v1::ClusterStatusResponse response;
   grpc::Status status = cluster_->ClusterStatus(&context, {}, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<lamina::v1::ListModelsResponse> ClusterClient::ListModels(absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  lamina::v1::ListModelsResponse response;
+  grpc::Status status = generation_->ListModels(&context, {}, &response);
   if (!status.ok()) return FromGrpc(status);
   return response;
 }

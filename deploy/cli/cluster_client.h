@@ -17,9 +17,12 @@ class ClusterClient {
  public:
   explicit ClusterClient(const std::string& endpoint);
 
-  // Streams one request; `on_response` sees every response in order. Returns the call's status.
+  // Streams one request; `on_response` sees every response in order. Returns the call's status
+  // (DeadlineExceeded when the whole call outlasts `timeout`).
   absl::Status Generate(const lamina::v1::GenerateRequest& request,
-                        const std::function<void(const lamina::v1::GenerateResponse&)>& on_response);
+                        const std::function<void(const lamina::v1::GenerateResponse&)>& on_response,
+                        absl::Duration timeout = absl::InfiniteDuration());
+  absl::StatusOr<lamina::v1::ListModelsResponse> ListModels(absl::Duration timeout);
   absl::StatusOr<lamina::v1::ClusterStatusResponse> Status(absl::Duration timeout);
   absl::StatusOr<lamina::v1::HealthResponse> Health(absl::Duration timeout);
 

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "deploy/cli/bench_command.h"
 #include "deploy/cli/generate_command.h"
 #include "deploy/cli/status_command.h"
 #include "deploy/cli/up_command.h"
@@ -15,6 +16,7 @@ constexpr char kUsage[] =
     "  up         start a cluster from a topology file and supervise it until Ctrl-C\n"
     "  generate   generate text, here (--model DIR) or on a running cluster (--endpoint HOST:PORT)\n"
     "  status     show a running cluster's nodes, KV use, queue and throughput\n"
+    "  bench      drive a running cluster with a workload; report throughput, latency, goodput, cost\n"
     "  help       show this message (lamina help COMMAND for a command's flags)\n";
 
 }  // namespace
@@ -30,11 +32,14 @@ int main(int argc, char** argv) {
   if (command == "generate") return lamina::cli::RunGenerate(args);
   if (command == "status") return lamina::cli::RunStatus(args);
   if (command == "up") return lamina::cli::RunUp(args);
+  if (command == "bench") return lamina::cli::RunBenchCommand(args);
   if (command == "help" || command == "--help" || command == "-h") {
     if (!args.empty() && args[0] == "generate") {
       std::printf("%s", lamina::cli::kGenerateUsage);
     } else if (!args.empty() && args[0] == "up") {
       std::printf("%s", lamina::cli::kUpUsage);
+    } else if (!args.empty() && args[0] == "bench") {
+      std::printf("%s", lamina::cli::kBenchUsage);
     } else if (!args.empty() && args[0] == "status") {
       std::printf("%s", lamina::cli::kStatusUsage);
     } else {

@@ -31,7 +31,8 @@ absl::Status Status(const std::vector<std::string>& args) {
               static_cast<long long>(s.queue_length()), static_cast<long long>(s.running()), s.tokens_per_second(),
               static_cast<long long>(s.completed()), static_cast<long long>(s.failed()),
               static_cast<long long>(s.preemptions()));
-  std::printf("%-14s %-8s %-9s %-24s %5s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)", "SEQS", "LAST HEARD");
+  std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)", "SEQS",
+              "BUSY", "RTT/LAYER", "LAST HEARD");
   for (const auto& n : s.nodes()) {
     const bool memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;
     std::string kv = memory ? absl::StrFormat("%d / %d (%d)", n.kv_used_slots(), n.kv_capacity_slots(), n.kv_free_slots())
@@ -39,8 +40,12 @@ absl::Status Status(const std::vector<std::string>& args) {
     if (memory && n.kv_shared_slots() > 0) kv += absl::StrFormat(", %d shared", n.kv_shared_slots());
     std::string seqs = memory ? absl::StrFormat("%d", n.num_sequences()) : "-";
     std::string heard = n.last_heartbeat_ms() < 0 ? "never" : absl::StrFormat("%.1f s ago", n.last_heartbeat_ms() / 1000.0);
-    std::printf("%-14s %-8s %-9s %-24s %5s  %s%s%s\n", n.name().c_str(), memory ? "memory" : "compute",
-                n.healthy() ? "healthy" : "DOWN", kv.c_str(), seqs.c_str(), heard.c_str(),
+    // Since the node started: the share of its time spent working, and its mean round trip.
+    const auto& load = n.load();
+    std::string busy = load.clock_seconds() > 0 ? absl::StrFormat("%.0f%%", 100 * load.busy_seconds() / load.clock_seconds()) : "-";
+    std::string rtt = load.round_trips() > 0 ? absl::StrFormat("%.0f us", 1e6 * load.round_trip_seconds() / load.round_trips()) : "-";
+    std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s  %s%s%s\n", n.name().c_str(), memory ? "memory" : "compute",
+                n.healthy() ? "healthy" : "DOWN", kv.c_str(), seqs.c_str(), busy.c_str(), rtt.c_str(), heard.c_str(),
                 n.detail().empty() ? "" : ": ", n.detail().c_str());
   }
   return absl::OkStatus();

@@ -97,6 +97,10 @@ absl::Status Run(const std::vector<std::string>& args) {
     heartbeat->set_kv_free_slots(executor->num_free_slots());
     heartbeat->set_num_sequences(executor->num_sequences());
     heartbeat->set_kv_shared_slots(executor->num_shared_slots());
+    const BusyMeter::Snapshot busy = data_plane->busy().Read();
+    heartbeat->mutable_load()->set_clock_seconds(busy.clock_seconds);
+    heartbeat->mutable_load()->set_busy_seconds(busy.busy_seconds);
+    heartbeat->mutable_load()->set_busy_count(busy.count);
   });
 
   const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * static_cast<int64_t>(sizeof(float));

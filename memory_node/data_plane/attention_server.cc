@@ -49,7 +49,11 @@ void AttentionServer::Serve(Connection* connection) {
   while (!stopping_) {
     if (!connection->Receive(&header, &s.request, absl::InfiniteFuture()).ok()) return;
     s.out.clear();
-    absl::Status status = Handle(header.type, &s);
+    absl::Status status;
+    {
+      ScopedBusy timed(&busy_);
+      status = Handle(header.type, &s);
+    }
     s.reply.clear();
     WireWriter w(&s.reply);
     w.Put<int32_t>(static_cast<int32_t>(status.code()));

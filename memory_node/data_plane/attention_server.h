@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/attention/attention_service.h"
+#include "common/metrics/busy_meter.h"
 #include "common/transport/transport.h"
 
 namespace lamina {
@@ -33,6 +34,8 @@ class AttentionServer {
   ~AttentionServer();  // stops accepting, closes every connection, joins the threads
 
   std::string address() const { return listener_->address(); }
+  // Time spent handling requests (storing k/v, attention), from every connection.
+  const BusyMeter& busy() const { return busy_; }
 
  private:
   AttentionServer(std::unique_ptr<Listener> listener, const AttentionWireShape& shape, AttentionService* service,
@@ -60,6 +63,7 @@ class AttentionServer {
   std::mutex connections_mu_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<std::thread> connection_threads_;
+  BusyMeter busy_;
 };
 
 }  // namespace lamina
