@@ -71,7 +71,9 @@ absl::StatusOr<BenchReport> RunBench(cli::ClusterClient* client, const WorkloadS
                                                                                           absl::Milliseconds(100))));
       if (tty) {
         std::fprintf(stderr, "\r%s\033[K", line.c_str());
-      } else if (finished * 4 / static_cast<int>(requests.size()) > reported_quarters) {
+      } else if (absl::Now() - start > absl::Seconds(5) &&
+                 finished * 4 / static_cast<int>(requests.size()) > reported_quarters) {
+        // Off a terminal, only runs long enough to wonder about say how far they are.
         reported_quarters = finished * 4 / static_cast<int>(requests.size());
         std::fprintf(stderr, "%s\n", line.c_str());
       }
