@@ -6,6 +6,7 @@
 #include "deploy/cli/bench_command.h"
 #include "deploy/cli/experiment_command.h"
 #include "deploy/cli/generate_command.h"
+#include "deploy/cli/plan_command.h"
 #include "deploy/cli/status_command.h"
 #include "deploy/cli/up_command.h"
 
@@ -19,6 +20,7 @@ constexpr char kUsage[] =
     "  status     show a running cluster's nodes, KV use, queue and throughput\n"
     "  bench      drive a running cluster with a workload; report throughput, latency, goodput, cost\n"
     "  experiment sweep topologies x batch limits x context lengths; write a report with plots\n"
+    "  plan       rank topologies for a model, workload and prices by predicted tokens/s per dollar\n"
     "  help       show this message (lamina help COMMAND for a command's flags)\n";
 
 }  // namespace
@@ -36,11 +38,14 @@ int main(int argc, char** argv) {
   if (command == "up") return lamina::cli::RunUp(args);
   if (command == "bench") return lamina::cli::RunBenchCommand(args);
   if (command == "experiment") return lamina::cli::RunExperimentCommand(args);
+  if (command == "plan") return lamina::cli::RunPlanCommand(args);
   if (command == "help" || command == "--help" || command == "-h") {
     if (!args.empty() && args[0] == "generate") {
       std::printf("%s", lamina::cli::kGenerateUsage);
     } else if (!args.empty() && args[0] == "up") {
       std::printf("%s", lamina::cli::kUpUsage);
+    } else if (!args.empty() && args[0] == "plan") {
+      std::printf("%s", lamina::cli::kPlanUsage);
     } else if (!args.empty() && args[0] == "experiment") {
       std::printf("%s", lamina::cli::kExperimentUsage);
     } else if (!args.empty() && args[0] == "bench") {

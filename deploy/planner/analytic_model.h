@@ -1,0 +1,88 @@
+// The paper's analytic model of decode throughput and its cost (its sections 3 and 4), for
+// `lamina plan` and for checking experiments. A decode step of batch B at mean context c costs:
+//   compute    max(weight bytes ÷ memory rate, 2·N·B ÷ compute rate)   on the compute device
+//   attention  B·c·(KV bytes per token) ÷ (memory rate of the devices holding the KV)
+//   link       B·(q, k, v out and o back per token) ÷ link rate, plus a latency per layer
+// where N is the parameter count touched per token. Colocated, attention runs on the compute device
+// and there is no link; offloaded without pipelining the three add up; with staggered pipelining
+// the step is max(compute, attention + link). The batch is the largest that fits the KV memory,
+// the batch cap and the time-per-token target; throughput is B ÷ step, and per dollar it is
+// divided by the devices' hourly price. Rates are the price table's, times the efficiencies.
+// Pure functions; thread-safe.
+#ifndef LAMINA_DEPLOY_PLANNER_ANALYTIC_MODEL_H_
+#define LAMINA_DEPLOY_PLANNER_ANALYTIC_MODEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/model_config/model_config.h"
+#include "deploy/cost/price_table.h"
+
+namespace lamina::planner {
+
+struct ModelShape {
+  double params = 0;          // every weight, embedding and LM head included
+  double matmul_params = 0;   // N: weights multiplied per token (the embedding lookup is not)
+  int64_t layers = 0;
+  int64_t q_size = 0;         // values of q (and of o) per token per layer
+  int64_t kv_size = 0;        // values of k (and of v) per token per layer
+  double bytes_per_value = 2; // e: bf16
+
+  double weight_bytes() const { return params * bytes_per_value; }
+  double kv_bytes_per_token() const { return 2.0 * layers * kv_size * bytes_per_value; }
+  // What crosses the link per token per step: q, k, v out and o back, every layer.
+  double wire_bytes_per_token() const { return layers * bytes_per_value * (2.0 * q_size + 2.0 * kv_size); }
+};
+ModelShape ShapeOf(const ModelConfig& config);
+
+struct Efficiency {
+  double compute = 0.6;            // of the peak tensor rate a large batch reaches
+  double memory_bandwidth = 0.85;  // of the data-sheet memory rate
+  double memory_usable = 0.9;      // of device memory for weights and KV
+  double link = 0.8;               // of the link rate
+  double layer_latency_us = 10;    // per layer round trip, offloaded
+};
+
+// The paper's minimum interconnect bandwidth, bytes/s, for a compute device reaching
+// `achieved_flops`: wire bytes per token × tokens/s, tokens/s = achieved_flops ÷ 2N. With
+// multi-head attention (q = k = v = o = d values) it is 2·e·d·L·achieved_flops ÷ N.
+double MinInterconnectBytesPerSecond(const ModelShape& model, double achieved_flops);
+
+struct Design {
+  const DeviceKind* compute = nullptr;
+  const DeviceKind* memory = nullptr;  // null: colocated (the KV on the compute device)
+  int memory_devices = 0;
+  bool pipelined = false;              // staggered pipelining overlaps compute and attention
+  std::string Name() const;            // "1 x h100 + 2 x h20", "1 x h100 (colocated)"
+};
+
+struct Prediction {
+  Design design;
+  int64_t batch = 0;                 // 0: nothing fits
+  double context = 0;                // mean tokens attended per sequence
+  double compute_s = 0, attention_s = 0, link_s = 0, step_s = 0;
+  double tokens_per_s = 0;
+  double hourly_usd = 0;
+  double tokens_per_s_per_usd_hour = 0;
+  double mfu = 0;                    // achieved ÷ peak compute
+  double needed_link_gbs = 0;        // offloaded: bytes/s the link must carry, 1e9
+  std::string bottleneck;            // what limits throughput
+  std::string infeasible;            // why nothing fits; empty when it does
+};
+
+// The step at a given batch (no capacity or latency checks).
+Prediction PredictStep(const ModelShape& model, double context, const Design& design, const Efficiency& eff,
+                       int64_t batch);
+// The best batch up to `max_batch` that fits the KV memory and keeps a step within `tpot_target_s`
+// (0: no target).
+Prediction PredictBest(const ModelShape& model, double context, const Design& design, const Efficiency& eff,
+                       int64_t max_batch, double tpot_target_s);
+// How many memory devices per compute device give the most tokens/s per dollar when a memory
+// device costs `price_ratio` (α) times a compute device, searching 1 to `max_devices`.
+int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
+                      double price_ratio, const Efficiency& eff, int64_t max_batch, double tpot_target_s,
+                      bool pipelined, int max_devices = 64);
+
+}  // namespace lamina::planner
+
+#endif  // LAMINA_DEPLOY_PLANNER_ANALYTIC_MODEL_H_

@@ -1,0 +1,60 @@
+#include "deploy/planner/planner.h"
+
+#include <algorithm>
+
+#include "common/status/status_macros.h"
+
+namespace lamina::planner {
+namespace {
+
+double MeanOf(const std::vector<bench::LengthBin>& bins) {
+  double mean = 0;
+  for (const bench::LengthBin& b : bins) mean += b.weight * (b.first + b.last) / 2.0;
+  return mean;
+}
+
+}  // namespace
+
+absl::Status MeanLengths(const bench::WorkloadSpec& workload, double* prompt_tokens, double* output_tokens) {
+  if (!workload.prompts.empty()) {
+    return absl::InvalidArgumentError("a prompts file's lengths are not known before tokenizing: give fixed lengths "
+                                      "or a length distribution");
+  }
+  *prompt_tokens = workload.prompt_tokens;
+  *output_tokens = workload.output_tokens;
+  if (!workload.lengths.empty()) {
+    LAMINA_ASSIGN_OR_RETURN(bench::LengthDistribution d, bench::LoadLengthDistribution(workload.lengths));
+    *prompt_tokens = MeanOf(d.prompt_tokens);
+    *output_tokens = MeanOf(d.output_tokens);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<Prediction> Plan(const ModelShape& model, double context, const PriceTable& table,
+                             const PlanOptions& options) {
+  std::vector<Prediction> out;
+  auto allowed = [](const std::set<std::string>& kinds, const std::string& name) {
+    return kinds.empty() || kinds.count(name) != 0;
+  };
+  for (const auto& [compute_name, compute] : table.devices) {
+    if (!allowed(options.compute_kinds, compute_name)) continue;
+    out.push_back(PredictBest(model, context, {&compute, nullptr, 0, false}, options.efficiency, options.max_batch,
+                              options.tpot_target_s));
+    for (const auto& [memory_name, memory] : table.devices) {
+      if (!allowed(options.memory_kinds, memory_name)) continue;
+      const double alpha = compute.hourly_usd > 0 ? memory.hourly_usd / compute.hourly_usd : 1;
+      const int n = BestMemoryDevices(model, context, compute, memory, alpha, options.efficiency, options.max_batch,
+                                      options.tpot_target_s, options.pipelined);
+      if (n == 0) continue;  // never feasible
+      out.push_back(PredictBest(model, context, {&compute, &memory, n, options.pipelined}, options.efficiency,
+                                options.max_batch, options.tpot_target_s));
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.infeasible.empty() != b.infeasible.empty()) return a.infeasible.empty();
+    return a.tokens_per_s_per_usd_hour > b.tokens_per_s_per_usd_hour;
+  });
+  return out;
+}
+
+}  // namespace lamina::planner
