@@ -73,6 +73,9 @@ BenchReport MakeReport(const WorkloadSpec& spec, const std::vector<RequestRecord
   if (iterations > 0) {
     r.mean_batch = static_cast<double>(after.decoded_sequences() - before.decoded_sequences()) / iterations;
     if (r.wall_s > 0) r.iterations_per_s = iterations / r.wall_s;
+    r.iteration_ms = 1e3 * (after.iteration_seconds() - before.iteration_seconds()) / iterations;
+    r.prefill_tokens_per_iteration =
+        static_cast<double>(after.prefilled_tokens() - before.prefilled_tokens()) / iterations;
   }
 
   std::map<std::string, const lamina::v1::NodeStatus*> earlier;
@@ -91,6 +94,9 @@ BenchReport MakeReport(const WorkloadSpec& spec, const std::vector<RequestRecord
       if (clock > 0) f.busy_fraction = std::clamp((b.busy_seconds() - a.busy_seconds()) / clock, 0.0, 1.0);
       trip_seconds += b.round_trip_seconds() - a.round_trip_seconds();
       trips += b.round_trips() - a.round_trips();
+      if (!f.memory && b.busy_count() > a.busy_count()) {
+        r.compute_ms_per_iteration = 1e3 * (b.busy_seconds() - a.busy_seconds()) / (b.busy_count() - a.busy_count());
+      }
     }
     if (f.memory) {
       int count = 0;
@@ -186,6 +192,9 @@ nlohmann::json ReportToJson(const BenchReport& r) {
       {"mean_batch", r.mean_batch},
       {"iterations_per_s", r.iterations_per_s},
       {"round_trip_us", r.round_trip_us},
+      {"iteration_ms", r.iteration_ms},
+      {"compute_ms_per_iteration", r.compute_ms_per_iteration},
+      {"prefill_tokens_per_iteration", r.prefill_tokens_per_iteration},
       {"hourly_usd", r.hourly_usd},
       {"tokens_per_s_per_usd_hour", r.tokens_per_s_per_usd_hour},
       {"nodes", nodes},

@@ -49,6 +49,11 @@ struct BenchReport {
   double mean_batch = 0;             // sequences decoded per iteration
   double iterations_per_s = 0;
   double round_trip_us = 0;          // mean per-layer attention round trip (0: none measured)
+  // Per iteration, for the simulator's cost fit: the coordinator's wait on the compute node (plan
+  // sent to result read), the compute nodes' own time, and the prompt tokens prefilled.
+  double iteration_ms = 0;
+  double compute_ms_per_iteration = 0;
+  double prefill_tokens_per_iteration = 0;
   std::vector<NodeFigures> nodes;
   double hourly_usd = 0;             // 0 when not priced
   double tokens_per_s_per_usd_hour = 0;  // output tokens/s ÷ dollars per hour

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
+#include "deploy/experiment/experiment_checks.h"
 #include "deploy/experiment/experiment_report.h"
 #include "deploy/experiment/experiment_runner.h"
 #include "deploy/experiment/experiment_spec.h"
@@ -30,7 +31,9 @@ absl::Status Experiment(const std::vector<std::string>& args) {
   options.out_dir = out_dir;
   options.show_progress = !flags.Has("quiet");
   LAMINA_ASSIGN_OR_RETURN(experiment::ExperimentResult result, experiment::RunExperiment(spec, options));
-  LAMINA_RETURN_IF_ERROR(experiment::WriteReport(result, out_dir, {}));
+  LAMINA_ASSIGN_OR_RETURN(std::string planner_check, experiment::PlannerSection(result));
+  LAMINA_ASSIGN_OR_RETURN(std::string simulator_check, experiment::SimulatorSection(result, out_dir));
+  LAMINA_RETURN_IF_ERROR(experiment::WriteReport(result, out_dir, {planner_check, simulator_check}));
 
   int failed = 0;
   for (const auto& run : result.runs) failed += !run.status.ok();

@@ -7,6 +7,7 @@
 #include "deploy/cli/experiment_command.h"
 #include "deploy/cli/generate_command.h"
 #include "deploy/cli/plan_command.h"
+#include "deploy/cli/simulate_command.h"
 #include "deploy/cli/status_command.h"
 #include "deploy/cli/up_command.h"
 
@@ -21,6 +22,7 @@ constexpr char kUsage[] =
     "  bench      drive a running cluster with a workload; report throughput, latency, goodput, cost\n"
     "  experiment sweep topologies x batch limits x context lengths; write a report with plots\n"
     "  plan       rank topologies for a model, workload and prices by predicted tokens/s per dollar\n"
+    "  simulate   predict clusters larger than any we can run, from measured per-operation costs\n"
     "  help       show this message (lamina help COMMAND for a command's flags)\n";
 
 }  // namespace
@@ -39,11 +41,14 @@ int main(int argc, char** argv) {
   if (command == "bench") return lamina::cli::RunBenchCommand(args);
   if (command == "experiment") return lamina::cli::RunExperimentCommand(args);
   if (command == "plan") return lamina::cli::RunPlanCommand(args);
+  if (command == "simulate") return lamina::cli::RunSimulateCommand(args);
   if (command == "help" || command == "--help" || command == "-h") {
     if (!args.empty() && args[0] == "generate") {
       std::printf("%s", lamina::cli::kGenerateUsage);
     } else if (!args.empty() && args[0] == "up") {
       std::printf("%s", lamina::cli::kUpUsage);
+    } else if (!args.empty() && args[0] == "simulate") {
+      std::printf("%s", lamina::cli::kSimulateUsage);
     } else if (!args.empty() && args[0] == "plan") {
       std::printf("%s", lamina::cli::kPlanUsage);
     } else if (!args.empty() && args[0] == "experiment") {

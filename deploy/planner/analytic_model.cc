@@ -89,7 +89,9 @@ Prediction PredictBest(const ModelShape& model, double context, const Design& de
   const double kv_memory = design.memory == nullptr
                                ? compute_memory - model.weight_bytes()
                                : design.memory_devices * design.memory->memory_gb * 1e9 * eff.memory_usable;
-  const int64_t fits = static_cast<int64_t>(kv_memory / (context * model.kv_bytes_per_token()));
+  const int64_t fits = design.kv_capacity_tokens > 0
+                           ? static_cast<int64_t>(design.kv_capacity_tokens / context)
+                           : static_cast<int64_t>(kv_memory / (context * model.kv_bytes_per_token()));
   const int64_t cap = std::min(fits, max_batch);
   if (cap < 1) {
     none.infeasible = "not one sequence's KV fits";

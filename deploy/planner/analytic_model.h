@@ -53,6 +53,7 @@ struct Design {
   const DeviceKind* memory = nullptr;  // null: colocated (the KV on the compute device)
   int memory_devices = 0;
   bool pipelined = false;              // staggered pipelining overlaps compute and attention
+  int64_t kv_capacity_tokens = 0;      // KV slots in all; 0: what the devices' memory holds
   std::string Name() const;            // "1 x h100 + 2 x h20", "1 x h100 (colocated)"
 };
 

@@ -1,0 +1,184 @@
+#include "deploy/simulator/cluster_simulator.h"
+
+#include <algorithm>
+#include <deque>
+#include <queue>
+
+namespace lamina::simulator {
+namespace {
+
+struct Sequence {
+  int request = 0;
+  int prompt = 0;
+  int output = 0;
+  int generated = 0;  // 0 until its prefill iteration ends
+};
+
+struct Replica {
+  std::vector<Sequence> running;
+  int64_t kv_used = 0;
+  bool busy = false;
+  std::vector<int> prefilling;  // indices into running admitted this iteration
+  double busy_ms = 0, attention_ms = 0;
+  int64_t iterations = 0, decoded = 0;
+};
+
+struct Event {
+  double t_ms;
+  int replica;  // -1: an arrival
+  bool operator>(const Event& o) const { return t_ms > o.t_ms; }
+};
+
+}  // namespace
+
+SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, const bench::WorkloadSpec& workload,
+                          const std::vector<bench::BenchRequest>& requests) {
+  const int n = static_cast<int>(requests.size());
+  std::vector<double> arrival(n, 0), first(n, -1), done(n, -1);
+  std::vector<int> prompt_len(n), output_len(n);
+  for (int i = 0; i < n; ++i) {
+    prompt_len[i] = std::max<int>(1, requests[i].prompt_ids.empty() ? 1 : static_cast<int>(requests[i].prompt_ids.size()));
+    output_len[i] = requests[i].output_tokens;
+  }
+  std::vector<Replica> replicas(shape.replicas);
+  std::deque<int> waiting;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  int released = 0;
+  const bool closed = workload.mode == bench::ArrivalMode::kClosedLoop;
+  if (closed) {
+    for (; released < std::min(n, workload.concurrency); ++released) waiting.push_back(released);
+  } else {
+    for (int i = 0; i < n; ++i) {
+      arrival[i] = 1e3 * requests[i].arrival_s;
+      events.push({arrival[i], -1});
+    }
+  }
+  const int64_t kv_capacity = costs.kv_capacity_tokens * shape.memory_nodes_per_replica;
+  double coordinator_free = 0, coordinator_busy = 0;
+  int64_t admissions_tried = 0, kv_blocked = 0;
+  int next_arrival = 0;
+
+  auto try_start = [&](int r, double now) {
+    Replica& rep = replicas[r];
+    if (rep.busy || (rep.running.empty() && waiting.empty())) return;
+    const double start = std::max(now, coordinator_free);
+    // Admit like the scheduler: batch limit, token budget (a lone long prompt still runs), KV room.
+    int64_t budget = costs.max_tokens_per_iteration - static_cast<int64_t>(rep.running.size());
+    rep.prefilling.clear();
+    int64_t prefill_tokens = 0;
+    while (!waiting.empty() && static_cast<int64_t>(rep.running.size()) < shape.max_batch) {
+      const int q = waiting.front();
+      const int64_t need = prompt_len[q] + output_len[q];
+      ++admissions_tried;
+      if (rep.kv_used + need > kv_capacity) {
+        ++kv_blocked;
+        break;
+      }
+      if (prompt_len[q] > budget && !(rep.prefilling.empty() && rep.running.empty())) break;
+      waiting.pop_front();
+      rep.kv_used += need;
+      budget -= prompt_len[q];
+      prefill_tokens += prompt_len[q];
+      rep.prefilling.push_back(static_cast<int>(rep.running.size()));
+      rep.running.push_back({q, prompt_len[q], output_len[q], 0});
+    }
+    double batch = 0, attended = 0;
+    for (const Sequence& s : rep.running) {
+      if (s.generated == 0) continue;
+      batch += 1;
+      attended += s.prompt + s.generated;
+    }
+    if (batch == 0 && prefill_tokens == 0) return;  // nothing fits yet: wait for a finish
+    const double ms = costs.IterationMs(batch, attended, static_cast<double>(prefill_tokens),
+                                        shape.memory_nodes_per_replica);
+    coordinator_free = start + costs.coordinator_ms;
+    coordinator_busy += costs.coordinator_ms;
+    rep.busy = true;
+    rep.busy_ms += ms;
+    rep.attention_ms += costs.AttentionMs(attended, shape.memory_nodes_per_replica);
+    ++rep.iterations;
+    rep.decoded += static_cast<int64_t>(batch);
+    events.push({start + costs.coordinator_ms + ms, r});
+  };
+
+  // An iteration ends: every sequence of it gains a token; finished ones free their KV and, in a
+  // closed loop, let the next request in.
+  auto finish_iteration = [&](int r, double now) {
+    Replica& rep = replicas[r];
+    rep.busy = false;
+    std::vector<Sequence> still;
+    for (Sequence& s : rep.running) {
+      ++s.generated;
+      if (s.generated == 1) first[s.request] = now;
+      if (s.generated < s.output) {
+        still.push_back(s);
+        continue;
+      }
+      done[s.request] = now;
+      rep.kv_used -= s.prompt + s.output;
+      if (closed && released < n) {
+        arrival[released] = now;
+        waiting.push_back(released++);
+      }
+    }
+    rep.running.swap(still);
+  };
+
+  double now = 0;
+  for (int r = 0; r < shape.replicas; ++r) try_start(r, now);
+  // Ends when nothing is scheduled: every request done, or the rest can never fit.
+  while (!events.empty()) {
+    const Event e = events.top();
+    events.pop();
+    now = e.t_ms;
+    if (e.replica < 0) {
+      waiting.push_back(next_arrival++);
+    } else {
+      finish_iteration(e.replica, now);
+    }
+    for (int r = 0; r < shape.replicas; ++r) try_start(r, now);
+  }
+
+  SimulationResult result;
+  result.requests = n;
+  result.wall_s = now / 1e3;
+  std::vector<double> ttft, tpot;
+  for (int i = 0; i < n; ++i) {
+    if (done[i] < 0) continue;
+    result.output_tokens += output_len[i];
+    ttft.push_back(first[i] - arrival[i]);
+    if (output_len[i] > 1) tpot.push_back((done[i] - first[i]) / (output_len[i] - 1));
+  }
+  result.ttft_ms = bench::Summarize(ttft);
+  result.tpot_ms = bench::Summarize(tpot);
+  if (result.wall_s > 0) result.output_tokens_per_s = result.output_tokens / result.wall_s;
+  double busy = 0, attention = 0;
+  int64_t iterations = 0, decoded = 0;
+  for (const Replica& r : replicas) {
+    busy += r.busy_ms;
+    attention += r.attention_ms;
+    iterations += r.iterations;
+    decoded += r.decoded;
+  }
+  if (now > 0) {
+    result.compute_busy = busy / shape.replicas / now;
+    result.coordinator_busy = coordinator_busy / now;
+  }
+  if (busy > 0) result.attention_share = attention / busy;
+  if (admissions_tried > 0) result.kv_blocked = static_cast<double>(kv_blocked) / admissions_tried;
+  if (iterations > 0) result.mean_batch = static_cast<double>(decoded) / iterations;
+  if (result.coordinator_busy > 0.8) {
+    result.bottleneck = "coordinator (its serial work per iteration)";
+  } else if (result.kv_blocked > 0.25) {
+    result.bottleneck = "KV capacity (admissions wait for memory)";
+  } else if (result.compute_busy < 0.5) {
+    result.bottleneck = "load (the cluster idles)";
+  } else if (result.attention_share > 0.5) {
+    result.bottleneck = "memory nodes (attention)";
+  } else {
+    result.bottleneck = "compute nodes";
+  }
+  return result;
+}
+
+}  // namespace lamina::simulator

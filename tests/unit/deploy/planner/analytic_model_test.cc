@@ -1,0 +1,116 @@
+#include "deploy/planner/analytic_model.h"
+
+#include "deploy/planner/planner.h"
+#include "gtest/gtest.h"
+
+namespace lamina::planner {
+namespace {
+
+ModelConfig Llama3_8B() {
+  ModelConfig c;
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_layers = 32;
+  c.num_q_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  return c;
+}
+
+DeviceKind Device(const std::string& name, double gb, double gbs, double tflops, double link, double hourly) {
+  DeviceKind d;
+  d.name = name;
+  d.memory_gb = gb;
+  d.memory_bandwidth_gbs = gbs;
+  d.bf16_tflops = tflops;
+  d.link_gbs = link;
+  d.hourly_usd = hourly;
+  return d;
+}
+
+TEST(AnalyticModelTest, ShapeOfLlama3_8B) {
+  const ModelShape m = ShapeOf(Llama3_8B());
+  EXPECT_NEAR(m.params / 1e9, 8.03, 0.01);
+  EXPECT_DOUBLE_EQ(m.kv_bytes_per_token(), 2.0 * 32 * 1024 * 2);  // k and v, 32 layers, 8 heads x 128, bf16
+  EXPECT_DOUBLE_EQ(m.wire_bytes_per_token(), 32 * 2 * (2.0 * 4096 + 2.0 * 1024));
+}
+
+TEST(AnalyticModelTest, MinimumBandwidthIsThePapersFormulaForMultiHeadAttention) {
+  ModelConfig c = Llama3_8B();
+  c.num_kv_heads = 32;  // MHA: q, k, v and o are d values each
+  const ModelShape m = ShapeOf(c);
+  const double achieved = 0.5 * 989e12;
+  const double paper = 2.0 * m.bytes_per_value * c.hidden_size * c.num_layers * achieved / m.matmul_params;
+  EXPECT_NEAR(MinInterconnectBytesPerSecond(m, achieved), paper, paper * 1e-12);
+}
+
+TEST(AnalyticModelTest, StepTimesAddWithoutPipeliningAndOverlapWithIt) {
+  const ModelShape m = ShapeOf(Llama3_8B());
+  const DeviceKind h100 = Device("h100", 80, 3350, 989, 50, 3.0);
+  const DeviceKind h20 = Device("h20", 96, 4000, 148, 50, 1.3);
+  Efficiency eff;
+  const Prediction serial = PredictStep(m, 4096, {&h100, &h20, 2, false}, eff, 256);
+  const Prediction overlapped = PredictStep(m, 4096, {&h100, &h20, 2, true}, eff, 256);
+  const double kv_s = 256 * 4096 * m.kv_bytes_per_token() / (2 * 4000e9 * eff.memory_bandwidth);
+  EXPECT_NEAR(serial.attention_s, kv_s, kv_s * 1e-12);
+  EXPECT_NEAR(serial.step_s, serial.compute_s + serial.attention_s + serial.link_s, 1e-15);
+  EXPECT_NEAR(overlapped.step_s, std::max(serial.compute_s, serial.attention_s + serial.link_s), 1e-15);
+  EXPECT_DOUBLE_EQ(serial.hourly_usd, 3.0 + 2 * 1.3);
+  EXPECT_DOUBLE_EQ(serial.tokens_per_s, 256 / serial.step_s);
+}
+
+TEST(AnalyticModelTest, BatchIsCappedByKvCapacityAndLatencyTarget) {
+  const ModelShape m = ShapeOf(Llama3_8B());
+  const DeviceKind h100 = Device("h100", 80, 3350, 989, 50, 3.0);
+  Efficiency eff;
+  const Prediction colocated = PredictBest(m, 4096, {&h100, nullptr, 0, false}, eff, 100000, 0);
+  const double kv_room = 80e9 * eff.memory_usable - m.weight_bytes();
+  EXPECT_EQ(colocated.batch, static_cast<int64_t>(kv_room / (4096 * m.kv_bytes_per_token())));
+  EXPECT_NE(colocated.bottleneck.find("KV capacity"), std::string::npos);
+  const Prediction capped = PredictBest(m, 4096, {&h100, nullptr, 0, false}, eff, 100000, 0.020);
+  EXPECT_LE(capped.step_s, 0.020);
+  EXPECT_GT(PredictStep(m, 4096, {&h100, nullptr, 0, false}, eff, capped.batch + 1).step_s, 0.020);
+  const DeviceKind tiny = Device("tiny", 8, 100, 10, 1, 0.1);
+  EXPECT_FALSE(PredictBest(m, 4096, {&tiny, nullptr, 0, false}, eff, 64, 0).infeasible.empty());
+}
+
+TEST(AnalyticModelTest, LongContextsFavourOffloadingToCheapMemory) {
+  const ModelShape m = ShapeOf(Llama3_8B());
+  const DeviceKind h100 = Device("h100", 80, 3350, 989, 50, 3.0);
+  const DeviceKind h20 = Device("h20", 96, 4000, 148, 50, 1.3);
+  Efficiency eff;
+  const int n = BestMemoryDevices(m, 8192, h100, h20, 1.3 / 3.0, eff, 4096, 0, /*pipelined=*/true);
+  ASSERT_GE(n, 1);
+  const Prediction offloaded = PredictBest(m, 8192, {&h100, &h20, n, true}, eff, 4096, 0);
+  const Prediction colocated = PredictBest(m, 8192, {&h100, nullptr, 0, false}, eff, 4096, 0);
+  EXPECT_GT(offloaded.tokens_per_s_per_usd_hour, colocated.tokens_per_s_per_usd_hour);
+  // One more or one fewer device is no better.
+  for (int other : {n - 1, n + 1}) {
+    if (other < 1) continue;
+    EXPECT_LE(PredictBest(m, 8192, {&h100, &h20, other, true}, eff, 4096, 0).tokens_per_s_per_usd_hour,
+              offloaded.tokens_per_s_per_usd_hour);
+  }
+  // When memory devices cost as much as compute devices, fewer of them pay.
+  EXPECT_LE(BestMemoryDevices(m, 8192, h100, h20, 1.0, eff, 4096, 0, true), n);
+}
+
+TEST(PlannerTest, RanksFeasibleDesignsByTokensPerDollar) {
+  PriceTable table;
+  table.devices["h100"] = Device("h100", 80, 3350, 989, 50, 3.0);
+  table.devices["h20"] = Device("h20", 96, 4000, 148, 50, 1.3);
+  table.devices["tiny"] = Device("tiny", 8, 100, 10, 1, 0.1);
+  PlanOptions options;
+  options.pipelined = true;
+  const std::vector<Prediction> ranked = Plan(ShapeOf(Llama3_8B()), 8192, table, options);
+  ASSERT_GE(ranked.size(), 3u);
+  for (size_t i = 1; i < ranked.size(); ++i) {
+    if (!ranked[i].infeasible.empty()) continue;
+    EXPECT_GE(ranked[i - 1].tokens_per_s_per_usd_hour, ranked[i].tokens_per_s_per_usd_hour);
+  }
+  EXPECT_EQ(ranked.back().design.compute->name, "tiny");  // cannot hold the weights
+  EXPECT_FALSE(ranked.back().infeasible.empty());
+}
+
+}  // namespace
+}  // namespace lamina::planner
