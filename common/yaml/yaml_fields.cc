@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -30,6 +31,11 @@ absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return ParseYaml(text.str(), path);
+}
+
+std::string ResolveAgainstFile(const std::string& path, const std::string& file) {
+  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(file).parent_path() / path).lexically_normal().string();
 }
 
 absl::Status YamlFields::CheckShape() const {

@@ -18,6 +18,8 @@ namespace lamina {
 absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, const std::string& path);
 // Reads and parses a file; a missing file is NotFound naming it.
 absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path);
+// A path written in `file`: relative paths resolve against the file's folder; "" stays "".
+std::string ResolveAgainstFile(const std::string& path, const std::string& file);
 
 class YamlFields {
  public:

@@ -42,10 +42,6 @@ absl::StatusOr<std::vector<LengthBin>> ParseBins(const YamlFields& f, const std:
   return bins;
 }
 
-std::string Resolve(const std::string& path, const std::string& against_file) {
-  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
-  return (std::filesystem::path(against_file).parent_path() / path).lexically_normal().string();
-}
 
 }  // namespace
 
@@ -127,8 +123,8 @@ absl::StatusOr<WorkloadSpec> LoadWorkload(const std::string& path) {
   const std::string none;
   LAMINA_ASSIGN_OR_RETURN(std::string lengths, f.String("lengths", &none));
   LAMINA_ASSIGN_OR_RETURN(std::string prompts, f.String("prompts", &none));
-  w.lengths = Resolve(lengths, path);
-  w.prompts = Resolve(prompts, path);
+  w.lengths = ResolveAgainstFile(lengths, path);
+  w.prompts = ResolveAgainstFile(prompts, path);
   absl::Status valid = w.Validate();
   if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", valid.message()));
   return w;

@@ -8,14 +8,6 @@
 #include "common/yaml/yaml_fields.h"
 
 namespace lamina::experiment {
-namespace {
-
-std::string Resolve(const std::string& path, const std::string& against_file) {
-  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
-  return (std::filesystem::path(against_file).parent_path() / path).lexically_normal().string();
-}
-
-}  // namespace
 
 absl::StatusOr<ExperimentSpec> LoadExperimentSpec(const std::string& path) {
   LAMINA_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
@@ -29,7 +21,7 @@ absl::StatusOr<ExperimentSpec> LoadExperimentSpec(const std::string& path) {
     const std::string stem = std::filesystem::path(path).stem().string(), none;
     LAMINA_ASSIGN_OR_RETURN(spec.name, f.String("name", &stem));
     LAMINA_ASSIGN_OR_RETURN(std::string prices, f.String("prices", &none));
-    spec.prices = Resolve(prices, path);
+    spec.prices = ResolveAgainstFile(prices, path);
     LAMINA_ASSIGN_OR_RETURN(spec.batch_limits, f.IntegerList("batch_limits", 1, 1 << 20));
     LAMINA_ASSIGN_OR_RETURN(spec.context_lengths, f.IntegerList("context_lengths", 2, 1 << 24));
     const int64_t defaults[] = {spec.output_tokens, spec.requests_per_batch, spec.min_requests};
@@ -55,7 +47,7 @@ absl::StatusOr<ExperimentSpec> LoadExperimentSpec(const std::string& path) {
       LAMINA_RETURN_IF_ERROR(t.CheckShape());
       TopologyEntry entry;
       LAMINA_ASSIGN_OR_RETURN(entry.file, t.String("file", nullptr));
-      entry.file = Resolve(entry.file, path);
+      entry.file = ResolveAgainstFile(entry.file, path);
       const std::string stem_of_file = std::filesystem::path(entry.file).stem().string();
       LAMINA_ASSIGN_OR_RETURN(entry.name, t.String("name", &stem_of_file));
       LAMINA_ASSIGN_OR_RETURN(entry.baseline, t.Bool("baseline", false));
