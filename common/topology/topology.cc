@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -94,7 +95,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
   Topology t;
   t.path = path;
   try {
-    Fields top(root, path, "", {"model", "coordinator", "scheduler", "pipelining", "nodes", "prices"});
+    Fields top(root, path, "", {"model", "weights", "weights_seed", "coordinator", "scheduler", "pipelining", "nodes",
+                                       "prices"});
     LAMINA_RETURN_IF_ERROR(top.CheckShape());
 
     LAMINA_ASSIGN_OR_RETURN(std::string model, top.String("model", nullptr));
@@ -104,6 +106,19 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     if (!std::filesystem::exists(model_path / "config.json")) {
       return top.Error(top.Get("model"), "model",
                        absl::StrCat("'", model, "' (", t.model_dir, ") is not a model folder: no config.json"));
+    }
+
+    const std::string checkpoint = "checkpoint";
+    LAMINA_ASSIGN_OR_RETURN(std::string weights, top.String("weights", &checkpoint));
+    if (weights != "checkpoint" && weights != "random") {
+      return top.Error(top.Get("weights"), "weights",
+                       absl::StrCat("expected 'checkpoint' or 'random', got '", weights, "'"));
+    }
+    t.random_weights = weights == "random";
+    const int64_t no_seed = 0;
+    LAMINA_ASSIGN_OR_RETURN(t.weights_seed, top.Integer("weights_seed", &no_seed, 0, std::numeric_limits<int64_t>::max()));
+    if (top.Has("weights_seed") && !t.random_weights) {
+      return top.Error(top.Get("weights_seed"), "weights_seed", "only applies with 'weights: random'");
     }
 
     if (!top.Has("coordinator")) return absl::InvalidArgumentError(absl::StrCat(path, ":1: coordinator: missing"));

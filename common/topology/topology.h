@@ -38,6 +38,11 @@ struct NodeSpec {
 struct Topology {
   std::string path;       // the YAML file
   std::string model_dir;  // resolved against the file's folder
+  // `weights: random`: the compute nodes draw weights of config.json's shape from `weights_seed`
+  // instead of reading a checkpoint (for experiments on a model's shape alone; the outputs are
+  // noise). Every node of a cluster draws the same weights for the same seed and device kind.
+  bool random_weights = false;
+  int64_t weights_seed = 0;
   std::string coordinator_host = "127.0.0.1";
   int coordinator_port = 0;
   int max_batch = 64;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
+#include "common/model_config/model_config.h"
 #include "common/rpc/node_agent.h"
 #include "common/rpc/daemon.h"
 #include "common/status/status_macros.h"
@@ -37,14 +38,43 @@ struct EngineWeights {
 #endif
 };
 
-// The engine on the node's device. On a GPU the weights move to it and the host copy is dropped.
-absl::StatusOr<std::unique_ptr<ComputeEngine>> MakeEngine(const std::string& device_name, EngineWeights* weights,
+// The weights of the topology's model on the node's device: read from the checkpoint, or drawn
+// from the topology's seed with `weights: random`. On a GPU they are bf16 and the host copy is
+// dropped (random weights are drawn on the GPU itself).
+absl::Status LoadWeights(const Topology& topology, const DeviceSpec& device, EngineWeights* weights) {
+  if (topology.random_weights) {
+    LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
+#ifdef LAMINA_HAVE_CUDA
+    if (device.is_cuda) {
+      LAMINA_ASSIGN_OR_RETURN(weights->gpu, CudaModelWeights::Random(config, topology.weights_seed));
+      return absl::OkStatus();
+    }
+#endif
+    weights->host = ModelWeights::Random(config, topology.weights_seed);
+  } else {
+    LAMINA_ASSIGN_OR_RETURN(weights->host, ModelWeights::Load(topology.model_dir));
+  }
+#ifdef LAMINA_HAVE_CUDA
+  if (device.is_cuda) {
+    LAMINA_ASSIGN_OR_RETURN(weights->gpu, CudaModelWeights::Upload(*weights->host));
+    weights->host.reset();
+  }
+#endif
+  return absl::OkStatus();
+}
+
+const ModelConfig& ConfigOf(const EngineWeights& weights) {
+#ifdef LAMINA_HAVE_CUDA
+  if (weights.gpu) return weights.gpu->config;
+#endif
+  return weights.host->config;
+}
+
+// The engine on the node's device, over weights already loaded there.
+absl::StatusOr<std::unique_ptr<ComputeEngine>> MakeEngine(const DeviceSpec& device, EngineWeights* weights,
                                                           AttentionService* attention, ThreadPool* pool) {
-  LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(device_name));
   if (!device.is_cuda) return std::make_unique<ComputeEngine>(weights->host.get(), attention, pool);
 #ifdef LAMINA_HAVE_CUDA
-  LAMINA_ASSIGN_OR_RETURN(weights->gpu, CudaModelWeights::Upload(*weights->host));
-  weights->host.reset();
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> prefill,
                           CudaSliceBackend::Create(weights->gpu.get(), device.index));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> decode,
@@ -65,8 +95,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
   LAMINA_RETURN_IF_ERROR(UseDevice(device));  // before the (long) load: a missing GPU fails fast
   EngineWeights weights;
-  LAMINA_ASSIGN_OR_RETURN(weights.host, ModelWeights::Load(topology.model_dir));
-  const ModelConfig config = weights.host->config;
+  LAMINA_RETURN_IF_ERROR(LoadWeights(topology, device, &weights));
+  const ModelConfig config = ConfigOf(weights);
 
   std::map<std::string, std::string> memory_nodes;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
@@ -75,7 +105,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                             absl::Seconds(5));
   ThreadPool pool(spec->threads);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine,
-                          MakeEngine(spec->device, &weights, &attention, &pool));
+                          MakeEngine(device, &weights, &attention, &pool));
   StepService service(engine.get(), &attention);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
@@ -95,8 +125,9 @@ absl::Status Run(const std::vector<std::string>& args) {
     load->set_round_trips(trips.count);
   });
 
-  std::fprintf(stderr, "%s: %s, %lld layers on %s, gRPC on %s, %zu memory nodes\n", spec->name.c_str(),
-               config.architecture.c_str(), static_cast<long long>(config.num_layers), spec->device.c_str(),
+  std::fprintf(stderr, "%s: %s, %lld layers%s on %s, gRPC on %s, %zu memory nodes\n", spec->name.c_str(),
+               config.architecture.c_str(), static_cast<long long>(config.num_layers),
+               topology.random_weights ? " (random weights)" : "", spec->device.c_str(),
                spec->grpc_address().c_str(), memory_nodes.size());
   ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();

@@ -1,5 +1,6 @@
 #include "compute_node/model/model_weights.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -60,7 +61,52 @@ absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, const ModelConfig
   return w;
 }
 
+uint64_t SplitMix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The formula of kernels::cuda::FillUniform, element by element.
+Tensor RandomTensor(std::vector<int64_t> shape, float scale, uint64_t seed) {
+  Tensor t(std::move(shape));
+  float* data = t.data();
+  for (int64_t i = 0; i < t.size(); ++i) {
+    const float u =
+        static_cast<float>(SplitMix64(seed ^ (static_cast<uint64_t>(i) * 0x2545f4914f6cdd1dull)) >> 40) * 0x1p-24f;
+    data[i] = (2.f * u - 1.f) * scale;
+  }
+  return t;
+}
+
 }  // namespace
+
+std::unique_ptr<ModelWeights> ModelWeights::Random(const ModelConfig& config, uint64_t seed) {
+  auto w = std::make_unique<ModelWeights>();
+  w->config = config;
+  w->config.tie_word_embeddings = false;
+  w->config.attention_bias = false;
+  const ModelConfig& c = w->config;
+  const int64_t h = c.hidden_size;
+  const float proj = 1.f / std::sqrt(static_cast<float>(h));
+  const float down = 1.f / std::sqrt(static_cast<float>(c.intermediate_size));
+  uint64_t stream = seed;  // one stream per tensor, in CudaModelWeights::Random's order
+  w->embed = RandomTensor({c.vocab_size, h}, 1.f, ++stream);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    LayerWeights layer;
+    layer.input_norm = RandomTensor({h}, 1.f, ++stream);
+    layer.qkv = RandomTensor({c.qkv_size(), h}, proj, ++stream);
+    layer.o_proj = RandomTensor({h, c.q_size()}, proj, ++stream);
+    layer.post_norm = RandomTensor({h}, 1.f, ++stream);
+    layer.gate_up = RandomTensor({2 * c.intermediate_size, h}, proj, ++stream);
+    layer.down = RandomTensor({h, c.intermediate_size}, down, ++stream);
+    w->layers.push_back(std::move(layer));
+  }
+  w->final_norm = RandomTensor({h}, 1.f, ++stream);
+  w->lm_head = RandomTensor({c.vocab_size, h}, proj, ++stream);
+  return w;
+}
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir) {
   auto weights = std::make_unique<ModelWeights>();

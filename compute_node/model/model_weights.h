@@ -5,6 +5,7 @@
 #ifndef LAMINA_COMPUTE_NODE_MODEL_MODEL_WEIGHTS_H_
 #define LAMINA_COMPUTE_NODE_MODEL_MODEL_WEIGHTS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,12 @@ struct ModelWeights {
   // Reads config.json and the safetensors checkpoint in `dir`. Errors name the file and the
   // tensor: missing tensors, wrong shapes, unsupported dtypes, truncated or corrupt files.
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& dir);
+
+  // Weights of `config`'s shape drawn from `seed` (a topology's `weights: random`): each tensor
+  // uniform in [-scale, scale], scale about 1/sqrt(fan_in) for projections and 1 for norms and
+  // the embedding. The values are those of CudaModelWeights::Random for the same seed before its
+  // bf16 rounding, so the CPU model is the GPU one's oracle. Untied head, no attention bias.
+  static std::unique_ptr<ModelWeights> Random(const ModelConfig& config, uint64_t seed);
 };
 
 }  // namespace lamina

@@ -12,7 +12,12 @@ namespace lamina {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Load(const std::string& model_dir, ThreadPool* pool) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(model_dir));
-  LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, LoadModelTokenizer(model_dir, weights->config));
+  return Create(std::move(weights), model_dir, pool);
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(std::unique_ptr<ModelWeights> weights,
+                                                                   const std::string& tokenizer_dir, ThreadPool* pool) {
+  LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, LoadModelTokenizer(tokenizer_dir, weights->config));
   return std::unique_ptr<LocalCluster>(
       new LocalCluster(std::move(weights), std::make_unique<Tokenizer>(std::move(tokenizer)), pool));
 }

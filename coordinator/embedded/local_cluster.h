@@ -45,6 +45,11 @@ class LocalCluster {
   // Loads weights and tokenizer from a Hugging Face folder.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Load(const std::string& model_dir,
                                                            ThreadPool* pool = &ThreadPool::Default());
+  // Runs `weights` with the tokenizer of the Hugging Face folder `tokenizer_dir` (for example
+  // ModelWeights::Random of that folder's shape).
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Create(std::unique_ptr<ModelWeights> weights,
+                                                             const std::string& tokenizer_dir,
+                                                             ThreadPool* pool = &ThreadPool::Default());
 
   // Generates for every request, calling `on_token` as each token is produced (in step order).
   // Requests are validated before any work starts: InvalidArgument names the request and what is

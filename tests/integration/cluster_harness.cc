@@ -47,7 +47,11 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
   const int coordinator_port = FreePort();
   h->endpoint_ = absl::StrCat("127.0.0.1:", coordinator_port);
   const std::string model = options.model.find('/') == std::string::npos ? ModelDir(options.model) : options.model;
-  std::string yaml = absl::StrCat("model: ", model, "\ncoordinator:\n  port: ", coordinator_port,
+  std::string yaml = absl::StrCat("model: ", model, "\n");
+  if (options.random_weights_seed) {
+    absl::StrAppend(&yaml, "weights: random\nweights_seed: ", *options.random_weights_seed, "\n");
+  }
+  absl::StrAppend(&yaml, "coordinator:\n  port: ", coordinator_port,
                                   "\nscheduler:\n  max_batch: ", options.max_batch,
                                   "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
                                   options.prefix_caching ? "true" : "false", "\nnodes:\n",

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct ClusterOptions {
   int max_batch = 64;
   bool prefix_caching = true;
   std::string device = "cpu";  // of every node, e.g. "cuda:0"
+  std::optional<int64_t> random_weights_seed;  // set: `weights: random` with this seed
 };
 
 class ClusterHarness {

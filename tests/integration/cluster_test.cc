@@ -495,6 +495,34 @@ TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   EXPECT_EQ(o.finish, lamina::v1::FINISH_REASON_STOP);
 }
 
+// `weights: random` runs the model folder's shape with weights drawn from the seed: the cluster's
+// greedy ids equal single-process mode's over ModelWeights::Random of that shape and seed, and
+// differ from the checkpoint's.
+TEST(ClusterTest, RandomWeightsOfTheModelsShapeMatchSingleProcessModeWithTheSameSeed) {
+  ClusterOptions options;
+  options.memory_nodes = 1;
+  options.random_weights_seed = 11;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto checkpoint = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  auto random = LocalCluster::Create(ModelWeights::Random((*checkpoint)->config(), 11), ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(random.ok()) << random.status();
+
+  const std::vector<std::vector<int32_t>> prompts = {{1021, 5, 77, 300}, {1021, 900}, {1021, 12, 13, 14, 15, 16}};
+  std::vector<Outcome> outcomes(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompts[i], 12)); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
+    EXPECT_EQ(outcomes[i].ids, SingleProcess(**random, prompts[i], 12)) << "request " << i;
+    EXPECT_NE(outcomes[i].ids, SingleProcess(**checkpoint, prompts[i], 12)) << "request " << i;
+  }
+}
+
 TEST(ClusterTest, MalformedTopologiesAreRefusedBeforeAnyProcessStarts) {
   TempDir dir;
   const std::string good = absl::StrCat("model: ", ModelDir("lamina-demo-6m"), R"(

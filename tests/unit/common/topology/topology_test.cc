@@ -64,6 +64,27 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
               "local-cpu.yaml:8: coordinator.extra: unknown field");
 }
 
+TEST(TopologyTest, RandomWeightsTakeASeedAndOtherwiseTheCheckpointIsRead) {
+  const std::string original = Original();
+  auto checkpoint = ParseTopology(original, kPath);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_FALSE(checkpoint->random_weights);
+
+  const std::string model_line = "model: ../models/lamina-demo-6m\n";
+  auto random = ParseTopology(
+      absl::StrReplaceAll(original, {{model_line, model_line + "weights: random\nweights_seed: 42\n"}}), kPath);
+  ASSERT_TRUE(random.ok()) << random.status();
+  EXPECT_TRUE(random->random_weights);
+  EXPECT_EQ(random->weights_seed, 42);
+
+  ExpectError(absl::StrReplaceAll(original, {{model_line, model_line + "weights: zeros\n"}}),
+              "local-cpu.yaml:4: weights: expected 'checkpoint' or 'random', got 'zeros'");
+  ExpectError(absl::StrReplaceAll(original, {{model_line, model_line + "weights_seed: 3\n"}}),
+              "local-cpu.yaml:4: weights_seed: only applies with 'weights: random'");
+  ExpectError(absl::StrReplaceAll(original, {{model_line, model_line + "weights: random\nweights_seed: -1\n"}}),
+              "local-cpu.yaml:5: weights_seed: expected an integer from 0");
+}
+
 TEST(TopologyTest, PortInUseIsReportedWithItsLine) {
   auto t = LoadTopology(kPath);
   ASSERT_TRUE(t.ok()) << t.status();

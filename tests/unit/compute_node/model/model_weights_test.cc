@@ -1,6 +1,7 @@
 // Broken model folders are refused with a message that names the file and what is wrong.
 #include "compute_node/model/model_weights.h"
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -23,6 +24,39 @@ void ExpectLoadError(const TempDir& dir, absl::StatusCode code, const std::vecto
   for (const std::string& part : parts) {
     EXPECT_NE(weights.status().message().find(part), std::string::npos) << weights.status() << "\nmissing: " << part;
   }
+}
+
+TEST(ModelWeightsTest, RandomWeightsHaveTheShapeAndAreFixedByTheSeed) {
+  auto demo = ModelWeights::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  const ModelConfig& c = (*demo)->config;
+  std::unique_ptr<ModelWeights> a = ModelWeights::Random(c, 7);
+  std::unique_ptr<ModelWeights> again = ModelWeights::Random(c, 7);
+  std::unique_ptr<ModelWeights> other = ModelWeights::Random(c, 8);
+  ASSERT_EQ(a->layers.size(), (*demo)->layers.size());
+  EXPECT_EQ(a->embed.shape(), (*demo)->embed.shape());
+  EXPECT_EQ(a->head().shape(), (*demo)->head().shape());
+  for (size_t l = 0; l < a->layers.size(); ++l) {
+    EXPECT_EQ(a->layers[l].qkv.shape(), (*demo)->layers[l].qkv.shape());
+    EXPECT_EQ(a->layers[l].o_proj.shape(), (*demo)->layers[l].o_proj.shape());
+    EXPECT_EQ(a->layers[l].gate_up.shape(), (*demo)->layers[l].gate_up.shape());
+    EXPECT_EQ(a->layers[l].down.shape(), (*demo)->layers[l].down.shape());
+  }
+  // The same seed gives the same values; another seed others.
+  const Tensor& qkv = a->layers[3].qkv;
+  EXPECT_EQ(std::vector<float>(qkv.data(), qkv.data() + qkv.size()),
+            std::vector<float>(again->layers[3].qkv.data(), again->layers[3].qkv.data() + qkv.size()));
+  EXPECT_NE(qkv.data()[0], other->layers[3].qkv.data()[0]);
+  // Uniform in [-1/sqrt(hidden), 1/sqrt(hidden)]: bounded, centred, spread over the range.
+  const float scale = 1.f / std::sqrt(static_cast<float>(c.hidden_size));
+  double sum = 0, sum_sq = 0;
+  for (int64_t i = 0; i < qkv.size(); ++i) {
+    ASSERT_LE(std::fabs(qkv.data()[i]), scale);
+    sum += qkv.data()[i];
+    sum_sq += static_cast<double>(qkv.data()[i]) * qkv.data()[i];
+  }
+  EXPECT_NEAR(sum / qkv.size(), 0.0, 0.01 * scale);
+  EXPECT_NEAR(std::sqrt(sum_sq / qkv.size()), scale / std::sqrt(3.0), 0.01 * scale);  // uniform's RMS
 }
 
 TEST(ModelWeightsTest, LoadsTheDemoModelFromBf16) {

@@ -156,6 +156,40 @@ TEST_P(CudaGoldenTest, BatchedDecodeEqualsTheCpuEngineWithinTolerance) {
   }
 }
 
+// `weights: random` on a GPU draws its weights there; they are ModelWeights::Random's values
+// rounded to bf16, so the CPU engine over the host draw is the oracle (float32 weights rounded to
+// bf16: the float32-checkpoint bound).
+TEST(CudaRandomWeightsTest, TheGpuDrawIsTheCpuDrawRoundedToBf16) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto demo = ModelWeights::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  const ModelConfig& c = (*demo)->config;
+  std::unique_ptr<ModelWeights> host = ModelWeights::Random(c, 5);
+  auto gpu_weights = CudaModelWeights::Random(c, 5);
+  ASSERT_TRUE(gpu_weights.ok()) << gpu_weights.status();
+  const AttentionExecutorOptions memory{c.num_layers, 4096, {c.num_q_heads, c.num_kv_heads, c.head_dim, 0}};
+  AttentionExecutorOptions gpu_memory = memory;
+  gpu_memory.cuda_device = 0;
+  auto cpu_kv = AttentionExecutor::Create(memory);
+  auto gpu_kv = AttentionExecutor::Create(gpu_memory);
+  ASSERT_TRUE(cpu_kv.ok() && gpu_kv.ok());
+  auto prefill = CudaSliceBackend::Create(gpu_weights->get(), 0);
+  auto decode = CudaSliceBackend::Create(gpu_weights->get(), 0);
+  ASSERT_TRUE(prefill.ok() && decode.ok());
+  ComputeEngine gpu(std::move(*prefill), std::move(*decode), gpu_kv->get());
+  ComputeEngine cpu(host.get(), cpu_kv->get());
+
+  const std::vector<PrefillSequence> batch = {{0, {1021, 5, 77, 300, 41}}, {1, {1021, 900, 3}}};
+  Tensor gpu_logits, cpu_logits;
+  ASSERT_TRUE(gpu.Prefill(batch, false, &gpu_logits).ok());
+  ASSERT_TRUE(cpu.Prefill(batch, false, &cpu_logits).ok());
+  for (int p = 0; p < 2; ++p) {
+    EXPECT_LT(RelativeError(gpu_logits.row(p), cpu_logits.row(p), c.vocab_size), kFloat32CheckpointInBf16Tolerance)
+        << "sequence " << p;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaGoldenTest, ::testing::Values("tiny-llama2", "tiny-llama3", "lamina-demo-6m"));
 
 }  // namespace
