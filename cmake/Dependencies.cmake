@@ -17,11 +17,15 @@ if(LAMINA_WITH_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    enable_language(CUDA)
-    find_package(CUDAToolkit REQUIRED)
-    if(NOT CMAKE_CUDA_ARCHITECTURES)
+    # Hopper (sm_90) machine code unless the user picks (-DCMAKE_CUDA_ARCHITECTURES or CUDAARCHS).
+    # This must precede enable_language(CUDA), which otherwise fills in the compiler's default
+    # (sm_75 for nvcc 13): Hopper would then JIT-compile every kernel from sm_75 PTX on first use,
+    # seconds per process, and without Ampere/Hopper instructions.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
       set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
     set(LAMINA_HAVE_CUDA ON)
   endif()
 endif()
