@@ -92,18 +92,24 @@ absl::Status Run(const std::vector<std::string>& args) {
   registration.set_data_address(spec->data_address());
   registration.set_kv_capacity_slots(spec->kv_capacity_tokens);
   registration.set_pid(::getpid());
+  // A heartbeat never waits on the data plane: while a long attention call holds the executor, it
+  // repeats the last counts it read, so a busy node is not mistaken for a dead one.
+  struct { int64_t free_slots, sequences, shared_slots; } counts{spec->kv_capacity_tokens, 0, 0};
   NodeAgent agent(topology.coordinator_address(), registration, [&](lamina::v1::HeartbeatRequest* heartbeat) {
-    std::lock_guard<std::mutex> lock(executor_mu);
-    heartbeat->set_kv_free_slots(executor->num_free_slots());
-    heartbeat->set_num_sequences(executor->num_sequences());
-    heartbeat->set_kv_shared_slots(executor->num_shared_slots());
+    std::unique_lock<std::mutex> lock(executor_mu, std::try_to_lock);
+    if (lock.owns_lock()) {
+      counts = {executor->num_free_slots(), executor->num_sequences(), executor->num_shared_slots()};
+    }
+    heartbeat->set_kv_free_slots(counts.free_slots);
+    heartbeat->set_num_sequences(counts.sequences);
+    heartbeat->set_kv_shared_slots(counts.shared_slots);
     const BusyMeter::Snapshot busy = data_plane->busy().Read();
     heartbeat->mutable_load()->set_clock_seconds(busy.clock_seconds);
     heartbeat->mutable_load()->set_busy_seconds(busy.busy_seconds);
     heartbeat->mutable_load()->set_busy_count(busy.count);
   });
 
-  const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * static_cast<int64_t>(sizeof(float));
+  const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * (device.is_cuda ? 2 : 4);  // bf16 : float
   std::fprintf(stderr, "%s: %lld KV slots (%.1f MB), data plane on %s, gRPC on %s\n", spec->name.c_str(),
                static_cast<long long>(spec->kv_capacity_tokens), spec->kv_capacity_tokens * slot_bytes / 1e6,
                data_plane->address().c_str(), spec->grpc_address().c_str());
