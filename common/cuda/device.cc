@@ -55,4 +55,17 @@ std::string NoGpuReason() {
 #endif
 }
 
+std::vector<std::string> GpuNames() {
+  std::vector<std::string> names;
+#ifdef LAMINA_HAVE_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return names;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp props;
+    if (cudaGetDeviceProperties(&props, i) == cudaSuccess) names.push_back(props.name);
+  }
+#endif
+  return names;
+}
+
 }  // namespace lamina

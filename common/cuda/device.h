@@ -4,6 +4,7 @@
 #define LAMINA_COMMON_CUDA_DEVICE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -24,6 +25,9 @@ absl::Status UseDevice(const DeviceSpec& spec);
 
 // Empty when at least one CUDA device is usable; otherwise why not, for tests that skip.
 std::string NoGpuReason();
+
+// The names of the visible GPUs (e.g. "NVIDIA H200"), in ordinal order; empty without CUDA or GPUs.
+std::vector<std::string> GpuNames();
 
 }  // namespace lamina
 

@@ -1,5 +1,6 @@
 #include "deploy/experiment/experiment_report.h"
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/cuda/device.h"
 #include "deploy/report/svg_plot.h"
 
 namespace lamina::experiment {
@@ -64,8 +67,14 @@ std::string Machine() {
       break;
     }
   }
-  return absl::StrCat(host, ", ", model.empty() ? "unknown CPU" : model, ", ", std::thread::hardware_concurrency(),
-                      " threads");
+  std::string machine = absl::StrCat(host, ", ", model.empty() ? "unknown CPU" : model, ", ",
+                                     std::thread::hardware_concurrency(), " threads");
+  const std::vector<std::string> gpus = GpuNames();
+  if (!gpus.empty()) {
+    const bool alike = std::all_of(gpus.begin(), gpus.end(), [&](const std::string& g) { return g == gpus[0]; });
+    absl::StrAppend(&machine, ", ", alike ? absl::StrCat(gpus.size(), " x ", gpus[0]) : absl::StrJoin(gpus, ", "));
+  }
+  return machine;
 }
 
 }  // namespace

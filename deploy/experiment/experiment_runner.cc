@@ -15,6 +15,28 @@
 namespace lamina::experiment {
 namespace {
 
+// First use costs on a fresh cluster (CUDA modules, GEMM plans, first allocations) would land in
+// the first run: a full batch of short requests goes first, unmeasured. A failure here shows up
+// again in the runs, which say what it is.
+void WarmUp(const std::string& endpoint, int64_t batch, double request_timeout_s, bool show_progress) {
+  bench::WorkloadSpec warm_up;
+  warm_up.mode = bench::ArrivalMode::kClosedLoop;
+  warm_up.concurrency = static_cast<int>(batch);
+  warm_up.requests = static_cast<int>(batch);
+  warm_up.prompt_tokens = 32;
+  warm_up.output_tokens = 4;
+  warm_up.request_timeout_s = request_timeout_s;
+  cli::ClusterClient client(endpoint);
+  absl::StatusOr<bench::BenchReport> report = bench::RunBench(&client, warm_up, {0.0, /*show_progress=*/false, "warm-up"});
+  if (!show_progress) return;
+  if (!report.ok()) {
+    std::fprintf(stderr, "warm-up: %s\n", std::string(report.status().message()).c_str());
+  } else if (report->failed > 0) {
+    std::fprintf(stderr, "warm-up: %d of %d requests failed (first: %s)\n", report->failed, report->requests,
+                 report->first_error.c_str());
+  }
+}
+
 // The topology of one run: the original with an absolute model path and max_batch set.
 absl::StatusOr<std::string> WriteRunTopology(const Topology& topology, int64_t batch_limit, const std::string& path) {
   LAMINA_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(topology.path));
@@ -81,6 +103,7 @@ absl::StatusOr<ExperimentResult> RunExperiment(const ExperimentSpec& spec, const
         cluster = LaunchedCluster::Launch(options.lamina_binary, *file, absl::StrCat(run_dir, "/", stem, ".log"),
                                           absl::Seconds(spec.startup_timeout_s));
       }
+      if (cluster.ok()) WarmUp((*cluster)->endpoint(), batch, spec.request_timeout_s, options.show_progress);
       for (int64_t context : spec.context_lengths) {
         RunResult run;
         run.topology = info.entry.name;

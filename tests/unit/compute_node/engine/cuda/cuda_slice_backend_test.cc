@@ -180,10 +180,13 @@ TEST(CudaRandomWeightsTest, TheGpuDrawIsTheCpuDrawRoundedToBf16) {
   ComputeEngine gpu(std::move(*prefill), std::move(*decode), gpu_kv->get());
   ComputeEngine cpu(host.get(), cpu_kv->get());
 
-  const std::vector<PrefillSequence> batch = {{0, {1021, 5, 77, 300, 41}}, {1, {1021, 900, 3}}};
+  const std::vector<int32_t> first = {1021, 5, 77, 300, 41}, second = {1021, 900, 3};
+  const std::vector<PrefillSequence> batch = {{0, first}, {1, second}};  // spans over the vectors
   Tensor gpu_logits, cpu_logits;
-  ASSERT_TRUE(gpu.Prefill(batch, false, &gpu_logits).ok());
-  ASSERT_TRUE(cpu.Prefill(batch, false, &cpu_logits).ok());
+  const absl::Status on_gpu = gpu.Prefill(batch, false, &gpu_logits);
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu;
+  const absl::Status on_cpu = cpu.Prefill(batch, false, &cpu_logits);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu;
   for (int p = 0; p < 2; ++p) {
     EXPECT_LT(RelativeError(gpu_logits.row(p), cpu_logits.row(p), c.vocab_size), kFloat32CheckpointInBf16Tolerance)
         << "sequence " << p;
