@@ -1,23 +1,18 @@
 #include "deploy/cli/up_command.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <map>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/flags/flags.h"
+#include "common/process/child_process.h"
 #include "common/status/status_macros.h"
 #include "common/topology/topology.h"
 #include "deploy/cli/cluster_client.h"
@@ -39,15 +34,6 @@ struct Child {
   bool running = false;
 };
 
-std::string LogTail(const std::string& path, int lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  std::string line;
-  while (std::getline(in, line)) all.push_back(line);
-  std::vector<std::string> tail(all.size() > static_cast<size_t>(lines) ? all.end() - lines : all.begin(), all.end());
-  return absl::StrJoin(tail, "\n    ");
-}
-
 std::string ExitDescription(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
@@ -55,31 +41,7 @@ std::string ExitDescription(int status) {
 }
 
 absl::Status Spawn(Child* child) {
-  int log = ::open(child->log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log < 0) return absl::InternalError(absl::StrCat("cannot write ", child->log, ": ", std::strerror(errno)));
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) {
-    // The child: its own process group (terminal signals go to `lamina up`, which stops children
-    // in order), killed if `lamina up` dies, output to its log, default signal handling.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(1);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::dup2(log, STDOUT_FILENO);
-    ::dup2(log, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (std::string& a : child->argv) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(log);
-  child->pid = pid;
+  LAMINA_ASSIGN_OR_RETURN(child->pid, SpawnLogged(child->argv, child->log));
   child->running = true;
   return absl::OkStatus();
 }
@@ -95,7 +57,7 @@ void Reap(std::vector<Child>& children, bool report) {
       c.running = false;
       if (report) {
         std::fprintf(stderr, "lamina up: %s (pid %d) %s; its log: %s\n    %s\n", c.name.c_str(), pid,
-                     ExitDescription(status).c_str(), c.log.c_str(), LogTail(c.log, 5).c_str());
+                     ExitDescription(status).c_str(), c.log.c_str(), TailOfFile(c.log, 5, "\n    ").c_str());
       }
     }
   }
