@@ -82,6 +82,19 @@ const NodeSpec* Topology::Find(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<const NodeSpec*> Topology::BatchComputeNodes() const {
+  const std::vector<const NodeSpec*> computes = NodesOf(NodeKind::kCompute);
+  if (pipelining == "fixed") return computes;
+  if (pipelining == "rotational") return {computes[0], computes[0]};
+  return {computes[0]};
+}
+
+int Topology::BatchesOn(const std::string& compute_node) const {
+  int count = 0;
+  for (const NodeSpec* node : BatchComputeNodes()) count += node->name == compute_node ? 1 : 0;
+  return count;
+}
+
 std::vector<const NodeSpec*> Topology::NodesOf(NodeKind kind) const {
   std::vector<const NodeSpec*> out;
   for (const NodeSpec& node : nodes) {
@@ -155,9 +168,9 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
 
     const std::string none = "none";
     LAMINA_ASSIGN_OR_RETURN(t.pipelining, top.String("pipelining", &none));
-    if (t.pipelining != "none") {
+    if (t.pipelining != "none" && t.pipelining != "fixed" && t.pipelining != "rotational") {
       return top.Error(top.Get("pipelining"), "pipelining",
-                       absl::StrCat("'", t.pipelining, "' is not available yet (available: none)"));
+                       absl::StrCat("expected 'none', 'fixed' or 'rotational', got '", t.pipelining, "'"));
     }
 
     if (!top.Has("nodes") || !top.Get("nodes").IsSequence()) {
@@ -184,10 +197,17 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       t.nodes.push_back(spec);
       ++index;
     }
-    if (t.NodesOf(NodeKind::kCompute).size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: expected exactly one compute node (several need "
-                                                     "pipelining, not available yet), found ",
-                                                     t.NodesOf(NodeKind::kCompute).size()));
+    const size_t computes = t.NodesOf(NodeKind::kCompute).size();
+    if (computes == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: expected a compute node"));
+    if (t.pipelining == "none" && computes != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: ", computes, " compute nodes need 'pipelining: "
+                                                     "fixed' (a batch each); 'none' runs one batch on one compute node"));
+    }
+    if (t.pipelining == "rotational" && computes != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": pipelining: 'rotational' over ", computes, " compute nodes moves each batch's residual stream from "
+          "replica to replica, which is not available yet; use one compute node (two batches alternate on it) "
+          "or 'fixed'"));
     }
     if (t.NodesOf(NodeKind::kMemory).empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: expected at least one memory node"));

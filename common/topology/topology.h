@@ -51,6 +51,9 @@ struct Topology {
   int heartbeat_timeout_ms = 3000;
   bool prefix_caching = true;  // keep prompt prefixes on memory nodes for reuse
   int step_timeout_ms = 30000;  // a step running longer is aborted (its batch ends UNAVAILABLE)
+  // Batches in flight (the paper's staggered pipelining): `none`, one batch on the one compute
+  // node; `fixed`, one batch per compute node; `rotational`, two batches alternating on the one
+  // compute node (over several replicas it is not available yet).
   std::string pipelining = "none";
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour
@@ -59,6 +62,10 @@ struct Topology {
   // nullptr when absent.
   const NodeSpec* Find(const std::string& name) const;
   std::vector<const NodeSpec*> NodesOf(NodeKind kind) const;
+  // The compute node of each batch in flight, in the order the coordinator drives them.
+  std::vector<const NodeSpec*> BatchComputeNodes() const;
+  // How many batches run on a compute node: the engines (lanes) it keeps.
+  int BatchesOn(const std::string& compute_node) const;
 };
 
 // Parses YAML text; `path` names it in messages and relative model paths resolve against its folder.

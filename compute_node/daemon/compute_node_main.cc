@@ -5,6 +5,7 @@
 //   lamina-compute-node --topology FILE --name NODE
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -101,12 +102,22 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::map<std::string, std::string> memory_nodes;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
   std::unique_ptr<Transport> transport = MakeTcpTransport();
-  RemoteAttention attention(transport.get(), memory_nodes, {config.num_layers, config.q_size(), config.kv_size()},
-                            absl::Seconds(5));
   ThreadPool pool(spec->threads);
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine,
-                          MakeEngine(device, &weights, &attention, &pool));
-  StepService service(engine.get(), &attention);
+  // One lane (engine and data-plane connections) per batch the topology runs on this node.
+  const int num_lanes = std::max(1, topology.BatchesOn(spec->name));
+  std::vector<std::unique_ptr<RemoteAttention>> attentions;
+  std::vector<std::unique_ptr<ComputeEngine>> engines;
+  std::vector<StepLane> lanes;
+  for (int i = 0; i < num_lanes; ++i) {
+    attentions.push_back(std::make_unique<RemoteAttention>(
+        transport.get(), memory_nodes, AttentionWireShape{config.num_layers, config.q_size(), config.kv_size()},
+        absl::Seconds(5)));
+    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine,
+                            MakeEngine(device, &weights, attentions.back().get(), &pool));
+    engines.push_back(std::move(engine));
+    lanes.push_back({engines.back().get(), attentions.back().get()});
+  }
+  StepService service(lanes);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
   lamina::v1::RegisterRequest registration;
@@ -116,19 +127,20 @@ absl::Status Run(const std::vector<std::string>& args) {
   registration.set_pid(::getpid());
   NodeAgent agent(topology.coordinator_address(), registration, [&](lamina::v1::HeartbeatRequest* heartbeat) {
     const BusyMeter::Snapshot busy = service.busy().Read();
-    const BusyMeter::Snapshot trips = attention.round_trips().Read();
+    const BusyMeter::Snapshot trips = service.RoundTrips();
     lamina::v1::NodeLoad* load = heartbeat->mutable_load();
     load->set_clock_seconds(busy.clock_seconds);
-    load->set_busy_seconds(busy.busy_seconds);
+    // Computing, not waiting on attention: what is left idle shows the pipeline's bubbles.
+    load->set_busy_seconds(std::max(0.0, busy.busy_seconds - trips.busy_seconds));
     load->set_busy_count(busy.count);
     load->set_round_trip_seconds(trips.busy_seconds);
     load->set_round_trips(trips.count);
   });
 
-  std::fprintf(stderr, "%s: %s, %lld layers%s on %s, gRPC on %s, %zu memory nodes\n", spec->name.c_str(),
+  std::fprintf(stderr, "%s: %s, %lld layers%s on %s, gRPC on %s, %zu memory nodes, %d lane%s\n", spec->name.c_str(),
                config.architecture.c_str(), static_cast<long long>(config.num_layers),
                topology.random_weights ? " (random weights)" : "", spec->device.c_str(),
-               spec->grpc_address().c_str(), memory_nodes.size());
+               spec->grpc_address().c_str(), memory_nodes.size(), num_lanes, num_lanes == 1 ? "" : "s");
   ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
 #include "compute_node/daemon/step_service.h"
 
+#include <chrono>
 #include <vector>
 
 namespace lamina {
@@ -16,8 +17,47 @@ SamplingParams FromProto(const lamina::v1::SamplingParams& p) {
 
 }  // namespace
 
-lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
-  std::lock_guard<std::mutex> lock(mu_);
+StepService::StepService(std::vector<StepLane> lanes) : lanes_(lanes.size()) {
+  for (size_t i = 0; i < lanes.size(); ++i) lanes_[i].parts = lanes[i];
+}
+
+BusyMeter::Snapshot StepService::RoundTrips() const {
+  BusyMeter::Snapshot total;
+  for (const Lane& lane : lanes_) {
+    const BusyMeter::Snapshot trips = lane.parts.attention->round_trips().Read();
+    total.busy_seconds += trips.busy_seconds;
+    total.count += trips.count;
+    total.clock_seconds = trips.clock_seconds;
+  }
+  return total;
+}
+
+std::optional<int> StepService::HoldLane(grpc::ServerContext* context) {
+  std::unique_lock<std::mutex> lock(lanes_mu_);
+  for (;;) {
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      if (!lanes_[i].held) {
+        lanes_[i].held = true;
+        return static_cast<int>(i);
+      }
+    }
+    lane_freed_.wait_for(lock, std::chrono::milliseconds(100));
+    if (context->IsCancelled()) return std::nullopt;
+  }
+}
+
+void StepService::ReleaseLane(int lane) {
+  {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    lanes_[lane].held = false;
+  }
+  lane_freed_.notify_one();
+}
+
+lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, int lane_index) {
+  Lane& lane = lanes_[lane_index];
+  ComputeEngine* engine = lane.parts.engine;
+  RemoteAttention* attention = lane.parts.attention;
   ScopedBusy timed(&busy_);
   lamina::v1::StepResult result;
   result.set_step_id(plan.step_id());
@@ -25,14 +65,15 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
     result.clear_tokens();
     result.set_error_code(static_cast<int32_t>(status.code()));
     result.set_error_message(std::string(status.message()));
-    for (const std::string& node : attention_->TakeFailedNodes()) result.add_failed_memory_nodes(node);
+    for (const std::string& node : attention->TakeFailedNodes()) result.add_failed_memory_nodes(node);
     return result;
   };
 
-  for (int64_t seq : plan.release()) {
-    samplers_.erase(seq);
-    attention_->Forget(seq);
+  {
+    std::lock_guard<std::mutex> lock(samplers_mu_);
+    for (int64_t seq : plan.release()) samplers_.erase(seq);
   }
+  for (int64_t seq : plan.release()) attention->Forget(seq);
   // Whole prompts run as a prefill batch. A prompt continuing a cached prefix runs on the decode
   // path instead (its tokens attend over the prefix held by the memory node), after the running
   // sequences' tokens. `logits_of[i]` is where prefill item i's next-token logits come from.
@@ -46,37 +87,38 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
   prompts.reserve(plan.prefill_size());
   std::vector<DecodeToken> decode;
   for (const auto& item : plan.decode()) {
-    absl::Status assigned = attention_->Assign(item.seq_id(), item.memory_node());
+    absl::Status assigned = attention->Assign(item.seq_id(), item.memory_node());
     if (!assigned.ok()) return fail(assigned);
     decode.push_back({item.seq_id(), item.token(), item.position()});
   }
   for (int i = 0; i < plan.prefill_size(); ++i) {
     const auto& item = plan.prefill(i);
-    absl::Status assigned = attention_->Assign(item.seq_id(), item.memory_node());
+    absl::Status assigned = attention->Assign(item.seq_id(), item.memory_node());
     if (!assigned.ok()) return fail(assigned);
     if (item.start_position() > 0) {
       for (int t = 0; t < item.tokens_size(); ++t) {
         decode.push_back({item.seq_id(), item.tokens(t), item.start_position() + t});
       }
-      logits_of[i] = {&decode_logits_, static_cast<int64_t>(decode.size()) - 1};
+      logits_of[i] = {&lane.decode_logits, static_cast<int64_t>(decode.size()) - 1};
       continue;
     }
     prompts.emplace_back(item.tokens().begin(), item.tokens().end());
     prefill.push_back({item.seq_id(), prompts.back()});
-    logits_of[i] = {&prefill_logits_, static_cast<int64_t>(prefill.size()) - 1};
+    logits_of[i] = {&lane.prefill_logits, static_cast<int64_t>(prefill.size()) - 1};
   }
 
   if (!prefill.empty()) {
-    absl::Status status = engine_->Prefill(prefill, /*all_positions=*/false, &prefill_logits_);
+    absl::Status status = engine->Prefill(prefill, /*all_positions=*/false, &lane.prefill_logits);
     if (!status.ok()) return fail(status);
   }
   if (!decode.empty()) {
-    absl::Status status = engine_->Decode(decode, &decode_logits_);
+    absl::Status status = engine->Decode(decode, &lane.decode_logits);
     if (!status.ok()) return fail(status);
   }
 
   // Sampling happens only once the whole step succeeded, so a retried step draws the same tokens.
-  const int64_t vocab = engine_->config().vocab_size;
+  std::lock_guard<std::mutex> lock(samplers_mu_);
+  const int64_t vocab = engine->config().vocab_size;
   for (int i = 0; i < plan.prefill_size(); ++i) {
     const auto& item = plan.prefill(i);
     const SamplingParams params = FromProto(item.sampling());
@@ -100,15 +142,16 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan) {
     if (it == samplers_.end()) it = samplers_.emplace(item.seq_id(), Sampler(SamplingParams{})).first;
     auto* token = result.add_tokens();
     token->set_seq_id(item.seq_id());
-    token->set_token(it->second.Sample(decode_logits_.row(i), vocab));
+    token->set_token(it->second.Sample(lane.decode_logits.row(i), vocab));
   }
   return result;
 }
 
-void StepService::Abandon(const lamina::v1::StepPlan& plan) {
-  std::lock_guard<std::mutex> lock(mu_);
+void StepService::Abandon(const lamina::v1::StepPlan& plan, int lane) {
+  RemoteAttention* attention = lanes_[lane].parts.attention;
+  std::lock_guard<std::mutex> lock(samplers_mu_);
   auto forget = [&](int64_t seq) {
-    attention_->Free(seq);
+    attention->Free(seq);
     samplers_.erase(seq);
   };
   for (const auto& item : plan.prefill()) {
@@ -120,16 +163,19 @@ void StepService::Abandon(const lamina::v1::StepPlan& plan) {
 
 grpc::Status StepService::Step(grpc::ServerContext* context,
                                grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) {
+  const std::optional<int> lane = HoldLane(context);
+  if (!lane) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting for a free lane");
   lamina::v1::StepPlan plan;
   while (!context->IsCancelled() && stream->Read(&plan)) {
-    lamina::v1::StepResult result = RunPlan(plan);
+    lamina::v1::StepResult result = RunPlan(plan, *lane);
     if (context->IsCancelled() || !stream->Write(result)) {
       // The coordinator gave up on this step (the node was declared dead, or the step timed out)
       // and has ended these sequences: undo what the late step put on the memory nodes.
-      Abandon(plan);
+      Abandon(plan, *lane);
       break;
     }
   }
+  ReleaseLane(*lane);
   return grpc::Status::OK;
 }
 

@@ -1,14 +1,21 @@
 // lamina.v1.ComputeNode: runs the coordinator's iteration plans. For each plan: prefill the new
-// sequences, decode the running ones (both through the same ComputeEngine, reaching memory nodes
-// through RemoteAttention), then sample one token per sequence with its own sampler.
+// sequences, decode the running ones (both through a ComputeEngine, reaching memory nodes through
+// RemoteAttention), then sample one token per sequence with its own sampler.
 // A failed step samples nothing and names the memory nodes that could not be reached, so the
 // coordinator can drop their sequences and send the plan again without them.
-// Thread-safe: one stream is served at a time (a second waits).
+// Lanes: the node keeps one engine and one set of data-plane connections per batch the topology
+// runs on it (two under rotational pipelining). Each Step stream holds a lane while it is open,
+// so two batches' plans run at once: one batch's slices compute while the other's attention runs
+// on the memory nodes. A stream beyond the lanes waits for one to free up.
+// Thread-safe.
 #ifndef LAMINA_COMPUTE_NODE_DAEMON_STEP_SERVICE_H_
 #define LAMINA_COMPUTE_NODE_DAEMON_STEP_SERVICE_H_
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include "common/metrics/busy_meter.h"
 #include "compute_node/engine/compute_engine.h"
@@ -18,26 +25,44 @@
 
 namespace lamina {
 
+// One engine and its data-plane connections; owned by the caller.
+struct StepLane {
+  ComputeEngine* engine;
+  RemoteAttention* attention;
+};
+
 class StepService final : public lamina::v1::ComputeNode::Service {
  public:
-  StepService(ComputeEngine* engine, RemoteAttention* attention) : engine_(engine), attention_(attention) {}
+  explicit StepService(std::vector<StepLane> lanes);
 
   grpc::Status Step(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) override;
 
-  // Runs one plan (exposed for tests).
-  lamina::v1::StepResult RunPlan(const lamina::v1::StepPlan& plan);
+  // Runs one plan on a lane the caller holds (exposed for tests, which hold lane 0).
+  lamina::v1::StepResult RunPlan(const lamina::v1::StepPlan& plan, int lane = 0);
   // Frees every sequence of a plan whose result the coordinator will never read.
-  void Abandon(const lamina::v1::StepPlan& plan);
-  // Time spent running plans.
+  void Abandon(const lamina::v1::StepPlan& plan, int lane);
+  // Time spent running plans, summed over lanes.
   const BusyMeter& busy() const { return busy_; }
+  // Per-layer attention round trips, summed over lanes.
+  BusyMeter::Snapshot RoundTrips() const;
 
  private:
-  std::mutex mu_;
-  ComputeEngine* engine_;
-  RemoteAttention* attention_;
+  struct Lane {
+    StepLane parts;
+    Tensor prefill_logits, decode_logits;
+    bool held = false;  // guarded by lanes_mu_
+  };
+  // Blocks until a lane is free, then holds it; nullopt if the stream was cancelled meanwhile.
+  std::optional<int> HoldLane(grpc::ServerContext* context);
+  void ReleaseLane(int lane);
+
+  std::vector<Lane> lanes_;
+  std::mutex lanes_mu_;
+  std::condition_variable lane_freed_;
+  // Samplers outlive lanes: a preempted sequence may resume in another batch.
+  std::mutex samplers_mu_;
   std::map<SequenceId, Sampler> samplers_;
-  Tensor prefill_logits_, decode_logits_;
   BusyMeter busy_;
 };
 

@@ -29,18 +29,31 @@ void ComputeClient::Abort() {
 }
 
 absl::StatusOr<lamina::v1::StepResult> ComputeClient::RunStep(const lamina::v1::StepPlan& plan) {
+  Send(plan);
+  return Receive();
+}
+
+void ComputeClient::Send(const lamina::v1::StepPlan& plan) {
   if (!stream_) {
     std::lock_guard<std::mutex> lock(context_mu_);
     context_ = std::make_unique<grpc::ClientContext>();
     stream_ = stub_->Step(context_.get());
   }
+  send_failed_ = !stream_->Write(plan);
+}
+
+absl::StatusOr<lamina::v1::StepResult> ComputeClient::Receive() {
+  if (!stream_) return absl::FailedPreconditionError("no step was sent");
   lamina::v1::StepResult result;
-  if (!stream_->Write(plan) || !stream_->Read(&result)) {
-    grpc::Status status = stream_->Finish();
-    stream_.reset();
-    return absl::UnavailableError(absl::StrCat("compute node: ", status.ok() ? "stream closed" : status.error_message()));
-  }
+  if (send_failed_ || !stream_->Read(&result)) return Broken();
   return result;
+}
+
+absl::Status ComputeClient::Broken() {
+  grpc::Status status = stream_->Finish();
+  stream_.reset();
+  send_failed_ = false;
+  return absl::UnavailableError(absl::StrCat("compute node: ", status.ok() ? "stream closed" : status.error_message()));
 }
 
 MemoryClients::MemoryClients(const std::map<std::string, std::string>& nodes) {

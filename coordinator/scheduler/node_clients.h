@@ -1,5 +1,5 @@
-// The coordinator's calls to its nodes: iteration plans to the compute node (one Step stream,
-// opened on first use and again after a failure) and frees to the memory nodes.
+// The coordinator's calls to its nodes: iteration plans to a compute node (one Step stream per
+// client, opened on first use and again after a failure) and frees to the memory nodes.
 // Thread-compatible, except Abort(), which any thread may call to end a pending step.
 #ifndef LAMINA_COORDINATOR_SCHEDULER_NODE_CLIENTS_H_
 #define LAMINA_COORDINATOR_SCHEDULER_NODE_CLIENTS_H_
@@ -24,15 +24,22 @@ class ComputeClient {
   // Sends a plan and waits for its result; Unavailable when the stream broke (the node died or
   // Abort() was called); the next call opens a new stream.
   absl::StatusOr<lamina::v1::StepResult> RunStep(const lamina::v1::StepPlan& plan);
+  // RunStep in two halves, so that one thread can keep several steps in flight on several
+  // clients: Send() the plan, do other work, then Receive() its result (a failed Send makes
+  // Receive return the error). One plan in flight per client.
+  void Send(const lamina::v1::StepPlan& plan);
+  absl::StatusOr<lamina::v1::StepResult> Receive();
   void Abort();
 
  private:
   void Reset();
+  absl::Status Broken();
 
   std::unique_ptr<lamina::v1::ComputeNode::Stub> stub_;
   std::mutex context_mu_;
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<lamina::v1::StepPlan, lamina::v1::StepResult>> stream_;
+  bool send_failed_ = false;
 };
 
 class MemoryClients {

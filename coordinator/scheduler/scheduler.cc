@@ -30,10 +30,12 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
       config_(config),
       tokenizer_(tokenizer),
       membership_(membership),
-      compute_node_(topology.NodesOf(NodeKind::kCompute)[0]->name),
-      compute_(topology.NodesOf(NodeKind::kCompute)[0]->grpc_address()),
       memory_(MemoryGrpcAddresses(topology)),
       policy_(policy ? std::move(policy) : std::make_unique<FifoPolicy>()) {
+  for (const NodeSpec* node : topology.BatchComputeNodes()) {
+    batches_.push_back(std::make_unique<Batch>(node->name, node->grpc_address()));
+  }
+  batch_ = batches_[0].get();
   loop_ = std::thread([this] { Loop(); });
   watchdog_ = std::thread([this] { Watchdog(); });
 }
@@ -44,10 +46,12 @@ void Scheduler::Watchdog() {
       std::unique_lock<std::mutex> lock(mu_);
       if (wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; })) return;
     }
-    const int64_t started = step_started_ms_.load();
-    if (started != 0 && absl::ToUnixMillis(absl::Now()) - started > topology_.step_timeout_ms) {
-      step_started_ms_ = 0;
-      compute_.Abort();  // RunStep returns Unavailable and the batch ends
+    for (const std::unique_ptr<Batch>& batch : batches_) {
+      const int64_t started = batch->step_started_ms.load();
+      if (started != 0 && absl::ToUnixMillis(absl::Now()) - started > topology_.step_timeout_ms) {
+        batch->step_started_ms = 0;
+        batch->compute.Abort();  // Receive returns Unavailable and the batch ends
+      }
     }
   }
 }
@@ -58,7 +62,7 @@ Scheduler::~Scheduler() {
     stopping_ = true;
   }
   wake_.notify_all();
-  compute_.Abort();
+  for (const std::unique_ptr<Batch>& batch : batches_) batch->compute.Abort();
   loop_.join();
   watchdog_.join();
 }
@@ -110,7 +114,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationSpec 
 }
 
 void Scheduler::OnNodeDeath(const std::string& node) {
-  if (node == compute_node_) compute_.Abort();
+  for (const std::unique_ptr<Batch>& batch : batches_) {
+    if (batch->compute_node == node) batch->compute.Abort();
+  }
   wake_.notify_all();
 }
 
@@ -164,7 +170,7 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
     to_client->done = true;
     to_client->error = error;
   }
-  release_.push_back(seq.seq_id);
+  batch_->release.push_back(seq.seq_id);
   if (membership_->IsAlive(request.memory_node)) {
     auto report = memory_.Free(request.memory_node, {seq.seq_id});
     if (report.ok()) membership_->SetKvUse(request.memory_node, report->kv_free_slots(), report->num_sequences());
@@ -177,13 +183,16 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
 }
 
 void Scheduler::FailAll(const absl::Status& error) {
-  for (Sequence& seq : running_) Finish(seq, FinishReason::kNone, error);
-  running_.clear();
+  for (Sequence& seq : batch_->running) Finish(seq, FinishReason::kNone, error);
+  batch_->running.clear();
 }
 
 void Scheduler::FailEverything(const absl::Status& error) {
-  FailAll(error);
-  FailPreempted(error);
+  for (const std::unique_ptr<Batch>& batch : batches_) {
+    batch_ = batch.get();
+    FailAll(error);
+    FailPreempted(error);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& handle : queue_) {
     RequestEvent event;
@@ -198,10 +207,10 @@ void Scheduler::FailEverything(const absl::Status& error) {
 }
 
 void Scheduler::FailPreempted(const absl::Status& error) {
-  for (std::vector<Sequence>& samples : preempted_) {
+  for (std::vector<Sequence>& samples : batch_->preempted) {
     for (Sequence& seq : samples) Finish(seq, FinishReason::kNone, error);
   }
-  preempted_.clear();
+  batch_->preempted.clear();
 }
 
 void Scheduler::EndDeadAndCancelled() {
@@ -209,7 +218,7 @@ void Scheduler::EndDeadAndCancelled() {
     if (m.spec.kind == NodeKind::kMemory && m.dead) prefix_cache_.DropNode(m.spec.name);
   }
   std::vector<Sequence> keep;
-  for (Sequence& seq : running_) {
+  for (Sequence& seq : batch_->running) {
     if (!membership_->IsAlive(seq.request->memory_node)) {
       Finish(seq, FinishReason::kNone,
              absl::UnavailableError(absl::StrCat("memory node '", seq.request->memory_node, "' holding this request died")));
@@ -219,12 +228,12 @@ void Scheduler::EndDeadAndCancelled() {
       keep.push_back(std::move(seq));
     }
   }
-  running_ = std::move(keep);
+  batch_->running = std::move(keep);
 }
 
 void Scheduler::Admit() {
   int64_t budget = topology_.max_tokens_per_iteration;
-  for (const Sequence& seq : running_) budget -= seq.prefilled ? 1 : static_cast<int64_t>(seq.request->spec.prompt.size());
+  for (const Sequence& seq : batch_->running) budget -= seq.prefilled ? 1 : static_cast<int64_t>(seq.request->spec.prompt.size());
   int64_t admitted_tokens = 0;
   const std::vector<MemberInfo> members = membership_->Snapshot();
   auto end_waiting = [&](size_t index, absl::Status error) {  // mu_ held
@@ -245,7 +254,7 @@ void Scheduler::Admit() {
   for (size_t i = queue_.size(); i-- > 0;) {
     if (queue_[i]->cancelled()) end_waiting(i, absl::CancelledError("cancelled by the client"));
   }
-  while (!queue_.empty() && static_cast<int>(running_.size()) < topology_.max_batch) {
+  while (!queue_.empty() && static_cast<int>(batch_->running.size()) < topology_.max_batch) {
     std::vector<WaitingRequest> waiting;
     for (const auto& handle : queue_) {
       const GenerationSpec& spec = queued_specs_[handle->id()];
@@ -312,16 +321,16 @@ void Scheduler::Admit() {
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*pick));
     admitted_tokens += candidate.prompt_tokens;
     use[request->memory_node] += Footprint(seq);
-    running_.push_back(std::move(seq));
+    batch_->running.push_back(std::move(seq));
   }
 }
 
 lamina::v1::StepPlan Scheduler::BuildPlan() {
   lamina::v1::StepPlan plan;
-  plan.set_step_id(++step_id_);
-  for (int64_t seq : release_) plan.add_release(seq);
-  release_.clear();
-  for (const Sequence& seq : running_) {
+  plan.set_step_id(++batch_->step_id);
+  for (int64_t seq : batch_->release) plan.add_release(seq);
+  batch_->release.clear();
+  for (const Sequence& seq : batch_->running) {
     const GenerationSpec& spec = seq.request->spec;
     if (!seq.prefilled) {
       auto* item = plan.add_prefill();
@@ -359,8 +368,10 @@ int64_t Scheduler::Footprint(const Sequence& seq) const {
 
 int64_t Scheduler::NodeUse(const std::string& node) const {
   int64_t use = 0;
-  for (const Sequence& seq : running_) {
-    if (seq.request->memory_node == node) use += Footprint(seq);
+  for (const std::unique_ptr<Batch>& batch : batches_) {
+    for (const Sequence& seq : batch->running) {
+      if (seq.request->memory_node == node) use += Footprint(seq);
+    }
   }
   return use;
 }
@@ -376,7 +387,7 @@ void Scheduler::PreemptWhereFull() {
       }
       std::shared_ptr<RequestState> youngest;
       std::set<const RequestState*> requests_here;
-      for (const Sequence& seq : running_) {
+      for (const Sequence& seq : batch_->running) {
         if (seq.request->memory_node != node) continue;
         requests_here.insert(seq.request.get());
         if (!youngest || seq.request->admitted > youngest->admitted) youngest = seq.request;
@@ -385,7 +396,7 @@ void Scheduler::PreemptWhereFull() {
       if (!youngest || requests_here.size() < 2) break;
       std::vector<Sequence> samples, keep;
       std::vector<int64_t> ids;
-      for (Sequence& seq : running_) {
+      for (Sequence& seq : batch_->running) {
         if (seq.request != youngest) {
           keep.push_back(std::move(seq));
           continue;
@@ -396,9 +407,9 @@ void Scheduler::PreemptWhereFull() {
         seq.start_position = 0;
         samples.push_back(std::move(seq));
       }
-      running_ = std::move(keep);
+      batch_->running = std::move(keep);
       memory_.Free(node, ids).IgnoreError();  // the compute node keeps their random streams
-      preempted_.push_back(std::move(samples));
+      batch_->preempted.push_back(std::move(samples));
       std::lock_guard<std::mutex> lock(mu_);
       ++preemptions_;
     }
@@ -406,11 +417,11 @@ void Scheduler::PreemptWhereFull() {
 }
 
 bool Scheduler::ResumePreempted() {
-  while (!preempted_.empty() && static_cast<int>(running_.size()) < topology_.max_batch) {
-    std::vector<Sequence>& samples = preempted_.front();
+  while (!batch_->preempted.empty() && static_cast<int>(batch_->running.size()) < topology_.max_batch) {
+    std::vector<Sequence>& samples = batch_->preempted.front();
     if (samples[0].request->handle->cancelled()) {
       for (Sequence& seq : samples) Finish(seq, FinishReason::kNone, absl::CancelledError("cancelled by the client"));
-      preempted_.pop_front();
+      batch_->preempted.pop_front();
       continue;
     }
     int64_t need = 0;
@@ -428,10 +439,10 @@ bool Scheduler::ResumePreempted() {
     if (!best) return false;  // wait for running requests to finish
     MakeRoom(best->spec.name, best->kv_capacity_slots, need);
     samples[0].request->memory_node = best->spec.name;
-    for (Sequence& seq : samples) running_.push_back(std::move(seq));
-    preempted_.pop_front();
+    for (Sequence& seq : samples) batch_->running.push_back(std::move(seq));
+    batch_->preempted.pop_front();
   }
-  return preempted_.empty();
+  return batch_->preempted.empty();
 }
 
 void Scheduler::MakeRoom(const std::string& node, int64_t capacity, int64_t need) {
@@ -508,7 +519,7 @@ void Scheduler::ApplyResult(const lamina::v1::StepResult& result) {
       keep.push_back(std::move(seq));
     }
   };
-  for (Sequence& seq : running_) {
+  for (Sequence& seq : batch_->running) {
     if (seq.prefilled) {
       ++seq.next_position;
       take(std::move(seq));
@@ -531,70 +542,98 @@ void Scheduler::ApplyResult(const lamina::v1::StepResult& result) {
     for (Sequence& fork : forks) take(std::move(fork));
   }
   RecordTokens(static_cast<int64_t>(tokens.size()));
-  running_ = std::move(keep);
+  batch_->running = std::move(keep);
 }
 
 void Scheduler::Loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_for(lock, std::chrono::milliseconds(50),
-                     [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
+      wake_.wait_for(lock, std::chrono::milliseconds(50), [&] {
+        if (stopping_ || !queue_.empty()) return true;
+        for (const std::unique_ptr<Batch>& batch : batches_) {
+          if (batch->in_flight || !batch->running.empty() || !batch->preempted.empty()) return true;
+        }
+        return false;
+      });
       if (stopping_) break;
     }
-    EndDeadAndCancelled();
-    if (!membership_->IsAlive(compute_node_)) {
-      FailEverything(absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' is not alive")));
-      continue;
+    // Each batch in turn: collect its step, send its next one, and move on while it runs.
+    for (const std::unique_ptr<Batch>& batch : batches_) {
+      batch_ = batch.get();
+      if (batch_->in_flight) Collect();
+      Prepare();
     }
-    Admit();
-    PreemptWhereFull();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_count_ = static_cast<int64_t>(running_.size());
-    }
-    if (running_.empty()) continue;
-
-    const lamina::v1::StepPlan plan = BuildPlan();
-    const absl::Time step_start = absl::Now();
-    step_started_ms_ = absl::ToUnixMillis(step_start);
-    absl::StatusOr<lamina::v1::StepResult> result = compute_.RunStep(plan);
-    const bool timed_out = step_started_ms_.exchange(0) == 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      iteration_seconds_ += absl::ToDoubleSeconds(absl::Now() - step_start);
-      if (result.ok() && result->error_code() == 0) {
-        ++iterations_;
-        decoded_sequences_ += plan.decode_size();
-        for (const auto& item : plan.prefill()) prefilled_tokens_ += item.tokens_size();
-      }
-    }
-    if (!result.ok() && timed_out) {
-      result = absl::UnavailableError(absl::StrCat("compute node '", compute_node_, "' did not finish an iteration in ",
-                                                   topology_.step_timeout_ms, " ms"));
-    }
-    if (!result.ok()) {
-      FailAll(result.status());
-      std::lock_guard<std::mutex> lock(mu_);
-      running_count_ = 0;
-      continue;
-    }
-    if (result->error_code() != 0) {
-      if (result->failed_memory_nodes_size() > 0) {
-        // Their sequences end in EndDeadAndCancelled; the others run the same step again.
-        for (const std::string& node : result->failed_memory_nodes()) {
-          membership_->MarkDead(node, absl::StrCat("unreachable from the compute node: ", result->error_message()));
-        }
-        continue;
-      }
-      FailAll(absl::Status(static_cast<absl::StatusCode>(result->error_code()), result->error_message()));
-      continue;
-    }
-    ApplyResult(*result);
+    int64_t running = 0;
+    for (const std::unique_ptr<Batch>& batch : batches_) running += static_cast<int64_t>(batch->running.size());
     std::lock_guard<std::mutex> lock(mu_);
-    running_count_ = static_cast<int64_t>(running_.size());
+    running_count_ = running;
+  }
+  for (const std::unique_ptr<Batch>& batch : batches_) {
+    batch_ = batch.get();
+    if (batch_->in_flight) Collect();  // aborted by the destructor: ends at once
   }
   FailEverything(absl::UnavailableError("the coordinator is shutting down"));
+}
+
+void Scheduler::Prepare() {
+  EndDeadAndCancelled();
+  if (!membership_->IsAlive(batch_->compute_node)) {
+    const absl::Status dead =
+        absl::UnavailableError(absl::StrCat("compute node '", batch_->compute_node, "' is not alive"));
+    FailAll(dead);
+    FailPreempted(dead);
+    // Queued requests wait for a batch on a live compute node; with none left they fail.
+    bool any_alive = false;
+    for (const std::unique_ptr<Batch>& batch : batches_) any_alive |= membership_->IsAlive(batch->compute_node);
+    if (!any_alive) FailEverything(dead);
+    return;
+  }
+  Admit();
+  PreemptWhereFull();
+  if (batch_->running.empty()) return;
+
+  batch_->plan = BuildPlan();
+  batch_->step_start = absl::Now();
+  batch_->step_started_ms = absl::ToUnixMillis(batch_->step_start);
+  batch_->compute.Send(batch_->plan);
+  batch_->in_flight = true;
+}
+
+void Scheduler::Collect() {
+  absl::StatusOr<lamina::v1::StepResult> result = batch_->compute.Receive();
+  batch_->in_flight = false;
+  const bool timed_out = batch_->step_started_ms.exchange(0) == 0;
+  const lamina::v1::StepPlan& plan = batch_->plan;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    iteration_seconds_ += absl::ToDoubleSeconds(absl::Now() - batch_->step_start);
+    if (result.ok() && result->error_code() == 0) {
+      ++iterations_;
+      decoded_sequences_ += plan.decode_size();
+      for (const auto& item : plan.prefill()) prefilled_tokens_ += item.tokens_size();
+    }
+  }
+  if (!result.ok() && timed_out) {
+    result = absl::UnavailableError(absl::StrCat("compute node '", batch_->compute_node,
+                                                 "' did not finish an iteration in ", topology_.step_timeout_ms, " ms"));
+  }
+  if (!result.ok()) {
+    FailAll(result.status());
+    return;
+  }
+  if (result->error_code() != 0) {
+    if (result->failed_memory_nodes_size() > 0) {
+      // Their sequences end when the batch is prepared again; the others run the same step again.
+      for (const std::string& node : result->failed_memory_nodes()) {
+        membership_->MarkDead(node, absl::StrCat("unreachable from the compute node: ", result->error_message()));
+      }
+      return;
+    }
+    FailAll(absl::Status(static_cast<absl::StatusCode>(result->error_code()), result->error_message()));
+    return;
+  }
+  ApplyResult(*result);
 }
 
 }  // namespace lamina

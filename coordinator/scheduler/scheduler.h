@@ -1,19 +1,30 @@
-// The coordinator's batching loop (continuous batching, one batch in flight).
+// The coordinator's batching loop: continuous batching with one or more batches in flight.
 //
 // Requests are validated when submitted: INVALID_ARGUMENT for a bad one, RESOURCE_EXHAUSTED for
 // one that needs more KV slots than any memory node has, UNAVAILABLE when the cluster is not up.
-// Accepted requests wait in a queue; every iteration the loop
+// Accepted requests wait in a queue.
+//
+// Batches (staggered pipelining, the paper's section 5.1): the topology's `pipelining` sets how
+// many batches are in flight and where each runs: `none`, one batch on the one compute node;
+// `fixed`, one batch per compute node; `rotational`, two batches alternating on one compute node
+// (each on its own Step stream, which the node serves with its own engine, so one batch's slices
+// run while the other's attention runs on the memory nodes). One thread drives every batch in
+// turn: it collects a batch's result, prepares its next plan and sends it, then moves on to the
+// next batch while this one runs. A request stays in the batch that admitted it.
+//
+// Preparing a batch's plan
 //   1. ends sequences whose memory node died (UNAVAILABLE) or whose client cancelled (freeing
 //      their slots at once),
-//   2. resumes preempted requests, then admits queued ones in the order its AdmissionPolicy picks
-//      (FIFO by default) while the batch, the per-iteration token budget and a memory node's free
-//      slots allow (the node holding the longest cached prefix of the prompt, else the one with
-//      the most room); a request that could never fit was refused when submitted,
+//   2. resumes the batch's preempted requests, then admits queued ones in the order its
+//      AdmissionPolicy picks (FIFO by default) while the batch limit, the per-iteration token
+//      budget and a memory node's free slots (counting every batch's sequences) allow (the node
+//      holding the longest cached prefix of the prompt, else the one with the most room); a
+//      request that could never fit was refused when submitted,
 //   3. when a memory node would run dry in the step, evicts cached prefixes there and then
-//      preempts its youngest request (slots freed now, tokens kept, recomputed later: the output
-//      is the same),
-//   4. sends one plan to the compute node: prefill for new sequences, decode for the others,
-//   5. streams each sampled token to its request and retires the finished ones.
+//      preempts the batch's youngest request there (slots freed now, tokens kept, recomputed
+//      later: the output is the same),
+//   4. sends one plan to the batch's compute node: prefill for new sequences, decode for the others.
+// Collecting a result streams each sampled token to its request and retires the finished ones.
 // A step that fails because memory nodes are unreachable marks them dead and runs again without
 // their sequences; one that fails at the compute node ends the batch with UNAVAILABLE.
 // Thread-safe: Submit and the stats may be called from any thread.
@@ -67,8 +78,8 @@ class Scheduler {
   ~Scheduler();  // stops the loop; unfinished requests end with UNAVAILABLE
 
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationSpec spec);
-  // Called when a node is declared dead: wakes the loop, and aborts a pending step when it is
-  // the compute node.
+  // Called when a node is declared dead: wakes the loop, and aborts the pending steps of the
+  // batches on it when it is a compute node.
   void OnNodeDeath(const std::string& node);
   SchedulerStats Stats() const;
 
@@ -98,7 +109,28 @@ class Scheduler {
     std::unique_ptr<TextStream> text;
   };
 
+  // One batch in flight: its compute node and stream, its sequences and its step.
+  struct Batch {
+    Batch(std::string node, const std::string& address) : compute_node(std::move(node)), compute(address) {}
+    std::string compute_node;
+    ComputeClient compute;
+    std::vector<Sequence> running;
+    std::deque<std::vector<Sequence>> preempted;  // preempted requests' samples, oldest first
+    std::vector<int64_t> release;                 // sequences the compute node may forget
+    uint64_t step_id = 0;
+    bool in_flight = false;
+    lamina::v1::StepPlan plan;  // the plan in flight
+    absl::Time step_start;
+    // When the step in flight started (0: none), for the watchdog that aborts a step past the
+    // topology's step_timeout_ms.
+    std::atomic<int64_t> step_started_ms{0};
+  };
+
   void Loop();
+  // Sends the current batch's next plan, if it has work.
+  void Prepare();
+  // Waits for the current batch's step and applies its result.
+  void Collect();
   void Watchdog();
   void EndDeadAndCancelled();
   void Admit();
@@ -113,7 +145,8 @@ class Scheduler {
   // Evicts cached prefixes on `node`, least recently used first, until `need` more slots fit.
   void MakeRoom(const std::string& node, int64_t capacity, int64_t need);
   // Slots a sequence holds once the next step has run. Shared slots count for every holder, so
-  // the sums below can only overestimate: a memory node is never overcommitted.
+  // the sums below can only overestimate: a memory node is never overcommitted. NodeUse counts
+  // the sequences of every batch.
   int64_t Footprint(const Sequence& seq) const;
   int64_t NodeUse(const std::string& node) const;
   // When a memory node would run dry in the next step: evict cached prefixes, then preempt the
@@ -123,9 +156,10 @@ class Scheduler {
   bool ResumePreempted();
   // Ends a sequence: the final event, its slots freed on its memory node, its sampler released.
   void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {});
+  // Ends the current batch's running requests.
   void FailAll(const absl::Status& error);
   void FailPreempted(const absl::Status& error);
-  // Ends every request: running, preempted and queued.
+  // Ends every request of every batch, running and preempted, and the queued ones.
   void FailEverything(const absl::Status& error);
   void RecordTokens(int64_t count);
 
@@ -133,8 +167,6 @@ class Scheduler {
   const ModelConfig config_;
   const Tokenizer* tokenizer_;
   Membership* membership_;
-  std::string compute_node_;
-  ComputeClient compute_;
   MemoryClients memory_;
   std::unique_ptr<AdmissionPolicy> policy_;  // used on the loop thread, under mu_
 
@@ -149,15 +181,12 @@ class Scheduler {
   double iteration_seconds_ = 0;                                             // guarded by mu_
   std::deque<std::pair<absl::Time, int64_t>> recent_tokens_;  // guarded by mu_
 
-  // Owned by the loop thread.
-  std::vector<Sequence> running_;
-  std::deque<std::vector<Sequence>> preempted_;  // preempted requests' samples, oldest first
+  // Owned by the loop thread, except that the watchdog reads each batch's step_started_ms and
+  // any thread may Abort() a batch's stream. `batch_` is the batch the loop is working on: the
+  // per-batch steps above (admission, preemption, plans, results, failures) act on it.
+  std::vector<std::unique_ptr<Batch>> batches_;
+  Batch* batch_ = nullptr;
   uint64_t admissions_ = 0;
-  std::vector<int64_t> release_;             // sequences the compute node may forget
-  uint64_t step_id_ = 0;
-  // When the step in flight started (0: none), for the watchdog that aborts a step past the
-  // topology's step_timeout_ms.
-  std::atomic<int64_t> step_started_ms_{0};
   std::thread watchdog_;
   SequenceId next_seq_id_ = 1;
   PrefixCache prefix_cache_;

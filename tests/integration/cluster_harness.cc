@@ -51,12 +51,14 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
   if (options.random_weights_seed) {
     absl::StrAppend(&yaml, "weights: random\nweights_seed: ", *options.random_weights_seed, "\n");
   }
-  absl::StrAppend(&yaml, "coordinator:\n  port: ", coordinator_port,
-                                  "\nscheduler:\n  max_batch: ", options.max_batch,
-                                  "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
-                                  options.prefix_caching ? "true" : "false", "\nnodes:\n",
-                                  "  - name: compute-0\n    role: compute\n    device: ", options.device,
-                                  "\n    port: ", FreePort(), "\n");
+  absl::StrAppend(&yaml, "pipelining: ", options.pipelining, "\ncoordinator:\n  port: ", coordinator_port,
+                  "\nscheduler:\n  max_batch: ", options.max_batch,
+                  "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
+                  options.prefix_caching ? "true" : "false", "\nnodes:\n");
+  for (int i = 0; i < options.compute_nodes; ++i) {
+    absl::StrAppend(&yaml, "  - name: compute-", i, "\n    role: compute\n    device: ", options.device,
+                    "\n    port: ", FreePort(), "\n");
+  }
   for (int i = 0; i < options.memory_nodes; ++i) {
     absl::StrAppend(&yaml, "  - name: memory-", i, "\n    role: memory\n    device: ", options.device,
                     "\n    port: ", FreePort(),

@@ -24,6 +24,8 @@ struct ClusterOptions {
   bool prefix_caching = true;
   std::string device = "cpu";  // of every node, e.g. "cuda:0"
   std::optional<int64_t> random_weights_seed;  // set: `weights: random` with this seed
+  std::string pipelining = "none";             // the topology's `pipelining`
+  int compute_nodes = 1;
 };
 
 class ClusterHarness {

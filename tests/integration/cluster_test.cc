@@ -508,6 +508,69 @@ TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   EXPECT_EQ(o.finish, lamina::v1::FINISH_REASON_STOP);
 }
 
+// Staggered pipelining changes when and where batches run, never what they compute: the same
+// requests give the same tokens under `none` (one batch), `fixed` (a batch on each of two compute
+// nodes) and `rotational` (two batches alternating on one compute node), greedy and seeded
+// sampling alike, and in `fixed` both compute nodes work.
+TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::vector<std::string> texts = {"Attention offloading", "The memory devices", "FlashAttention",
+                                          "In this paper, we", "Decode attention is", "GPU memory"};
+  std::vector<lamina::v1::GenerateRequest> requests;
+  for (int i = 0; i < 18; ++i) {
+    lamina::v1::GenerateRequest r = IdsRequest((*local)->tokenizer().EncodePrompt(texts[i % texts.size()]),
+                                               6 + (i * 5) % 23);
+    if (i % 3 == 2) {  // seeded sampling: the seed, not the batch, decides the tokens
+      r.mutable_sampling()->set_temperature(0.8f);
+      r.mutable_sampling()->set_top_k(40);
+      r.mutable_sampling()->set_seed(100 + i);
+    }
+    requests.push_back(r);
+  }
+  std::map<std::string, std::vector<std::vector<int32_t>>> outputs;
+  for (const auto& [mode, compute_nodes] : std::vector<std::pair<std::string, int>>{
+           {"none", 1}, {"fixed", 2}, {"rotational", 1}}) {
+    ClusterOptions options;
+    options.pipelining = mode;
+    options.compute_nodes = compute_nodes;
+    options.max_batch = 4;  // several iterations' worth of admissions per batch
+    auto cluster = ClusterHarness::Start(options);
+    ASSERT_TRUE(cluster.ok()) << mode << ": " << cluster.status();
+    std::vector<Outcome> outcomes(requests.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), requests[i]); });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_TRUE(outcomes[i].status.ok()) << mode << " request " << i << ": " << outcomes[i].status;
+      ASSERT_EQ(outcomes[i].ids.size(), static_cast<size_t>(requests[i].max_tokens())) << mode << " request " << i;
+      outputs[mode].push_back(outcomes[i].ids);
+    }
+    if (mode == "fixed") {
+      auto status = (*cluster)->client().Status(absl::Seconds(5));
+      ASSERT_TRUE(status.ok()) << status.status();
+      absl::SleepFor(absl::Milliseconds(300));  // a heartbeat past the last step
+      status = (*cluster)->client().Status(absl::Seconds(5));
+      ASSERT_TRUE(status.ok()) << status.status();
+      for (const auto& node : status->nodes()) {
+        if (node.role() == lamina::v1::NODE_ROLE_COMPUTE) {
+          EXPECT_GT(node.load().busy_count(), 0) << node.name() << " ran no plan";
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].sampling().temperature() == 0) {
+      std::vector<int32_t> prompt(requests[i].token_ids().ids().begin(), requests[i].token_ids().ids().end());
+      EXPECT_EQ(outputs["none"][i], SingleProcess(**local, prompt, requests[i].max_tokens())) << "request " << i;
+    }
+    EXPECT_EQ(outputs["fixed"][i], outputs["none"][i]) << "request " << i;
+    EXPECT_EQ(outputs["rotational"][i], outputs["none"][i]) << "request " << i;
+  }
+}
+
 // `weights: random` runs the model folder's shape with weights drawn from the seed: the cluster's
 // greedy ids equal single-process mode's over ModelWeights::Random of that shape and seed, and
 // differ from the checkpoint's.

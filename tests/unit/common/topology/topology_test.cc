@@ -56,7 +56,7 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
   ExpectError(absl::StrReplaceAll(original, {{"max_batch: 64", "max_batch: [1, 2]"}}),
               "local-cpu.yaml:10: scheduler.max_batch: expected an integer");
   ExpectError(absl::StrReplaceAll(original, {{"pipelining: none", "pipelining: sideways"}}),
-              "local-cpu.yaml:13: pipelining: 'sideways' is not available");
+              "local-cpu.yaml:13: pipelining: expected 'none', 'fixed' or 'rotational', got 'sideways'");
   ExpectError(absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0", "    device: gpu0\n\n  - name: memory-0"}}),
               "nodes[0].device: expected 'cpu' or 'cuda:N', got 'gpu0'");
   ExpectError("nodes: [\n", "local-cpu.yaml:2: not valid YAML");
@@ -83,6 +83,34 @@ TEST(TopologyTest, RandomWeightsTakeASeedAndOtherwiseTheCheckpointIsRead) {
               "local-cpu.yaml:4: weights_seed: only applies with 'weights: random'");
   ExpectError(absl::StrReplaceAll(original, {{model_line, model_line + "weights: random\nweights_seed: -1\n"}}),
               "local-cpu.yaml:5: weights_seed: expected an integer from 0");
+}
+
+TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
+  const std::string original = Original();
+  auto none = ParseTopology(original, kPath);
+  ASSERT_TRUE(none.ok()) << none.status();
+  ASSERT_EQ(none->BatchComputeNodes().size(), 1u);
+  EXPECT_EQ(none->BatchesOn("compute-0"), 1);
+
+  auto rotational = ParseTopology(absl::StrReplaceAll(original, {{"pipelining: none", "pipelining: rotational"}}), kPath);
+  ASSERT_TRUE(rotational.ok()) << rotational.status();
+  ASSERT_EQ(rotational->BatchComputeNodes().size(), 2u);
+  EXPECT_EQ(rotational->BatchComputeNodes()[1]->name, "compute-0");
+  EXPECT_EQ(rotational->BatchesOn("compute-0"), 2);
+
+  const std::string second_compute =
+      "nodes:\n  - name: compute-1\n    role: compute\n    host: 127.0.0.1\n    port: 50165\n    device: cpu\n\n";
+  const std::string two_computes = absl::StrReplaceAll(original, {{"nodes:\n", second_compute}});
+  auto fixed = ParseTopology(absl::StrReplaceAll(two_computes, {{"pipelining: none", "pipelining: fixed"}}), kPath);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  ASSERT_EQ(fixed->BatchComputeNodes().size(), 2u);
+  EXPECT_EQ(fixed->BatchComputeNodes()[0]->name, "compute-1");
+  EXPECT_EQ(fixed->BatchComputeNodes()[1]->name, "compute-0");
+  EXPECT_EQ(fixed->BatchesOn("compute-0"), 1);
+
+  ExpectError(two_computes, "2 compute nodes need 'pipelining: fixed'");
+  ExpectError(absl::StrReplaceAll(two_computes, {{"pipelining: none", "pipelining: rotational"}}),
+              "pipelining: 'rotational' over 2 compute nodes moves each batch's residual stream");
 }
 
 TEST(TopologyTest, PortInUseIsReportedWithItsLine) {
