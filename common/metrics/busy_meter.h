@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -52,6 +53,70 @@ class ScopedBusy {
  private:
   BusyMeter* meter_;
   absl::Time start_;
+};
+
+// Time during which at least one of several activities runs, each counted once however many
+// overlap: a compute node's lanes computing at once. Each activity calls Enter() when it starts
+// and Leave() when it stops (or pauses, as while waiting on attention); calls must pair up.
+// Thread-safe.
+class BusyUnion {
+ public:
+  BusyUnion() : start_(absl::Now()) {}
+
+  void Enter() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_++ == 0) since_ = absl::Now();
+  }
+  void Leave() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--active_ == 0) busy_ += absl::Now() - since_;
+  }
+  // Busy seconds so far, counting the interval under way; `count` is unused (0).
+  BusyMeter::Snapshot Read() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Time now = absl::Now();
+    const absl::Duration busy = busy_ + (active_ > 0 ? now - since_ : absl::ZeroDuration());
+    return {absl::ToDoubleSeconds(busy), 0, absl::ToDoubleSeconds(now - start_)};
+  }
+
+ private:
+  const absl::Time start_;
+  mutable std::mutex mu_;
+  int active_ = 0;
+  absl::Time since_;
+  absl::Duration busy_;
+};
+
+// Enter() on construction, Leave() on destruction (null: nothing).
+class ScopedActive {
+ public:
+  explicit ScopedActive(BusyUnion* meter) : meter_(meter) {
+    if (meter_ != nullptr) meter_->Enter();
+  }
+  ~ScopedActive() {
+    if (meter_ != nullptr) meter_->Leave();
+  }
+  ScopedActive(const ScopedActive&) = delete;
+  ScopedActive& operator=(const ScopedActive&) = delete;
+
+ private:
+  BusyUnion* meter_;
+};
+
+// The reverse, for a pause inside an active stretch: Leave() now, Enter() again on destruction.
+class ScopedPause {
+ public:
+  explicit ScopedPause(BusyUnion* meter) : meter_(meter) {
+    if (meter_ != nullptr) meter_->Leave();
+  }
+  ~ScopedPause() {
+    if (meter_ != nullptr) meter_->Enter();
+  }
+  ScopedPause(const ScopedPause&) = delete;
+  ScopedPause& operator=(const ScopedPause&) = delete;
+
+ private:
+  BusyUnion* meter_;
 };
 
 }  // namespace lamina

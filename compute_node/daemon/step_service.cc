@@ -18,7 +18,10 @@ SamplingParams FromProto(const lamina::v1::SamplingParams& p) {
 }  // namespace
 
 StepService::StepService(std::vector<StepLane> lanes) : lanes_(lanes.size()) {
-  for (size_t i = 0; i < lanes.size(); ++i) lanes_[i].parts = lanes[i];
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    lanes_[i].parts = lanes[i];
+    lanes[i].attention->set_compute_meter(&computing_);
+  }
 }
 
 BusyMeter::Snapshot StepService::RoundTrips() const {
@@ -59,6 +62,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   ComputeEngine* engine = lane.parts.engine;
   RemoteAttention* attention = lane.parts.attention;
   ScopedBusy timed(&busy_);
+  ScopedActive active(&computing_);
   lamina::v1::StepResult result;
   result.set_step_id(plan.step_id());
   auto fail = [&](const absl::Status& status) {

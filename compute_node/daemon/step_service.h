@@ -42,8 +42,11 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   lamina::v1::StepResult RunPlan(const lamina::v1::StepPlan& plan, int lane = 0);
   // Frees every sequence of a plan whose result the coordinator will never read.
   void Abandon(const lamina::v1::StepPlan& plan, int lane);
-  // Time spent running plans, summed over lanes.
+  // Plans run (count) and time spent running them, summed over lanes.
   const BusyMeter& busy() const { return busy_; }
+  // Time computing: while at least one lane runs a plan and is not waiting on a memory node.
+  // What is left idle shows the pipeline's bubbles.
+  const BusyUnion& computing() const { return computing_; }
   // Per-layer attention round trips, summed over lanes.
   BusyMeter::Snapshot RoundTrips() const;
 
@@ -64,6 +67,7 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   std::mutex samplers_mu_;
   std::map<SequenceId, Sampler> samplers_;
   BusyMeter busy_;
+  BusyUnion computing_;
 };
 
 }  // namespace lamina

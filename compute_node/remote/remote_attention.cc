@@ -87,6 +87,7 @@ absl::Status RemoteAttention::AwaitReply(Node* node, const uint8_t** data, size_
 }
 
 absl::Status RemoteAttention::Reserve(absl::Span<const Reservation> reservations) {
+  ScopedPause waiting(computing_);
   ++next_tag_;
   std::map<Node*, std::vector<Reservation>> by_node;
   for (const Reservation& r : reservations) {
@@ -117,6 +118,7 @@ absl::Status RemoteAttention::Reserve(absl::Span<const Reservation> reservations
 
 absl::Status RemoteAttention::StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count,
                                       const float* k, const float* v, int64_t row_stride) {
+  ScopedPause waiting(computing_);
   ++next_tag_;
   LAMINA_ASSIGN_OR_RETURN(Node * node, NodeOf(seq));
   node->send.clear();
@@ -138,6 +140,7 @@ absl::Status RemoteAttention::StoreKv(int64_t layer, SequenceId seq, int32_t fir
 absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
                                      const QkvLayout& layout, float* out, int64_t out_stride) {
   ScopedBusy timed(&round_trips_);
+  ScopedPause waiting(computing_);
   ++next_tag_;
   for (auto& [name, node] : nodes_) node.rows.clear();
   for (size_t i = 0; i < entries.size(); ++i) {

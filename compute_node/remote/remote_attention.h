@@ -41,6 +41,9 @@ class RemoteAttention : public AttentionService {
   std::vector<std::string> TakeFailedNodes();
   // Per-layer Decode round trips: q/k/v out to every node involved, outputs back.
   const BusyMeter& round_trips() const { return round_trips_; }
+  // While this waits on a memory node (every data-plane call), `computing` is paused: the
+  // caller's compute time leaves out the waits. Null (the default): nothing is paused.
+  void set_compute_meter(BusyUnion* computing) { computing_ = computing; }
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count, const float* k,
@@ -76,6 +79,7 @@ class RemoteAttention : public AttentionService {
   std::vector<ByteSpan> parts_;  // SendTo's scratch
   uint64_t next_tag_ = 1;
   BusyMeter round_trips_;
+  BusyUnion* computing_ = nullptr;
 };
 
 }  // namespace lamina
