@@ -28,11 +28,6 @@ void ComputeClient::Abort() {
   if (context_) context_->TryCancel();
 }
 
-absl::StatusOr<lamina::v1::StepResult> ComputeClient::RunStep(const lamina::v1::StepPlan& plan) {
-  Send(plan);
-  return Receive();
-}
-
 void ComputeClient::Send(const lamina::v1::StepPlan& plan) {
   if (!stream_) {
     std::lock_guard<std::mutex> lock(context_mu_);

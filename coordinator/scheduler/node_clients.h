@@ -21,12 +21,10 @@ class ComputeClient {
   explicit ComputeClient(const std::string& address);
   ~ComputeClient();
 
-  // Sends a plan and waits for its result; Unavailable when the stream broke (the node died or
-  // Abort() was called); the next call opens a new stream.
-  absl::StatusOr<lamina::v1::StepResult> RunStep(const lamina::v1::StepPlan& plan);
-  // RunStep in two halves, so that one thread can keep several steps in flight on several
-  // clients: Send() the plan, do other work, then Receive() its result (a failed Send makes
-  // Receive return the error). One plan in flight per client.
+  // A step in two halves, so that one thread can keep several steps in flight on several
+  // clients: Send() the plan, do other work, then Receive() its result. One plan in flight per
+  // client. Receive returns Unavailable when the stream broke (the node died, Abort() was called,
+  // or the Send failed); the next Send opens a new stream.
   void Send(const lamina::v1::StepPlan& plan);
   absl::StatusOr<lamina::v1::StepResult> Receive();
   void Abort();
