@@ -36,6 +36,18 @@ Outcome Generate(cli::ClusterClient& client, const lamina::v1::GenerateRequest& 
   return o;
 }
 
+// Sends every request at once, each on its own thread; the outcomes in request order.
+std::vector<Outcome> GenerateConcurrently(cli::ClusterClient& client,
+                                          const std::vector<lamina::v1::GenerateRequest>& requests) {
+  std::vector<Outcome> outcomes(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { outcomes[i] = Generate(client, requests[i]); });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
 lamina::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_tokens) {
   lamina::v1::GenerateRequest r;
   for (int32_t id : ids) r.mutable_token_ids()->add_ids(id);
@@ -98,12 +110,7 @@ TEST(ClusterTest, ThirtyTwoConcurrentRequestsMatchSingleProcessModeOnBothMemoryN
       absl::SleepFor(absl::Milliseconds(20));
     }
   });
-  std::vector<Outcome> outcomes(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), requests[i]); });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
   done = true;
   watcher.join();
 
@@ -432,12 +439,7 @@ TEST(ClusterTest, UnderMemoryPressurePreemptedRequestsCompleteWithIdenticalOutpu
     requests.push_back(r);
     expected.push_back(ids);
   }
-  std::vector<Outcome> outcomes(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), requests[i]); });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status;
     EXPECT_EQ(outcomes[i].ids, expected[i]) << "request " << i;
@@ -537,12 +539,7 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
     options.max_batch = 4;  // several iterations' worth of admissions per batch
     auto cluster = ClusterHarness::Start(options);
     ASSERT_TRUE(cluster.ok()) << mode << ": " << cluster.status();
-    std::vector<Outcome> outcomes(requests.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), requests[i]); });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_TRUE(outcomes[i].status.ok()) << mode << " request " << i << ": " << outcomes[i].status;
       ASSERT_EQ(outcomes[i].ids.size(), static_cast<size_t>(requests[i].max_tokens())) << mode << " request " << i;
@@ -586,12 +583,9 @@ TEST(ClusterTest, RandomWeightsOfTheModelsShapeMatchSingleProcessModeWithTheSame
   ASSERT_TRUE(random.ok()) << random.status();
 
   const std::vector<std::vector<int32_t>> prompts = {{1021, 5, 77, 300}, {1021, 900}, {1021, 12, 13, 14, 15, 16}};
-  std::vector<Outcome> outcomes(prompts.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompts[i], 12)); });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<lamina::v1::GenerateRequest> requests;
+  for (const std::vector<int32_t>& prompt : prompts) requests.push_back(IdsRequest(prompt, 12));
+  const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
     EXPECT_EQ(outcomes[i].ids, SingleProcess(**random, prompts[i], 12)) << "request " << i;
