@@ -84,9 +84,13 @@ const NodeSpec* Topology::Find(const std::string& name) const {
 
 std::vector<const NodeSpec*> Topology::BatchComputeNodes() const {
   const std::vector<const NodeSpec*> computes = NodesOf(NodeKind::kCompute);
-  if (pipelining == "fixed") return computes;
-  if (pipelining == "rotational") return {computes[0], computes[0]};
+  if (pipelining == "fixed" || (pipelining == "auto" && computes.size() > 1)) return computes;
+  if (pipelining == "rotational" || pipelining == "auto") return {computes[0], computes[0]};
   return {computes[0]};
+}
+
+bool Topology::SecondBatchOnDemand() const {
+  return pipelining == "auto" && NodesOf(NodeKind::kCompute).size() == 1;
 }
 
 int Topology::BatchesOn(const std::string& compute_node) const {
@@ -145,7 +149,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     if (top.Has("scheduler")) {
       Fields s(top.Get("scheduler"), path, "scheduler",
                {"max_batch", "max_tokens_per_iteration", "heartbeat_interval_ms", "heartbeat_timeout_ms",
-                "prefix_caching", "step_timeout_ms"});
+                "prefix_caching", "step_timeout_ms", "rotational_above"});
       LAMINA_RETURN_IF_ERROR(s.CheckShape());
       const int64_t batch = t.max_batch, tokens = t.max_tokens_per_iteration, interval = t.heartbeat_interval_ms,
                     timeout = t.heartbeat_timeout_ms;
@@ -161,16 +165,19 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       const int64_t step_timeout = t.step_timeout_ms;
       LAMINA_ASSIGN_OR_RETURN(int64_t v5, s.Integer("step_timeout_ms", &step_timeout, 100, 3600000));
       t.step_timeout_ms = static_cast<int>(v5);
+      const int64_t rotational_above = t.rotational_above;
+      LAMINA_ASSIGN_OR_RETURN(int64_t v6, s.Integer("rotational_above", &rotational_above, 0, 1 << 24));
+      t.rotational_above = static_cast<int>(v6);
       if (t.heartbeat_timeout_ms <= t.heartbeat_interval_ms) {
         return s.Error(s.Get("heartbeat_timeout_ms"), "heartbeat_timeout_ms", "must be longer than heartbeat_interval_ms");
       }
     }
 
-    const std::string none = "none";
-    LAMINA_ASSIGN_OR_RETURN(t.pipelining, top.String("pipelining", &none));
-    if (t.pipelining != "none" && t.pipelining != "fixed" && t.pipelining != "rotational") {
+    const std::string automatic = "auto";
+    LAMINA_ASSIGN_OR_RETURN(t.pipelining, top.String("pipelining", &automatic));
+    if (t.pipelining != "auto" && t.pipelining != "none" && t.pipelining != "fixed" && t.pipelining != "rotational") {
       return top.Error(top.Get("pipelining"), "pipelining",
-                       absl::StrCat("expected 'none', 'fixed' or 'rotational', got '", t.pipelining, "'"));
+                       absl::StrCat("expected 'auto', 'none', 'fixed' or 'rotational', got '", t.pipelining, "'"));
     }
 
     if (!top.Has("nodes") || !top.Get("nodes").IsSequence()) {
@@ -201,7 +208,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     if (computes == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: expected a compute node"));
     if (t.pipelining == "none" && computes != 1) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: ", computes, " compute nodes need 'pipelining: "
-                                                     "fixed' (a batch each); 'none' runs one batch on one compute node"));
+                                                     "fixed' or 'auto' (a batch each); 'none' runs one batch on one "
+                                                     "compute node"));
     }
     if (t.pipelining == "rotational" && computes != 1) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -53,8 +53,12 @@ struct Topology {
   int step_timeout_ms = 30000;  // a step running longer is aborted (its batch ends UNAVAILABLE)
   // Batches in flight (the paper's staggered pipelining): `none`, one batch on the one compute
   // node; `fixed`, one batch per compute node; `rotational`, two batches alternating on the one
-  // compute node (over several replicas it is not available yet).
-  std::string pipelining = "none";
+  // compute node (over several replicas it is not available yet); `auto` (the default), `fixed`
+  // with several compute nodes, and with one, `none` until more than `rotational_above` requests
+  // are running or waiting, then `rotational` (pipelining costs latency at small batches and
+  // pays at large ones).
+  std::string pipelining = "auto";
+  int rotational_above = 128;
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour
 
@@ -64,6 +68,8 @@ struct Topology {
   std::vector<const NodeSpec*> NodesOf(NodeKind kind) const;
   // The compute node of each batch in flight, in the order the coordinator drives them.
   std::vector<const NodeSpec*> BatchComputeNodes() const;
+  // `auto` on one compute node: the second batch admits only above `rotational_above` requests.
+  bool SecondBatchOnDemand() const;
   // How many batches run on a compute node: the engines (lanes) it keeps.
   int BatchesOn(const std::string& compute_node) const;
 };

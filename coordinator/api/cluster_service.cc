@@ -48,6 +48,8 @@ grpc::Status ClusterService::ClusterStatus(grpc::ServerContext*, const lamina::v
   response->set_decoded_sequences(stats.decoded_sequences);
   response->set_prefilled_tokens(stats.prefilled_tokens);
   response->set_iteration_seconds(stats.iteration_seconds);
+  for (int64_t running : stats.running_per_batch) response->add_running_per_batch(running);
+  response->set_pipelining(scheduler_->pipelining());
   response->set_model(model_name_);
   return grpc::Status::OK;
 }

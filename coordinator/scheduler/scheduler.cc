@@ -132,6 +132,7 @@ SchedulerStats Scheduler::Stats() const {
   stats.decoded_sequences = decoded_sequences_;
   stats.prefilled_tokens = prefilled_tokens_;
   stats.iteration_seconds = iteration_seconds_;
+  stats.running_per_batch = running_per_batch_;
   const absl::Time now = absl::Now();
   int64_t tokens = 0;
   for (const auto& [when, count] : recent_tokens_) {
@@ -247,6 +248,7 @@ void Scheduler::Admit() {
   };
 
   if (!ResumePreempted()) return;  // preempted requests go first
+  if (!TakesNewRequests()) return;
   std::map<std::string, int64_t> use;
   for (const MemberInfo& m : members) use[m.spec.name] = NodeUse(m.spec.name);
 
@@ -254,7 +256,16 @@ void Scheduler::Admit() {
   for (size_t i = queue_.size(); i-- > 0;) {
     if (queue_[i]->cancelled()) end_waiting(i, absl::CancelledError("cancelled by the client"));
   }
-  while (!queue_.empty() && static_cast<int>(batch_->running.size()) < topology_.max_batch) {
+  // Up to the batch limit and the batch's share of what runs or waits, so that batches in flight
+  // stay about equal in size.
+  int64_t sequences = 0;
+  for (const std::unique_ptr<Batch>& batch : batches_) sequences += static_cast<int64_t>(batch->running.size());
+  const int64_t pending = sequences + static_cast<int64_t>(queue_.size());
+  const int64_t sharing = topology_.SecondBatchOnDemand() && pending <= topology_.rotational_above
+                              ? 1
+                              : static_cast<int64_t>(batches_.size());
+  const int64_t limit = std::min<int64_t>(topology_.max_batch, (pending + sharing - 1) / sharing);
+  while (!queue_.empty() && static_cast<int64_t>(batch_->running.size()) < limit) {
     std::vector<WaitingRequest> waiting;
     for (const auto& handle : queue_) {
       const GenerationSpec& spec = queued_specs_[handle->id()];
@@ -323,6 +334,14 @@ void Scheduler::Admit() {
     use[request->memory_node] += Footprint(seq);
     batch_->running.push_back(std::move(seq));
   }
+}
+
+bool Scheduler::TakesNewRequests() {
+  if (batch_ == batches_[0].get() || !topology_.SecondBatchOnDemand()) return true;
+  int64_t sequences = 0;
+  for (const std::unique_ptr<Batch>& batch : batches_) sequences += static_cast<int64_t>(batch->running.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  return sequences + static_cast<int64_t>(queue_.size()) > topology_.rotational_above;
 }
 
 lamina::v1::StepPlan Scheduler::BuildPlan() {
@@ -565,9 +584,14 @@ void Scheduler::Loop() {
       Prepare();
     }
     int64_t running = 0;
-    for (const std::unique_ptr<Batch>& batch : batches_) running += static_cast<int64_t>(batch->running.size());
+    std::vector<int64_t> per_batch;
+    for (const std::unique_ptr<Batch>& batch : batches_) {
+      per_batch.push_back(static_cast<int64_t>(batch->running.size()));
+      running += per_batch.back();
+    }
     std::lock_guard<std::mutex> lock(mu_);
     running_count_ = running;
+    running_per_batch_ = std::move(per_batch);
   }
   for (const std::unique_ptr<Batch>& batch : batches_) {
     batch_ = batch.get();

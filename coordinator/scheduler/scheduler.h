@@ -8,7 +8,9 @@
 // many batches are in flight and where each runs: `none`, one batch on the one compute node;
 // `fixed`, one batch per compute node; `rotational`, two batches alternating on one compute node
 // (each on its own Step stream, which the node serves with its own engine, so one batch's slices
-// run while the other's attention runs on the memory nodes). One thread drives every batch in
+// run while the other's attention runs on the memory nodes); `auto` on one compute node, the
+// second batch takes new requests only while more than `rotational_above` sequences are running
+// or waiting, so small loads keep one batch's latency. One thread drives every batch in
 // turn: it collects a batch's result, prepares its next plan and sends it, then moves on to the
 // next batch while this one runs. A request stays in the batch that admitted it.
 //
@@ -16,8 +18,9 @@
 //   1. ends sequences whose memory node died (UNAVAILABLE) or whose client cancelled (freeing
 //      their slots at once),
 //   2. resumes the batch's preempted requests, then admits queued ones in the order its
-//      AdmissionPolicy picks (FIFO by default) while the batch limit, the per-iteration token
-//      budget and a memory node's free slots (counting every batch's sequences) allow (the node
+//      AdmissionPolicy picks (FIFO by default) while the batch limit, the batch's equal share of
+//      the sequences running or waiting, the per-iteration token budget and a memory node's free
+//      slots (counting every batch's sequences) allow (the node
 //      holding the longest cached prefix of the prompt, else the one with the most room); a
 //      request that could never fit was refused when submitted,
 //   3. when a memory node would run dry in the step, evicts cached prefixes there and then
@@ -68,6 +71,7 @@ struct SchedulerStats {
   int64_t decoded_sequences = 0;
   int64_t prefilled_tokens = 0;
   double iteration_seconds = 0;
+  std::vector<int64_t> running_per_batch;  // sequences in each batch in flight
 };
 
 class Scheduler {
@@ -82,6 +86,8 @@ class Scheduler {
   // batches on it when it is a compute node.
   void OnNodeDeath(const std::string& node);
   SchedulerStats Stats() const;
+  // The topology's pipelining mode.
+  const std::string& pipelining() const { return topology_.pipelining; }
 
  private:
   // What a request's samples share.
@@ -134,6 +140,8 @@ class Scheduler {
   void Watchdog();
   void EndDeadAndCancelled();
   void Admit();
+  // Whether the current batch takes new requests now (see `auto` above).
+  bool TakesNewRequests();
   lamina::v1::StepPlan BuildPlan();
   void ApplyResult(const lamina::v1::StepResult& result);
   // Records a sampled token; false when the sample finished (and was retired).
@@ -178,6 +186,7 @@ class Scheduler {
   bool stopping_ = false;                                 // guarded by mu_
   int64_t running_count_ = 0, completed_ = 0, failed_ = 0, preemptions_ = 0;  // guarded by mu_
   int64_t iterations_ = 0, decoded_sequences_ = 0, prefilled_tokens_ = 0;    // guarded by mu_
+  std::vector<int64_t> running_per_batch_;                                   // guarded by mu_
   double iteration_seconds_ = 0;                                             // guarded by mu_
   std::deque<std::pair<absl::Time, int64_t>> recent_tokens_;  // guarded by mu_
 

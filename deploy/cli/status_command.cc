@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
 #include "common/topology/topology.h"
@@ -27,10 +28,12 @@ absl::Status Status(const std::vector<std::string>& args) {
   ClusterClient client(endpoint);
   LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse s, client.Status(absl::Seconds(3)));
   std::printf("cluster %s, model %s\n", endpoint.c_str(), s.model().c_str());
-  std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld, preempted %lld\n\n",
+  std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld, preempted %lld\n",
               static_cast<long long>(s.queue_length()), static_cast<long long>(s.running()), s.tokens_per_second(),
               static_cast<long long>(s.completed()), static_cast<long long>(s.failed()),
               static_cast<long long>(s.preemptions()));
+  std::printf("pipelining %s, sequences per batch: %s\n\n", s.pipelining().c_str(),
+              absl::StrJoin(s.running_per_batch(), " + ").c_str());
   std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)", "SEQS",
               "BUSY", "RTT/LAYER", "LAST HEARD");
   for (const auto& n : s.nodes()) {

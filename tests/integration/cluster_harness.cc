@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
     absl::StrAppend(&yaml, "weights: random\nweights_seed: ", *options.random_weights_seed, "\n");
   }
   absl::StrAppend(&yaml, "pipelining: ", options.pipelining, "\ncoordinator:\n  port: ", coordinator_port,
-                  "\nscheduler:\n  max_batch: ", options.max_batch,
+                  "\nscheduler:\n  max_batch: ", options.max_batch, "\n  rotational_above: ", options.rotational_above,
                   "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
                   options.prefix_caching ? "true" : "false", "\nnodes:\n");
   for (int i = 0; i < options.compute_nodes; ++i) {

@@ -25,6 +25,7 @@ struct ClusterOptions {
   std::string device = "cpu";  // of every node, e.g. "cuda:0"
   std::optional<int64_t> random_weights_seed;  // set: `weights: random` with this seed
   std::string pipelining = "none";             // the topology's `pipelining`
+  int rotational_above = 128;                  // and its `scheduler.rotational_above`
   int compute_nodes = 1;
 };
 

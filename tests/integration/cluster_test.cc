@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -566,6 +567,63 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
     EXPECT_EQ(outputs["fixed"][i], outputs["none"][i]) << "request " << i;
     EXPECT_EQ(outputs["rotational"][i], outputs["none"][i]) << "request " << i;
   }
+}
+
+// `auto` on one compute node: one batch while few sequences run or wait, a second batch once
+// more than `rotational_above` do; the outputs are the same either way.
+TEST(ClusterTest, AutoPipeliningAddsTheSecondBatchOnlyAboveItsThreshold) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  ClusterOptions options;
+  options.pipelining = "auto";
+  options.rotational_above = 6;
+  options.max_batch = 16;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  // Watches the largest number of sequences each batch held.
+  std::atomic<bool> done{false};
+  std::mutex mu;
+  std::vector<int64_t> most(2, 0);
+  std::string mode;
+  std::thread watcher([&] {
+    while (!done) {
+      auto status = (*cluster)->client().Status(absl::Seconds(1));
+      if (status.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        mode = status->pipelining();
+        for (int b = 0; b < status->running_per_batch_size() && b < 2; ++b) {
+          most[b] = std::max(most[b], status->running_per_batch(b));
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  });
+  auto run = [&](int count) {
+    std::vector<lamina::v1::GenerateRequest> requests;
+    std::vector<std::vector<int32_t>> expected;
+    for (int i = 0; i < count; ++i) {
+      const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt(i % 2 ? "GPU memory" : "The KV cache");
+      requests.push_back(IdsRequest(prompt, 40 + i));
+      expected.push_back(SingleProcess(**local, prompt, 40 + i));
+    }
+    const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
+    for (int i = 0; i < count; ++i) {
+      ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
+      EXPECT_EQ(outcomes[i].ids, expected[i]) << count << " requests, request " << i;
+    }
+  };
+  run(4);  // at most 4 sequences: never above 6
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(mode, "auto");
+    EXPECT_GT(most[0], 0);
+    EXPECT_EQ(most[1], 0) << "the second batch took requests below the threshold";
+  }
+  run(14);  // 14 waiting at once: the second batch joins
+  done = true;
+  watcher.join();
+  EXPECT_GT(most[1], 0) << "the second batch never ran above the threshold";
 }
 
 // `weights: random` runs the model folder's shape with weights drawn from the seed: the cluster's

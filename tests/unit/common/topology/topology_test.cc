@@ -56,7 +56,7 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
   ExpectError(absl::StrReplaceAll(original, {{"max_batch: 64", "max_batch: [1, 2]"}}),
               "local-cpu.yaml:10: scheduler.max_batch: expected an integer");
   ExpectError(absl::StrReplaceAll(original, {{"pipelining: none", "pipelining: sideways"}}),
-              "local-cpu.yaml:13: pipelining: expected 'none', 'fixed' or 'rotational', got 'sideways'");
+              "local-cpu.yaml:13: pipelining: expected 'auto', 'none', 'fixed' or 'rotational', got 'sideways'");
   ExpectError(absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0", "    device: gpu0\n\n  - name: memory-0"}}),
               "nodes[0].device: expected 'cpu' or 'cuda:N', got 'gpu0'");
   ExpectError("nodes: [\n", "local-cpu.yaml:2: not valid YAML");
@@ -107,6 +107,19 @@ TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
   EXPECT_EQ(fixed->BatchComputeNodes()[0]->name, "compute-1");
   EXPECT_EQ(fixed->BatchComputeNodes()[1]->name, "compute-0");
   EXPECT_EQ(fixed->BatchesOn("compute-0"), 1);
+
+  // `auto`, the default: fixed over several compute nodes; on one, a second batch on demand.
+  auto automatic = ParseTopology(absl::StrReplaceAll(original, {{"pipelining: none\n", ""}}), kPath);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->pipelining, "auto");
+  EXPECT_EQ(automatic->BatchesOn("compute-0"), 2);
+  EXPECT_TRUE(automatic->SecondBatchOnDemand());
+  EXPECT_EQ(automatic->rotational_above, 128);
+  auto automatic_fixed = ParseTopology(absl::StrReplaceAll(two_computes, {{"pipelining: none\n", ""}}), kPath);
+  ASSERT_TRUE(automatic_fixed.ok()) << automatic_fixed.status();
+  EXPECT_EQ(automatic_fixed->BatchComputeNodes().size(), 2u);
+  EXPECT_FALSE(automatic_fixed->SecondBatchOnDemand());
+  EXPECT_FALSE(fixed->SecondBatchOnDemand());
 
   ExpectError(two_computes, "2 compute nodes need 'pipelining: fixed'");
   ExpectError(absl::StrReplaceAll(two_computes, {{"pipelining: none", "pipelining: rotational"}}),
