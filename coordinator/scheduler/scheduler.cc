@@ -395,6 +395,16 @@ int64_t Scheduler::NodeUse(const std::string& node) const {
   return use;
 }
 
+bool Scheduler::OtherBatchesUse(const std::string& node) const {
+  for (const std::unique_ptr<Batch>& batch : batches_) {
+    if (batch.get() == batch_) continue;
+    for (const Sequence& seq : batch->running) {
+      if (seq.request->memory_node == node) return true;
+    }
+  }
+  return false;
+}
+
 void Scheduler::PreemptWhereFull() {
   for (const MemberInfo& m : membership_->Snapshot()) {
     if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
@@ -411,8 +421,10 @@ void Scheduler::PreemptWhereFull() {
         requests_here.insert(seq.request.get());
         if (!youngest || seq.request->admitted > youngest->admitted) youngest = seq.request;
       }
-      // The last request on a node always fits: its final size was checked when it arrived.
-      if (!youngest || requests_here.size() < 2) break;
+      // The last request on a node always fits alone: its final size was checked when it
+      // arrived. While another batch holds the node too, this batch gives way entirely (the
+      // other's step is in flight and cannot be touched); it resumes once there is room.
+      if (!youngest || (requests_here.size() < 2 && !OtherBatchesUse(node))) break;
       std::vector<Sequence> samples, keep;
       std::vector<int64_t> ids;
       for (Sequence& seq : batch_->running) {

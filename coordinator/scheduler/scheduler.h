@@ -25,7 +25,8 @@
 //      request that could never fit was refused when submitted,
 //   3. when a memory node would run dry in the step, evicts cached prefixes there and then
 //      preempts the batch's youngest request there (slots freed now, tokens kept, recomputed
-//      later: the output is the same),
+//      later: the output is the same), down to its last one, or to none while another batch
+//      holds the node too (that batch's step is in flight and cannot be touched),
 //   4. sends one plan to the batch's compute node: prefill for new sequences, decode for the others.
 // Collecting a result streams each sampled token to its request and retires the finished ones.
 // A step that fails because memory nodes are unreachable marks them dead and runs again without
@@ -160,6 +161,8 @@ class Scheduler {
   // When a memory node would run dry in the next step: evict cached prefixes, then preempt the
   // youngest request there (its slots freed, its tokens kept, resumed later by recomputing).
   void PreemptWhereFull();
+  // Whether a batch other than the current one has sequences on `node`.
+  bool OtherBatchesUse(const std::string& node) const;
   // Resumes preempted requests (before any new one); false while the oldest cannot fit yet.
   bool ResumePreempted();
   // Ends a sequence: the final event, its slots freed on its memory node, its sampler released.
