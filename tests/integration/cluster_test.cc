@@ -573,6 +573,52 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
   }
 }
 
+// Under `fixed` pipelining a dead compute node fails only its own batch's requests; the other
+// compute node serves everything after.
+TEST(ClusterTest, KillingOneOfTwoComputeNodesFailsOnlyItsBatchAndTheOtherServesNewRequests) {
+  ClusterOptions options;
+  options.pipelining = "fixed";
+  options.compute_nodes = 2;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  const std::vector<int32_t> expected = SingleProcess(**local, prompt, 600);
+
+  std::vector<Outcome> outcomes(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 600)); });
+  }
+  absl::SleepFor(absl::Milliseconds(400));  // mid-run, both batches full
+  auto pid = (*cluster)->NodePid("compute-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  for (auto& t : threads) t.join();
+
+  int failed = 0, succeeded = 0;
+  for (const Outcome& o : outcomes) {
+    if (o.status.ok()) {
+      ++succeeded;
+      EXPECT_EQ(o.ids, expected) << "a survivor's output must be unaffected";
+    } else {
+      ++failed;
+      EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+      EXPECT_NE(std::string(o.status.message()).find("compute"), std::string::npos) << o.status;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(succeeded, 0);
+
+  // New requests, more than one batch's worth, all go to the surviving compute node.
+  std::vector<lamina::v1::GenerateRequest> after(6, IdsRequest(prompt, 16));
+  for (const Outcome& o : GenerateConcurrently((*cluster)->client(), after)) {
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.ids, std::vector<int32_t>(expected.begin(), expected.begin() + 16));
+  }
+}
+
 // `auto` on one compute node: one batch while few sequences run or wait, a second batch once
 // more than `rotational_above` do; the outputs are the same either way.
 TEST(ClusterTest, AutoPipeliningAddsTheSecondBatchOnlyAboveItsThreshold) {
