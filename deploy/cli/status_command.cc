@@ -1,6 +1,7 @@
 #include "deploy/cli/status_command.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -8,6 +9,7 @@
 #include "common/status/status_macros.h"
 #include "common/topology/topology.h"
 #include "deploy/cli/cluster_client.h"
+#include "deploy/planner/pipeline_balance.h"
 
 namespace lamina::cli {
 
@@ -32,8 +34,12 @@ absl::Status Status(const std::vector<std::string>& args) {
               static_cast<long long>(s.queue_length()), static_cast<long long>(s.running()), s.tokens_per_second(),
               static_cast<long long>(s.completed()), static_cast<long long>(s.failed()),
               static_cast<long long>(s.preemptions()));
-  std::printf("pipelining %s, sequences per batch: %s\n\n", s.pipelining().c_str(),
+  std::printf("pipelining %s, sequences per batch: %s\n", s.pipelining().c_str(),
               absl::StrJoin(s.running_per_batch(), " + ").c_str());
+  if (std::optional<planner::PipelineBalance> balance = planner::MeasureBalance(s)) {
+    std::printf("%s\n", balance->Describe().c_str());
+  }
+  std::printf("\n");
   std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)", "SEQS",
               "BUSY", "RTT/LAYER", "LAST HEARD");
   for (const auto& n : s.nodes()) {
