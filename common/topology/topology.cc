@@ -112,8 +112,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
   Topology t;
   t.path = path;
   try {
-    Fields top(root, path, "", {"model", "weights", "weights_seed", "coordinator", "scheduler", "pipelining", "nodes",
-                                       "prices"});
+    Fields top(root, path, "",
+               {"model", "weights", "weights_seed", "coordinator", "scheduler", "pipelining", "nodes", "prices"});
     LAMINA_RETURN_IF_ERROR(top.CheckShape());
 
     LAMINA_ASSIGN_OR_RETURN(std::string model, top.String("model", nullptr));
