@@ -324,7 +324,10 @@ TEST(ClusterTest, ASharedSystemPromptIsReusedWithIdenticalOutputsAndOnlyTheRestP
   const std::vector<int32_t> second = (*local)->tokenizer().EncodePrompt(system + "Question two: how?");
   ASSERT_GT(second.size(), 300u);
   ASSERT_LT(second.size(), 900u);
-  const std::vector<int32_t> expected = SingleProcess(**local, second, 24);
+  // Long enough that a request holds the shared slots across several heartbeats, which is how
+  // the memory node's shared count reaches `lamina status`.
+  constexpr int kOutputTokens = 160;
+  const std::vector<int32_t> expected = SingleProcess(**local, second, kOutputTokens);
 
   struct Timed {
     Outcome outcome;
@@ -333,7 +336,8 @@ TEST(ClusterTest, ASharedSystemPromptIsReusedWithIdenticalOutputsAndOnlyTheRestP
   auto run = [](ClusterHarness& cluster, const std::vector<int32_t>& prompt) {
     Timed t{{}, -1};
     const absl::Time start = absl::Now();
-    t.outcome.status = cluster.client().Generate(IdsRequest(prompt, 24), [&](const lamina::v1::GenerateResponse& r) {
+    t.outcome.status = cluster.client().Generate(IdsRequest(prompt, kOutputTokens),
+                                                 [&](const lamina::v1::GenerateResponse& r) {
       if (t.ttft_ms < 0) t.ttft_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
       t.outcome.ids.insert(t.outcome.ids.end(), r.token_ids().begin(), r.token_ids().end());
     });
