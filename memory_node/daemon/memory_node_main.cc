@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
@@ -92,11 +93,13 @@ absl::Status Run(const std::vector<std::string>& args) {
   registration.set_data_address(spec->data_address());
   registration.set_kv_capacity_slots(spec->kv_capacity_tokens);
   registration.set_pid(::getpid());
-  // A heartbeat never waits on the data plane: while a long attention call holds the executor, it
-  // repeats the last counts it read, so a busy node is not mistaken for a dead one.
+  // A heartbeat waits at most 20 ms for the data plane (short attention calls come and go in
+  // that time): while a long call holds the executor, it repeats the last counts it read, so a
+  // busy node is not mistaken for a dead one.
   struct { int64_t free_slots, sequences, shared_slots; } counts{spec->kv_capacity_tokens, 0, 0};
   NodeAgent agent(topology.coordinator_address(), registration, [&](lamina::v1::HeartbeatRequest* heartbeat) {
-    std::unique_lock<std::mutex> lock(executor_mu, std::try_to_lock);
+    std::unique_lock<std::mutex> lock(executor_mu, std::defer_lock);
+    for (int tries = 0; tries < 20 && !lock.try_lock(); ++tries) absl::SleepFor(absl::Milliseconds(1));
     if (lock.owns_lock()) {
       counts = {executor->num_free_slots(), executor->num_sequences(), executor->num_shared_slots()};
     }
