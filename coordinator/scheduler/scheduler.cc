@@ -124,7 +124,7 @@ SchedulerStats Scheduler::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulerStats stats;
   stats.queued = static_cast<int64_t>(queue_.size());
-  stats.running = running_count_;
+  for (int64_t running : running_per_batch_) stats.running += running;
   stats.completed = completed_;
   stats.failed = failed_;
   stats.preemptions = preemptions_;
@@ -204,7 +204,7 @@ void Scheduler::FailEverything(const absl::Status& error) {
   }
   queue_.clear();
   queued_specs_.clear();
-  running_count_ = 0;
+  running_per_batch_.assign(batches_.size(), 0);
 }
 
 void Scheduler::FailPreempted(const absl::Status& error) {
@@ -248,7 +248,6 @@ void Scheduler::Admit() {
   };
 
   if (!ResumePreempted()) return;  // preempted requests go first
-  if (!TakesNewRequests()) return;
   std::map<std::string, int64_t> use;
   for (const MemberInfo& m : members) use[m.spec.name] = NodeUse(m.spec.name);
 
@@ -256,14 +255,15 @@ void Scheduler::Admit() {
   for (size_t i = queue_.size(); i-- > 0;) {
     if (queue_[i]->cancelled()) end_waiting(i, absl::CancelledError("cancelled by the client"));
   }
-  // Up to the batch limit and the batch's share of what runs or waits, so that batches in flight
-  // stay about equal in size.
+  // Only the batches taking requests now (under `auto` at low load, the first alone), each up to
+  // the batch limit and its share of what runs or waits, so that they stay about equal in size.
   int64_t sequences = 0;
   for (const std::unique_ptr<Batch>& batch : batches_) sequences += static_cast<int64_t>(batch->running.size());
   const int64_t pending = sequences + static_cast<int64_t>(queue_.size());
   const int64_t sharing = topology_.SecondBatchOnDemand() && pending <= topology_.rotational_above
                               ? 1
                               : static_cast<int64_t>(batches_.size());
+  if (batch_ != batches_[0].get() && sharing == 1) return;
   const int64_t limit = std::min<int64_t>(topology_.max_batch, (pending + sharing - 1) / sharing);
   while (!queue_.empty() && static_cast<int64_t>(batch_->running.size()) < limit) {
     std::vector<WaitingRequest> waiting;
@@ -334,14 +334,6 @@ void Scheduler::Admit() {
     use[request->memory_node] += Footprint(seq);
     batch_->running.push_back(std::move(seq));
   }
-}
-
-bool Scheduler::TakesNewRequests() {
-  if (batch_ == batches_[0].get() || !topology_.SecondBatchOnDemand()) return true;
-  int64_t sequences = 0;
-  for (const std::unique_ptr<Batch>& batch : batches_) sequences += static_cast<int64_t>(batch->running.size());
-  std::lock_guard<std::mutex> lock(mu_);
-  return sequences + static_cast<int64_t>(queue_.size()) > topology_.rotational_above;
 }
 
 lamina::v1::StepPlan Scheduler::BuildPlan() {
@@ -595,14 +587,9 @@ void Scheduler::Loop() {
       if (batch_->in_flight) Collect();
       Prepare();
     }
-    int64_t running = 0;
     std::vector<int64_t> per_batch;
-    for (const std::unique_ptr<Batch>& batch : batches_) {
-      per_batch.push_back(static_cast<int64_t>(batch->running.size()));
-      running += per_batch.back();
-    }
+    for (const std::unique_ptr<Batch>& batch : batches_) per_batch.push_back(static_cast<int64_t>(batch->running.size()));
     std::lock_guard<std::mutex> lock(mu_);
-    running_count_ = running;
     running_per_batch_ = std::move(per_batch);
   }
   for (const std::unique_ptr<Batch>& batch : batches_) {

@@ -141,8 +141,6 @@ class Scheduler {
   void Watchdog();
   void EndDeadAndCancelled();
   void Admit();
-  // Whether the current batch takes new requests now (see `auto` above).
-  bool TakesNewRequests();
   lamina::v1::StepPlan BuildPlan();
   void ApplyResult(const lamina::v1::StepResult& result);
   // Records a sampled token; false when the sample finished (and was retired).
@@ -187,9 +185,9 @@ class Scheduler {
   std::map<uint64_t, GenerationSpec> queued_specs_;       // guarded by mu_
   uint64_t next_id_ = 1;                                  // guarded by mu_
   bool stopping_ = false;                                 // guarded by mu_
-  int64_t running_count_ = 0, completed_ = 0, failed_ = 0, preemptions_ = 0;  // guarded by mu_
+  int64_t completed_ = 0, failed_ = 0, preemptions_ = 0;                      // guarded by mu_
   int64_t iterations_ = 0, decoded_sequences_ = 0, prefilled_tokens_ = 0;    // guarded by mu_
-  std::vector<int64_t> running_per_batch_;                                   // guarded by mu_
+  std::vector<int64_t> running_per_batch_;  // sequences in each batch; guarded by mu_
   double iteration_seconds_ = 0;                                             // guarded by mu_
   std::deque<std::pair<absl::Time, int64_t>> recent_tokens_;  // guarded by mu_
 

@@ -227,12 +227,8 @@ TEST(ClusterTest, RequestsBeyondCapacityQueueAndCompleteAndImpossibleOnesAreRefu
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("FlashAttention");
   const std::vector<int32_t> expected = SingleProcess(**local, prompt, 60);
 
-  std::vector<Outcome> outcomes(16);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 16; ++i) {
-    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 60)); });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<Outcome> outcomes =
+      GenerateConcurrently((*cluster)->client(), std::vector<lamina::v1::GenerateRequest>(16, IdsRequest(prompt, 60)));
   for (int i = 0; i < 16; ++i) {
     ASSERT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status;
     EXPECT_EQ(outcomes[i].ids, expected);

@@ -1,21 +1,19 @@
 #include "deploy/planner/analytic_model.h"
 
+#include <string>
+
+#include "common/model_config/model_config.h"
 #include "deploy/planner/planner.h"
 #include "gtest/gtest.h"
 
 namespace lamina::planner {
 namespace {
 
+// The shipped Llama-3.1-8B-shaped model folder (Llama-3-8B has the same shape).
 ModelConfig Llama3_8B() {
-  ModelConfig c;
-  c.vocab_size = 128256;
-  c.hidden_size = 4096;
-  c.intermediate_size = 14336;
-  c.num_layers = 32;
-  c.num_q_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  return c;
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(std::string(LAMINA_SOURCE_DIR) + "/deploy/models/llama-3.1-8b-shape");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : ModelConfig();
 }
 
 DeviceKind Device(const std::string& name, double gb, double gbs, double tflops, double link, double hourly) {
