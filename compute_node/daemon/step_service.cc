@@ -74,22 +74,27 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   };
 
   {
-    std::lock_guard<std::mutex> lock(samplers_mu_);
-    for (int64_t seq : plan.release()) samplers_.erase(seq);
+    std::lock_guard<std::mutex> lock(sampling_mu_);
+    for (int64_t seq : plan.release()) sampling_.erase(seq);
   }
   for (int64_t seq : plan.release()) attention->Forget(seq);
+
   // Whole prompts run as a prefill batch. A prompt continuing a cached prefix runs on the decode
   // path instead (its tokens attend over the prefix held by the memory node), after the running
-  // sequences' tokens. `logits_of[i]` is where prefill item i's next-token logits come from.
-  struct LogitsRow {
-    const Tensor* logits;
-    int64_t row;
-  };
-  std::vector<LogitsRow> logits_of(plan.prefill_size());
+  // sequences' tokens. Every sequence draws one token; the result lists them in plan order:
+  // each prefill item's sequence and forks, then the decode items.
   std::vector<std::vector<int32_t>> prompts;
-  std::vector<PrefillSequence> prefill;
   prompts.reserve(plan.prefill_size());
+  std::vector<PrefillSequence> prefill;
   std::vector<DecodeToken> decode;
+  std::vector<TokenDraw> prefill_draws, decode_draws;
+  struct Slot {
+    int64_t seq;
+    bool from_prefill;
+    size_t draw;
+  };
+  std::vector<Slot> order;
+  std::vector<std::pair<int64_t, SamplingParams>> new_sampling;  // registered once the step succeeds
   for (const auto& item : plan.decode()) {
     absl::Status assigned = attention->Assign(item.seq_id(), item.memory_node());
     if (!assigned.ok()) return fail(assigned);
@@ -99,64 +104,70 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     const auto& item = plan.prefill(i);
     absl::Status assigned = attention->Assign(item.seq_id(), item.memory_node());
     if (!assigned.ok()) return fail(assigned);
-    if (item.start_position() > 0) {
+    const bool continues = item.start_position() > 0;
+    int64_t row;
+    if (continues) {
       for (int t = 0; t < item.tokens_size(); ++t) {
         decode.push_back({item.seq_id(), item.tokens(t), item.start_position() + t});
       }
-      logits_of[i] = {&lane.decode_logits, static_cast<int64_t>(decode.size()) - 1};
-      continue;
+      row = static_cast<int64_t>(decode.size()) - 1;
+    } else {
+      prompts.emplace_back(item.tokens().begin(), item.tokens().end());
+      prefill.push_back({item.seq_id(), prompts.back()});
+      row = static_cast<int64_t>(prefill.size()) - 1;
     }
-    prompts.emplace_back(item.tokens().begin(), item.tokens().end());
-    prefill.push_back({item.seq_id(), prompts.back()});
-    logits_of[i] = {&lane.prefill_logits, static_cast<int64_t>(prefill.size()) - 1};
-  }
-
-  if (!prefill.empty()) {
-    absl::Status status = engine->Prefill(prefill, /*all_positions=*/false, &lane.prefill_logits);
-    if (!status.ok()) return fail(status);
-  }
-  if (!decode.empty()) {
-    absl::Status status = engine->Decode(decode, &lane.decode_logits);
-    if (!status.ok()) return fail(status);
-  }
-
-  // Sampling happens only once the whole step succeeded, so a retried step draws the same tokens.
-  std::lock_guard<std::mutex> lock(samplers_mu_);
-  const int64_t vocab = engine->config().vocab_size;
-  for (int i = 0; i < plan.prefill_size(); ++i) {
-    const auto& item = plan.prefill(i);
+    // The token drawn sits right after the prompt; sample k of n uses seed + k.
+    const uint64_t counter = static_cast<uint64_t>(item.start_position()) + item.tokens_size();
     const SamplingParams params = FromProto(item.sampling());
     std::vector<int64_t> samples = {item.seq_id()};
     samples.insert(samples.end(), item.fork_seq_ids().begin(), item.fork_seq_ids().end());
     for (size_t k = 0; k < samples.size(); ++k) {
       SamplingParams own = params;
       own.seed = params.seed + k;
-      auto it = samplers_.find(samples[k]);
-      if (!item.resume() || it == samplers_.end()) {
-        it = samplers_.insert_or_assign(samples[k], Sampler(own)).first;  // a resumed one keeps its stream
-      }
-      auto* token = result.add_tokens();
-      token->set_seq_id(samples[k]);
-      token->set_token(it->second.Sample(logits_of[i].logits->row(logits_of[i].row), vocab));
+      std::vector<TokenDraw>& draws = continues ? decode_draws : prefill_draws;
+      order.push_back({samples[k], !continues, draws.size()});
+      draws.push_back({row, own, counter});
+      new_sampling.emplace_back(samples[k], own);
     }
   }
-  for (int i = 0; i < plan.decode_size(); ++i) {
-    const auto& item = plan.decode(i);
-    auto it = samplers_.find(item.seq_id());
-    if (it == samplers_.end()) it = samplers_.emplace(item.seq_id(), Sampler(SamplingParams{})).first;
+  {
+    std::lock_guard<std::mutex> lock(sampling_mu_);
+    for (int i = 0; i < plan.decode_size(); ++i) {
+      const auto& item = plan.decode(i);
+      auto it = sampling_.find(item.seq_id());
+      const SamplingParams params = it == sampling_.end() ? SamplingParams{} : it->second;
+      order.push_back({item.seq_id(), false, decode_draws.size()});
+      decode_draws.push_back({i, params, static_cast<uint64_t>(item.position()) + 1});
+    }
+  }
+
+  std::vector<int32_t> prefill_tokens(prefill_draws.size()), decode_tokens(decode_draws.size());
+  if (!prefill.empty()) {
+    absl::Status status = engine->Prefill(prefill, prefill_draws, prefill_tokens.data());
+    if (!status.ok()) return fail(status);
+  }
+  if (!decode.empty()) {
+    absl::Status status = engine->Decode(decode, decode_draws, decode_tokens.data());
+    if (!status.ok()) return fail(status);
+  }
+  {
+    std::lock_guard<std::mutex> lock(sampling_mu_);
+    for (const auto& [seq, params] : new_sampling) sampling_.insert_or_assign(seq, params);
+  }
+  for (const Slot& slot : order) {
     auto* token = result.add_tokens();
-    token->set_seq_id(item.seq_id());
-    token->set_token(it->second.Sample(lane.decode_logits.row(i), vocab));
+    token->set_seq_id(slot.seq);
+    token->set_token(slot.from_prefill ? prefill_tokens[slot.draw] : decode_tokens[slot.draw]);
   }
   return result;
 }
 
 void StepService::Abandon(const lamina::v1::StepPlan& plan, int lane) {
   RemoteAttention* attention = lanes_[lane].parts.attention;
-  std::lock_guard<std::mutex> lock(samplers_mu_);
+  std::lock_guard<std::mutex> lock(sampling_mu_);
   auto forget = [&](int64_t seq) {
     attention->Free(seq);
-    samplers_.erase(seq);
+    sampling_.erase(seq);
   };
   for (const auto& item : plan.prefill()) {
     forget(item.seq_id());

@@ -1,6 +1,7 @@
 // lamina.v1.ComputeNode: runs the coordinator's iteration plans. For each plan: prefill the new
 // sequences, decode the running ones (both through a ComputeEngine, reaching memory nodes through
-// RemoteAttention), then sample one token per sequence with its own sampler.
+// RemoteAttention), drawing one token per sequence with its own sampling parameters (on the GPU
+// when the engine runs there).
 // A failed step samples nothing and names the memory nodes that could not be reached, so the
 // coordinator can drop their sequences and send the plan again without them.
 // Lanes: the node keeps one engine and one set of data-plane connections per batch the topology
@@ -53,7 +54,6 @@ class StepService final : public lamina::v1::ComputeNode::Service {
  private:
   struct Lane {
     StepLane parts;
-    Tensor prefill_logits, decode_logits;
     bool held = false;  // guarded by lanes_mu_
   };
   // Blocks until a lane is free, then holds it; nullopt if the stream was cancelled meanwhile.
@@ -63,9 +63,11 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   std::vector<Lane> lanes_;
   std::mutex lanes_mu_;
   std::condition_variable lane_freed_;
-  // Samplers outlive lanes: a preempted sequence may resume in another batch.
-  std::mutex samplers_mu_;
-  std::map<SequenceId, Sampler> samplers_;
+  // Each sequence's sampling parameters, from its prefill until it is released. They outlive
+  // lanes: a preempted sequence may resume in another batch. Draws are keyed by position, so a
+  // resumed sequence draws what it would have drawn.
+  std::mutex sampling_mu_;
+  std::map<SequenceId, SamplingParams> sampling_;
   BusyMeter busy_;
   BusyUnion computing_;
 };

@@ -28,6 +28,36 @@ absl::Status ComputeEngine::CheckToken(int32_t token, int32_t position) const {
 
 absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, bool all_positions,
                                     Tensor* logits) {
+  return PrefillThen(prompts, [&](SliceBackend& b) {
+    std::vector<int64_t> rows;
+    int64_t end = 0;
+    for (const PrefillSequence& p : prompts) {
+      const int64_t n = static_cast<int64_t>(p.tokens.size());
+      for (int64_t r = all_positions ? end : end + n - 1; r < end + n; ++r) rows.push_back(r);
+      end += n;
+    }
+    return b.RunLast(rows, logits);
+  });
+}
+
+absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, absl::Span<const TokenDraw> draws,
+                                    int32_t* tokens) {
+  for (const TokenDraw& d : draws) {
+    if (d.row < 0 || d.row >= static_cast<int64_t>(prompts.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("a draw names prompt ", d.row, " of ", prompts.size()));
+    }
+  }
+  return PrefillThen(prompts, [&](SliceBackend& b) {
+    std::vector<int64_t> last_row;  // of each prompt
+    int64_t end = 0;
+    for (const PrefillSequence& p : prompts) last_row.push_back((end += static_cast<int64_t>(p.tokens.size())) - 1);
+    std::vector<TokenDraw> at_rows(draws.begin(), draws.end());
+    for (TokenDraw& d : at_rows) d.row = last_row[d.row];
+    return b.RunLastAndSample(at_rows, tokens);
+  });
+}
+
+absl::Status ComputeEngine::PrefillThen(absl::Span<const PrefillSequence> prompts, LastSlice last) {
   const ModelConfig& c = config();
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;
@@ -48,7 +78,7 @@ absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, b
   for (const PrefillSequence& p : prompts) reservations.push_back({p.seq, static_cast<int32_t>(p.tokens.size())});
   LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
   // From here on a failure frees the prompts' slots, so nothing is left half-written.
-  absl::Status status = RunPrefill(prompts, tokens, positions, all_positions, logits);
+  absl::Status status = RunPrefill(prompts, tokens, positions, last);
   if (!status.ok()) {
     for (const PrefillSequence& p : prompts) attention_->Free(p.seq);
   }
@@ -56,7 +86,7 @@ absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, b
 }
 
 absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts, absl::Span<const int32_t> tokens,
-                                       absl::Span<const int32_t> positions, bool all_positions, Tensor* logits) {
+                                       absl::Span<const int32_t> positions, LastSlice last) {
   const ModelConfig& c = config();
   SliceBackend& b = *prefill_;
   const QkvLayout qkv = b.qkv_layout();
@@ -79,21 +109,28 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
     }
     if (layer + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer + 1));
   }
-
-  std::vector<int64_t> rows;
-  if (all_positions) {
-    for (int64_t r = 0; r < static_cast<int64_t>(tokens.size()); ++r) rows.push_back(r);
-  } else {
-    int64_t end = 0;
-    for (const PrefillSequence& p : prompts) {
-      end += static_cast<int64_t>(p.tokens.size());
-      rows.push_back(end - 1);
-    }
-  }
-  return b.RunLast(rows, logits);
+  return last(b);
 }
 
 absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, Tensor* logits) {
+  return DecodeThen(batch, [&](SliceBackend& b) {
+    std::vector<int64_t> rows(batch.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+    return b.RunLast(rows, logits);
+  });
+}
+
+absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, absl::Span<const TokenDraw> draws,
+                                   int32_t* tokens) {
+  for (const TokenDraw& d : draws) {
+    if (d.row < 0 || d.row >= static_cast<int64_t>(batch.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("a draw names batch row ", d.row, " of ", batch.size()));
+    }
+  }
+  return DecodeThen(batch, [&](SliceBackend& b) { return b.RunLastAndSample(draws, tokens); });
+}
+
+absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, LastSlice last) {
   const ModelConfig& c = config();
   SliceBackend& b = *decode_;
   entries_.clear();
@@ -117,9 +154,7 @@ absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, Tensor* 
     LAMINA_RETURN_IF_ERROR(attention_->Decode(layer, entries_, rows, qkv, b.HostAttnOut(), c.q_size()));
     if (layer + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer + 1));
   }
-  std::vector<int64_t> rows(batch.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  return b.RunLast(rows, logits);
+  return last(b);
 }
 
 }  // namespace lamina

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/attention/attention_service.h"
@@ -21,6 +22,7 @@
 #include "common/threading/thread_pool.h"
 #include "compute_node/engine/slice_backend.h"
 #include "compute_node/model/model_weights.h"
+#include "compute_node/sampling/sampler.h"
 
 namespace lamina {
 
@@ -53,12 +55,23 @@ class ComputeEngine {
   // One decode step for a batch of sequences: logits [batch, vocab].
   absl::Status Decode(absl::Span<const DecodeToken> batch, Tensor* logits);
 
+  // The same passes, ending in one token per draw instead of logits: tokens[draws.size()]. A
+  // prefill draw's row is the index of its prompt; a decode draw's row is its index in the batch.
+  // On a GPU the tokens are drawn on the device and only they come back to the host.
+  absl::Status Prefill(absl::Span<const PrefillSequence> prompts, absl::Span<const TokenDraw> draws, int32_t* tokens);
+  absl::Status Decode(absl::Span<const DecodeToken> batch, absl::Span<const TokenDraw> draws, int32_t* tokens);
+
   const ModelConfig& config() const { return decode_->config(); }
 
  private:
+  // The last slice of a batch, given the backend that ran the others.
+  using LastSlice = absl::FunctionRef<absl::Status(SliceBackend&)>;
+
   absl::Status CheckToken(int32_t token, int32_t position) const;
+  absl::Status PrefillThen(absl::Span<const PrefillSequence> prompts, LastSlice last);
   absl::Status RunPrefill(absl::Span<const PrefillSequence> prompts, absl::Span<const int32_t> tokens,
-                          absl::Span<const int32_t> positions, bool all_positions, Tensor* logits);
+                          absl::Span<const int32_t> positions, LastSlice last);
+  absl::Status DecodeThen(absl::Span<const DecodeToken> batch, LastSlice last);
 
   AttentionService* attention_;
   std::unique_ptr<SliceBackend> prefill_;

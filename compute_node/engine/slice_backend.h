@@ -5,7 +5,8 @@
 //
 // The calls of one batch: RunFirst, then per layer either PrefillAttention (local causal attention
 // over a prompt's rows) or HostAttnOut (whose buffer the caller fills with attention outputs),
-// then RunMiddle for the next layer, and finally RunLast. HostQkv hands q/k/v to the memory side.
+// then RunMiddle for the next layer, and finally RunLast (logits) or RunLastAndSample (tokens).
+// HostQkv hands q/k/v to the memory side.
 // Thread-compatible: one batch at a time.
 #ifndef LAMINA_COMPUTE_NODE_ENGINE_SLICE_BACKEND_H_
 #define LAMINA_COMPUTE_NODE_ENGINE_SLICE_BACKEND_H_
@@ -17,6 +18,7 @@
 #include "common/attention/attention_service.h"
 #include "common/model_config/model_config.h"
 #include "common/tensor/tensor.h"
+#include "compute_node/sampling/sampler.h"
 
 namespace lamina {
 
@@ -35,6 +37,10 @@ class SliceBackend {
   virtual absl::Status RunMiddle(int64_t slice) = 0;
   // The last slice; logits [rows.size(), vocab] for the given batch rows.
   virtual absl::Status RunLast(absl::Span<const int64_t> rows, Tensor* logits) = 0;
+  // The last slice, then one token per draw into tokens[draws.size()] (draws[i].row is a batch
+  // row; rows may repeat). By default RunLast, then SampleToken on the host; a GPU backend
+  // samples on the device and moves only the tokens.
+  virtual absl::Status RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens);
 
   // The batch's q/k/v after the latest slice, in host memory: [tokens, qkv_layout().row_stride].
   // Valid until the next call.

@@ -1,13 +1,18 @@
-// Per-request token sampling: greedy at temperature 0; otherwise softmax at the temperature,
-// restricted to the top_k most likely tokens and to the smallest set whose probability reaches
-// top_p, then a draw from the request's own random stream (seeded, so a seed reproduces a run).
-// Thread-compatible: one Sampler per sequence.
+// Token sampling, the CPU reference for the GPU kernel in kernels/cuda/sampling.h: greedy at
+// temperature 0 (the largest logit, lowest id on ties); otherwise the softmax at the temperature,
+// restricted to the top_k largest logits (every logit tied with the k-th is kept), then to the
+// fewest largest logits whose probability reaches top_p, and one draw from what is kept.
+//
+// A draw is a pure function of (logits, params, counter): probability masses are 32.32 fixed-point
+// integers, so their sums are exact in any order, and the random number is SplitMix64 of
+// (seed, counter). Pass the position of the token being drawn as the counter: a sequence that is
+// preempted and recomputed, or that moves to another batch, draws the same tokens, and the GPU
+// kernel draws the same token from the same logits.
+// Thread-safe (no state).
 #ifndef LAMINA_COMPUTE_NODE_SAMPLING_SAMPLER_H_
 #define LAMINA_COMPUTE_NODE_SAMPLING_SAMPLER_H_
 
 #include <cstdint>
-#include <random>
-#include <vector>
 
 #include "absl/status/status.h"
 
@@ -23,19 +28,19 @@ struct SamplingParams {
   absl::Status Validate() const;
 };
 
-class Sampler {
- public:
-  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
-
-  int32_t Sample(const float* logits, int64_t vocab_size);  // logits: [vocab_size]
-
- private:
-  SamplingParams params_;
-  std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // scratch
+// One token to draw after a batch: from logits row `row`, with `params`, using random number
+// `counter` of the seed's stream (the position of the token being drawn).
+struct TokenDraw {
+  int64_t row;
+  SamplingParams params;
+  uint64_t counter;
 };
 
-// The index of the largest logit; the lowest index on ties.
+// One token from logits [vocab_size].
+int32_t SampleToken(const float* logits, int64_t vocab_size, const SamplingParams& params, uint64_t counter);
+
+// The index of the largest logit; the lowest index on ties (0 when no logit compares larger than
+// -infinity).
 int32_t ArgMax(const float* logits, int64_t vocab_size);
 
 }  // namespace lamina

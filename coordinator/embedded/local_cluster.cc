@@ -70,7 +70,7 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     size_t request;
     int32_t sample;
     SequenceId seq;
-    Sampler sampler;
+    SamplingParams sampling;  // seed + sample
     int32_t last_token = 0;
     int32_t next_position = 0;  // where last_token is fed back
     int32_t generated = 0;
@@ -90,40 +90,48 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
 
   std::vector<PrefillSequence> prompts;
   for (size_t r = 0; r < requests.size(); ++r) prompts.push_back({static_cast<SequenceId>(r), requests[r].prompt});
-  Tensor logits;
-  LAMINA_RETURN_IF_ERROR(engine.Prefill(prompts, /*all_positions=*/false, &logits));
 
   // Every sample draws its first token from its prompt's logits; samples beyond the first share
-  // the prompt's slots (forked before the first sample may finish and free them).
-  std::vector<Active> active;
+  // the prompt's slots (forked after the prefill, before the first sample may finish and free them).
+  std::vector<Active> samples;
+  std::vector<TokenDraw> draws;
   SequenceId next_seq = static_cast<SequenceId>(requests.size());
   for (size_t r = 0; r < requests.size(); ++r) {
     const int32_t prompt = static_cast<int32_t>(requests[r].prompt.size());
-    std::vector<Active> samples;
     for (int32_t k = 0; k < requests[r].n; ++k) {
       SamplingParams params = requests[r].sampling;
       params.seed += k;
       const SequenceId seq = k == 0 ? static_cast<SequenceId>(r) : next_seq++;
-      if (k > 0) LAMINA_RETURN_IF_ERROR(memory_node->Fork(static_cast<SequenceId>(r), seq, prompt));
-      samples.push_back({r, k, seq, Sampler(params)});
+      samples.push_back({r, k, seq, params});
       samples.back().next_position = prompt;
+      draws.push_back({static_cast<int64_t>(r), params, static_cast<uint64_t>(prompt)});
     }
-    for (Active& a : samples) {
-      if (record(a, a.sampler.Sample(logits.row(static_cast<int64_t>(r)), c.vocab_size))) active.push_back(std::move(a));
+  }
+  std::vector<int32_t> tokens(draws.size());
+  LAMINA_RETURN_IF_ERROR(engine.Prefill(prompts, draws, tokens.data()));
+  for (const Active& a : samples) {
+    if (a.sample > 0) {
+      LAMINA_RETURN_IF_ERROR(memory_node->Fork(static_cast<SequenceId>(a.request), a.seq, a.next_position));
     }
+  }
+  std::vector<Active> active;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (record(samples[i], tokens[i])) active.push_back(std::move(samples[i]));
   }
 
   std::vector<DecodeToken> batch;
   while (!active.empty()) {
     batch.clear();
-    for (Active& a : active) batch.push_back({a.seq, a.last_token, a.next_position++});
-    LAMINA_RETURN_IF_ERROR(engine.Decode(batch, &logits));
+    draws.clear();
+    for (Active& a : active) {
+      draws.push_back({static_cast<int64_t>(batch.size()), a.sampling, static_cast<uint64_t>(a.next_position) + 1});
+      batch.push_back({a.seq, a.last_token, a.next_position++});
+    }
+    tokens.resize(draws.size());
+    LAMINA_RETURN_IF_ERROR(engine.Decode(batch, draws, tokens.data()));
     std::vector<Active> still_active;
     for (size_t i = 0; i < active.size(); ++i) {
-      Active& a = active[i];
-      if (record(a, a.sampler.Sample(logits.row(static_cast<int64_t>(i)), c.vocab_size))) {
-        still_active.push_back(std::move(a));
-      }
+      if (record(active[i], tokens[i])) still_active.push_back(std::move(active[i]));
     }
     active = std::move(still_active);
   }

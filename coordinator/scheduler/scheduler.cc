@@ -357,7 +357,9 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
       s->set_temperature(spec.sampling.temperature);
       s->set_top_k(spec.sampling.top_k);
       s->set_top_p(spec.sampling.top_p);
-      s->set_seed(spec.sampling.seed);
+      // Sample k of n draws with seed + k: the compute node adds k for the forks of sample 0; a
+      // resumed sample comes alone and carries its own.
+      s->set_seed(spec.sampling.seed + (seq.resume ? seq.index : 0));
       for (SequenceId fork : seq.forks) item->add_fork_seq_ids(fork);
     } else {
       auto* item = plan.add_decode();
@@ -431,7 +433,7 @@ void Scheduler::PreemptWhereFull() {
         samples.push_back(std::move(seq));
       }
       batch_->running = std::move(keep);
-      memory_.Free(node, ids).IgnoreError();  // the compute node keeps their random streams
+      memory_.Free(node, ids).IgnoreError();
       batch_->preempted.push_back(std::move(samples));
       std::lock_guard<std::mutex> lock(mu_);
       ++preemptions_;

@@ -1,5 +1,6 @@
 #include "compute_node/sampling/sampler.h"
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -8,55 +9,63 @@
 namespace lamina {
 namespace {
 
+// Token frequencies over counters 0..n-1.
+std::map<int32_t, double> Frequencies(const std::vector<float>& logits, const SamplingParams& params, int n) {
+  std::map<int32_t, double> freq;
+  for (int i = 0; i < n; ++i) freq[SampleToken(logits.data(), logits.size(), params, i)] += 1.0 / n;
+  return freq;
+}
+
 TEST(SamplerTest, GreedyPicksTheLargestLogitAndTheLowestIdOnTies) {
   std::vector<float> logits = {0.1f, 2.0f, -1.0f, 2.0f};
-  Sampler sampler(SamplingParams{});
-  EXPECT_EQ(sampler.Sample(logits.data(), 4), 1);
+  EXPECT_EQ(SampleToken(logits.data(), 4, SamplingParams{}, 0), 1);
+  EXPECT_EQ(ArgMax(logits.data(), 4), 1);
+  std::vector<float> none = {-INFINITY, -INFINITY};
+  EXPECT_EQ(ArgMax(none.data(), 2), 0);
 }
 
 TEST(SamplerTest, TopKOfOneAndTinyTopPAreGreedy) {
   std::vector<float> logits = {0.5f, 0.4f, 3.0f, 0.3f};
-  Sampler top_k(SamplingParams{1.0f, 1, 1.0f, 7});
-  Sampler top_p(SamplingParams{1.0f, 0, 0.01f, 7});
-  for (int i = 0; i < 50; ++i) {
-    EXPECT_EQ(top_k.Sample(logits.data(), 4), 2);
-    EXPECT_EQ(top_p.Sample(logits.data(), 4), 2);
+  for (uint64_t counter = 0; counter < 50; ++counter) {
+    EXPECT_EQ(SampleToken(logits.data(), 4, {1.0f, 1, 1.0f, 7}, counter), 2);
+    EXPECT_EQ(SampleToken(logits.data(), 4, {1.0f, 0, 0.01f, 7}, counter), 2);
   }
 }
 
-TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
+TEST(SamplerTest, ADrawDependsOnlyOnSeedAndCounter) {
   std::vector<float> logits(100, 0.0f);
-  Sampler a(SamplingParams{1.0f, 0, 1.0f, 42}), b(SamplingParams{1.0f, 0, 1.0f, 42}), c(SamplingParams{1.0f, 0, 1.0f, 43});
-  std::vector<int32_t> ta, tb, tc;
-  for (int i = 0; i < 20; ++i) {
-    ta.push_back(a.Sample(logits.data(), 100));
-    tb.push_back(b.Sample(logits.data(), 100));
-    tc.push_back(c.Sample(logits.data(), 100));
-  }
-  EXPECT_EQ(ta, tb);
-  EXPECT_NE(ta, tc);
+  std::vector<int32_t> a, b, c;
+  for (uint64_t i = 0; i < 20; ++i) a.push_back(SampleToken(logits.data(), 100, {1.0f, 0, 1.0f, 42}, i));
+  for (uint64_t i = 20; i-- > 0;) b.insert(b.begin(), SampleToken(logits.data(), 100, {1.0f, 0, 1.0f, 42}, i));
+  for (uint64_t i = 0; i < 20; ++i) c.push_back(SampleToken(logits.data(), 100, {1.0f, 0, 1.0f, 43}, i));
+  EXPECT_EQ(a, b);  // in any order
+  EXPECT_NE(a, c);
 }
 
 TEST(SamplerTest, FrequenciesFollowTheTemperatureSoftmax) {
   // p ∝ exp(logit / T) with T = 0.5: logits ln(1), ln(2), ln(3) give 1 : 4 : 9.
   std::vector<float> logits = {0.0f, std::log(2.0f), std::log(3.0f)};
-  Sampler sampler(SamplingParams{0.5f, 0, 1.0f, 1});
-  std::map<int32_t, int> counts;
-  const int n = 28000;
-  for (int i = 0; i < n; ++i) ++counts[sampler.Sample(logits.data(), 3)];
-  EXPECT_NEAR(counts[0] / double(n), 1 / 14.0, 0.01);
-  EXPECT_NEAR(counts[1] / double(n), 4 / 14.0, 0.015);
-  EXPECT_NEAR(counts[2] / double(n), 9 / 14.0, 0.015);
+  std::map<int32_t, double> freq = Frequencies(logits, {0.5f, 0, 1.0f, 1}, 28000);
+  EXPECT_NEAR(freq[0], 1 / 14.0, 0.01);
+  EXPECT_NEAR(freq[1], 4 / 14.0, 0.015);
+  EXPECT_NEAR(freq[2], 9 / 14.0, 0.015);
 }
 
 TEST(SamplerTest, TopPKeepsTheSmallestSetReachingP) {
   // Probabilities 0.5, 0.3, 0.2: top_p 0.7 keeps the first two (0.8 >= 0.7).
   std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
-  Sampler sampler(SamplingParams{1.0f, 0, 0.7f, 3});
-  std::map<int32_t, int> counts;
-  for (int i = 0; i < 8000; ++i) ++counts[sampler.Sample(logits.data(), 3)];
-  EXPECT_EQ(counts[2], 0);
-  EXPECT_NEAR(counts[0] / 8000.0, 0.5 / 0.8, 0.03);
+  std::map<int32_t, double> freq = Frequencies(logits, {1.0f, 0, 0.7f, 3}, 8000);
+  EXPECT_EQ(freq[2], 0.0);
+  EXPECT_NEAR(freq[0], 0.5 / 0.8, 0.03);
+}
+
+TEST(SamplerTest, TopKKeepsEveryLogitTiedWithTheKth) {
+  // top_k 2 over {3, 1, 1, 0}: the two 1s tie for second place, so both stay; 0 never comes.
+  std::vector<float> logits = {3.0f, 1.0f, 1.0f, 0.0f};
+  std::map<int32_t, double> freq = Frequencies(logits, {4.0f, 2, 1.0f, 5}, 6000);
+  EXPECT_GT(freq[1], 0.1);
+  EXPECT_GT(freq[2], 0.1);
+  EXPECT_EQ(freq[3], 0.0);
 }
 
 TEST(SamplerTest, ValidateNamesTheBadField) {

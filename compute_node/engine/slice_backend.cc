@@ -1,0 +1,21 @@
+#include "compute_node/engine/slice_backend.h"
+
+#include <vector>
+
+#include "common/status/status_macros.h"
+
+namespace lamina {
+
+absl::Status SliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens) {
+  std::vector<int64_t> rows;
+  rows.reserve(draws.size());
+  for (const TokenDraw& d : draws) rows.push_back(d.row);
+  Tensor logits;
+  LAMINA_RETURN_IF_ERROR(RunLast(rows, &logits));
+  for (size_t i = 0; i < draws.size(); ++i) {
+    tokens[i] = SampleToken(logits.row(static_cast<int64_t>(i)), logits.dim(1), draws[i].params, draws[i].counter);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lamina
