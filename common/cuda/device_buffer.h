@@ -41,6 +41,7 @@ class PinnedBuffer {
 
   template <typename T>
   T* as() const { return static_cast<T*>(data_.get()); }
+  void* data() const { return data_.get(); }
   size_t bytes() const { return bytes_; }
 
  private:

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,69 +23,11 @@
 #include "common/threading/thread_pool.h"
 #include "common/topology/topology.h"
 #include "compute_node/daemon/step_service.h"
-#ifdef LAMINA_HAVE_CUDA
-#include "compute_node/engine/cuda/cuda_model_weights.h"
-#include "compute_node/engine/cuda/cuda_slice_backend.h"
-#endif
+#include "compute_node/engine/device_engine.h"
 #include "grpcpp/grpcpp.h"
 
 namespace lamina {
 namespace {
-
-// What the engine computes with; declared before the engine so that it outlives it.
-struct EngineWeights {
-  std::unique_ptr<ModelWeights> host;
-#ifdef LAMINA_HAVE_CUDA
-  std::unique_ptr<CudaModelWeights> gpu;
-#endif
-};
-
-// The weights of the topology's model on the node's device: read from the checkpoint, or drawn
-// from the topology's seed with `weights: random`. On a GPU they are bf16 and the host copy is
-// dropped (random weights are drawn on the GPU itself).
-absl::Status LoadWeights(const Topology& topology, const DeviceSpec& device, EngineWeights* weights) {
-  if (topology.random_weights) {
-    LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
-#ifdef LAMINA_HAVE_CUDA
-    if (device.is_cuda) {
-      LAMINA_ASSIGN_OR_RETURN(weights->gpu, CudaModelWeights::Random(config, topology.weights_seed));
-      return absl::OkStatus();
-    }
-#endif
-    weights->host = ModelWeights::Random(config, topology.weights_seed);
-  } else {
-    LAMINA_ASSIGN_OR_RETURN(weights->host, ModelWeights::Load(topology.model_dir));
-  }
-#ifdef LAMINA_HAVE_CUDA
-  if (device.is_cuda) {
-    LAMINA_ASSIGN_OR_RETURN(weights->gpu, CudaModelWeights::Upload(*weights->host));
-    weights->host.reset();
-  }
-#endif
-  return absl::OkStatus();
-}
-
-const ModelConfig& ConfigOf(const EngineWeights& weights) {
-#ifdef LAMINA_HAVE_CUDA
-  if (weights.gpu) return weights.gpu->config;
-#endif
-  return weights.host->config;
-}
-
-// The engine on the node's device, over weights already loaded there.
-absl::StatusOr<std::unique_ptr<ComputeEngine>> MakeEngine(const DeviceSpec& device, EngineWeights* weights,
-                                                          AttentionService* attention, ThreadPool* pool) {
-  if (!device.is_cuda) return std::make_unique<ComputeEngine>(weights->host.get(), attention, pool);
-#ifdef LAMINA_HAVE_CUDA
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> prefill,
-                          CudaSliceBackend::Create(weights->gpu.get(), device.index));
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> decode,
-                          CudaSliceBackend::Create(weights->gpu.get(), device.index));
-  return std::make_unique<ComputeEngine>(std::move(prefill), std::move(decode), attention);
-#else
-  return UseDevice(device);  // says this build has no CUDA
-#endif
-}
 
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology", "name"}, {}));
@@ -94,10 +37,11 @@ absl::Status Run(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(absl::StrCat(topology.path, ": no compute node named '", flags.String("name", ""), "'"));
   }
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
-  LAMINA_RETURN_IF_ERROR(UseDevice(device));  // before the (long) load: a missing GPU fails fast
-  EngineWeights weights;
-  LAMINA_RETURN_IF_ERROR(LoadWeights(topology, device, &weights));
-  const ModelConfig config = ConfigOf(weights);
+  std::optional<uint64_t> random_seed;
+  if (topology.random_weights) random_seed = topology.weights_seed;
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> weights,
+                          DeviceWeights::Load(device, topology.model_dir, random_seed));
+  const ModelConfig& config = weights->config();
 
   std::map<std::string, std::string> memory_nodes;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
@@ -112,8 +56,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     attentions.push_back(std::make_unique<RemoteAttention>(
         transport.get(), memory_nodes, AttentionWireShape{config.num_layers, config.q_size(), config.kv_size()},
         absl::Seconds(5)));
-    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine,
-                            MakeEngine(device, &weights, attentions.back().get(), &pool));
+    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool));
     engines.push_back(std::move(engine));
     lanes.push_back({engines.back().get(), attentions.back().get()});
   }

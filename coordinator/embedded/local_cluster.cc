@@ -10,16 +10,20 @@
 
 namespace lamina {
 
-absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Load(const std::string& model_dir, ThreadPool* pool) {
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Load(const std::string& model_dir, ThreadPool* pool,
+                                                                 const DeviceSpec& device) {
+  LAMINA_RETURN_IF_ERROR(UseDevice(device));  // before the (long) load: a missing GPU fails fast
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(model_dir));
-  return Create(std::move(weights), model_dir, pool);
+  return Create(std::move(weights), model_dir, pool, device);
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(std::unique_ptr<ModelWeights> weights,
-                                                                   const std::string& tokenizer_dir, ThreadPool* pool) {
+                                                                   const std::string& tokenizer_dir, ThreadPool* pool,
+                                                                   const DeviceSpec& device) {
   LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, LoadModelTokenizer(tokenizer_dir, weights->config));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> on_device, DeviceWeights::FromHost(device, std::move(weights)));
   return std::unique_ptr<LocalCluster>(
-      new LocalCluster(std::move(weights), std::make_unique<Tokenizer>(std::move(tokenizer)), pool));
+      new LocalCluster(std::move(on_device), std::make_unique<Tokenizer>(std::move(tokenizer)), pool));
 }
 
 absl::Status LocalCluster::Validate(absl::Span<const GenerationRequest> requests) const {
@@ -59,11 +63,14 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     const int64_t prompt = static_cast<int64_t>(req.prompt.size());
     slots += prompt + req.n * std::min<int64_t>(req.max_tokens, c.max_position_embeddings - prompt);
   }
+  const DeviceSpec& device = weights_->device();
   LAMINA_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionExecutor> memory_node,
-      AttentionExecutor::Create({c.num_layers, slots, {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window}},
+      AttentionExecutor::Create({c.num_layers, slots, {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window},
+                                 device.is_cuda ? device.index : -1},
                                 pool_));
-  ComputeEngine engine(weights_.get(), memory_node.get(), pool_);
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine_owner, weights_->MakeEngine(memory_node.get(), pool_));
+  ComputeEngine& engine = *engine_owner;
 
   // One sample of one request: a sequence of its own.
   struct Active {

@@ -1,5 +1,5 @@
 // Single-process mode: one compute engine and one memory node (an AttentionExecutor) in this
-// process, wired through the in-process transport, driven by the same batching loop a coordinator
+// process, wired through the in-process transport, both on one device (the CPU or one GPU), driven by the same batching loop a coordinator
 // runs: all requests are prefilled as one batch, then decoded together, each leaving the batch
 // when it finishes (end of sequence, a stop id, its token budget or the model's context).
 // Thread-compatible: one Generate() at a time.
@@ -16,6 +16,8 @@
 #include "absl/types/span.h"
 #include "common/threading/thread_pool.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/cuda/device.h"
+#include "compute_node/engine/device_engine.h"
 #include "compute_node/model/model_weights.h"
 #include "compute_node/sampling/sampler.h"
 #include "coordinator/sequence/stop_conditions.h"
@@ -42,14 +44,17 @@ using TokenCallback = std::function<void(const TokenEvent&)>;
 
 class LocalCluster {
  public:
-  // Loads weights and tokenizer from a Hugging Face folder.
+  // Loads weights and tokenizer from a Hugging Face folder, the weights onto `device` (the CPU by
+  // default). FailedPrecondition when the device cannot be used here.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Load(const std::string& model_dir,
-                                                           ThreadPool* pool = &ThreadPool::Default());
+                                                           ThreadPool* pool = &ThreadPool::Default(),
+                                                           const DeviceSpec& device = DeviceSpec{});
   // Runs `weights` with the tokenizer of the Hugging Face folder `tokenizer_dir` (for example
   // ModelWeights::Random of that folder's shape).
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Create(std::unique_ptr<ModelWeights> weights,
                                                              const std::string& tokenizer_dir,
-                                                             ThreadPool* pool = &ThreadPool::Default());
+                                                             ThreadPool* pool = &ThreadPool::Default(),
+                                                             const DeviceSpec& device = DeviceSpec{});
 
   // Generates for every request, calling `on_token` as each token is produced (in step order).
   // Requests are validated before any work starts: InvalidArgument names the request and what is
@@ -58,14 +63,14 @@ class LocalCluster {
   absl::Status Generate(absl::Span<const GenerationRequest> requests, const TokenCallback& on_token);
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const ModelConfig& config() const { return weights_->config; }
+  const ModelConfig& config() const { return weights_->config(); }
 
  private:
-  LocalCluster(std::unique_ptr<ModelWeights> weights, std::unique_ptr<Tokenizer> tokenizer, ThreadPool* pool)
+  LocalCluster(std::unique_ptr<DeviceWeights> weights, std::unique_ptr<Tokenizer> tokenizer, ThreadPool* pool)
       : weights_(std::move(weights)), tokenizer_(std::move(tokenizer)), pool_(pool) {}
   absl::Status Validate(absl::Span<const GenerationRequest> requests) const;
 
-  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ThreadPool* pool_;
 };

@@ -8,7 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cuda/device.h"
 #include "common/status/status_macros.h"
+#include "common/threading/thread_pool.h"
 #include "common/topology/topology.h"
 #include "common/tokenizer/incremental_decoder.h"
 #include "coordinator/embedded/local_cluster.h"
@@ -21,10 +23,11 @@ namespace lamina::cli {
 const char kGenerateUsage[] =
     "usage: lamina generate (--model DIR | --endpoint HOST:PORT | --topology FILE) [--prompt TEXT]...\n"
     "                       [--prompt-ids 1,2,3]... [options]\n"
-    "  Generates continuations: with --model on this machine's CPU in this process, with --endpoint\n"
-    "  on a running cluster. Several prompts run as one batch; with no --prompt or --prompt-ids,\n"
-    "  prompts are read from standard input, one per line.\n"
+    "  Generates continuations: with --model in this process (on the CPU, or the GPU that --device\n"
+    "  names), with --endpoint on a running cluster. Several prompts run as one batch; with no\n"
+    "  --prompt or --prompt-ids, prompts are read from standard input, one per line.\n"
     "options:\n"
+    "  --device D         with --model: cpu (default) or cuda:N\n"
     "  --max-tokens N     tokens to generate per prompt (default 64)\n"
     "  --n N              samples per prompt, printed in turn; the prompt's KV is shared (default 1)\n"
     "  --temperature T    0 = greedy (default 0)\n"
@@ -39,6 +42,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model_dir;
+  DeviceSpec device;
   std::string endpoint;
   std::vector<std::string> stop_strings;
   std::vector<std::vector<int32_t>> prompts;
@@ -50,7 +54,7 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
                                              Flags* flags_out) {
   LAMINA_ASSIGN_OR_RETURN(
       Flags flags, Flags::Parse(args, {"model", "endpoint", "topology", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k",
-                                       "top-p", "seed", "stop", "n"},
+                                       "top-p", "seed", "stop", "n", "device"},
                                 {"print-ids", "ignore-eos"}));
   GenerateOptions options;
   options.model_dir = flags.String("model", "");
@@ -62,6 +66,10 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
   if (options.model_dir.empty() == options.endpoint.empty()) {
     return absl::InvalidArgumentError(
         "give one of --model DIR (run here), or --endpoint HOST:PORT or --topology FILE (a running cluster)");
+  }
+  if (flags.Has("device")) {
+    if (options.model_dir.empty()) return absl::InvalidArgumentError("--device needs --model");
+    LAMINA_ASSIGN_OR_RETURN(options.device, ParseDevice(flags.String("device", "")));
   }
   options.stop_strings = flags.All("stop");
   if (!options.stop_strings.empty() && options.endpoint.empty()) {
@@ -170,7 +178,7 @@ absl::Status Generate(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(GenerateOptions options, ParseOptions(args, &flags));
   LAMINA_ASSIGN_OR_RETURN(std::vector<std::string> texts, PromptTexts(flags));
   if (!options.endpoint.empty()) return GenerateRemote(options, texts);
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Load(options.model_dir));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Load(options.model_dir, &ThreadPool::Default(), options.device));
   const Tokenizer& tokenizer = cluster->tokenizer();
 
   // Text prompts first, then id prompts, each in the order given.

@@ -19,13 +19,6 @@ __device__ __forceinline__ uint32_t OrderedKey(float f) {
   return bits ^ ((bits >> 31) ? 0xffffffffu : 0x80000000u);
 }
 
-__device__ __forceinline__ uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // The fixed-point weight of a logit at the temperature, relative to the row's maximum.
 __device__ __forceinline__ uint64_t Weight(float logit, float max_logit, float temperature) {
   return static_cast<uint64_t>(exp((static_cast<double>(logit) - max_logit) / temperature) * kFixedOne);
@@ -94,9 +87,10 @@ __device__ uint64_t BlockExclusiveScan(uint64_t v, uint64_t* total) {
   return before + inclusive - v;
 }
 
-__global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, const DeviceSamplingParams* params,
-                                                         int32_t* tokens, int64_t vocab) {
-  const float* row = logits + blockIdx.x * vocab;
+__global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, const int32_t* rows,
+                                                         const DeviceSamplingParams* params, int32_t* tokens,
+                                                         int64_t vocab) {
+  const float* row = logits + (rows ? rows[blockIdx.x] : static_cast<int64_t>(blockIdx.x)) * vocab;
   const DeviceSamplingParams p = params[blockIdx.x];
 
   // The maximum and, for greedy, its lowest index.
@@ -178,10 +172,10 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
 
 }  // namespace
 
-absl::Status Sample(const float* logits, const DeviceSamplingParams* params, int32_t* tokens, int64_t rows,
-                    int64_t vocab, cudaStream_t stream) {
-  if (rows == 0) return absl::OkStatus();
-  SampleKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, params, tokens, vocab);
+absl::Status Sample(const float* logits, const int32_t* rows, const DeviceSamplingParams* params, int32_t* tokens,
+                    int64_t draws, int64_t vocab, cudaStream_t stream) {
+  if (draws == 0) return absl::OkStatus();
+  SampleKernel<<<static_cast<unsigned>(draws), kThreads, 0, stream>>>(logits, rows, params, tokens, vocab);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -28,10 +28,12 @@ struct DeviceSamplingParams {
   uint64_t counter;   // e.g. the position of the token being sampled
 };
 
-absl::Status Sample(const float* logits,                 // [rows, vocab]
-                    const DeviceSamplingParams* params,  // [rows], device memory
-                    int32_t* tokens,                     // [rows]
-                    int64_t rows, int64_t vocab, cudaStream_t stream);
+// Draws one token per draw: draw i from logits row `rows[i]` (row i when `rows` is null).
+absl::Status Sample(const float* logits,                 // [logits rows, vocab]
+                    const int32_t* rows,                 // [draws] or null, device memory
+                    const DeviceSamplingParams* params,  // [draws], device memory
+                    int32_t* tokens,                     // [draws]
+                    int64_t draws, int64_t vocab, cudaStream_t stream);
 
 }  // namespace lamina::kernels::cuda
 

@@ -2,9 +2,17 @@
 // everything on one GPU (compute slices, KV pool, attention and sampling), at several batch sizes
 // and one context length, against the roofline: (weight bytes + KV bytes per step) ÷ the best
 // plain read rate measured in the same run. Each step runs eagerly and as one CUDA graph.
-//   lamina-bench-e2e [--batches 1,32,128] [--context 2048] [--out results.csv]
+//
+// A second table times the compute node's own decode path, where q/k/v and attention outputs pass
+// through host memory every layer (as they do over a host data plane; here the memory side is an
+// in-process AttentionExecutor on the same GPU): eager launches with logits brought to the host
+// and sampled there (the node before CUDA graphs), eager with tokens drawn on the GPU, and CUDA
+// graphs per slice with tokens drawn on the GPU (the node now). All three alternate step by step.
+//   lamina-bench-e2e [--batches 1,32,128] [--context 2048] [--node-context 256] [--out results.csv]
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <string>
@@ -15,11 +23,13 @@
 #include "common/cuda/device_buffer.h"
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
+#include "compute_node/engine/compute_engine.h"
 #include "compute_node/engine/cuda/cuda_model_weights.h"
 #include "compute_node/engine/cuda/cuda_slice_backend.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/sampling.h"
+#include "memory_node/attention/attention_executor.h"
 #include "tests/bench/gpu_timing.h"
 
 namespace lamina::bench {
@@ -49,8 +59,73 @@ ModelConfig Llama3_8B() {
 // gpt-fast on an H100 at context 2048 (PERFORMANCE.md): tokens/s by batch. Not measured in this run.
 double GptFastH100(int batch) { return batch == 1 ? 133 : batch == 32 ? 960 : batch == 128 ? 1156 : 0; }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The compute node's decode path at each batch size: milliseconds per step for the three ways of
+// running it, alternating step by step over the same weights.
+absl::Status NodeDecodePath(const CudaModelWeights& weights, const std::vector<int32_t>& batches, int64_t context) {
+  const ModelConfig& c = weights.config;
+  constexpr int kWarmSteps = 2, kTimedSteps = 12;
+  std::printf("\nthe compute node's decode path (q/k/v and attention outputs through host memory each layer),\n"
+              "context %lld, ms per step, medians of %d steps each, alternating\n",
+              static_cast<long long>(context), kTimedSteps);
+  std::printf("%6s %18s %18s %18s %14s\n", "batch", "eager+host sample", "eager+GPU sample", "graphs+GPU sample",
+              "speed-up");
+  for (int batch : batches) {
+    const int64_t slots = 2 * batch * (context + kWarmSteps + 2 * kTimedSteps + 2);
+    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<AttentionExecutor> memory,
+                            AttentionExecutor::Create({c.num_layers, slots, {c.num_q_heads, c.num_kv_heads, c.head_dim, 0}, 0}));
+    std::unique_ptr<ComputeEngine> engines[2];
+    for (int graphs = 0; graphs < 2; ++graphs) {
+      LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> prefill, CudaSliceBackend::Create(&weights, 0));
+      LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> decode, CudaSliceBackend::Create(&weights, 0, graphs));
+      engines[graphs] = std::make_unique<ComputeEngine>(std::move(prefill), std::move(decode), memory.get());
+    }
+    // Each engine decodes its own sequences: prompts of `context` tokens, prefilled 16 at a time.
+    std::vector<int32_t> prompt(context);
+    for (int64_t t = 0; t < context; ++t) prompt[t] = static_cast<int32_t>((t * 31 + 7) % c.vocab_size);
+    std::vector<DecodeToken> steps[2];
+    for (int e = 0; e < 2; ++e) {
+      for (int first = 0; first < batch; first += 16) {
+        std::vector<PrefillSequence> chunk;
+        for (int b = first; b < std::min(batch, first + 16); ++b) chunk.push_back({e * batch + b, prompt});
+        Tensor logits;
+        LAMINA_RETURN_IF_ERROR(engines[e]->Prefill(chunk, false, &logits));
+      }
+      for (int b = 0; b < batch; ++b) steps[e].push_back({e * batch + b, 1, static_cast<int32_t>(context)});
+    }
+    std::vector<double> ms[3];
+    std::vector<int32_t> tokens(batch);
+    std::vector<TokenDraw> draws;
+    Tensor logits;
+    for (int step = 0; step < kWarmSteps + kTimedSteps; ++step) {
+      for (int mode = 0; mode < 3; ++mode) {
+        const int e = mode == 2 ? 1 : 0;
+        draws.clear();
+        for (int b = 0; b < batch; ++b) draws.push_back({b, {0.8f, 50, 0.95f, 1}, static_cast<uint64_t>(steps[e][b].position) + 1});
+        const auto start = std::chrono::steady_clock::now();
+        if (mode == 0) {
+          LAMINA_RETURN_IF_ERROR(engines[e]->Decode(steps[e], &logits));
+          for (int b = 0; b < batch; ++b) tokens[b] = SampleToken(logits.row(b), c.vocab_size, draws[b].params, draws[b].counter);
+        } else {
+          LAMINA_RETURN_IF_ERROR(engines[e]->Decode(steps[e], draws, tokens.data()));
+        }
+        const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+        if (step >= kWarmSteps) ms[mode].push_back(took.count());
+        for (int b = 0; b < batch; ++b) steps[e][b] = {steps[e][b].seq, tokens[b], steps[e][b].position + 1};
+      }
+    }
+    const double old_ms = Median(ms[0]), device_ms = Median(ms[1]), graph_ms = Median(ms[2]);
+    std::printf("%6d %18.2f %18.2f %18.2f %13.2fx\n", batch, old_ms, device_ms, graph_ms, old_ms / graph_ms);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const std::vector<std::string>& args) {
-  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"batches", "context", "out"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"batches", "context", "node-context", "out"}, {}));
   LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> batches, cli::ParseIdList("--batches", flags.String("batches", "1,32,128")));
   const int64_t context = std::stoll(flags.String("context", "2048"));
   const ModelConfig c = Llama3_8B();
@@ -120,7 +195,7 @@ absl::Status Run(const std::vector<std::string>& args) {
         if (l + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(slices->Middle(l + 1));
       }
       LAMINA_RETURN_IF_ERROR(slices->LogitsForAllRows());
-      return kc::Sample(slices->device_logits(), d_params.as<kc::DeviceSamplingParams>(), d_out.as<int32_t>(), batch,
+      return kc::Sample(slices->device_logits(), nullptr, d_params.as<kc::DeviceSamplingParams>(), d_out.as<int32_t>(), batch,
                         c.vocab_size, stream);
     };
     LAMINA_ASSIGN_OR_RETURN(double eager_ms, MedianMs(step, stream, 10));
@@ -155,7 +230,8 @@ absl::Status Run(const std::vector<std::string>& args) {
     }
   }
   if (csv) std::fclose(csv);
-  return absl::OkStatus();
+  pool = cuda::DeviceBuffer();  // room for the node path's KV pool
+  return NodeDecodePath(*weights, batches, std::stoll(flags.String("node-context", "256")));
 }
 
 }  // namespace

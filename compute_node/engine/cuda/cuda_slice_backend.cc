@@ -7,6 +7,7 @@
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/sampling.h"
 
 namespace lamina {
 namespace {
@@ -14,12 +15,21 @@ namespace {
 using bf16 = __nv_bfloat16;
 namespace kc = kernels::cuda;
 
+// The padded size a batch of n tokens runs at as graphs; 0 above the largest bucket.
+int64_t GraphBucket(int64_t n) {
+  static constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  for (int64_t b : kBuckets) {
+    if (n <= b) return b;
+  }
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaSliceBackend>> CudaSliceBackend::Create(const CudaModelWeights* weights,
-                                                                           int device) {
+                                                                           int device, bool graphs) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  std::unique_ptr<CudaSliceBackend> b(new CudaSliceBackend(weights, device));
+  std::unique_ptr<CudaSliceBackend> b(new CudaSliceBackend(weights, device, graphs));
   LAMINA_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
   LAMINA_ASSIGN_OR_RETURN(b->gemm_, kc::Gemm::Create());
   return b;
@@ -47,9 +57,14 @@ absl::Status CudaSliceBackend::Reserve(int64_t tokens) {
   LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&activated_, n * c.intermediate_size * sizeof(bf16)));
   LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&selected_, n * c.hidden_size * sizeof(float)));
   LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&logits_, n * c.vocab_size * sizeof(float)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_tokens_, n * sizeof(int32_t)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_positions_, n * sizeof(int32_t)));
   LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_qkv_, n * c.qkv_size() * sizeof(float)));
   LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_attn_out_, n * c.q_size() * sizeof(float)));
+  // Padding rows read these before anything is written there: keep them finite.
+  std::memset(host_attn_out_.data(), 0, host_attn_out_.bytes());
   capacity_ = n;
+  graphs_.clear();  // they hold the old buffers' addresses
   return absl::OkStatus();
 }
 
@@ -63,15 +78,41 @@ absl::Status CudaSliceBackend::SetBatch(absl::Span<const int32_t> tokens, absl::
       cudaMemcpyAsync(positions_.data(), positions.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
   // The sources are pageable and may go away when this returns.
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
-  tokens_in_batch_ = n;
-  attn_out_on_host_ = false;
+  tokens_in_batch_ = padded_ = n;
+  graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::RunGraphed(int64_t slice, absl::FunctionRef<absl::Status()> work) {
+  const auto key = std::make_pair(padded_, slice);
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) return it->second.Launch(stream());
+  // The first run is eager: it gives this call its results and settles GEMM plans and kernel
+  // loading before a capture, which must not do either.
+  LAMINA_RETURN_IF_ERROR(work());
+  LAMINA_ASSIGN_OR_RETURN(cuda::Graph graph, cuda::Graph::Capture(stream(), work));
+  graphs_.emplace(key, std::move(graph));
+  return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::UploadAttnOut() {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(attn_out_.data(), host_attn_out_.data(),
+                                              padded_ * config().q_size() * sizeof(float), cudaMemcpyHostToDevice,
+                                              stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::StageQkv() {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_qkv_.data(), qkv_.data(),
+                                              padded_ * config().qkv_size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                              stream()));
   return absl::OkStatus();
 }
 
 absl::Status CudaSliceBackend::PreAttention(int64_t layer) {
   const ModelConfig& c = config();
   const CudaLayerWeights& w = weights_->layers[layer];
-  const int64_t n = tokens_in_batch_;
+  const int64_t n = padded_;
   LAMINA_RETURN_IF_ERROR(kc::RmsNorm(residual_.as<float>(), nullptr, w.input_norm.as<bf16>(), normed_.as<bf16>(), n,
                                      c.hidden_size, c.rms_norm_eps, stream()));
   LAMINA_RETURN_IF_ERROR(gemm_->Run(normed_.as<bf16>(), w.qkv.as<bf16>(),
@@ -85,7 +126,7 @@ absl::Status CudaSliceBackend::PreAttention(int64_t layer) {
 absl::Status CudaSliceBackend::PostAttention(int64_t layer) {
   const ModelConfig& c = config();
   const CudaLayerWeights& w = weights_->layers[layer];
-  const int64_t n = tokens_in_batch_;
+  const int64_t n = padded_;
   LAMINA_RETURN_IF_ERROR(kc::ToBf16(attn_out_.as<float>(), normed_.as<bf16>(), n * c.q_size(), stream()));
   // The residual adds ride in the GEMM epilogues: x += o·Woᵀ, then x += down(...).
   LAMINA_RETURN_IF_ERROR(gemm_->Run(normed_.as<bf16>(), w.o_proj.as<bf16>(), nullptr, residual_.as<float>(), n,
@@ -102,7 +143,7 @@ absl::Status CudaSliceBackend::PostAttention(int64_t layer) {
 absl::Status CudaSliceBackend::EmbedAndProject() {
   const ModelConfig& c = config();
   LAMINA_RETURN_IF_ERROR(kc::Embedding(weights_->embed.as<bf16>(), tokens_.as<int32_t>(), residual_.as<float>(),
-                                       tokens_in_batch_, c.hidden_size, stream()));
+                                       padded_, c.hidden_size, stream()));
   return PreAttention(0);
 }
 
@@ -123,52 +164,158 @@ absl::Status CudaSliceBackend::LogitsForAllRows() {
   const ModelConfig& c = config();
   LAMINA_RETURN_IF_ERROR(PostAttention(c.num_layers - 1));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(selected_.data(), residual_.data(),
-                                              tokens_in_batch_ * c.hidden_size * sizeof(float),
-                                              cudaMemcpyDeviceToDevice, stream()));
-  return FinalNormAndHead(tokens_in_batch_);
+                                              padded_ * c.hidden_size * sizeof(float), cudaMemcpyDeviceToDevice,
+                                              stream()));
+  return FinalNormAndHead(padded_);
 }
 
 absl::Status CudaSliceBackend::RunFirst(absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions) {
-  LAMINA_RETURN_IF_ERROR(SetBatch(tokens, positions));
-  return EmbedAndProject();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t bucket = use_graphs_ ? GraphBucket(n) : 0;
+  if (bucket == 0) {
+    LAMINA_RETURN_IF_ERROR(SetBatch(tokens, positions));
+    return EmbedAndProject();
+  }
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  LAMINA_RETURN_IF_ERROR(Reserve(bucket));
+  // The staging buffers may still feed an abandoned batch's copies.
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  int32_t* host_tokens = host_tokens_.as<int32_t>();
+  int32_t* host_positions = host_positions_.as<int32_t>();
+  std::copy(tokens.begin(), tokens.end(), host_tokens);
+  std::copy(positions.begin(), positions.end(), host_positions);
+  std::fill(host_tokens + n, host_tokens + bucket, 0);
+  std::fill(host_positions + n, host_positions + bucket, 0);
+  tokens_in_batch_ = n;
+  padded_ = bucket;
+  graphed_ = true;
+  attn_out_on_host_ = false;
+  LAMINA_RETURN_IF_ERROR(RunGraphed(0, [&]() -> absl::Status {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens_.data(), host_tokens_.data(), bucket * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(positions_.data(), host_positions_.data(),
+                                                bucket * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+    LAMINA_RETURN_IF_ERROR(EmbedAndProject());
+    return StageQkv();
+  }));
+  qkv_staged_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status CudaSliceBackend::UploadAttnOutIfOnHost() {
   if (!attn_out_on_host_) return absl::OkStatus();
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(attn_out_.data(), host_attn_out_.as<float>(),
-                                              tokens_in_batch_ * config().q_size() * sizeof(float),
-                                              cudaMemcpyHostToDevice, stream()));
   attn_out_on_host_ = false;
-  return absl::OkStatus();
+  return UploadAttnOut();
 }
 
 absl::Status CudaSliceBackend::RunMiddle(int64_t slice) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  if (graphed_ && attn_out_on_host_) {
+    attn_out_on_host_ = false;
+    LAMINA_RETURN_IF_ERROR(RunGraphed(slice, [&]() -> absl::Status {
+      LAMINA_RETURN_IF_ERROR(UploadAttnOut());
+      LAMINA_RETURN_IF_ERROR(Middle(slice));
+      return StageQkv();
+    }));
+    qkv_staged_ = true;
+    return absl::OkStatus();
+  }
+  qkv_staged_ = false;
   LAMINA_RETURN_IF_ERROR(UploadAttnOutIfOnHost());
   return Middle(slice);
+}
+
+absl::Status CudaSliceBackend::RunLastSlice(absl::Span<const int64_t> rows, std::vector<int32_t>* logits_rows) {
+  const ModelConfig& c = config();
+  logits_rows->clear();
+  if (graphed_ && attn_out_on_host_) {
+    // Logits for every padded row; rows[i] is read in place.
+    attn_out_on_host_ = false;
+    LAMINA_RETURN_IF_ERROR(RunGraphed(c.num_layers, [&]() -> absl::Status {
+      LAMINA_RETURN_IF_ERROR(UploadAttnOut());
+      return LogitsForAllRows();
+    }));
+    logits_rows->assign(rows.begin(), rows.end());
+    return absl::OkStatus();
+  }
+  // Logits for the distinct rows asked for, in order of first appearance.
+  LAMINA_RETURN_IF_ERROR(UploadAttnOutIfOnHost());
+  LAMINA_RETURN_IF_ERROR(PostAttention(c.num_layers - 1));
+  std::vector<int32_t> distinct;
+  std::map<int64_t, int32_t> index_of;
+  for (int64_t row : rows) {
+    auto [it, added] = index_of.emplace(row, static_cast<int32_t>(distinct.size()));
+    if (added) distinct.push_back(static_cast<int32_t>(row));
+    logits_rows->push_back(it->second);
+  }
+  const int64_t n = static_cast<int64_t>(distinct.size());
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(rows_.data(), distinct.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+  LAMINA_RETURN_IF_ERROR(kc::GatherRows(residual_.as<float>(), rows_.as<int32_t>(), selected_.as<float>(), n,
+                                        c.hidden_size, stream()));
+  return FinalNormAndHead(n);
 }
 
 absl::Status CudaSliceBackend::RunLast(absl::Span<const int64_t> rows, Tensor* logits) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const ModelConfig& c = config();
-  LAMINA_RETURN_IF_ERROR(UploadAttnOutIfOnHost());
-  LAMINA_RETURN_IF_ERROR(PostAttention(c.num_layers - 1));
+  std::vector<int32_t> logits_rows;
+  LAMINA_RETURN_IF_ERROR(RunLastSlice(rows, &logits_rows));
   const int64_t n = static_cast<int64_t>(rows.size());
-  std::vector<int32_t> rows32(rows.begin(), rows.end());
-  LAMINA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(rows_.data(), rows32.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
-  LAMINA_RETURN_IF_ERROR(kc::GatherRows(residual_.as<float>(), rows_.as<int32_t>(), selected_.as<float>(), n,
-                                        c.hidden_size, stream()));
-  LAMINA_RETURN_IF_ERROR(FinalNormAndHead(n));
   if (logits->rank() != 2 || logits->dim(0) != n || logits->dim(1) != c.vocab_size) logits->Reshape({n, c.vocab_size});
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits->data(), logits_.data(), n * c.vocab_size * sizeof(float),
+  const size_t row_bytes = c.vocab_size * sizeof(float);
+  for (int64_t i = 0; i < n;) {  // one copy per run of consecutive rows
+    int64_t run = 1;
+    while (i + run < n && logits_rows[i + run] == logits_rows[i] + run) ++run;
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits->row(i), logits_.as<float>() + logits_rows[i] * c.vocab_size,
+                                                run * row_bytes, cudaMemcpyDeviceToHost, stream()));
+    i += run;
+  }
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens) {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  if (draws.empty()) return absl::OkStatus();
+  std::vector<int64_t> rows;
+  for (const TokenDraw& d : draws) rows.push_back(d.row);
+  std::vector<int32_t> logits_rows;
+  LAMINA_RETURN_IF_ERROR(RunLastSlice(rows, &logits_rows));
+
+  const int64_t n = static_cast<int64_t>(draws.size());
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_draw_rows_, n * sizeof(int32_t)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_draw_params_, n * sizeof(kc::DeviceSamplingParams)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_draw_tokens_, n * sizeof(int32_t)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&draw_rows_, n * sizeof(int32_t)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&draw_params_, n * sizeof(kc::DeviceSamplingParams)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&draw_tokens_, n * sizeof(int32_t)));
+  auto* params = host_draw_params_.as<kc::DeviceSamplingParams>();
+  for (int64_t i = 0; i < n; ++i) {
+    const SamplingParams& p = draws[i].params;
+    params[i] = {p.temperature, p.top_k, p.top_p, p.seed, draws[i].counter};
+  }
+  std::copy(logits_rows.begin(), logits_rows.end(), host_draw_rows_.as<int32_t>());
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(draw_rows_.data(), host_draw_rows_.data(), n * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, stream()));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(draw_params_.data(), host_draw_params_.data(),
+                                              n * sizeof(kc::DeviceSamplingParams), cudaMemcpyHostToDevice, stream()));
+  LAMINA_RETURN_IF_ERROR(kc::Sample(logits_.as<float>(), draw_rows_.as<int32_t>(),
+                                    draw_params_.as<kc::DeviceSamplingParams>(), draw_tokens_.as<int32_t>(), n,
+                                    config().vocab_size, stream()));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_draw_tokens_.data(), draw_tokens_.data(), n * sizeof(int32_t),
                                               cudaMemcpyDeviceToHost, stream()));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  std::copy(host_draw_tokens_.as<int32_t>(), host_draw_tokens_.as<int32_t>() + n, tokens);
   return absl::OkStatus();
 }
 
 absl::StatusOr<const float*> CudaSliceBackend::HostQkv() {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  if (qkv_staged_) {  // the slice's graph copied it
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+    return host_qkv_.as<float>();
+  }
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_qkv_.as<float>(), qkv_.data(),
                                               tokens_in_batch_ * config().qkv_size() * sizeof(float),
                                               cudaMemcpyDeviceToHost, stream()));
@@ -187,6 +334,7 @@ absl::Status CudaSliceBackend::PrefillAttention(int64_t first_row, int64_t count
   const kc::AttentionShape shape{c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window};
   const float* base = qkv_.as<float>() + first_row * c.qkv_size();
   attn_out_on_host_ = false;
+  qkv_staged_ = false;
   return kc::PrefillAttention(shape, base, c.qkv_size(), base + c.q_size(), base + c.q_size() + c.kv_size(),
                               c.qkv_size(), attn_out_.as<float>() + first_row * c.q_size(), c.q_size(), count,
                               stream());

@@ -1,8 +1,16 @@
 // The model slices on one GPU: bf16 weights and GEMM inputs (cuBLASLt), float32 residual stream,
 // q/k/v and logits. The SliceBackend calls stage q/k/v and attention outputs through pinned host
-// memory for memory nodes reached over a host transport. The device-side calls below run a batch
-// with no host synchronisation at all, for attention on the same GPU, and can be captured into a
-// CUDA graph (the e2e benchmark captures a whole decode step per batch size).
+// memory for memory nodes reached over a host transport; RunLastAndSample draws tokens on the GPU
+// and brings back only them. The device-side calls below run a batch with no host synchronisation
+// at all, for attention on the same GPU, and can be captured into a CUDA graph (the e2e benchmark
+// captures a whole decode step per batch size).
+//
+// With `graphs`, a batch of up to 256 tokens that goes through the host calls (RunFirst, HostQkv,
+// HostAttnOut, RunMiddle, RunLast or RunLastAndSample: the decode path) runs padded to a bucket
+// size (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256). Each of its slices, with the copies of
+// q/k/v out and of attention outputs in, is one CUDA graph launch, captured at the slice's first use
+// in that bucket. The host waits on the GPU only where the data plane needs q/k/v, and at the end.
+// Padding rows compute on token 0 at position 0; rows never mix, so they change no real row.
 // Thread-compatible: one batch at a time; any thread (each call makes its device current).
 #ifndef LAMINA_COMPUTE_NODE_ENGINE_CUDA_CUDA_SLICE_BACKEND_H_
 #define LAMINA_COMPUTE_NODE_ENGINE_CUDA_CUDA_SLICE_BACKEND_H_
@@ -10,9 +18,14 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <memory>
+#include <utility>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "common/cuda/device_buffer.h"
+#include "common/cuda/graph.h"
 #include "compute_node/engine/cuda/cuda_model_weights.h"
 #include "compute_node/engine/slice_backend.h"
 #include "kernels/cuda/gemm.h"
@@ -22,13 +35,15 @@ namespace lamina {
 class CudaSliceBackend : public SliceBackend {
  public:
   // `weights` must outlive the backend and live on device `device`.
-  static absl::StatusOr<std::unique_ptr<CudaSliceBackend>> Create(const CudaModelWeights* weights, int device);
+  static absl::StatusOr<std::unique_ptr<CudaSliceBackend>> Create(const CudaModelWeights* weights, int device,
+                                                                  bool graphs = false);
 
   const ModelConfig& config() const override { return weights_->config; }
   QkvLayout qkv_layout() const override;
   absl::Status RunFirst(absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions) override;
   absl::Status RunMiddle(int64_t slice) override;
   absl::Status RunLast(absl::Span<const int64_t> rows, Tensor* logits) override;
+  absl::Status RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens) override;
   absl::StatusOr<const float*> HostQkv() override;
   float* HostAttnOut() override;
   absl::Status PrefillAttention(int64_t first_row, int64_t count) override;
@@ -45,10 +60,20 @@ class CudaSliceBackend : public SliceBackend {
   const int32_t* device_positions() const { return positions_.as<int32_t>(); }
   cudaStream_t stream() const { return stream_.get(); }
   int64_t num_tokens() const { return tokens_in_batch_; }
+  // Graphs captured so far (one per slice and bucket used).
+  int64_t num_graphs() const { return static_cast<int64_t>(graphs_.size()); }
 
  private:
-  CudaSliceBackend(const CudaModelWeights* weights, int device) : weights_(weights), device_(device) {}
+  CudaSliceBackend(const CudaModelWeights* weights, int device, bool graphs)
+      : weights_(weights), device_(device), use_graphs_(graphs) {}
   absl::Status Reserve(int64_t tokens);
+  // Runs `work` as the graph of (current bucket, slice): launched if captured, else run eagerly
+  // and captured for next time.
+  absl::Status RunGraphed(int64_t slice, absl::FunctionRef<absl::Status()> work);
+  absl::Status UploadAttnOut();  // host_attn_out_ -> attn_out_, padded rows
+  absl::Status StageQkv();       // qkv_ -> host_qkv_, padded rows
+  // The last slice. Afterwards the logits of rows[i] are in logits_ row (*logits_rows)[i].
+  absl::Status RunLastSlice(absl::Span<const int64_t> rows, std::vector<int32_t>* logits_rows);
   absl::Status PreAttention(int64_t layer);
   absl::Status PostAttention(int64_t layer);
   absl::Status UploadAttnOutIfOnHost();
@@ -56,11 +81,16 @@ class CudaSliceBackend : public SliceBackend {
 
   const CudaModelWeights* weights_;
   int device_;
+  bool use_graphs_;
   cuda::Stream stream_;
   std::unique_ptr<kernels::cuda::Gemm> gemm_;
   int64_t capacity_ = 0;  // tokens the buffers hold
   int64_t tokens_in_batch_ = 0;
+  int64_t padded_ = 0;      // rows the kernels run over: tokens_in_batch_, or its bucket
+  bool graphed_ = false;    // the batch runs as graphs (padded_ is its bucket)
   bool attn_out_on_host_ = false;
+  bool qkv_staged_ = false;  // host_qkv_ already holds the latest q/k/v (a graph copied it)
+  std::map<std::pair<int64_t, int64_t>, cuda::Graph> graphs_;  // (bucket, slice)
   // Device activations.
   cuda::DeviceBuffer tokens_;      // int32 [capacity]
   cuda::DeviceBuffer positions_;   // int32 [capacity]
@@ -74,8 +104,13 @@ class CudaSliceBackend : public SliceBackend {
   cuda::DeviceBuffer selected_;    // float [capacity, hidden]: rows gathered for the LM head
   cuda::DeviceBuffer logits_;      // float [capacity, vocab]
   // Host staging.
-  cuda::PinnedBuffer host_qkv_;       // float [capacity, qkv_size]
-  cuda::PinnedBuffer host_attn_out_;  // float [capacity, q_size]
+  cuda::PinnedBuffer host_tokens_;     // int32 [capacity]
+  cuda::PinnedBuffer host_positions_;  // int32 [capacity]
+  cuda::PinnedBuffer host_qkv_;        // float [capacity, qkv_size]
+  cuda::PinnedBuffer host_attn_out_;   // float [capacity, q_size]
+  // Token draws: the logits row, parameters and token of each.
+  cuda::PinnedBuffer host_draw_rows_, host_draw_params_, host_draw_tokens_;
+  cuda::DeviceBuffer draw_rows_, draw_params_, draw_tokens_;
 };
 
 }  // namespace lamina
