@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "kernels/cuda/small_batch_gemm.h"
 
 namespace lamina::kernels::cuda {
 namespace {
@@ -94,6 +95,9 @@ absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(const Key& key) {
 absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* out, int64_t m, int64_t n, int64_t k,
                        bool accumulate, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
+  if (use_small_batch_ && SmallBatchGemmApplies(x, w, m, k)) {
+    return SmallBatchGemm(x, w, bias, out, m, n, k, accumulate, stream);
+  }
   LAMINA_ASSIGN_OR_RETURN(Plan * plan, PlanFor(Key{m, n, k, bias != nullptr, accumulate}));
   if (bias) {
     LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,

@@ -123,7 +123,7 @@ absl::Status BenchGemms(double read_rate, FILE* csv, cudaStream_t stream) {
   for (const Gemm& g : gemms) {
     LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer w, cuda::DeviceBuffer::Create(g.n * g.k * sizeof(bf16)));
     LAMINA_RETURN_IF_ERROR(kc::FillUniform(w.as<bf16>(), g.n * g.k, 0.02f, 3, stream));
-    for (int64_t m : {1, 16, 128, 1024}) {
+    for (int64_t m : {1, 2, 4, 16, 128, 1024}) {
       LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer x, cuda::DeviceBuffer::Create(m * g.k * sizeof(bf16)));
       LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer y, cuda::DeviceBuffer::Create(m * g.n * sizeof(float)));
       LAMINA_RETURN_IF_ERROR(kc::FillUniform(x.as<bf16>(), m * g.k, 1.f, 4, stream));

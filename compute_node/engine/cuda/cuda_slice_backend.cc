@@ -15,9 +15,11 @@ namespace {
 using bf16 = __nv_bfloat16;
 namespace kc = kernels::cuda;
 
+constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+constexpr int64_t kLargestBucket = kBuckets[sizeof(kBuckets) / sizeof(kBuckets[0]) - 1];
+
 // The padded size a batch of n tokens runs at as graphs; 0 above the largest bucket.
 int64_t GraphBucket(int64_t n) {
-  static constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
   for (int64_t b : kBuckets) {
     if (n <= b) return b;
   }
@@ -177,7 +179,9 @@ absl::Status CudaSliceBackend::RunFirst(absl::Span<const int32_t> tokens, absl::
     return EmbedAndProject();
   }
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  LAMINA_RETURN_IF_ERROR(Reserve(bucket));
+  // Room for every bucket at once, so that a larger batch does not reallocate the buffers that
+  // the smaller buckets' graphs use.
+  LAMINA_RETURN_IF_ERROR(Reserve(kLargestBucket));
   // The staging buffers may still feed an abandoned batch's copies.
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
   int32_t* host_tokens = host_tokens_.as<int32_t>();

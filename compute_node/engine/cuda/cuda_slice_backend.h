@@ -10,7 +10,9 @@
 // size (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256). Each of its slices, with the copies of
 // q/k/v out and of attention outputs in, is one CUDA graph launch, captured at the slice's first use
 // in that bucket. The host waits on the GPU only where the data plane needs q/k/v, and at the end.
-// Padding rows compute on token 0 at position 0; rows never mix, so they change no real row.
+// Padding rows compute on token 0 at position 0; rows never mix, so they change no real row. The
+// buffers then hold 256 rows from the first batch on; a batch beyond that (run eagerly) grows
+// them, and the graphs are captured again.
 // Thread-compatible: one batch at a time; any thread (each call makes its device current).
 #ifndef LAMINA_COMPUTE_NODE_ENGINE_CUDA_CUDA_SLICE_BACKEND_H_
 #define LAMINA_COMPUTE_NODE_ENGINE_CUDA_CUDA_SLICE_BACKEND_H_
