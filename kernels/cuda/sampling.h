@@ -6,8 +6,8 @@
 // The thresholds are found by radix selection over the logits' bits (no sort), and probability
 // masses are summed in 32.32 fixed point, so a draw is bit-for-bit reproducible. The random number
 // is a counter-based hash of (seed, counter): pass the token's position as the counter and a
-// sequence resumes its stream anywhere. The draw differs from the CPU sampler's mt19937_64 stream,
-// so sampled (non-greedy) tokens are reproducible per device kind, not across them.
+// sequence resumes its stream anywhere. The CPU sampler (SampleToken) draws with the same masses
+// and numbers, so both draw the same token from the same logits; it is this kernel's oracle.
 // Thread-safe; queues work on `stream`.
 #ifndef LAMINA_KERNELS_CUDA_SAMPLING_H_
 #define LAMINA_KERNELS_CUDA_SAMPLING_H_

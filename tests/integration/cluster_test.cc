@@ -426,7 +426,7 @@ TEST(ClusterTest, UnderMemoryPressurePreemptedRequestsCompleteWithIdenticalOutpu
     single.prompt = prompt;
     single.max_tokens = 150;
     single.ignore_eos = true;
-    if (i >= 6) {  // sampled: the random stream must survive preemption too
+    if (i >= 6) {  // sampled: a recomputed sequence must draw what it would have drawn
       r.mutable_sampling()->set_temperature(1.0f);
       r.mutable_sampling()->set_seed(100 + i);
       single.sampling = {1.0f, 0, 1.0f, static_cast<uint64_t>(100 + i)};
