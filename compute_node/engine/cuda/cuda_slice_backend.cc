@@ -1,7 +1,9 @@
 #include "compute_node/engine/cuda/cuda_slice_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "common/cuda/cuda_check.h"
 #include "common/status/status_macros.h"
@@ -92,8 +94,16 @@ absl::Status CudaSliceBackend::RunGraphed(int64_t slice, absl::FunctionRef<absl:
   // The first run is eager: it gives this call its results and settles GEMM plans and kernel
   // loading before a capture, which must not do either.
   LAMINA_RETURN_IF_ERROR(work());
-  LAMINA_ASSIGN_OR_RETURN(cuda::Graph graph, cuda::Graph::Capture(stream(), work));
-  graphs_.emplace(key, std::move(graph));
+  if (!use_graphs_) return absl::OkStatus();  // a capture failed earlier
+  absl::StatusOr<cuda::Graph> graph = cuda::Graph::Capture(stream(), work);
+  if (!graph.ok()) {
+    // This call's work is done; later batches run eagerly rather than fail.
+    std::fprintf(stderr, "CUDA graph capture failed, decoding without graphs from now on: %s\n",
+                 std::string(graph.status().message()).c_str());
+    use_graphs_ = false;
+    return absl::OkStatus();
+  }
+  graphs_.emplace(key, *std::move(graph));
   return absl::OkStatus();
 }
 

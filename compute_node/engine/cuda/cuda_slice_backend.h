@@ -10,6 +10,7 @@
 // size (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256). Each of its slices, with the copies of
 // q/k/v out and of attention outputs in, is one CUDA graph launch, captured at the slice's first use
 // in that bucket. The host waits on the GPU only where the data plane needs q/k/v, and at the end.
+// Should a capture fail, the backend says so on stderr and goes on without graphs.
 // Padding rows compute on token 0 at position 0; rows never mix, so they change no real row. The
 // buffers then hold 256 rows from the first batch on; a batch beyond that (run eagerly) grows
 // them, and the graphs are captured again.
