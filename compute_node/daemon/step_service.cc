@@ -1,6 +1,7 @@
 #include "compute_node/daemon/step_service.h"
 
 #include <chrono>
+#include <utility>
 #include <vector>
 
 namespace lamina {
