@@ -15,6 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 
+struct CUstream_st;
+
 namespace lamina {
 
 using SequenceId = int64_t;
@@ -39,6 +41,8 @@ struct QkvLayout {
   int64_t v_offset;
 };
 
+class DeviceDecode;
+
 class AttentionService {
  public:
   virtual ~AttentionService() = default;
@@ -60,6 +64,31 @@ class AttentionService {
 
   // Frees the sequence's slots; unknown sequences are ignored.
   virtual void Free(SequenceId seq) = 0;
+
+  // The device-side decode of a service whose memory nodes are reached GPU to GPU; null otherwise.
+  virtual DeviceDecode* device_decode() { return nullptr; }
+};
+
+// Decode steps whose exchanges run on the GPUs: q/k/v are read from, and attention outputs written
+// to, the compute node's device memory by work queued on its stream, with no host wait per layer.
+// A step: CanDecodeOnDevice, BeginDeviceDecode (after Reserve), per layer QueueDeviceDecode
+// between the slices, then, once the stream's work is done, EndDeviceDecode. Any error fails the
+// step; the memory nodes involved are then reported failed, as for Decode.
+class DeviceDecode {
+ public:
+  virtual ~DeviceDecode() = default;
+  // Whether a step over `entries` with rows in `layout` can run this way: every memory node
+  // involved is on a device link and its rows fit the link. Opens links on first use.
+  virtual bool CanDecodeOnDevice(absl::Span<const DecodeEntry> entries, const QkvLayout& layout) = 0;
+  // Starts the step: the memory nodes queue all of its layers.
+  virtual absl::Status BeginDeviceDecode(absl::Span<const DecodeEntry> entries) = 0;
+  // Queues layer `layer` on `stream`: q/k/v of `qkv` [entries, qkv_stride] out, and attention
+  // outputs into `out` [entries, out_stride] (both device memory of the compute node's GPU).
+  virtual absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out,
+                                         int64_t out_stride, CUstream_st* stream) = 0;
+  // The step's outcome at every memory node; call it after every successful Begin, once the
+  // stream's work is done (or abandoned).
+  virtual absl::Status EndDeviceDecode() = 0;
 };
 
 }  // namespace lamina

@@ -24,6 +24,45 @@ namespace {
 
 using Fields = YamlFields;
 
+// A memory node's `transport`: one name or a list in order of preference; `auto` (the default)
+// is cuda_ipc then tcp for a pool on a GPU, tcp for one on the CPU.
+absl::StatusOr<std::vector<std::string>> ParseTransports(const Fields& f, const std::string& device) {
+  const bool on_gpu = device != "cpu";
+  std::vector<std::string> names;
+  const YAML::Node field = f.Get("transport");
+  if (!f.Has("transport")) {
+    names = {"auto"};
+  } else if (field.IsSequence()) {
+    for (const YAML::Node& item : field) {
+      if (!item.IsScalar()) return f.Error(item, "transport", "expected a transport name");
+      names.push_back(item.Scalar());
+    }
+    if (names.empty()) return f.Error(field, "transport", "expected at least one transport");
+  } else {
+    const std::string none;
+    LAMINA_ASSIGN_OR_RETURN(std::string name, f.String("transport", &none));
+    names = {name};
+  }
+  std::vector<std::string> transports;
+  for (const std::string& name : names) {
+    if (name == "auto") {
+      if (on_gpu) transports.push_back("cuda_ipc");
+      transports.push_back("tcp");
+    } else if (name == "tcp") {
+      transports.push_back(name);
+    } else if (name == "cuda_ipc") {
+      if (!on_gpu) return f.Error(field, "transport", "cuda_ipc needs the memory node on a GPU (device: cpu)");
+      transports.push_back(name);
+    } else if (name == "nccl" || name == "rdma") {
+      return f.Error(field, "transport", absl::StrCat("'", name, "' is not built yet (available: tcp, cuda_ipc, auto)"));
+    } else {
+      return f.Error(field, "transport",
+                     absl::StrCat("unknown transport '", name, "' (available: tcp, cuda_ipc, auto)"));
+    }
+  }
+  return transports;
+}
+
 absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& path, int index) {
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
@@ -59,12 +98,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     LAMINA_ASSIGN_OR_RETURN(int64_t data_port, f.Integer("data_port", nullptr, 1, 65535));
     spec.data_port = static_cast<int>(data_port);
     LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
-    const std::string tcp = "tcp";
-    LAMINA_ASSIGN_OR_RETURN(spec.transport, f.String("transport", &tcp));
-    if (spec.transport != "tcp") {
-      return f.Error(f.Get("transport"), "transport",
-                     absl::StrCat("'", spec.transport, "' is not available between processes (available: tcp)"));
-    }
+    LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
   } else {
     for (const char* field : {"data_port", "kv_capacity_tokens", "transport"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only memory nodes have this field");

@@ -23,7 +23,10 @@ struct NodeSpec {
   int port = 0;                     // gRPC
   int data_port = 0;                // memory nodes: the data plane
   std::string device = "cpu";
-  std::string transport = "tcp";    // memory nodes: how compute nodes reach the data plane
+  // Memory nodes: how compute nodes reach the data plane's decode steps, in order of preference
+  // (tcp, cuda_ipc); the first that opens between a pair is used. Control messages and prompts'
+  // k/v always go over tcp.
+  std::vector<std::string> transports = {"tcp"};
   int64_t kv_capacity_tokens = 0;   // memory nodes
   int threads = 0;                  // CPU threads for kernels; 0 = one per core
   // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost

@@ -45,6 +45,14 @@ absl::Status Run(const std::vector<std::string>& args) {
 
   std::map<std::string, std::string> memory_nodes;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
+  // Device-side data planes to memory nodes on GPUs: cuda_ipc only within a host.
+  std::map<std::string, std::vector<std::string>> device_transports;
+  for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) {
+    for (const std::string& t : node->transports) {
+      if (t == "cuda_ipc" && node->host != spec->host) continue;
+      device_transports[node->name].push_back(t);
+    }
+  }
   std::unique_ptr<Transport> transport = MakeTcpTransport();
   ThreadPool pool(spec->threads);
   // One lane (engine and data-plane connections) per batch the topology runs on this node.
@@ -56,6 +64,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     attentions.push_back(std::make_unique<RemoteAttention>(
         transport.get(), memory_nodes, AttentionWireShape{config.num_layers, config.q_size(), config.kv_size()},
         absl::Seconds(5)));
+    if (device.is_cuda) attentions.back()->EnableDeviceLinks(device.index, topology.max_batch, device_transports);
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool));
     engines.push_back(std::move(engine));
     lanes.push_back({engines.back().get(), attentions.back().get()});

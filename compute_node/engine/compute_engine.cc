@@ -148,13 +148,34 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
   LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
 
   const QkvLayout qkv = b.qkv_layout();
+  DeviceDecode* device = attention_->device_decode();
+  const bool on_device = device != nullptr && device->CanDecodeOnDevice(entries_, qkv) && b.SetAttentionOnDevice(true);
+  if (!on_device) b.SetAttentionOnDevice(false);
   LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
+  if (on_device) return DecodeOnDevice(b, device, last);
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     LAMINA_ASSIGN_OR_RETURN(const float* rows, b.HostQkv());
     LAMINA_RETURN_IF_ERROR(attention_->Decode(layer, entries_, rows, qkv, b.HostAttnOut(), c.q_size()));
     if (layer + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer + 1));
   }
   return last(b);
+}
+
+absl::Status ComputeEngine::DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last) {
+  const ModelConfig& c = config();
+  // The memory nodes queue the step while slice 0 runs.
+  LAMINA_RETURN_IF_ERROR(device->BeginDeviceDecode(entries_));
+  const SliceBackend::DeviceBatch batch = b.device_batch();
+  absl::Status status;
+  for (int64_t layer = 0; layer < c.num_layers && status.ok(); ++layer) {
+    status = device->QueueDeviceDecode(layer, batch.qkv, b.qkv_layout().row_stride, batch.attn_out, c.q_size(),
+                                       batch.stream);
+    if (status.ok() && layer + 1 < c.num_layers) status = b.RunMiddle(layer + 1);
+  }
+  if (status.ok()) status = last(b);  // waits for the stream
+  // The step's outcome at the memory nodes comes first: after a timed-out wait the logits are noise.
+  absl::Status end = device->EndDeviceDecode();
+  return end.ok() ? status : end;
 }
 
 }  // namespace lamina

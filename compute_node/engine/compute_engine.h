@@ -72,6 +72,8 @@ class ComputeEngine {
   absl::Status RunPrefill(absl::Span<const PrefillSequence> prompts, absl::Span<const int32_t> tokens,
                           absl::Span<const int32_t> positions, LastSlice last);
   absl::Status DecodeThen(absl::Span<const DecodeToken> batch, LastSlice last);
+  // The rest of a decode step (after RunFirst) with the exchanges queued on the GPU.
+  absl::Status DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last);
 
   AttentionService* attention_;
   std::unique_ptr<SliceBackend> prefill_;

@@ -48,6 +48,19 @@ class SliceBackend {
   // A host buffer [tokens, q_size] for the attention output that the next slice reads. Calling it
   // means the caller writes every row before RunMiddle/RunLast.
   virtual float* HostAttnOut() = 0;
+  // Device-side attention (GPU backends, for a DeviceDecode service): from the next RunFirst on,
+  // q/k/v stay on the device, and the caller queues each layer's exchange on device_batch().stream
+  // between the slices, writing every row of device_batch().attn_out, instead of calling HostQkv
+  // and HostAttnOut. Returns whether the backend does it; false leaves it off.
+  virtual bool SetAttentionOnDevice(bool on) { return !on; }
+  struct DeviceBatch {
+    const float* qkv = nullptr;  // [rows, qkv_layout().row_stride]
+    float* attn_out = nullptr;   // [rows, q_size]
+    CUstream_st* stream = nullptr;
+  };
+  // Valid from RunFirst to the end of the batch.
+  virtual DeviceBatch device_batch() const { return {}; }
+
   // Causal attention over the batch rows [first_row, first_row + count), which hold one prompt
   // from position 0, into the attention output the next slice reads.
   virtual absl::Status PrefillAttention(int64_t first_row, int64_t count) = 0;

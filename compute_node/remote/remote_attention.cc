@@ -1,5 +1,7 @@
 #include "compute_node/remote/remote_attention.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -44,16 +46,22 @@ absl::Status RemoteAttention::Failed(Node* node, const absl::Status& why) {
   failed_.insert(node->name);
   if (node->connection) node->connection->Close();
   node->connection.reset();  // reconnect on next use
+  node->link.reset();        // the memory end was the connection's
+  node->link_tried = false;
   return absl::UnavailableError(absl::StrCat("memory node '", node->name, "' (", node->address, "): ", why.message()));
+}
+
+absl::Status RemoteAttention::Connect(Node* node) {
+  if (node->connection) return absl::OkStatus();
+  auto connection = transport_->Connect(node->address, absl::Now() + timeout_);
+  if (!connection.ok()) return Failed(node, connection.status());
+  node->connection = std::move(*connection);
+  return absl::OkStatus();
 }
 
 absl::Status RemoteAttention::SendTo(Node* node, uint32_t type, absl::Span<const ByteSpan> extra) {
   node->sent = false;
-  if (!node->connection) {
-    auto connection = transport_->Connect(node->address, absl::Now() + timeout_);
-    if (!connection.ok()) return Failed(node, connection.status());
-    node->connection = std::move(*connection);
-  }
+  LAMINA_RETURN_IF_ERROR(Connect(node));
   parts_.assign(1, ByteSpan(node->send));
   parts_.insert(parts_.end(), extra.begin(), extra.end());
   absl::Status status = node->connection->Send({type, 0, next_tag_}, parts_);
@@ -142,10 +150,12 @@ absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
   ScopedBusy timed(&round_trips_);
   ScopedPause waiting(computing_);
   ++next_tag_;
-  for (auto& [name, node] : nodes_) node.rows.clear();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    LAMINA_ASSIGN_OR_RETURN(Node * node, NodeOf(entries[i].seq));
-    node->rows.push_back(i);
+  LAMINA_RETURN_IF_ERROR(SplitByNode(entries));
+  for (auto& [name, node] : nodes_) {
+    if (node.rows.empty() || node.link_error.empty()) continue;
+    // The topology allows this node only device links, and none opened.
+    return absl::FailedPreconditionError(absl::StrCat("memory node '", name, "': no transport the topology allows ",
+                                                      "opened (", node.link_error, ")"));
   }
   absl::Status first_error;
   for (auto& [name, node] : nodes_) {
@@ -188,6 +198,15 @@ absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
   return first_error;
 }
 
+absl::Status RemoteAttention::SplitByNode(absl::Span<const DecodeEntry> entries) {
+  for (auto& [name, node] : nodes_) node.rows.clear();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    LAMINA_ASSIGN_OR_RETURN(Node * node, NodeOf(entries[i].seq));
+    node->rows.push_back(i);
+  }
+  return absl::OkStatus();
+}
+
 void RemoteAttention::Free(SequenceId seq) {
   auto it = route_.find(seq);
   if (it == route_.end()) return;
@@ -202,6 +221,173 @@ void RemoteAttention::Free(SequenceId seq) {
   const uint8_t* data = nullptr;
   size_t size;
   AwaitReply(node, &data, &size).IgnoreError();
+}
+
+void RemoteAttention::EnableDeviceLinks(int device, int64_t max_rows,
+                                        std::map<std::string, std::vector<std::string>> transports, int max_chunks) {
+  device_ = device;
+  max_rows_ = max_rows;
+  max_chunks_ = std::max(1, max_chunks);
+  for (auto& [name, node] : nodes_) {
+    auto it = transports.find(name);
+    node.transports = it == transports.end() ? std::vector<std::string>{} : it->second;
+    node.link.reset();
+    node.link_tried = false;
+  }
+}
+
+std::string RemoteAttention::TransportOf(const std::string& name) const {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end() || !it->second.link) return "tcp";
+  return it->second.link->transport();
+}
+
+absl::Status RemoteAttention::OpenLink(Node* node, const std::string& transport) {
+  const LinkShape shape{shape_.num_layers, shape_.q_size + 2 * shape_.kv_size, shape_.q_size, max_rows_,
+                        max_chunks_, timeout_};
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeLinkEnd> end, CreateComputeLinkEnd(transport, shape, device_));
+  ++next_tag_;
+  node->send.clear();
+  WireWriter w(&node->send);
+  w.PutString(transport);
+  w.Put<int64_t>(max_rows_);
+  w.Put<int32_t>(max_chunks_);
+  w.PutString(end->Offer());
+  LAMINA_RETURN_IF_ERROR(SendTo(node, ap::kOpenLink, {}));
+  const uint8_t* data = nullptr;
+  size_t size;
+  LAMINA_RETURN_IF_ERROR(AwaitReply(node, &data, &size));
+  WireReader r(data, size);
+  std::string answer;
+  LAMINA_RETURN_IF_ERROR(r.GetString(&answer));
+  LAMINA_RETURN_IF_ERROR(end->Accept(answer));
+  node->link = std::move(end);
+  return absl::OkStatus();
+}
+
+void RemoteAttention::EnsureLink(Node* node) {
+  if (node->link_tried || device_ < 0) return;
+  if (!Connect(node).ok()) return;  // the step's first call reports it
+  node->link_tried = true;
+  node->link_error.clear();
+  for (const std::string& transport : node->transports) {
+    if (transport == "tcp") {
+      node->link_error.clear();  // the host path is allowed
+      return;
+    }
+    absl::Status opened = OpenLink(node, transport);
+    if (opened.ok()) {
+      std::fprintf(stderr, "memory node '%s': decode over %s\n", node->name.c_str(), transport.c_str());
+      return;
+    }
+    if (!node->connection) return;  // the connection broke: try again once reconnected
+    std::fprintf(stderr, "memory node '%s': %s unavailable (%s)\n", node->name.c_str(), transport.c_str(),
+                 std::string(opened.message()).c_str());
+    absl::StrAppend(&node->link_error, node->link_error.empty() ? "" : "; ", transport, ": ", opened.message());
+  }
+}
+
+bool RemoteAttention::CanDecodeOnDevice(absl::Span<const DecodeEntry> entries, const QkvLayout& layout) {
+  if (device_ < 0 || entries.empty()) return false;
+  // The links send whole rows of [q | k | v].
+  if (layout.q_offset != 0 || layout.k_offset != shape_.q_size || layout.v_offset != shape_.q_size + shape_.kv_size) {
+    return false;
+  }
+  if (!SplitByNode(entries).ok()) return false;
+  for (auto& [name, node] : nodes_) {
+    if (node.rows.empty()) continue;
+    EnsureLink(&node);
+    if (!node.link || static_cast<int64_t>(node.rows.size()) > max_rows_) return false;
+  }
+  return true;
+}
+
+absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> entries) {
+  ScopedPause waiting(computing_);
+  LAMINA_RETURN_IF_ERROR(SplitByNode(entries));
+  ++device_step_;
+  ++next_tag_;
+  step_nodes_.clear();
+  absl::Status first_error;
+  std::vector<int32_t> rows;
+  for (auto& [name, node] : nodes_) {
+    if (node.rows.empty()) continue;
+    if (!node.link) return absl::FailedPreconditionError(absl::StrCat("memory node '", name, "' has no device link"));
+    rows.assign(node.rows.begin(), node.rows.end());
+    absl::Status status = node.link->SetRows(rows);
+    node.chunks = ChunksFor(static_cast<int64_t>(rows.size()), max_chunks_);
+    node.send.clear();
+    WireWriter w(&node.send);
+    w.Put<uint64_t>(device_step_);
+    w.Put<uint32_t>(static_cast<uint32_t>(node.chunks));
+    w.Put<uint32_t>(static_cast<uint32_t>(node.rows.size()));
+    for (size_t i : node.rows) {
+      w.Put<int64_t>(entries[i].seq);
+      w.Put<int32_t>(entries[i].position);
+    }
+    if (status.ok()) status = SendTo(&node, ap::kBeginDecode, {});
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  for (auto& [name, node] : nodes_) {
+    if (!node.sent) continue;
+    const uint8_t* data = nullptr;
+    size_t size;
+    absl::Status status = AwaitReply(&node, &data, &size);
+    if (status.ok()) {
+      step_nodes_.push_back(&node);
+    } else if (first_error.ok()) {
+      first_error = status;
+    }
+  }
+  if (!first_error.ok()) {
+    // The nodes that began would wait for q/k/v until their timeout: drop their connections, so
+    // the next step starts afresh on new links.
+    for (Node* node : step_nodes_) Failed(node, first_error).IgnoreError();
+    step_nodes_.clear();
+  }
+  return first_error;
+}
+
+absl::Status RemoteAttention::QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out,
+                                                int64_t out_stride, CUstream_st* stream) {
+  for (Node* node : step_nodes_) {
+    for (int c = 0; c < node->chunks; ++c) {
+      LAMINA_RETURN_IF_ERROR(node->link->QueueSend(device_step_, layer, c, node->chunks, qkv, qkv_stride, stream));
+    }
+  }
+  for (Node* node : step_nodes_) {
+    for (int c = 0; c < node->chunks; ++c) {
+      LAMINA_RETURN_IF_ERROR(
+          node->link->QueueReceive(device_step_, layer, c, node->chunks, out, out_stride, stream));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteAttention::EndDeviceDecode() {
+  ScopedPause waiting(computing_);
+  ++next_tag_;
+  absl::Status first_error;
+  for (Node* node : step_nodes_) {
+    node->send.clear();
+    absl::Status status = SendTo(node, ap::kEndDecode, {});
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  for (Node* node : step_nodes_) {
+    absl::Status status;
+    if (node->sent) {
+      const uint8_t* data = nullptr;
+      size_t size;
+      status = AwaitReply(node, &data, &size);
+    }
+    // A wait that gave up on either side: the node is not serving the step.
+    absl::Status local = node->link ? node->link->TakeStepStatus() : absl::OkStatus();
+    if (status.ok() && !local.ok()) status = Failed(node, local);
+    if (!status.ok() && absl::IsDeadlineExceeded(status)) status = Failed(node, status);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  step_nodes_.clear();
+  return first_error;
 }
 
 }  // namespace lamina

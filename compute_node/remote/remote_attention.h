@@ -7,6 +7,10 @@
 // FailedNodes() lists such nodes so the caller (the coordinator, via the step result) can drop
 // their sequences and retry the rest. The calls are idempotent for a retried step: Reserve grows
 // to the same positions and StoreKv/Decode overwrite the same slots.
+// With EnableDeviceLinks, a compute node on a GPU reaches memory nodes on GPUs over device-side
+// data planes (memory_node/data_plane/device_link.h): decode steps then go GPU to GPU with every
+// layer queued ahead (DeviceDecode), and the connection carries only each step's plan and outcome.
+// A node whose preferred transports cannot open falls back to the next one, down to the host path.
 // Thread-compatible: one step at a time.
 #ifndef LAMINA_COMPUTE_NODE_REMOTE_REMOTE_ATTENTION_H_
 #define LAMINA_COMPUTE_NODE_REMOTE_REMOTE_ATTENTION_H_
@@ -24,10 +28,11 @@
 #include "common/metrics/busy_meter.h"
 #include "common/transport/transport.h"
 #include "memory_node/data_plane/attention_server.h"
+#include "memory_node/data_plane/device_link.h"
 
 namespace lamina {
 
-class RemoteAttention : public AttentionService {
+class RemoteAttention : public AttentionService, public DeviceDecode {
  public:
   // `nodes`: memory node name -> data-plane address.
   RemoteAttention(Transport* transport, std::map<std::string, std::string> nodes, const AttentionWireShape& shape,
@@ -45,12 +50,30 @@ class RemoteAttention : public AttentionService {
   // caller's compute time leaves out the waits. Null (the default): nothing is paused.
   void set_compute_meter(BusyUnion* computing) { computing_ = computing; }
 
+  // Device-side data planes from GPU `device`: memory node `name` is tried over
+  // transports.at(name) in order ("cuda_ipc", "nccl"; "tcp" is the host path and ends the list),
+  // the first that opens serving its decode steps of up to `max_rows` rows. A node missing from
+  // `transports` stays on the host path. `max_chunks` > 1 sends a layer as mini-batches (from 64
+  // rows on); on two H200s each chunk's launches cost more than the overlap hid (RESULTS.md), so
+  // the nodes send one.
+  void EnableDeviceLinks(int device, int64_t max_rows, std::map<std::string, std::vector<std::string>> transports,
+                         int max_chunks = 1);
+  // The transport node `name`'s decode steps use now: a device link's, or "tcp".
+  std::string TransportOf(const std::string& name) const;
+
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count, const float* k,
                        const float* v, int64_t row_stride) override;
   absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv, const QkvLayout& layout,
                       float* out, int64_t out_stride) override;
   void Free(SequenceId seq) override;
+
+  DeviceDecode* device_decode() override { return device_ >= 0 ? this : nullptr; }
+  bool CanDecodeOnDevice(absl::Span<const DecodeEntry> entries, const QkvLayout& layout) override;
+  absl::Status BeginDeviceDecode(absl::Span<const DecodeEntry> entries) override;
+  absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                                 CUstream_st* stream) override;
+  absl::Status EndDeviceDecode() override;
 
  private:
   struct Node {
@@ -61,6 +84,13 @@ class RemoteAttention : public AttentionService {
     std::vector<uint8_t> receive;   // reply payload, reused
     std::vector<size_t> rows;       // Decode: which entries went to this node
     bool sent = false;
+    // Device-side data plane: the transports to try, in order; the link once open (reset with
+    // the connection); whether this connection tried already.
+    std::vector<std::string> transports;
+    std::unique_ptr<ComputeLinkEnd> link;
+    bool link_tried = false;
+    std::string link_error;  // why no transport of the list opened, when "tcp" is not on it
+    int chunks = 1;                  // this step's chunks
   };
 
   absl::StatusOr<Node*> NodeOf(SequenceId seq);
@@ -69,6 +99,13 @@ class RemoteAttention : public AttentionService {
   // (after the status) at `data`.
   absl::Status AwaitReply(Node* node, const uint8_t** data, size_t* size);
   absl::Status Failed(Node* node, const absl::Status& why);
+  // Connects if needed, then opens the node's device link unless tried on this connection.
+  void EnsureLink(Node* node);
+  // Opens a link of `transport` on the node's connection (a kOpenLink round trip).
+  absl::Status OpenLink(Node* node, const std::string& transport);
+  absl::Status Connect(Node* node);
+  // Splits `entries` by node into Node::rows; InvalidArgument for an unrouted sequence.
+  absl::Status SplitByNode(absl::Span<const DecodeEntry> entries);
 
   Transport* transport_;
   AttentionWireShape shape_;
@@ -80,6 +117,12 @@ class RemoteAttention : public AttentionService {
   uint64_t next_tag_ = 1;
   BusyMeter round_trips_;
   BusyUnion* computing_ = nullptr;
+  // Device-side data planes.
+  int device_ = -1;
+  int64_t max_rows_ = 0;
+  int max_chunks_ = 1;
+  uint64_t device_step_ = 0;
+  std::vector<Node*> step_nodes_;  // the nodes of the device step in flight
 };
 
 }  // namespace lamina

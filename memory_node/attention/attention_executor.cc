@@ -89,9 +89,7 @@ absl::Status AttentionExecutor::CheckWritable(SequenceId seq, const std::vector<
   return absl::OkStatus();
 }
 
-absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEntry> entries,
-                                       const float* qkv, const QkvLayout& layout, float* out,
-                                       int64_t out_stride) {
+absl::Status AttentionExecutor::CheckDecode(int64_t layer, absl::Span<const DecodeEntry> entries) {
   // Validate everything first so that a bad entry changes nothing.
   if (layer < 0 || layer >= options_.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " out of range"));
@@ -109,6 +107,47 @@ absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEnt
     LAMINA_RETURN_IF_ERROR(CheckWritable(e.seq, slots, e.position, 1));
     write_slots_.push_back(slots[e.position]);
   }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionExecutor::PrepareDeviceDecode(absl::Span<const DecodeEntry> entries, int chunks,
+                                                    DeviceKvLane* kv) {
+  if (chunks < 1) return absl::InvalidArgumentError(absl::StrCat(chunks, " chunks"));
+  LAMINA_RETURN_IF_ERROR(CheckDecode(0, entries));
+  std::vector<int32_t> slot_ids;
+  std::vector<int64_t> slot_begin(1, 0);
+  for (const DecodeEntry& e : entries) {
+    const std::vector<SlotId>& slots = slots_.find(e.seq)->second;
+    slot_ids.insert(slot_ids.end(), slots.begin(), slots.begin() + e.position + 1);
+    slot_begin.push_back(static_cast<int64_t>(slot_ids.size()));
+  }
+  return kv->SetStep(write_slots_, slot_ids, slot_begin, chunks);
+}
+
+absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options,
+                                                  int64_t rows, int chunks, DeviceKvLane* kv, MemoryLinkEnd* link) {
+  const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
+  const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
+  const QkvLayout layout{q + 2 * kv_size, 0, q, q + kv_size};
+  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+    for (int c = 0; c < chunks; ++c) {
+      LAMINA_RETURN_IF_ERROR(link->QueueReceive(step, layer, c, chunks, rows, kv->stream()));
+      LAMINA_RETURN_IF_ERROR(kv->QueueChunk(layer, c, link->received(), layout));
+      LAMINA_RETURN_IF_ERROR(link->QueueSend(step, layer, c, chunks, rows, kv->step_out(), q, kv->stream()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionExecutor::FinishDeviceDecode(DeviceKvLane* kv, MemoryLinkEnd* link) {
+  LAMINA_RETURN_IF_ERROR(kv->Synchronize());
+  return link->TakeStepStatus();
+}
+
+absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEntry> entries,
+                                       const float* qkv, const QkvLayout& layout, float* out,
+                                       int64_t out_stride) {
+  LAMINA_RETURN_IF_ERROR(CheckDecode(layer, entries));
   LAMINA_RETURN_IF_ERROR(backend_->Store(layer, write_slots_, qkv + layout.k_offset, qkv + layout.v_offset,
                                          layout.row_stride));
   // Every layer of a step attends over the same slots: gather them once per step.

@@ -16,6 +16,7 @@
 #include "common/threading/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "memory_node/attention/kv_backend.h"
+#include "memory_node/data_plane/device_link.h"
 #include "memory_node/kv_cache/slot_allocator.h"
 
 namespace lamina {
@@ -45,6 +46,23 @@ class AttentionExecutor : public AttentionService {
   // existing `to` or a length beyond `from`.
   absl::Status Fork(SequenceId from, SequenceId to, int64_t length = -1);
 
+  // Device-side decode, for a GPU pool reached over a device link. A lane (one per compute-node
+  // connection) has its own stream, so several batches' steps run side by side.
+  absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane() { return backend_->NewDeviceLane(); }
+  // Validates `entries` as Decode does and readies `lane` for the step (slot lists, plans).
+  absl::Status PrepareDeviceDecode(absl::Span<const DecodeEntry> entries, int chunks, DeviceKvLane* lane);
+  // Queues every layer of step `step` (`rows` sequences, prepared) on the lane: per chunk, the
+  // link's receive, the store of the new k/v and attention, the link's send. Touches no state of
+  // the executor (no lock needed); may block while kernels load, so a node replies to the step's
+  // start first: the flags keep whatever arrives before a wait is queued.
+  static absl::Status QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options, int64_t rows,
+                                        int chunks, DeviceKvLane* lane, MemoryLinkEnd* link);
+  const AttentionExecutorOptions& options() const { return options_; }
+  // Waits for the lane's queued step; its outcome (DeadlineExceeded when q/k/v stopped coming).
+  static absl::Status FinishDeviceDecode(DeviceKvLane* lane, MemoryLinkEnd* link);
+  // The GPU the pool lives on; -1 on the CPU.
+  int device() const { return backend_->device(); }
+
   int64_t num_slots() const { return allocator_.num_slots(); }
   int64_t num_free_slots() const { return allocator_.num_free(); }
   int64_t num_shared_slots() const { return allocator_.num_shared(); }
@@ -56,6 +74,8 @@ class AttentionExecutor : public AttentionService {
   // FailedPrecondition when a position of `seq` in [first, first + count) is shared.
   absl::Status CheckWritable(SequenceId seq, const std::vector<SlotId>& slots, int64_t first, int64_t count) const;
   absl::StatusOr<const std::vector<SlotId>*> SlotsOf(SequenceId seq) const;
+  // Decode's checks, then the slot each entry writes into write_slots_.
+  absl::Status CheckDecode(int64_t layer, absl::Span<const DecodeEntry> entries);
   // Slots `reservations` still need beyond what their sequences hold.
   int64_t SlotsNeeded(absl::Span<const Reservation> reservations) const;
 

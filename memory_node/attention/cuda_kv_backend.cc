@@ -3,6 +3,7 @@
 // outputs are back in host memory.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "memory_node/attention/kv_backend.h"
+#include "memory_node/data_plane/device_link.h"
 
 namespace lamina {
 namespace {
@@ -99,14 +101,22 @@ class CudaKvBackend : public KvBackend {
     return absl::OkStatus();
   }
 
+  int device() const override { return device_; }
+  absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane() override;
+
+  // What a lane reads of the pool.
+  const KvBackendOptions& options() const { return options_; }
+  int num_sms() const { return num_sms_; }
+  cudaStream_t host_path_stream() const { return stream_.get(); }
+  bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * options_.num_slots * kv_size_; }
+  bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * options_.num_slots * kv_size_; }
+
  private:
   CudaKvBackend(const KvBackendOptions& options, int device)
       : options_(options),
         device_(device),
         kv_size_(options.attention.num_kv_heads * options.attention.head_dim) {}
   cudaStream_t stream() const { return stream_.get(); }
-  bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * options_.num_slots * kv_size_; }
-  bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * options_.num_slots * kv_size_; }
 
   KvBackendOptions options_;
   int device_;
@@ -125,6 +135,103 @@ class CudaKvBackend : public KvBackend {
   int64_t max_context_ = 0;
   kc::DecodePlan plan_;
 };
+
+// One lane of device-side decode steps: its own stream, slot lists, plans and outputs.
+class CudaKvLane : public DeviceKvLane {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaKvLane>> Create(const CudaKvBackend* pool) {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool->device()));
+    std::unique_ptr<CudaKvLane> lane(new CudaKvLane(pool));
+    LAMINA_ASSIGN_OR_RETURN(lane->stream_, cuda::Stream::Create());
+    LAMINA_ASSIGN_OR_RETURN(lane->pool_writes_, cuda::Event::Create());
+    return lane;
+  }
+
+  CUstream_st* stream() const override { return stream_.get(); }
+  const float* step_out() const override { return out_.as<float>(); }
+  absl::Status Synchronize() override { return stream_.Synchronize(); }
+
+  absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
+                       absl::Span<const int64_t> slot_begin, int chunks) override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
+    LAMINA_RETURN_IF_ERROR(stream_.Synchronize());  // the staging below may still feed the last step
+    const KvBackendOptions& o = pool_->options();
+    const int64_t n = static_cast<int64_t>(write_slots.size());
+    const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
+    const int64_t staged = n + static_cast<int64_t>(slot_ids.size()) + n + 1;
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_, staged * sizeof(int32_t)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&lists_, staged * sizeof(int32_t)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&out_, std::max<int64_t>(1, n) * q_size * sizeof(float)));
+    // [write slots][slot ids][slot begins], one upload.
+    int32_t* h = host_.as<int32_t>();
+    std::copy(write_slots.begin(), write_slots.end(), h);
+    std::copy(slot_ids.begin(), slot_ids.end(), h + n);
+    int64_t max_context = 0;
+    for (int64_t i = 0; i <= n; ++i) {
+      h[n + slot_ids.size() + i] = static_cast<int32_t>(slot_begin[i]);
+      if (i > 0) max_context = std::max(max_context, slot_begin[i] - slot_begin[i - 1]);
+    }
+    write_slots_ = lists_.as<int32_t>();
+    slot_ids_ = write_slots_ + n;
+    slot_begin_ = slot_ids_ + slot_ids.size();
+    // After the pool's host-path writes (a prompt's k/v) that this step reads.
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), pool_writes_.get(), 0));
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(lists_.data(), host_.data(), staged * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
+    // Each chunk's plan, and a workspace for the largest: nothing may allocate once the step's
+    // waits are queued (cudaFree would wait for them).
+    plans_.clear();
+    int64_t workspace = 1;
+    for (int c = 0; c < chunks; ++c) {
+      const RowRange r = ChunkOf(n, chunks, c);
+      plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, pool_->num_sms()));
+      workspace = std::max(workspace, plans_.back().workspace_floats);
+    }
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&workspace_, workspace * sizeof(float)));
+    rows_ = n;
+    return absl::OkStatus();
+  }
+
+  absl::Status QueueChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout) override {
+    const int chunks = static_cast<int>(plans_.size());
+    if (chunk < 0 || chunk >= chunks) return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", chunks));
+    const RowRange r = ChunkOf(rows_, chunks, chunk);
+    if (r.count == 0) return absl::OkStatus();
+    const KvBackendOptions& o = pool_->options();
+    const int64_t kv_size = o.attention.num_kv_heads * o.attention.head_dim;
+    const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
+    const float* rows = qkv + r.first * layout.row_stride;
+    LAMINA_RETURN_IF_ERROR(kc::StoreKv(rows + layout.k_offset, rows + layout.v_offset, layout.row_stride,
+                                       write_slots_ + r.first, pool_->keys(layer), pool_->values(layer), r.count,
+                                       kv_size, stream_.get()));
+    return kc::DecodeAttention(o.attention, plans_[chunk], rows + layout.q_offset, layout.row_stride,
+                               pool_->keys(layer), pool_->values(layer), slot_ids_, slot_begin_ + r.first,
+                               out_.as<float>() + r.first * q_size, q_size, r.count, workspace_.as<float>(),
+                               stream_.get());
+  }
+
+ private:
+  explicit CudaKvLane(const CudaKvBackend* pool) : pool_(pool) {}
+
+  const CudaKvBackend* pool_;
+  cuda::Stream stream_;
+  cuda::Event pool_writes_;
+  cuda::PinnedBuffer host_;    // int32: the step's lists, staged
+  cuda::DeviceBuffer lists_;   // int32: [write slots][slot ids][slot begins]
+  int32_t* write_slots_ = nullptr;
+  int32_t* slot_ids_ = nullptr;
+  int32_t* slot_begin_ = nullptr;
+  cuda::DeviceBuffer out_;        // float [sequences, q_size]
+  cuda::DeviceBuffer workspace_;  // float
+  std::vector<kc::DecodePlan> plans_;
+  int64_t rows_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<DeviceKvLane>> CudaKvBackend::NewDeviceLane() {
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaKvLane> lane, CudaKvLane::Create(this));
+  return std::unique_ptr<DeviceKvLane>(std::move(lane));
+}
 
 }  // namespace
 

@@ -10,8 +10,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/attention/attention_service.h"
 #include "common/threading/thread_pool.h"
 #include "kernels/cpu/attention.h"
+
+struct CUstream_st;
 
 namespace lamina {
 
@@ -21,9 +24,36 @@ struct KvBackendOptions {
   kernels::cpu::AttentionShape attention;
 };
 
+// A lane of device-side decode steps on a GPU pool (for a device-side data plane,
+// memory_node/data_plane/device_link.h): q/k/v already in device memory, work queued on the lane's
+// own stream without host waits. Each compute-node connection has its lane, so the steps of several
+// batches in flight run side by side. A step is ordered after the pool's earlier host-path writes.
+class DeviceKvLane {
+ public:
+  virtual ~DeviceKvLane() = default;
+  virtual CUstream_st* stream() const = 0;
+  // A step of `write_slots.size()` sequences: sequence s writes its new k/v at write_slots[s] and
+  // attends to slot_ids[slot_begin[s] .. slot_begin[s + 1]), its rows split into `chunks` (ChunkOf).
+  // Waits only for this lane's earlier work; allocates what the step needs.
+  virtual absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
+                               absl::Span<const int64_t> slot_begin, int chunks) = 0;
+  // Queues, for the sequences of chunk `chunk`: their k/v (rows of `qkv` in `layout`, device
+  // memory) stored at their write slots, then their attention into the same rows of step_out().
+  virtual absl::Status QueueChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout) = 0;
+  // The step's attention outputs, [sequences, q_size] floats.
+  virtual const float* step_out() const = 0;
+  virtual absl::Status Synchronize() = 0;
+};
+
 class KvBackend {
  public:
   virtual ~KvBackend() = default;
+  // The GPU of the pool, -1 on the CPU.
+  virtual int device() const { return -1; }
+  // A new lane of device-side decode steps; FailedPrecondition on the CPU.
+  virtual absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane() {
+    return absl::FailedPreconditionError("the KV pool is on the CPU: no device-side decode");
+  }
 
   // Writes one layer's k and v rows (heads first, `row_stride` floats apart) at `slots`.
   virtual absl::Status Store(int64_t layer, absl::Span<const int32_t> slots, const float* k, const float* v,

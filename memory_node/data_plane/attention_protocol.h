@@ -7,8 +7,14 @@
 //   kStoreKv  i64 layer, i64 seq, i32 first_position, i64 count, k [count, kv_size], v [count, kv_size]
 //   kDecode   i64 layer, u32 n, n x (i64 seq, i32 position), qkv rows [n, q_size + 2 kv_size]
 //   kFree     u32 n, n x i64 seq
+//   kOpenLink string transport, i64 max_rows, i32 max_chunks, string offer: a device-side data
+//             plane for this connection's decode steps (device_link.h), replacing any earlier one
+//   kBeginDecode  u64 step, u32 chunks, u32 n, n x (i64 seq, i32 position): queues every layer
+//             of a decode step on the link; replies once queued
+//   kEndDecode    (empty): waits for the step queued last and replies with its outcome
 // Reply payload (type kReply, same tag):
-//   i32 status code, string message, then for kDecode the outputs [n, q_size]
+//   i32 status code, string message, then for kDecode the outputs [n, q_size], for kOpenLink the
+//   memory end's answer (string)
 #ifndef LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_PROTOCOL_H_
 #define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_PROTOCOL_H_
 
@@ -21,6 +27,9 @@ enum MessageType : uint32_t {
   kStoreKv = 2,
   kDecode = 3,
   kFree = 4,
+  kOpenLink = 5,
+  kBeginDecode = 6,
+  kEndDecode = 7,
   kReply = 100,
 };
 

@@ -1,5 +1,7 @@
 #include "memory_node/data_plane/attention_server.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
@@ -11,9 +13,11 @@ namespace ap = attention_protocol;
 
 absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(Transport* transport, const std::string& address,
                                                                        const AttentionWireShape& shape,
-                                                                       AttentionService* service, std::mutex* service_mu) {
+                                                                       AttentionService* service, std::mutex* service_mu,
+                                                                       AttentionExecutor* executor) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<Listener> listener, transport->Listen(address));
-  std::unique_ptr<AttentionServer> server(new AttentionServer(std::move(listener), shape, service, service_mu));
+  std::unique_ptr<AttentionServer> server(
+      new AttentionServer(std::move(listener), shape, service, service_mu, executor));
   server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -49,6 +53,7 @@ void AttentionServer::Serve(Connection* connection) {
   while (!stopping_) {
     if (!connection->Receive(&header, &s.request, absl::InfiniteFuture()).ok()) return;
     s.out.clear();
+    s.answer.clear();
     absl::Status status;
     {
       ScopedBusy timed(&busy_);
@@ -58,8 +63,15 @@ void AttentionServer::Serve(Connection* connection) {
     WireWriter w(&s.reply);
     w.Put<int32_t>(static_cast<int32_t>(status.code()));
     w.PutString(std::string(status.message()));
+    if (!s.answer.empty()) w.PutString(s.answer);
     ByteSpan parts[] = {s.reply, ByteSpan(reinterpret_cast<const uint8_t*>(s.out.data()), s.out.size() * sizeof(float))};
     if (!connection->Send({ap::kReply, 0, header.tag}, parts).ok()) return;
+    if (s.begun.pending) {
+      // After the reply: the compute node starts sending while the layers are queued.
+      s.begun.pending = false;
+      s.queued = AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
+                                                      s.begun.chunks, s.lane.get(), s.link.get());
+    }
   }
 }
 
@@ -143,8 +155,73 @@ absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
       for (SequenceId s : seqs) service_->Free(s);
       return absl::OkStatus();
     }
+    case ap::kOpenLink:
+    case ap::kBeginDecode:
+    case ap::kEndDecode:
+      return HandleLink(type, &r, scratch);
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown data-plane message type ", type));
+  }
+}
+
+absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* scratch) {
+  if (executor_ == nullptr || executor_->device() < 0) {
+    return absl::FailedPreconditionError("this memory node keeps its KV cache on the CPU: no device-side data plane");
+  }
+  switch (type) {
+    case ap::kOpenLink: {
+      std::string transport, offer;
+      int64_t max_rows;
+      int32_t max_chunks;
+      LAMINA_RETURN_IF_ERROR(r->GetString(&transport));
+      LAMINA_RETURN_IF_ERROR(r->Get(&max_rows));
+      LAMINA_RETURN_IF_ERROR(r->Get(&max_chunks));
+      LAMINA_RETURN_IF_ERROR(r->GetString(&offer));
+      if (max_rows < 1 || max_rows > (int64_t{1} << 20) || max_chunks < 1 || max_chunks > 64) {
+        return absl::InvalidArgumentError(absl::StrCat("a link of ", max_rows, " rows in ", max_chunks, " chunks"));
+      }
+      LinkShape link{shape_.num_layers, shape_.q_size + 2 * shape_.kv_size, shape_.q_size, max_rows, max_chunks};
+      scratch->link.reset();
+      scratch->lane.reset();
+      std::lock_guard<std::mutex> lock(*service_mu_);
+      LAMINA_ASSIGN_OR_RETURN(scratch->lane, executor_->NewDeviceLane());
+      LAMINA_ASSIGN_OR_RETURN(auto end_and_answer, CreateMemoryLinkEnd(transport, link, executor_->device(), offer));
+      scratch->link = std::move(end_and_answer.first);
+      scratch->answer = std::move(end_and_answer.second);
+      scratch->link_rows = max_rows;
+      scratch->link_chunks = max_chunks;
+      return absl::OkStatus();
+    }
+    case ap::kBeginDecode: {
+      if (!scratch->link) return absl::FailedPreconditionError("no device link is open on this connection");
+      uint64_t step;
+      uint32_t chunks, n;
+      LAMINA_RETURN_IF_ERROR(r->Get(&step));
+      LAMINA_RETURN_IF_ERROR(r->Get(&chunks));
+      LAMINA_RETURN_IF_ERROR(r->Get(&n));
+      LAMINA_RETURN_IF_ERROR(CheckCount(n, sizeof(int64_t) + sizeof(int32_t), *r));
+      if (n > scratch->link_rows || chunks < 1 || static_cast<int>(chunks) > scratch->link_chunks) {
+        return absl::InvalidArgumentError(absl::StrCat("a step of ", n, " rows in ", chunks, " chunks on a link of ",
+                                                       scratch->link_rows, " rows in ", scratch->link_chunks));
+      }
+      std::vector<DecodeEntry>& entries = scratch->entries;
+      entries.resize(n);
+      for (DecodeEntry& e : entries) {
+        LAMINA_RETURN_IF_ERROR(r->Get(&e.seq));
+        LAMINA_RETURN_IF_ERROR(r->Get(&e.position));
+      }
+      std::lock_guard<std::mutex> lock(*service_mu_);
+      LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceDecode(entries, static_cast<int>(chunks), scratch->lane.get()));
+      scratch->begun = {true, step, static_cast<int64_t>(n), static_cast<int>(chunks)};
+      return absl::OkStatus();
+    }
+    default: {  // kEndDecode
+      if (!scratch->link) return absl::FailedPreconditionError("no device link is open on this connection");
+      // The lane is this connection's own: no lock while its step runs.
+      absl::Status finished = AttentionExecutor::FinishDeviceDecode(scratch->lane.get(), scratch->link.get());
+      absl::Status queued = std::exchange(scratch->queued, absl::OkStatus());
+      return queued.ok() ? finished : queued;
+    }
   }
 }
 

@@ -3,6 +3,10 @@
 // A malformed request gets an error reply and the connection stays up; a broken connection ends
 // only its own thread. Thread-safe; the service is called under `service_mu`, which the node's
 // other users of the service (the gRPC FreeSequences handler) share.
+//
+// With an `executor` whose pool is on a GPU, a compute node may open a device-side data plane
+// (device_link.h) on its connection: its decode steps then go GPU to GPU, and the connection
+// carries only each step's plan and outcome.
 #ifndef LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 #define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 
@@ -17,6 +21,9 @@
 #include "common/attention/attention_service.h"
 #include "common/metrics/busy_meter.h"
 #include "common/transport/transport.h"
+#include "common/transport/wire.h"
+#include "memory_node/attention/attention_executor.h"
+#include "memory_node/data_plane/device_link.h"
 
 namespace lamina {
 
@@ -30,7 +37,8 @@ class AttentionServer {
  public:
   static absl::StatusOr<std::unique_ptr<AttentionServer>> Start(Transport* transport, const std::string& address,
                                                                const AttentionWireShape& shape,
-                                                               AttentionService* service, std::mutex* service_mu);
+                                                               AttentionService* service, std::mutex* service_mu,
+                                                               AttentionExecutor* executor = nullptr);
   ~AttentionServer();  // stops accepting, closes every connection, joins the threads
 
   std::string address() const { return listener_->address(); }
@@ -39,13 +47,28 @@ class AttentionServer {
 
  private:
   AttentionServer(std::unique_ptr<Listener> listener, const AttentionWireShape& shape, AttentionService* service,
-                  std::mutex* service_mu)
-      : listener_(std::move(listener)), shape_(shape), service_(service), service_mu_(service_mu) {}
+                  std::mutex* service_mu, AttentionExecutor* executor)
+      : listener_(std::move(listener)), shape_(shape), service_(service), service_mu_(service_mu),
+        executor_(executor) {}
   void AcceptLoop();
   void Serve(Connection* connection);
-  // A connection's buffers, kept for its lifetime so that steady-state requests allocate nothing.
+  // A connection's buffers, kept for its lifetime so that steady-state requests allocate nothing,
+  // and its device link.
   struct Scratch {
     std::vector<uint8_t> request, reply;
+    std::string answer;  // kOpenLink's reply
+    std::unique_ptr<MemoryLinkEnd> link;
+    std::unique_ptr<DeviceKvLane> lane;  // the link's stream and step buffers on the pool's GPU
+    int64_t link_rows = 0;
+    int link_chunks = 0;
+    // A step prepared by kBeginDecode, queued once the reply is out; how the queueing went.
+    struct {
+      bool pending = false;
+      uint64_t step = 0;
+      int64_t rows = 0;
+      int chunks = 1;
+    } begun;
+    absl::Status queued;
     std::vector<float> out;  // kDecode's outputs
     std::vector<Reservation> reservations;
     std::vector<DecodeEntry> entries;
@@ -53,11 +76,13 @@ class AttentionServer {
   };
   // Handles one request (in scratch->request) and returns the call's status.
   absl::Status Handle(uint32_t type, Scratch* scratch);
+  absl::Status HandleLink(uint32_t type, WireReader* r, Scratch* scratch);
 
   std::unique_ptr<Listener> listener_;
   AttentionWireShape shape_;
   AttentionService* service_;
   std::mutex* service_mu_;
+  AttentionExecutor* executor_;
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
   std::mutex connections_mu_;

@@ -60,8 +60,10 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
                     "\n    port: ", FreePort(), "\n");
   }
   for (int i = 0; i < options.memory_nodes; ++i) {
-    absl::StrAppend(&yaml, "  - name: memory-", i, "\n    role: memory\n    device: ", options.device,
-                    "\n    port: ", FreePort(),
+    const std::string device = i < static_cast<int>(options.memory_devices.size()) ? options.memory_devices[i]
+                                                                                   : options.device;
+    absl::StrAppend(&yaml, "  - name: memory-", i, "\n    role: memory\n    device: ", device,
+                    options.transport.empty() ? "" : "\n    transport: " + options.transport, "\n    port: ", FreePort(),
                     "\n    data_port: ", FreePort(), "\n    kv_capacity_tokens: ", options.kv_capacity_tokens, "\n");
   }
   const std::string topology = h->dir_.Write("topology.yaml", yaml);
@@ -97,8 +99,14 @@ ClusterHarness::~ClusterHarness() {
   ::waitpid(up_pid_, &status, 0);
 }
 
-std::string ClusterHarness::UpOutput() const {
-  FILE* f = std::fopen((dir_.path() + "/up.out").c_str(), "r");
+std::string ClusterHarness::UpOutput() const { return ReadText(dir_.path() + "/up.out"); }
+
+std::string ClusterHarness::NodeLog(const std::string& name) const {
+  return ReadText(dir_.path() + "/logs/" + name + ".log");
+}
+
+std::string ClusterHarness::ReadText(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
   if (!f) return "";
   std::string text;
   char buffer[4096];

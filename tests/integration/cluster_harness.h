@@ -23,6 +23,9 @@ struct ClusterOptions {
   int max_batch = 64;
   bool prefix_caching = true;
   std::string device = "cpu";  // of every node, e.g. "cuda:0"
+  // Memory node i's device when given (else `device`), and the memory nodes' `transport`.
+  std::vector<std::string> memory_devices;
+  std::string transport;
   std::optional<int64_t> random_weights_seed;  // set: `weights: random` with this seed
   std::string pipelining = "none";             // the topology's `pipelining`
   int rotational_above = 128;                  // and its `scheduler.rotational_above`
@@ -41,8 +44,11 @@ class ClusterHarness {
   absl::StatusOr<int64_t> NodePid(const std::string& node);
   // What `lamina up` printed so far (stdout and stderr).
   std::string UpOutput() const;
+  // What node `name` wrote to its log.
+  std::string NodeLog(const std::string& name) const;
 
  private:
+  static std::string ReadText(const std::string& path);  // "" when unreadable
   ClusterHarness() = default;
 
   TempDir dir_;

@@ -1,5 +1,6 @@
-// A real cluster with its compute node and memory nodes on a GPU (data plane over tcp): the demo
-// model's golden prompts, and 32 concurrent requests. bf16 arithmetic may part from the golden
+// A real cluster with its compute node and memory nodes on GPUs: the demo model's golden prompts,
+// and 32 concurrent requests, with the decode data plane over tcp and over cuda_ipc (the memory
+// nodes on the second GPU when there is one, as the compute node's peer; else on the same GPU). bf16 arithmetic may part from the golden
 // greedy text at near-ties (the fixtures' README), so this checks the opening tokens exactly and
 // the rest by agreement; the logits themselves are checked against the golden ones with teacher
 // forcing in tests/unit/compute_node/engine/cuda. Skips with the reason where no GPU is present.
@@ -23,11 +24,16 @@ lamina::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_
   return r;
 }
 
-TEST(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
+class GpuClusterTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
   ClusterOptions options;
   options.device = "cuda:0";
+  options.transport = GetParam();
+  const std::string memory_device = GpuNames().size() > 1 ? "cuda:1" : "cuda:0";
+  options.memory_devices = {memory_device, memory_device};
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
@@ -50,6 +56,13 @@ TEST(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
     });
   }
   for (auto& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (statuses[i].ok()) continue;
+    ADD_FAILURE() << "request " << i << ": " << statuses[i] << "\ncompute-0's log:\n"
+                  << (*cluster)->NodeLog("compute-0") << "\nmemory-0's log:\n"
+                  << (*cluster)->NodeLog("memory-0");
+    return;
+  }
   int agreeing = 0, total = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(statuses[i].ok()) << "request " << i << ": " << statuses[i];
@@ -60,12 +73,26 @@ TEST(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
     agreeing += static_cast<int>(same);
     total += 48;
   }
-  std::printf("GPU cluster: %d of %d tokens agree with the golden greedy text before any divergence\n", agreeing,
-              total);
+  std::printf("GPU cluster over %s, memory nodes on %s: %d of %d tokens agree with the golden greedy text before any "
+              "divergence\n",
+              GetParam().c_str(), memory_device.c_str(), agreeing, total);
   EXPECT_GE(agreeing, total * 3 / 4);
   const std::string up = (*cluster)->UpOutput();
   EXPECT_EQ(up.find("error"), std::string::npos) << up;
+  // The decode steps went the way the topology asked.
+  const std::string log = (*cluster)->NodeLog("compute-0");
+  for (const char* node : {"memory-0", "memory-1"}) {
+    const std::string line = std::string("memory node '") + node + "': decode over " + GetParam();
+    if (GetParam() == "tcp") {
+      EXPECT_EQ(log.find("decode over"), std::string::npos) << log;
+    } else {
+      EXPECT_NE(log.find(line), std::string::npos) << log;
+    }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, GpuClusterTest, ::testing::Values("tcp", "cuda_ipc"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace lamina::testing

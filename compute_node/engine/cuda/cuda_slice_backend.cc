@@ -67,6 +67,7 @@ absl::Status CudaSliceBackend::Reserve(int64_t tokens) {
   LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_attn_out_, n * c.q_size() * sizeof(float)));
   // Padding rows read these before anything is written there: keep them finite.
   std::memset(host_attn_out_.data(), 0, host_attn_out_.bytes());
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_out_.data(), 0, attn_out_.bytes(), stream()));
   capacity_ = n;
   graphs_.clear();  // they hold the old buffers' addresses
   return absl::OkStatus();
@@ -88,7 +89,7 @@ absl::Status CudaSliceBackend::SetBatch(absl::Span<const int32_t> tokens, absl::
 }
 
 absl::Status CudaSliceBackend::RunGraphed(int64_t slice, absl::FunctionRef<absl::Status()> work) {
-  const auto key = std::make_pair(padded_, slice);
+  const auto key = std::make_tuple(padded_, slice, attention_on_device_);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return it->second.Launch(stream());
   // The first run is eager: it gives this call its results and settles GEMM plans and kernel
@@ -210,9 +211,9 @@ absl::Status CudaSliceBackend::RunFirst(absl::Span<const int32_t> tokens, absl::
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(positions_.data(), host_positions_.data(),
                                                 bucket * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
     LAMINA_RETURN_IF_ERROR(EmbedAndProject());
-    return StageQkv();
+    return attention_on_device_ ? absl::OkStatus() : StageQkv();
   }));
-  qkv_staged_ = true;
+  qkv_staged_ = !attention_on_device_;
   return absl::OkStatus();
 }
 
@@ -224,6 +225,7 @@ absl::Status CudaSliceBackend::UploadAttnOutIfOnHost() {
 
 absl::Status CudaSliceBackend::RunMiddle(int64_t slice) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  if (graphed_ && attention_on_device_) return RunGraphed(slice, [&] { return Middle(slice); });
   if (graphed_ && attn_out_on_host_) {
     attn_out_on_host_ = false;
     LAMINA_RETURN_IF_ERROR(RunGraphed(slice, [&]() -> absl::Status {
@@ -242,11 +244,12 @@ absl::Status CudaSliceBackend::RunMiddle(int64_t slice) {
 absl::Status CudaSliceBackend::RunLastSlice(absl::Span<const int64_t> rows, std::vector<int32_t>* logits_rows) {
   const ModelConfig& c = config();
   logits_rows->clear();
-  if (graphed_ && attn_out_on_host_) {
+  if (graphed_ && (attn_out_on_host_ || attention_on_device_)) {
     // Logits for every padded row; rows[i] is read in place.
+    const bool upload = attn_out_on_host_;
     attn_out_on_host_ = false;
     LAMINA_RETURN_IF_ERROR(RunGraphed(c.num_layers, [&]() -> absl::Status {
-      LAMINA_RETURN_IF_ERROR(UploadAttnOut());
+      if (upload) LAMINA_RETURN_IF_ERROR(UploadAttnOut());
       return LogitsForAllRows();
     }));
     logits_rows->assign(rows.begin(), rows.end());

@@ -23,6 +23,7 @@
 
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,12 @@ class CudaSliceBackend : public SliceBackend {
   absl::StatusOr<const float*> HostQkv() override;
   float* HostAttnOut() override;
   absl::Status PrefillAttention(int64_t first_row, int64_t count) override;
+  // Device-side attention: the slices' graphs then leave out the host copies.
+  bool SetAttentionOnDevice(bool on) override {
+    attention_on_device_ = on;
+    return true;
+  }
+  DeviceBatch device_batch() const override { return {qkv_.as<float>(), attn_out_.as<float>(), stream()}; }
 
   // Device-side steps, queued on stream() without synchronising.
   // Copies the batch's tokens and positions in (from pageable memory: synchronous for the host).
@@ -93,7 +100,9 @@ class CudaSliceBackend : public SliceBackend {
   bool graphed_ = false;    // the batch runs as graphs (padded_ is its bucket)
   bool attn_out_on_host_ = false;
   bool qkv_staged_ = false;  // host_qkv_ already holds the latest q/k/v (a graph copied it)
-  std::map<std::pair<int64_t, int64_t>, cuda::Graph> graphs_;  // (bucket, slice)
+  bool attention_on_device_ = false;  // SetAttentionOnDevice
+  // (bucket, slice, attention on device): with the host copies or without.
+  std::map<std::tuple<int64_t, int64_t, bool>, cuda::Graph> graphs_;
   // Device activations.
   cuda::DeviceBuffer tokens_;      // int32 [capacity]
   cuda::DeviceBuffer positions_;   // int32 [capacity]

@@ -64,6 +64,28 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
               "local-cpu.yaml:8: coordinator.extra: unknown field");
 }
 
+TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
+  const std::string original = Original();
+  // memory-1, nodes[2], with its device and transport replaced.
+  auto with = [&](const std::string& device, const std::string& transport) {
+    return absl::StrReplaceAll(original, {{"    data_port: 50182\n    device: cpu\n",
+                                           "    data_port: 50182\n    device: " + device + "\n" + transport}});
+  };
+  auto transports = [&](const std::string& text) -> std::vector<std::string> {
+    auto t = ParseTopology(text, kPath);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? t->Find("memory-1")->transports : std::vector<std::string>{};
+  };
+  EXPECT_EQ(transports(with("cpu", "")), (std::vector<std::string>{"tcp"}));
+  EXPECT_EQ(transports(with("cuda:1", "")), (std::vector<std::string>{"cuda_ipc", "tcp"}));
+  EXPECT_EQ(transports(with("cuda:1", "    transport: cuda_ipc\n")), (std::vector<std::string>{"cuda_ipc"}));
+  EXPECT_EQ(transports(with("cuda:1", "    transport: [tcp, cuda_ipc]\n")),
+            (std::vector<std::string>{"tcp", "cuda_ipc"}));
+  ExpectError(with("cpu", "    transport: cuda_ipc\n"), "nodes[2].transport: cuda_ipc needs the memory node on a GPU");
+  ExpectError(with("cuda:1", "    transport: [cuda_ipc, pigeon]\n"), "nodes[2].transport: unknown transport 'pigeon'");
+  ExpectError(with("cuda:1", "    transport: nccl\n"), "nodes[2].transport: 'nccl' is not built yet");
+}
+
 TEST(TopologyTest, RandomWeightsTakeASeedAndOtherwiseTheCheckpointIsRead) {
   const std::string original = Original();
   auto checkpoint = ParseTopology(original, kPath);

@@ -1,0 +1,50 @@
+// Kernels of the device-side data plane (cuda_ipc): rows written straight into a peer GPU's
+// memory and a flag raised after them, a flag waited on by a kernel queued ahead of the work it
+// guards, and rows scattered back into a batch. Nothing here involves the host once queued.
+//
+// Flags are 64-bit words that only grow: a sender stores a value, a receiver waits until the word
+// is at least the value it expects, so a flag never needs resetting between steps. The sender's
+// row writes are made visible system-wide (__threadfence_system) before the flag is stored with
+// release semantics; the receiver loads it with acquire semantics.
+//
+// No wait is unbounded: WaitFlag gives up after `timeout_ns` and records `code` in `*error`, and a
+// SendRows whose `error` word is set does not raise its flag, so a stalled peer turns into a step
+// error on both sides rather than a hang. Launchers queue work on `stream` and never synchronize.
+// Thread-safe.
+#ifndef LAMINA_KERNELS_CUDA_DATA_PLANE_H_
+#define LAMINA_KERNELS_CUDA_DATA_PLANE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace lamina::kernels::cuda {
+
+// dst row i = src row (rows ? rows[i] : i), for i < count; then, once every row is written,
+// *flag = value (unless *error != 0, when error is not null). `dst` and `flag` may be a peer GPU's
+// memory (mapped through CUDA IPC). `arrivals` is a zeroed device word of this GPU that the
+// launch uses to find its last block, and leaves zeroed.
+absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                      float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
+                      uint32_t* arrivals, cudaStream_t stream);
+
+// Holds `stream` until *flag >= value. After `timeout_ns` it stops waiting and sets *error = code
+// (when *error is still 0), so later work on the stream runs on whatever is there and the host
+// learns of it from *error. Once *error is set, later waits pass at once.
+absl::Status WaitFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
+                      cudaStream_t stream);
+
+// Loads the kernels above now. With lazy module loading (CUDA's default) a kernel's first launch
+// may wait for the whole device to be idle, which never happens while a WaitFlag queued ahead
+// spins on the peer: call this when a link opens, before any wait is queued.
+absl::Status PreloadDataPlaneKernels();
+
+// dst row rows[i] = src row i, for i < count.
+absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                         float* dst, int64_t dst_stride, cudaStream_t stream);
+
+}  // namespace lamina::kernels::cuda
+
+#endif  // LAMINA_KERNELS_CUDA_DATA_PLANE_H_

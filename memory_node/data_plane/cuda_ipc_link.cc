@@ -1,0 +1,221 @@
+// The cuda_ipc link (device_link.h). Each end owns its receive buffer and one flag per chunk in
+// its own GPU's memory, exported through CUDA IPC handles and mapped by the other end. A sender
+// writes rows into the peer's receive buffer with a kernel (SendRows), whose last block raises the
+// chunk's flag in the peer's memory; the receiver has a WaitFlag kernel queued ahead on its stream,
+// spinning on that flag in its own memory. Flags only grow: a step's layer expects
+// step * num_layers + layer + 1.
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/device_buffer.h"
+#include "common/cuda/ipc.h"
+#include "common/status/status_macros.h"
+#include "common/transport/wire.h"
+#include "kernels/cuda/data_plane.h"
+#include "memory_node/data_plane/cuda_ipc_link.h"
+
+namespace lamina {
+namespace {
+
+namespace kc = kernels::cuda;
+
+constexpr uint32_t kReceiveTimedOut = 1;
+
+uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
+  return step * static_cast<uint64_t>(shape.num_layers) + static_cast<uint64_t>(layer) + 1;
+}
+
+// What both ends own: a receive buffer and flags (exported), a word for each chunk's SendRows to
+// count its blocks, and the error word that a timed-out wait sets (pinned, read by the host).
+struct Local {
+  cuda::DeviceBuffer receive;   // float [max_rows, row floats]
+  cuda::DeviceBuffer flags;     // uint64 [max_chunks], the peer raises them
+  cuda::DeviceBuffer arrivals;  // uint32 [max_chunks]
+  cuda::PinnedBuffer error;     // uint32
+
+  static absl::StatusOr<Local> Create(int64_t receive_floats, int chunks) {
+    LAMINA_RETURN_IF_ERROR(kc::PreloadDataPlaneKernels());
+    Local l;
+    LAMINA_ASSIGN_OR_RETURN(l.receive, cuda::DeviceBuffer::Create(std::max<int64_t>(1, receive_floats) * sizeof(float)));
+    LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(chunks * sizeof(uint64_t)));
+    LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(chunks * sizeof(uint32_t)));
+    LAMINA_ASSIGN_OR_RETURN(l.error, cuda::PinnedBuffer::Create(sizeof(uint32_t)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.flags.data(), 0, l.flags.bytes()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.arrivals.data(), 0, l.arrivals.bytes()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    *l.error.as<uint32_t>() = 0;
+    return l;
+  }
+
+  // The handles of the receive buffer and the flags, as one message.
+  absl::StatusOr<std::string> Export(int64_t max_rows, int max_chunks) const {
+    LAMINA_ASSIGN_OR_RETURN(std::string receive_handle, cuda::ExportIpcHandle(receive.data()));
+    LAMINA_ASSIGN_OR_RETURN(std::string flags_handle, cuda::ExportIpcHandle(flags.data()));
+    std::vector<uint8_t> bytes;
+    WireWriter w(&bytes);
+    w.Put<int64_t>(max_rows);
+    w.Put<int32_t>(max_chunks);
+    w.PutString(receive_handle);
+    w.PutString(flags_handle);
+    return std::string(bytes.begin(), bytes.end());
+  }
+
+  absl::Status TakeStatus(const char* waiting_for, absl::Duration timeout) {
+    volatile uint32_t* e = error.as<uint32_t>();
+    if (*e == 0) return absl::OkStatus();
+    *e = 0;
+    return absl::DeadlineExceededError(absl::StrCat("cuda_ipc: ", waiting_for, " did not arrive within ",
+                                                    absl::FormatDuration(timeout)));
+  }
+};
+
+// The peer's receive buffer and flags, mapped here.
+struct Remote {
+  cuda::IpcMapping receive;
+  cuda::IpcMapping flags;
+
+  static absl::StatusOr<Remote> Open(const std::string& exported, const LinkShape& shape) {
+    WireReader r(reinterpret_cast<const uint8_t*>(exported.data()), exported.size());
+    int64_t max_rows;
+    int32_t max_chunks;
+    std::string receive_handle, flags_handle;
+    LAMINA_RETURN_IF_ERROR(r.Get(&max_rows));
+    LAMINA_RETURN_IF_ERROR(r.Get(&max_chunks));
+    LAMINA_RETURN_IF_ERROR(r.GetString(&receive_handle));
+    LAMINA_RETURN_IF_ERROR(r.GetString(&flags_handle));
+    if (max_rows != shape.max_rows || max_chunks != shape.max_chunks) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the peer's buffers are for ", max_rows, " rows in ",
+                                                     max_chunks, " chunks, not ", shape.max_rows, " in ",
+                                                     shape.max_chunks));
+    }
+    Remote remote;
+    LAMINA_ASSIGN_OR_RETURN(remote.receive, cuda::IpcMapping::Open(receive_handle));
+    LAMINA_ASSIGN_OR_RETURN(remote.flags, cuda::IpcMapping::Open(flags_handle));
+    return remote;
+  }
+};
+
+class CudaIpcComputeEnd : public ComputeLinkEnd {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaIpcComputeEnd>> Create(const LinkShape& shape, int device) {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    std::unique_ptr<CudaIpcComputeEnd> end(new CudaIpcComputeEnd(shape, device));
+    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape.max_rows * shape.q_size, shape.max_chunks));
+    LAMINA_ASSIGN_OR_RETURN(end->rows_, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_rows) * sizeof(int32_t)));
+    LAMINA_ASSIGN_OR_RETURN(end->offer_, end->local_.Export(shape.max_rows, shape.max_chunks));
+    return end;
+  }
+
+  std::string transport() const override { return "cuda_ipc"; }
+  std::string Offer() const override { return offer_; }
+  absl::Status Accept(const std::string& answer) override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    LAMINA_ASSIGN_OR_RETURN(remote_, Remote::Open(answer, shape_));
+    return absl::OkStatus();
+  }
+
+  absl::Status SetRows(absl::Span<const int32_t> rows) override {
+    if (static_cast<int64_t>(rows.size()) > shape_.max_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: ", rows.size(), " rows for a link of ",
+                                                     shape_.max_rows));
+    }
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    num_rows_ = static_cast<int64_t>(rows.size());
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(rows_.data(), rows.data(), rows.size() * sizeof(int32_t),
+                                           cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+
+  absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, const float* qkv, int64_t qkv_stride,
+                         GpuStream stream) override {
+    const RowRange r = ChunkOf(num_rows_, chunks, chunk);
+    return kc::SendRows(qkv, qkv_stride, rows_.as<int32_t>() + r.first, r.count, shape_.qkv_size,
+                        remote_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size,
+                        remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer), local_.error.as<uint32_t>(),
+                        local_.arrivals.as<uint32_t>() + chunk, stream);
+  }
+
+  absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, float* out, int64_t out_stride,
+                            GpuStream stream) override {
+    const RowRange r = ChunkOf(num_rows_, chunks, chunk);
+    LAMINA_RETURN_IF_ERROR(kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
+                                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(),
+                                        kReceiveTimedOut, stream));
+    return kc::ScatterRows(local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
+                           rows_.as<int32_t>() + r.first, r.count, shape_.q_size, out, out_stride, stream);
+  }
+
+  absl::Status TakeStepStatus() override { return local_.TakeStatus("attention outputs", shape_.timeout); }
+
+ private:
+  CudaIpcComputeEnd(const LinkShape& shape, int device) : shape_(shape), device_(device) {}
+
+  LinkShape shape_;
+  int device_;
+  Local local_;   // receives attention outputs [max_rows, q_size]
+  Remote remote_;
+  cuda::DeviceBuffer rows_;  // int32 [max_rows]: the batch row of each row sent
+  int64_t num_rows_ = 0;
+  std::string offer_;
+};
+
+class CudaIpcMemoryEnd : public MemoryLinkEnd {
+ public:
+  static absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> Create(const LinkShape& shape,
+                                                                                      int device,
+                                                                                      const std::string& offer) {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    std::unique_ptr<CudaIpcMemoryEnd> end(new CudaIpcMemoryEnd(shape));
+    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape.max_rows * shape.qkv_size, shape.max_chunks));
+    LAMINA_ASSIGN_OR_RETURN(end->remote_, Remote::Open(offer, shape));
+    LAMINA_ASSIGN_OR_RETURN(std::string answer, end->local_.Export(shape.max_rows, shape.max_chunks));
+    return std::make_pair(std::unique_ptr<MemoryLinkEnd>(std::move(end)), std::move(answer));
+  }
+
+  std::string transport() const override { return "cuda_ipc"; }
+  const float* received() const override { return local_.receive.as<float>(); }
+
+  absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,
+                            GpuStream stream) override {
+    return kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
+                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
+                        stream);
+  }
+
+  absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
+                         int64_t out_stride, GpuStream stream) override {
+    const RowRange r = ChunkOf(rows, chunks, chunk);
+    // After a wait gave up the outputs are garbage: the flag stays down and the compute end
+    // times out too.
+    return kc::SendRows(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
+                        remote_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
+                        remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
+                        local_.error.as<uint32_t>(), local_.arrivals.as<uint32_t>() + chunk, stream);
+  }
+
+  absl::Status TakeStepStatus() override { return local_.TakeStatus("q/k/v", shape_.timeout); }
+
+ private:
+  explicit CudaIpcMemoryEnd(const LinkShape& shape) : shape_(shape) {}
+
+  LinkShape shape_;
+  Local local_;  // receives q/k/v [max_rows, qkv_size]
+  Remote remote_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateCudaIpcComputeEnd(const LinkShape& shape, int device) {
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaIpcComputeEnd> end, CudaIpcComputeEnd::Create(shape, device));
+  return std::unique_ptr<ComputeLinkEnd>(std::move(end));
+}
+
+absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateCudaIpcMemoryEnd(
+    const LinkShape& shape, int device, const std::string& offer) {
+  return CudaIpcMemoryEnd::Create(shape, device, offer);
+}
+
+}  // namespace lamina

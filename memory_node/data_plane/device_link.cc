@@ -1,0 +1,38 @@
+#include "memory_node/data_plane/device_link.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+#if LAMINA_HAVE_CUDA
+#include "memory_node/data_plane/cuda_ipc_link.h"
+#endif
+
+namespace lamina {
+
+int ChunksFor(int64_t rows, int max_chunks) {
+  if (rows < 64) return 1;
+  return static_cast<int>(std::clamp<int64_t>(rows / 32, 1, std::max(1, max_chunks)));
+}
+
+absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateComputeLinkEnd(const std::string& transport,
+                                                                     const LinkShape& shape, int device) {
+#if LAMINA_HAVE_CUDA
+  if (transport == "cuda_ipc") return CreateCudaIpcComputeEnd(shape, device);
+#else
+  if (transport == "cuda_ipc") return absl::FailedPreconditionError("cuda_ipc: this build has no CUDA");
+#endif
+  return absl::InvalidArgumentError(absl::StrCat("'", transport, "' is not a device-side transport"));
+}
+
+absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMemoryLinkEnd(
+    const std::string& transport, const LinkShape& shape, int device, const std::string& offer) {
+#if LAMINA_HAVE_CUDA
+  if (transport == "cuda_ipc") return CreateCudaIpcMemoryEnd(shape, device, offer);
+#else
+  if (transport == "cuda_ipc") return absl::FailedPreconditionError("cuda_ipc: this build has no CUDA");
+#endif
+  return absl::InvalidArgumentError(absl::StrCat("'", transport, "' is not a device-side transport"));
+}
+
+}  // namespace lamina

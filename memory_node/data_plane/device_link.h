@@ -1,0 +1,115 @@
+// Device-side data planes: a decode step's q/k/v and attention outputs moving straight between the
+// compute node's GPU and a memory node's GPU, with every layer's exchange queued ahead on the two
+// GPUs' streams, so that no host thread sits on the per-layer path.
+//
+// A link joins one compute node (ComputeLinkEnd) and one memory node (MemoryLinkEnd). The compute
+// node opens it over the pair's control connection (attention_protocol.h: kOpenLink carries the
+// compute end's offer, the reply the memory end's answer); from then on each decode step is
+//   compute:  SetRows; per layer and chunk QueueSend, then per chunk QueueReceive; wait; TakeStepStatus
+//   memory:   per layer and chunk QueueReceive, store + attention, QueueSend;   wait; TakeStepStatus
+// The rows of a layer travel as `chunks` mini-batches (ChunkOf), each with its own flag, so the
+// memory node starts attention on the first while the rest are in flight.
+//
+// Transports: `cuda_ipc` (GPUs of one host: receive buffers shared through CUDA IPC handles, rows
+// written by a kernel straight into the peer's memory, then a flag that a kernel queued ahead on the
+// receiver spins on) and `nccl` (NCCL send/recv between the two GPUs, over NVLink in a host and
+// InfiniBand/RoCE across hosts). A wait gives up after the link's timeout, and the step then fails
+// on both sides with DeadlineExceeded instead of hanging.
+// Thread-compatible: one step at a time per link.
+#ifndef LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
+#define LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+struct CUstream_st;
+
+namespace lamina {
+
+using GpuStream = CUstream_st*;  // cudaStream_t
+
+struct LinkShape {
+  int64_t num_layers = 0;
+  int64_t qkv_size = 0;  // floats of one row of q/k/v: q_size + 2 kv_size
+  int64_t q_size = 0;    // floats of one row of attention output
+  int64_t max_rows = 0;  // the most rows one step sends to the memory node
+  int max_chunks = 1;
+  absl::Duration timeout = absl::Seconds(10);  // how long a queued wait may spin
+};
+
+struct RowRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// Chunk `chunk` of `rows` rows split into `chunks` near-equal mini-batches.
+inline RowRange ChunkOf(int64_t rows, int chunks, int chunk) {
+  const int64_t base = rows / chunks, extra = rows % chunks;
+  const int64_t first = chunk * base + std::min<int64_t>(chunk, extra);
+  return {first, base + (chunk < extra ? 1 : 0)};
+}
+
+// How many chunks a layer of `rows` rows travels in: one below 64 rows (a chunk's own launches
+// would cost more than the overlap saves), then up to `max_chunks` of at least 32 rows.
+int ChunksFor(int64_t rows, int max_chunks);
+
+// The compute node's end.
+class ComputeLinkEnd {
+ public:
+  virtual ~ComputeLinkEnd() = default;
+  virtual std::string transport() const = 0;
+  // What the memory end needs to join (sent with kOpenLink), then its answer.
+  virtual std::string Offer() const = 0;
+  virtual absl::Status Accept(const std::string& answer) = 0;
+
+  // Host: the batch rows this step sends to the memory node, in the order it gets them
+  // (at most max_rows). Waits for the upload, so call it before queueing the step.
+  virtual absl::Status SetRows(absl::Span<const int32_t> rows) = 0;
+  // Queues on `stream`: the rows of chunk `chunk` (of `chunks`), gathered from `qkv`
+  // [batch rows, qkv_stride] (device memory), sent as layer `layer` of step `step`.
+  virtual absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, const float* qkv,
+                                 int64_t qkv_stride, GpuStream stream) = 0;
+  // Queues on `stream`: waits for the chunk's attention outputs, then writes them into their batch
+  // rows of `out` [batch rows, out_stride] (device memory).
+  virtual absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, float* out,
+                                    int64_t out_stride, GpuStream stream) = 0;
+  // Host, once the stream's work is done: OK, or DeadlineExceeded when a wait gave up (cleared).
+  virtual absl::Status TakeStepStatus() = 0;
+};
+
+// The memory node's end.
+class MemoryLinkEnd {
+ public:
+  virtual ~MemoryLinkEnd() = default;
+  virtual std::string transport() const = 0;
+  // Queues on `stream`: holds it until chunk `chunk` (of `chunks`, over `rows` rows) of the
+  // layer has arrived in received().
+  virtual absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,
+                                    GpuStream stream) = 0;
+  // Where q/k/v rows arrive: [max_rows, qkv_size], device memory.
+  virtual const float* received() const = 0;
+  // Queues on `stream`: sends the chunk's outputs, rows [first, first + count) of `out`
+  // [rows, out_stride] (device memory), back.
+  virtual absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
+                                 int64_t out_stride, GpuStream stream) = 0;
+  virtual absl::Status TakeStepStatus() = 0;
+};
+
+// The compute end of `transport` ("cuda_ipc" or "nccl") on GPU `device`. FailedPrecondition when
+// this build or machine cannot (no CUDA, no NCCL), InvalidArgument for another name.
+absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateComputeLinkEnd(const std::string& transport,
+                                                                     const LinkShape& shape, int device);
+// The memory end joining `offer` on GPU `device`, and its answer for the compute end.
+absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMemoryLinkEnd(
+    const std::string& transport, const LinkShape& shape, int device, const std::string& offer);
+
+}  // namespace lamina
+
+#endif  // LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_

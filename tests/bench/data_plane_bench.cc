@@ -1,0 +1,268 @@
+// The per-layer round trip between a compute node's GPU and a memory node's GPU: q/k/v out, the
+// memory node's k/v store and attention, the attention output back. Two processes, as in a
+// cluster: this one is the compute end on GPU 0 (RemoteAttention), a child is the memory node
+// (AttentionExecutor on GPU 1, or GPU 0 when there is one GPU, behind an AttentionServer).
+//
+// For each batch: tcp (the host path, with the compute node's device-host copies), cuda_ipc in one
+// chunk, and cuda_ipc in chunks (communication-attention overlap). The baseline, measured in the
+// same run, is the peer-copy rate from GPU 0 to the memory node's GPU: the target for cuda_ipc is
+// 5 us + bytes / that rate, and at batch 1024 at least 80% of it. At a context where attention
+// takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
+// Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
+//
+//   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/cuda/device_buffer.h"
+#include "common/transport/transport.h"
+#include "compute_node/remote/remote_attention.h"
+#include "memory_node/attention/attention_executor.h"
+#include "memory_node/data_plane/attention_server.h"
+
+namespace lamina {
+namespace {
+
+constexpr int64_t kQHeads = 32, kKvHeads = 8, kHeadDim = 128;
+constexpr int64_t kQ = kQHeads * kHeadDim, kKv = kKvHeads * kHeadDim, kQkv = kQ + 2 * kKv;
+
+struct Options {
+  int64_t layers = 8;
+  std::vector<int64_t> contexts = {1, 256};
+  std::vector<int64_t> batches = {1, 8, 64, 256, 1024};
+};
+
+std::vector<int64_t> ParseList(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) out.push_back(std::stoll(std::string(part)));
+  return out;
+}
+
+int GpuCount() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// The memory node: serves until its parent closes `stop`.
+int MemoryNode(const Options& o, int address_out, int stop) {
+  const int device = GpuCount() > 1 ? 1 : 0;
+  int64_t slots = 0;
+  for (int64_t b : o.batches) slots = std::max(slots, b);
+  int64_t context = 0;
+  for (int64_t c : o.contexts) context = std::max(context, c);
+  auto executor = AttentionExecutor::Create({o.layers, slots * context + 16, {kQHeads, kKvHeads, kHeadDim, 0}, device});
+  if (!executor.ok()) {
+    std::fprintf(stderr, "memory node: %s\n", std::string(executor.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<Transport> tcp = MakeTcpTransport();
+  std::mutex mu;
+  auto server = AttentionServer::Start(tcp.get(), "127.0.0.1:0", {o.layers, kQ, kKv}, executor->get(), &mu,
+                                       executor->get());
+  if (!server.ok()) return 1;
+  const std::string address = (*server)->address() + "\n";
+  if (write(address_out, address.data(), address.size()) != static_cast<ssize_t>(address.size())) return 1;
+  char byte;
+  while (read(stop, &byte, 1) > 0) {
+  }
+  return 0;
+}
+
+// GB/s of a copy from GPU 0 to `peer` (peer access on), the link's measured rate.
+double PeerCopyRate(int peer) {
+  const size_t bytes = size_t{256} << 20;
+  cudaSetDevice(peer);
+  auto dst = cuda::DeviceBuffer::Create(bytes);
+  cudaSetDevice(0);
+  auto src = cuda::DeviceBuffer::Create(bytes);
+  if (!dst.ok() || !src.ok()) return 0;
+  if (peer != 0) cudaDeviceEnablePeerAccess(peer, 0);
+  cudaGetLastError();
+  auto start = cuda::Event::Create(), end = cuda::Event::Create();
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    start->Record(nullptr).IgnoreError();
+    cudaMemcpyPeerAsync(dst->data(), peer, src->data(), 0, bytes, nullptr);
+    end->Record(nullptr).IgnoreError();
+    cudaEventSynchronize(end->get());
+    const float ms = *end->ElapsedSince(*start);
+    best = std::max(best, bytes / (ms * 1e-3) / 1e9);
+  }
+  return best;
+}
+
+struct Buffers {
+  cuda::DeviceBuffer qkv, out;
+  cuda::PinnedBuffer host_qkv, host_out;
+};
+
+// Microseconds per layer of the host path: q/k/v to the host, over tcp, outputs back to the GPU.
+double TcpMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b, int64_t layers,
+                 int reps) {
+  const int64_t n = static_cast<int64_t>(entries.size());
+  absl::Time start;
+  for (int rep = -1; rep < reps; ++rep) {
+    if (rep == 0) start = absl::Now();
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      cudaMemcpy(b.host_qkv.data(), b.qkv.data(), n * kQkv * sizeof(float), cudaMemcpyDeviceToHost);
+      absl::Status s = remote.Decode(layer, entries, b.host_qkv.as<float>(), {kQkv, 0, kQ, kQ + kKv},
+                                     b.host_out.as<float>(), kQ);
+      if (!s.ok()) {
+        std::fprintf(stderr, "tcp: %s\n", std::string(s.message()).c_str());
+        return -1;
+      }
+      cudaMemcpy(b.out.data(), b.host_out.data(), n * kQ * sizeof(float), cudaMemcpyHostToDevice);
+    }
+  }
+  return absl::ToDoubleMicroseconds(absl::Now() - start) / (reps * layers);
+}
+
+// Microseconds per layer of device-side steps, from GPU events around the queued layers.
+double DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
+                    int64_t layers, int reps, cudaStream_t stream) {
+  if (!remote.CanDecodeOnDevice(entries, {kQkv, 0, kQ, kQ + kKv})) {
+    std::fprintf(stderr, "cuda_ipc: the link did not open\n");
+    return -1;
+  }
+  auto start = cuda::Event::Create(), end = cuda::Event::Create();
+  double total_ms = 0;
+  for (int rep = -1; rep < reps; ++rep) {
+    absl::Status s = remote.BeginDeviceDecode(entries);
+    if (s.ok()) s = start->Record(stream);
+    for (int64_t layer = 0; layer < layers && s.ok(); ++layer) {
+      s = remote.QueueDeviceDecode(layer, b.qkv.as<float>(), kQkv, b.out.as<float>(), kQ, stream);
+    }
+    if (s.ok()) s = end->Record(stream);
+    cudaStreamSynchronize(stream);
+    absl::Status e = remote.EndDeviceDecode();
+    if (!s.ok() || !e.ok()) {
+      std::fprintf(stderr, "cuda_ipc: %s\n", std::string((s.ok() ? e : s).message()).c_str());
+      return -1;
+    }
+    if (rep >= 0) total_ms += *end->ElapsedSince(*start);
+  }
+  return total_ms * 1e3 / (reps * layers);
+}
+
+int Compute(const Options& o, const std::string& address) {
+  const int gpus = GpuCount();
+  const int peer = gpus > 1 ? 1 : 0;
+  const double rate = PeerCopyRate(peer);
+  cudaSetDevice(0);
+  std::printf("data plane: compute end on GPU 0, memory end on GPU %d (another process); %lld layers of\n", peer,
+              static_cast<long long>(o.layers));
+  std::printf("Llama-3-8B shape, float32 rows (%lld floats out, %lld back per sequence)\n",
+              static_cast<long long>(kQkv), static_cast<long long>(kQ));
+  std::printf("baseline, same run: GPU 0 -> GPU %d copy of 256 MiB at %.1f GB/s\n\n", peer, rate);
+  std::unique_ptr<Transport> tcp = MakeTcpTransport();
+  const AttentionWireShape shape{o.layers, kQ, kKv};
+  int64_t max_batch = 0;
+  for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
+  RemoteAttention over_tcp(tcp.get(), {{"m", address}}, shape);
+  RemoteAttention one_chunk(tcp.get(), {{"m", address}}, shape);
+  RemoteAttention chunked(tcp.get(), {{"m", address}}, shape);
+  one_chunk.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
+  chunked.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 4);
+  auto stream = cuda::Stream::Create();
+  Buffers b;
+  if (!stream.ok()) return 1;
+  if (!cuda::EnsureCapacity(&b.qkv, max_batch * kQkv * sizeof(float)).ok() ||
+      !cuda::EnsureCapacity(&b.out, max_batch * kQ * sizeof(float)).ok() ||
+      !cuda::EnsureCapacity(&b.host_qkv, max_batch * kQkv * sizeof(float)).ok() ||
+      !cuda::EnsureCapacity(&b.host_out, max_batch * kQ * sizeof(float)).ok()) {
+    return 1;
+  }
+  cudaMemset(b.qkv.data(), 0, b.qkv.bytes());
+  SequenceId next = 1;
+  for (int64_t context : o.contexts) {
+    std::printf("context %lld: microseconds per layer (round trip incl. the memory node's store and attention)\n",
+                static_cast<long long>(context));
+    std::printf("%6s %10s %10s %10s %10s %10s %8s %8s %8s\n", "batch", "KiB", "tcp", "ipc 1", "ipc chunks",
+                "target", "ipc/tgt", "link use", "hidden");
+    for (int64_t batch : o.batches) {
+      std::vector<DecodeEntry> entries;
+      std::vector<Reservation> reservations;
+      for (int64_t i = 0; i < batch; ++i) {
+        entries.push_back({next, static_cast<int32_t>(context - 1)});
+        reservations.push_back({next, static_cast<int32_t>(context)});
+        for (RemoteAttention* r : {&over_tcp, &one_chunk, &chunked}) r->Assign(next, "m").IgnoreError();
+        ++next;
+      }
+      if (!over_tcp.Reserve(reservations).ok()) {
+        std::fprintf(stderr, "reserve failed at batch %lld\n", static_cast<long long>(batch));
+        return 1;
+      }
+      const int reps = batch >= 256 ? 3 : 10;
+      const double t_tcp = TcpMicros(over_tcp, entries, b, o.layers, reps);
+      const double t_one = DeviceMicros(one_chunk, entries, b, o.layers, reps, stream->get());
+      const double t_chunked = DeviceMicros(chunked, entries, b, o.layers, reps, stream->get());
+      const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
+      const double transfer_us = bytes / (rate * 1e9) * 1e6;
+      const double target = 5.0 + transfer_us;
+      const double best = std::min(t_one, t_chunked);
+      std::printf("%6lld %10.0f %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f %8.2f\n", static_cast<long long>(batch),
+                  bytes / 1024, t_tcp, t_one, t_chunked, target, best / target, transfer_us / best,
+                  (t_one - t_chunked) / transfer_us);
+      std::fflush(stdout);
+      for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
+    }
+    std::printf("\n");
+  }
+  std::printf("ipc/tgt: the better cuda_ipc time over 5 us + bytes / link rate (target <= 1); link use: bytes /\n"
+              "time / link rate (target >= 0.8 at batch 1024); hidden: the share of the transfer time that\n"
+              "chunking hid behind attention.\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace lamina
+
+int main(int argc, char** argv) {
+  lamina::Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--layers") {
+      o.layers = std::stoll(value);
+    } else if (flag == "--contexts") {
+      o.contexts = lamina::ParseList(value);
+    } else if (flag == "--batches") {
+      o.batches = lamina::ParseList(value);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  int address_pipe[2], stop_pipe[2];
+  if (pipe(address_pipe) != 0 || pipe(stop_pipe) != 0) return 1;
+  std::fflush(nullptr);
+  const pid_t child = fork();  // before any CUDA call: each process makes its own context
+  if (child == 0) {
+    close(address_pipe[0]);
+    close(stop_pipe[1]);
+    _exit(lamina::MemoryNode(o, address_pipe[1], stop_pipe[0]));
+  }
+  close(address_pipe[1]);
+  close(stop_pipe[0]);
+  std::string address;
+  char c;
+  while (read(address_pipe[0], &c, 1) == 1 && c != '\n') address.push_back(c);
+  int rc = 1;
+  if (address.empty()) {
+    std::fprintf(stderr, "the memory node did not start\n");
+  } else {
+    rc = lamina::Compute(o, address);
+  }
+  close(stop_pipe[1]);
+  int status;
+  waitpid(child, &status, 0);
+  return rc;
+}

@@ -1,0 +1,121 @@
+// The device-side data plane's kernels (kernels/cuda/data_plane.h) on one GPU, the two ends on two
+// streams: rows handed over behind a flag that a kernel queued ahead spins on, a wait that gives up
+// after its timeout, and a send that keeps its flag down once the step has failed. Across GPUs and
+// processes they run in tests/integration/gpu_cluster_test (cuda_ipc). Skips without a GPU.
+#include "kernels/cuda/data_plane.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "common/cuda/device.h"
+#include "common/cuda/device_buffer.h"
+#include "gtest/gtest.h"
+
+namespace lamina::kernels::cuda {
+namespace {
+
+template <typename T>
+lamina::cuda::DeviceBuffer Upload(const std::vector<T>& host) {
+  auto buffer = lamina::cuda::DeviceBuffer::Create(host.size() * sizeof(T));
+  EXPECT_TRUE(buffer.ok());
+  EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return *std::move(buffer);
+}
+
+template <typename T>
+std::vector<T> Download(const lamina::cuda::DeviceBuffer& buffer, size_t count) {
+  std::vector<T> host(count);
+  EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+class DataPlaneKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = NoGpuReason();
+    if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    // As a link does when it opens: a lazily loaded kernel's first launch could otherwise wait for
+    // the spinning WaitFlag to end.
+    ASSERT_TRUE(PreloadDataPlaneKernels().ok());
+  }
+};
+
+class DataPlaneRowsTest : public DataPlaneKernelsTest, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(DataPlaneRowsTest, RowsArriveBehindTheirFlag) {
+  const int64_t cols = GetParam();  // 12: float4 copies; 13: float copies
+  const int64_t src_rows = 9;
+  std::vector<float> src(src_rows * cols);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.f;
+  const std::vector<int32_t> picked = {4, 1, 8, 0, 5};  // the batch rows sent, in order
+  const int64_t n = static_cast<int64_t>(picked.size());
+  auto d_src = Upload(src);
+  auto d_picked = Upload(picked);
+  auto d_received = Upload(std::vector<float>(n * cols, 0.f));
+  auto d_out = Upload(std::vector<float>(src_rows * cols, -1.f));
+  auto d_flag = Upload(std::vector<uint64_t>{0});
+  auto d_arrivals = Upload(std::vector<uint32_t>{0});
+  auto error = lamina::cuda::PinnedBuffer::Create(sizeof(uint32_t));
+  ASSERT_TRUE(error.ok());
+  *error->as<uint32_t>() = 0;
+  auto receiver = lamina::cuda::Stream::Create();
+  auto sender = lamina::cuda::Stream::Create();
+  ASSERT_TRUE(receiver.ok() && sender.ok());
+
+  // The receiver's wait is queued first, as a memory node queues a step's layers ahead.
+  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 3, 5'000'000'000, error->as<uint32_t>(), 1, receiver->get()).ok());
+  ASSERT_TRUE(ScatterRows(d_received.as<float>(), cols, d_picked.as<int32_t>(), n, cols, d_out.as<float>(), cols,
+                          receiver->get())
+                  .ok());
+  ASSERT_TRUE(SendRows(d_src.as<float>(), cols, d_picked.as<int32_t>(), n, cols, d_received.as<float>(), cols,
+                       d_flag.as<uint64_t>(), 3, nullptr, d_arrivals.as<uint32_t>(), sender->get())
+                  .ok());
+  ASSERT_TRUE(sender->Synchronize().ok());
+  ASSERT_TRUE(receiver->Synchronize().ok());
+
+  EXPECT_EQ(*error->as<uint32_t>(), 0u);
+  EXPECT_EQ(Download<uint64_t>(d_flag, 1)[0], 3u);
+  EXPECT_EQ(Download<uint32_t>(d_arrivals, 1)[0], 0u) << "the block counter is left zeroed for the next send";
+  const std::vector<float> received = Download<float>(d_received, n * cols);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(received[i * cols + c], src[picked[i] * cols + c]) << i << "," << c;
+  }
+  // Scattered back: the picked rows hold their own values again, the others are untouched.
+  const std::vector<float> out = Download<float>(d_out, src_rows * cols);
+  for (int64_t r = 0; r < src_rows; ++r) {
+    const bool was_picked = std::find(picked.begin(), picked.end(), r) != picked.end();
+    for (int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(out[r * cols + c], was_picked ? src[r * cols + c] : -1.f) << r << "," << c;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Columns, DataPlaneRowsTest, ::testing::Values(12, 13));
+
+TEST_F(DataPlaneKernelsTest, AWaitGivesUpAndTheFailedStepKeepsItsFlagsDown) {
+  auto d_flag = Upload(std::vector<uint64_t>{5});
+  auto d_peer_flag = Upload(std::vector<uint64_t>{0});
+  auto d_arrivals = Upload(std::vector<uint32_t>{0});
+  auto d_rows = Upload(std::vector<float>(64, 1.f));
+  auto error = lamina::cuda::PinnedBuffer::Create(sizeof(uint32_t));
+  ASSERT_TRUE(error.ok());
+  *error->as<uint32_t>() = 0;
+  auto stream = lamina::cuda::Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  // A flag already at or past the value passes at once; one that never comes gives up after 2 ms.
+  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 5, 2'000'000, error->as<uint32_t>(), 7, stream->get()).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(*error->as<uint32_t>(), 0u);
+  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 6, 2'000'000, error->as<uint32_t>(), 7, stream->get()).ok());
+  ASSERT_TRUE(SendRows(d_rows.as<float>(), 8, nullptr, 8, 8, d_rows.as<float>(), 8, d_peer_flag.as<uint64_t>(), 9,
+                       error->as<uint32_t>(), d_arrivals.as<uint32_t>(), stream->get())
+                  .ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(*error->as<uint32_t>(), 7u);
+  EXPECT_EQ(Download<uint64_t>(d_peer_flag, 1)[0], 0u) << "a failed step must not tell the peer its rows are there";
+}
+
+}  // namespace
+}  // namespace lamina::kernels::cuda
