@@ -166,10 +166,10 @@ absl::Status ComputeEngine::DecodeOnDevice(SliceBackend& b, DeviceDecode* device
   // The memory nodes queue the step while slice 0 runs.
   LAMINA_RETURN_IF_ERROR(device->BeginDeviceDecode(entries_));
   const SliceBackend::DeviceBatch batch = b.device_batch();
+  const int64_t qkv_stride = b.qkv_layout().row_stride;
   absl::Status status;
   for (int64_t layer = 0; layer < c.num_layers && status.ok(); ++layer) {
-    status = device->QueueDeviceDecode(layer, batch.qkv, b.qkv_layout().row_stride, batch.attn_out, c.q_size(),
-                                       batch.stream);
+    status = device->QueueDeviceDecode(layer, batch.qkv, qkv_stride, batch.attn_out, c.q_size(), batch.stream);
     if (status.ok() && layer + 1 < c.num_layers) status = b.RunMiddle(layer + 1);
   }
   if (status.ok()) status = last(b);  // waits for the stream

@@ -13,6 +13,19 @@ namespace lamina {
 
 namespace ap = attention_protocol;
 
+namespace {
+
+// u32 n, then (i64 seq, i32 position) of entries[rows[0..n)].
+void PutEntries(absl::Span<const DecodeEntry> entries, const std::vector<size_t>& rows, WireWriter* w) {
+  w->Put<uint32_t>(static_cast<uint32_t>(rows.size()));
+  for (size_t i : rows) {
+    w->Put<int64_t>(entries[i].seq);
+    w->Put<int32_t>(entries[i].position);
+  }
+}
+
+}  // namespace
+
 RemoteAttention::RemoteAttention(Transport* transport, std::map<std::string, std::string> nodes,
                                  const AttentionWireShape& shape, absl::Duration timeout)
     : transport_(transport), shape_(shape), timeout_(timeout) {
@@ -163,11 +176,7 @@ absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
     node.send.clear();
     WireWriter w(&node.send);
     w.Put<int64_t>(layer);
-    w.Put<uint32_t>(static_cast<uint32_t>(node.rows.size()));
-    for (size_t i : node.rows) {
-      w.Put<int64_t>(entries[i].seq);
-      w.Put<int32_t>(entries[i].position);
-    }
+    PutEntries(entries, node.rows, &w);
     for (size_t i : node.rows) {
       const float* row = qkv + i * layout.row_stride;
       w.PutBytes(row + layout.q_offset, shape_.q_size * sizeof(float));
@@ -234,12 +243,6 @@ void RemoteAttention::EnableDeviceLinks(int device, int64_t max_rows,
     node.link.reset();
     node.link_tried = false;
   }
-}
-
-std::string RemoteAttention::TransportOf(const std::string& name) const {
-  auto it = nodes_.find(name);
-  if (it == nodes_.end() || !it->second.link) return "tcp";
-  return it->second.link->transport();
 }
 
 absl::Status RemoteAttention::OpenLink(Node* node, const std::string& transport) {
@@ -320,11 +323,7 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
     WireWriter w(&node.send);
     w.Put<uint64_t>(device_step_);
     w.Put<uint32_t>(static_cast<uint32_t>(node.chunks));
-    w.Put<uint32_t>(static_cast<uint32_t>(node.rows.size()));
-    for (size_t i : node.rows) {
-      w.Put<int64_t>(entries[i].seq);
-      w.Put<int32_t>(entries[i].position);
-    }
+    PutEntries(entries, node.rows, &w);
     if (status.ok()) status = SendTo(&node, ap::kBeginDecode, {});
     if (!status.ok() && first_error.ok()) first_error = status;
   }

@@ -58,8 +58,6 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // the nodes send one.
   void EnableDeviceLinks(int device, int64_t max_rows, std::map<std::string, std::vector<std::string>> transports,
                          int max_chunks = 1);
-  // The transport node `name`'s decode steps use now: a device link's, or "tcp".
-  std::string TransportOf(const std::string& name) const;
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count, const float* k,

@@ -89,6 +89,17 @@ absl::Status AttentionExecutor::CheckWritable(SequenceId seq, const std::vector<
   return absl::OkStatus();
 }
 
+void AttentionExecutor::GatherContexts(absl::Span<const DecodeEntry> entries, std::vector<int32_t>* slot_ids,
+                                       std::vector<int64_t>* slot_begin) const {
+  slot_ids->clear();
+  slot_begin->assign(1, 0);
+  for (const DecodeEntry& e : entries) {
+    const std::vector<SlotId>& slots = slots_.find(e.seq)->second;
+    slot_ids->insert(slot_ids->end(), slots.begin(), slots.begin() + e.position + 1);
+    slot_begin->push_back(static_cast<int64_t>(slot_ids->size()));
+  }
+}
+
 absl::Status AttentionExecutor::CheckDecode(int64_t layer, absl::Span<const DecodeEntry> entries) {
   // Validate everything first so that a bad entry changes nothing.
   if (layer < 0 || layer >= options_.num_layers) {
@@ -114,14 +125,8 @@ absl::Status AttentionExecutor::PrepareDeviceDecode(absl::Span<const DecodeEntry
                                                     DeviceKvLane* kv) {
   if (chunks < 1) return absl::InvalidArgumentError(absl::StrCat(chunks, " chunks"));
   LAMINA_RETURN_IF_ERROR(CheckDecode(0, entries));
-  std::vector<int32_t> slot_ids;
-  std::vector<int64_t> slot_begin(1, 0);
-  for (const DecodeEntry& e : entries) {
-    const std::vector<SlotId>& slots = slots_.find(e.seq)->second;
-    slot_ids.insert(slot_ids.end(), slots.begin(), slots.begin() + e.position + 1);
-    slot_begin.push_back(static_cast<int64_t>(slot_ids.size()));
-  }
-  return kv->SetStep(write_slots_, slot_ids, slot_begin, chunks);
+  GatherContexts(entries, &device_slot_ids_, &device_slot_begin_);
+  return kv->SetStep(write_slots_, device_slot_ids_, device_slot_begin_, chunks);
 }
 
 absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options,
@@ -157,13 +162,7 @@ absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEnt
                                       return a.seq == b.seq && a.position == b.position;
                                     });
   if (!same_step) {
-    gathered_slots_.clear();
-    slot_begin_.assign(1, 0);
-    for (const DecodeEntry& e : entries) {
-      const std::vector<SlotId>& slots = slots_.find(e.seq)->second;
-      gathered_slots_.insert(gathered_slots_.end(), slots.begin(), slots.begin() + e.position + 1);
-      slot_begin_.push_back(static_cast<int64_t>(gathered_slots_.size()));
-    }
+    GatherContexts(entries, &gathered_slots_, &slot_begin_);
     gathered_for_.clear();  // stays empty if the backend refuses the lists
     LAMINA_RETURN_IF_ERROR(backend_->SetContexts(gathered_slots_, slot_begin_));
     gathered_for_.assign(entries.begin(), entries.end());

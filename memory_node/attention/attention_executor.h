@@ -76,6 +76,9 @@ class AttentionExecutor : public AttentionService {
   absl::StatusOr<const std::vector<SlotId>*> SlotsOf(SequenceId seq) const;
   // Decode's checks, then the slot each entry writes into write_slots_.
   absl::Status CheckDecode(int64_t layer, absl::Span<const DecodeEntry> entries);
+  // The slots each (checked) entry attends to: entry i's are slot_ids[slot_begin[i] .. slot_begin[i + 1]).
+  void GatherContexts(absl::Span<const DecodeEntry> entries, std::vector<int32_t>* slot_ids,
+                      std::vector<int64_t>* slot_begin) const;
   // Slots `reservations` still need beyond what their sequences hold.
   int64_t SlotsNeeded(absl::Span<const Reservation> reservations) const;
 
@@ -89,6 +92,9 @@ class AttentionExecutor : public AttentionService {
   std::vector<int32_t> gathered_slots_;
   std::vector<int64_t> slot_begin_;
   std::vector<int32_t> write_slots_;  // scratch: the slots one call writes
+  // PrepareDeviceDecode's slot lists (kept apart from the host path's, which stay cached).
+  std::vector<int32_t> device_slot_ids_;
+  std::vector<int64_t> device_slot_begin_;
 };
 
 }  // namespace lamina

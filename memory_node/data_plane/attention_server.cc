@@ -86,6 +86,16 @@ absl::Status CheckCount(uint32_t n, size_t bytes_each, const WireReader& r) {
   return absl::OkStatus();
 }
 
+// `n` decode entries (i64 seq, i32 position), after CheckCount.
+absl::Status ReadEntries(uint32_t n, WireReader* r, std::vector<DecodeEntry>* entries) {
+  entries->resize(n);
+  for (DecodeEntry& e : *entries) {
+    LAMINA_RETURN_IF_ERROR(r->Get(&e.seq));
+    LAMINA_RETURN_IF_ERROR(r->Get(&e.position));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
@@ -128,11 +138,7 @@ absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
       LAMINA_RETURN_IF_ERROR(r.Get(&n));
       LAMINA_RETURN_IF_ERROR(CheckCount(n, sizeof(int64_t) + sizeof(int32_t), r));
       std::vector<DecodeEntry>& entries = scratch->entries;
-      entries.resize(n);
-      for (DecodeEntry& e : entries) {
-        LAMINA_RETURN_IF_ERROR(r.Get(&e.seq));
-        LAMINA_RETURN_IF_ERROR(r.Get(&e.position));
-      }
+      LAMINA_RETURN_IF_ERROR(ReadEntries(n, &r, &entries));
       const int64_t row = shape_.q_size + 2 * shape_.kv_size;
       const uint8_t* qkv = nullptr;
       LAMINA_RETURN_IF_ERROR(r.GetBytes(static_cast<size_t>(n * row) * sizeof(float), &qkv));
@@ -205,11 +211,7 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
                                                        scratch->link_rows, " rows in ", scratch->link_chunks));
       }
       std::vector<DecodeEntry>& entries = scratch->entries;
-      entries.resize(n);
-      for (DecodeEntry& e : entries) {
-        LAMINA_RETURN_IF_ERROR(r->Get(&e.seq));
-        LAMINA_RETURN_IF_ERROR(r->Get(&e.position));
-      }
+      LAMINA_RETURN_IF_ERROR(ReadEntries(n, r, &entries));
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceDecode(entries, static_cast<int>(chunks), scratch->lane.get()));
       scratch->begun = {true, step, static_cast<int64_t>(n), static_cast<int>(chunks)};
