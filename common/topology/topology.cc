@@ -25,7 +25,7 @@ namespace {
 using Fields = YamlFields;
 
 // A memory node's `transport`: one name or a list in order of preference; `auto` (the default)
-// is cuda_ipc then tcp for a pool on a GPU, tcp for one on the CPU.
+// is cuda_ipc, nccl, then tcp for a pool on a GPU, tcp for one on the CPU.
 absl::StatusOr<std::vector<std::string>> ParseTransports(const Fields& f, const std::string& device) {
   const bool on_gpu = device != "cpu";
   std::vector<std::string> names;
@@ -46,18 +46,24 @@ absl::StatusOr<std::vector<std::string>> ParseTransports(const Fields& f, const 
   std::vector<std::string> transports;
   for (const std::string& name : names) {
     if (name == "auto") {
-      if (on_gpu) transports.push_back("cuda_ipc");
+      if (on_gpu) {
+        transports.push_back("cuda_ipc");
+        transports.push_back("nccl");
+      }
       transports.push_back("tcp");
     } else if (name == "tcp") {
       transports.push_back(name);
-    } else if (name == "cuda_ipc") {
-      if (!on_gpu) return f.Error(field, "transport", "cuda_ipc needs the memory node on a GPU (device: cpu)");
+    } else if (name == "cuda_ipc" || name == "nccl") {
+      if (!on_gpu) {
+        return f.Error(field, "transport", absl::StrCat(name, " needs the memory node on a GPU (device: cpu)"));
+      }
       transports.push_back(name);
-    } else if (name == "nccl" || name == "rdma") {
-      return f.Error(field, "transport", absl::StrCat("'", name, "' is not built yet (available: tcp, cuda_ipc, auto)"));
+    } else if (name == "rdma") {
+      return f.Error(field, "transport",
+                     absl::StrCat("'", name, "' is not built yet (available: tcp, cuda_ipc, nccl, auto)"));
     } else {
       return f.Error(field, "transport",
-                     absl::StrCat("unknown transport '", name, "' (available: tcp, cuda_ipc, auto)"));
+                     absl::StrCat("unknown transport '", name, "' (available: tcp, cuda_ipc, nccl, auto)"));
     }
   }
   return transports;

@@ -318,7 +318,7 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
     if (!node.link) return absl::FailedPreconditionError(absl::StrCat("memory node '", name, "' has no device link"));
     rows.assign(node.rows.begin(), node.rows.end());
     absl::Status status = node.link->SetRows(rows);
-    node.chunks = ChunksFor(static_cast<int64_t>(rows.size()), max_chunks_);
+    node.chunks = ChunksFor(static_cast<int64_t>(rows.size()), std::min(max_chunks_, node.link->max_chunks()));
     node.send.clear();
     WireWriter w(&node.send);
     w.Put<uint64_t>(device_step_);

@@ -76,6 +76,14 @@ __global__ void ScatterRowsKernel(const float* src, int64_t src_stride, const in
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) to[i] = from[i];
 }
 
+__global__ void GatherRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t cols, float* dst,
+                                 int64_t dst_stride) {
+  const int64_t r = blockIdx.x;
+  const float* from = src + static_cast<int64_t>(rows[r]) * src_stride;
+  float* to = dst + r * dst_stride;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) to[i] = from[i];
+}
+
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
@@ -107,6 +115,7 @@ absl::Status PreloadDataPlaneKernels() {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, SendRowsKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitFlagKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ScatterRowsKernel));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, GatherRowsKernel));
   return absl::OkStatus();
 }
 
@@ -115,6 +124,15 @@ absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* ro
   if (count == 0) return absl::OkStatus();
   ScatterRowsKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(src, src_stride, rows, count, cols, dst,
                                                                             dst_stride);
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status GatherRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                        float* dst, int64_t dst_stride, cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  GatherRowsKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(src, src_stride, rows, cols, dst,
+                                                                           dst_stride);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -1,4 +1,4 @@
-// Kernels of the device-side data plane (cuda_ipc): rows written straight into a peer GPU's
+// Kernels of the device-side data planes (cuda_ipc, nccl): rows written straight into a peer GPU's
 // memory and a flag raised after them, a flag waited on by a kernel queued ahead of the work it
 // guards, and rows scattered back into a batch. Nothing here involves the host once queued.
 //
@@ -44,6 +44,10 @@ absl::Status PreloadDataPlaneKernels();
 // dst row rows[i] = src row i, for i < count.
 absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          float* dst, int64_t dst_stride, cudaStream_t stream);
+
+// dst row i = src row rows[i], for i < count.
+absl::Status GatherRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                        float* dst, int64_t dst_stride, cudaStream_t stream);
 
 }  // namespace lamina::kernels::cuda
 

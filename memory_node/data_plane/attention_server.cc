@@ -63,7 +63,7 @@ void AttentionServer::Serve(Connection* connection) {
     WireWriter w(&s.reply);
     w.Put<int32_t>(static_cast<int32_t>(status.code()));
     w.PutString(std::string(status.message()));
-    if (!s.answer.empty()) w.PutString(s.answer);
+    if (header.type == ap::kOpenLink && status.ok()) w.PutString(s.answer);
     ByteSpan parts[] = {s.reply, ByteSpan(reinterpret_cast<const uint8_t*>(s.out.data()), s.out.size() * sizeof(float))};
     if (!connection->Send({ap::kReply, 0, header.tag}, parts).ok()) return;
     if (s.begun.pending) {

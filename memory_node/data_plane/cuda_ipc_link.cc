@@ -110,6 +110,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   }
 
   std::string transport() const override { return "cuda_ipc"; }
+  int max_chunks() const override { return static_cast<int>(shape_.max_chunks); }
   std::string Offer() const override { return offer_; }
   absl::Status Accept(const std::string& answer) override {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));

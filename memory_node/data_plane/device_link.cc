@@ -7,6 +7,9 @@
 #if LAMINA_HAVE_CUDA
 #include "memory_node/data_plane/cuda_ipc_link.h"
 #endif
+#if LAMINA_HAVE_NCCL
+#include "memory_node/data_plane/nccl_link.h"
+#endif
 
 namespace lamina {
 
@@ -22,6 +25,11 @@ absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateComputeLinkEnd(const std::
 #else
   if (transport == "cuda_ipc") return absl::FailedPreconditionError("cuda_ipc: this build has no CUDA");
 #endif
+#if LAMINA_HAVE_NCCL
+  if (transport == "nccl") return CreateNcclComputeEnd(shape, device);
+#else
+  if (transport == "nccl") return absl::FailedPreconditionError("nccl: this build has no NCCL");
+#endif
   return absl::InvalidArgumentError(absl::StrCat("'", transport, "' is not a device-side transport"));
 }
 
@@ -31,6 +39,11 @@ absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMem
   if (transport == "cuda_ipc") return CreateCudaIpcMemoryEnd(shape, device, offer);
 #else
   if (transport == "cuda_ipc") return absl::FailedPreconditionError("cuda_ipc: this build has no CUDA");
+#endif
+#if LAMINA_HAVE_NCCL
+  if (transport == "nccl") return CreateNcclMemoryEnd(shape, device, offer);
+#else
+  if (transport == "nccl") return absl::FailedPreconditionError("nccl: this build has no NCCL");
 #endif
   return absl::InvalidArgumentError(absl::StrCat("'", transport, "' is not a device-side transport"));
 }

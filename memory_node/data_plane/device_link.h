@@ -13,8 +13,8 @@
 // Transports: `cuda_ipc` (GPUs of one host: receive buffers shared through CUDA IPC handles, rows
 // written by a kernel straight into the peer's memory, then a flag that a kernel queued ahead on the
 // receiver spins on) and `nccl` (NCCL send/recv between the two GPUs, over NVLink in a host and
-// InfiniBand/RoCE across hosts). A wait gives up after the link's timeout, and the step then fails
-// on both sides with DeadlineExceeded instead of hanging.
+// InfiniBand/RoCE across hosts; a layer travels in one chunk). A wait gives up after the link's
+// timeout, and the step then fails with DeadlineExceeded instead of hanging.
 // Thread-compatible: one step at a time per link.
 #ifndef LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
 #define LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
@@ -65,6 +65,8 @@ class ComputeLinkEnd {
  public:
   virtual ~ComputeLinkEnd() = default;
   virtual std::string transport() const = 0;
+  // The most chunks a layer may travel in over this link (at most LinkShape::max_chunks).
+  virtual int max_chunks() const = 0;
   // What the memory end needs to join (sent with kOpenLink), then its answer.
   virtual std::string Offer() const = 0;
   virtual absl::Status Accept(const std::string& answer) = 0;

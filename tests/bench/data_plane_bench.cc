@@ -4,7 +4,7 @@
 // (AttentionExecutor on GPU 1, or GPU 0 when there is one GPU, behind an AttentionServer).
 //
 // For each batch: tcp (the host path, with the compute node's device-host copies), cuda_ipc in one
-// chunk, and cuda_ipc in chunks (communication-attention overlap). The baseline, measured in the
+// chunk, cuda_ipc in chunks (communication-attention overlap), and nccl (with two GPUs). The baseline, measured in the
 // same run, is the peer-copy rate from GPU 0 to the memory node's GPU: the target for cuda_ipc is
 // 5 us + bytes / that rate, and at batch 1024 at least 80% of it. At a context where attention
 // takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
@@ -130,7 +130,7 @@ double TcpMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entrie
 double DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
                     int64_t layers, int reps, cudaStream_t stream) {
   if (!remote.CanDecodeOnDevice(entries, {kQkv, 0, kQ, kQ + kKv})) {
-    std::fprintf(stderr, "cuda_ipc: the link did not open\n");
+    std::fprintf(stderr, "the device link did not open\n");
     return -1;
   }
   auto start = cuda::Event::Create(), end = cuda::Event::Create();
@@ -145,7 +145,7 @@ double DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& ent
     cudaStreamSynchronize(stream);
     absl::Status e = remote.EndDeviceDecode();
     if (!s.ok() || !e.ok()) {
-      std::fprintf(stderr, "cuda_ipc: %s\n", std::string((s.ok() ? e : s).message()).c_str());
+      std::fprintf(stderr, "device step: %s\n", std::string((s.ok() ? e : s).message()).c_str());
       return -1;
     }
     if (rep >= 0) total_ms += *end->ElapsedSince(*start);
@@ -170,8 +170,11 @@ int Compute(const Options& o, const std::string& address) {
   RemoteAttention over_tcp(tcp.get(), {{"m", address}}, shape);
   RemoteAttention one_chunk(tcp.get(), {{"m", address}}, shape);
   RemoteAttention chunked(tcp.get(), {{"m", address}}, shape);
+  RemoteAttention over_nccl(tcp.get(), {{"m", address}}, shape);
   one_chunk.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
   chunked.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 4);
+  over_nccl.EnableDeviceLinks(0, max_batch, {{"m", {"nccl"}}}, 1);
+  const bool nccl = gpus > 1;  // NCCL joins two GPUs
   auto stream = cuda::Stream::Create();
   Buffers b;
   if (!stream.ok()) return 1;
@@ -186,15 +189,15 @@ int Compute(const Options& o, const std::string& address) {
   for (int64_t context : o.contexts) {
     std::printf("context %lld: microseconds per layer (round trip incl. the memory node's store and attention)\n",
                 static_cast<long long>(context));
-    std::printf("%6s %10s %10s %10s %10s %10s %8s %8s %8s\n", "batch", "KiB", "tcp", "ipc 1", "ipc chunks",
-                "target", "ipc/tgt", "link use", "hidden");
+    std::printf("%6s %10s %10s %10s %10s %10s %10s %8s %8s %8s %8s\n", "batch", "KiB", "tcp", "ipc 1", "ipc chunks",
+                "nccl", "target", "ipc/tgt", "link use", "nccl use", "hidden");
     for (int64_t batch : o.batches) {
       std::vector<DecodeEntry> entries;
       std::vector<Reservation> reservations;
       for (int64_t i = 0; i < batch; ++i) {
         entries.push_back({next, static_cast<int32_t>(context - 1)});
         reservations.push_back({next, static_cast<int32_t>(context)});
-        for (RemoteAttention* r : {&over_tcp, &one_chunk, &chunked}) r->Assign(next, "m").IgnoreError();
+        for (RemoteAttention* r : {&over_tcp, &one_chunk, &chunked, &over_nccl}) r->Assign(next, "m").IgnoreError();
         ++next;
       }
       if (!over_tcp.Reserve(reservations).ok()) {
@@ -205,21 +208,23 @@ int Compute(const Options& o, const std::string& address) {
       const double t_tcp = TcpMicros(over_tcp, entries, b, o.layers, reps);
       const double t_one = DeviceMicros(one_chunk, entries, b, o.layers, reps, stream->get());
       const double t_chunked = DeviceMicros(chunked, entries, b, o.layers, reps, stream->get());
+      const double t_nccl = nccl ? DeviceMicros(over_nccl, entries, b, o.layers, reps, stream->get()) : -1;
       const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
       const double transfer_us = bytes / (rate * 1e9) * 1e6;
       const double target = 5.0 + transfer_us;
       const double best = std::min(t_one, t_chunked);
-      std::printf("%6lld %10.0f %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f %8.2f\n", static_cast<long long>(batch),
-                  bytes / 1024, t_tcp, t_one, t_chunked, target, best / target, transfer_us / best,
-                  (t_one - t_chunked) / transfer_us);
+      std::printf("%6lld %10.0f %10.1f %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f %8.2f %8.2f\n",
+                  static_cast<long long>(batch), bytes / 1024, t_tcp, t_one, t_chunked, t_nccl, target, best / target,
+                  transfer_us / best, nccl ? transfer_us / t_nccl : 0.0, (t_one - t_chunked) / transfer_us);
       std::fflush(stdout);
       for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
     }
     std::printf("\n");
   }
   std::printf("ipc/tgt: the better cuda_ipc time over 5 us + bytes / link rate (target <= 1); link use: bytes /\n"
-              "time / link rate (target >= 0.8 at batch 1024); hidden: the share of the transfer time that\n"
-              "chunking hid behind attention.\n");
+              "time / link rate, cuda_ipc's best and nccl's (target >= 0.8 at batch 1024); hidden: the share of\n"
+              "the transfer time that chunking hid behind attention.%s\n",
+              nccl ? "" : " nccl needs two GPUs: -1 where not run.");
   return 0;
 }
 

@@ -1,12 +1,18 @@
 // A real cluster with its compute node and memory nodes on GPUs: the demo model's golden prompts,
-// and 32 concurrent requests, with the decode data plane over tcp and over cuda_ipc (the memory
-// nodes on the second GPU when there is one, as the compute node's peer; else on the same GPU). bf16 arithmetic may part from the golden
+// 32 concurrent requests, and a memory node killed mid-run, with the decode data plane over tcp,
+// cuda_ipc and nccl (the memory nodes on the second GPU when there is one, as the compute node's
+// peer; else on the same GPU, where nccl skips). bf16 arithmetic may part from the golden
 // greedy text at near-ties (the fixtures' README), so this checks the opening tokens exactly and
 // the rest by agreement; the logits themselves are checked against the golden ones with teacher
 // forcing in tests/unit/compute_node/engine/cuda. Skips with the reason where no GPU is present.
+#include <signal.h>
+
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "absl/time/clock.h"
 
 #include "common/cuda/device.h"
 #include "gtest/gtest.h"
@@ -26,14 +32,32 @@ lamina::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_
 
 class GpuClusterTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
+// The options of a cluster whose memory nodes use the test's transport, on the second GPU when
+// there is one; empty, with `skip` set, where the transport cannot run here.
+ClusterOptions GpuOptions(const std::string& transport, std::string* skip) {
   const std::string reason = NoGpuReason();
-  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  if (!reason.empty()) {
+    *skip = "needs a GPU: " + reason;
+    return {};
+  }
+  const bool two = GpuNames().size() > 1;
+  if (transport == "nccl" && !two) {
+    *skip = "nccl joins two GPUs and this machine has one";
+    return {};
+  }
   ClusterOptions options;
   options.device = "cuda:0";
-  options.transport = GetParam();
-  const std::string memory_device = GpuNames().size() > 1 ? "cuda:1" : "cuda:0";
+  options.transport = transport;
+  const std::string memory_device = two ? "cuda:1" : "cuda:0";
   options.memory_devices = {memory_device, memory_device};
+  return options;
+}
+
+TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
+  std::string skip;
+  const ClusterOptions options = GpuOptions(GetParam(), &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const std::string memory_device = options.memory_devices[0];
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
@@ -91,7 +115,79 @@ TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, GpuClusterTest, ::testing::Values("tcp", "cuda_ipc"),
+// A memory node killed mid-run, with every layer of the step queued ahead on both GPUs: the
+// compute node's waits give up after the link's timeout instead of hanging, the dead node's
+// requests fail naming it, the others finish, and new requests are served by the survivor.
+TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
+  std::string skip;
+  const ClusterOptions options = GpuOptions(GetParam(), &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const auto& prompt = golden["prompts"][0];
+  const std::vector<int32_t> ids = prompt["ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> expected = prompt["greedy_ids"].get<std::vector<int32_t>>();
+  const int kTokens = 900;
+
+  std::mutex mu;
+  std::vector<absl::Status> statuses(8);
+  std::vector<std::vector<int32_t>> outputs(8);
+  std::vector<absl::Time> ended(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      absl::Status status =
+          (*cluster)->client().Generate(IdsRequest(ids, kTokens), [&](const lamina::v1::GenerateResponse& r) {
+            std::lock_guard<std::mutex> lock(mu);
+            outputs[i].insert(outputs[i].end(), r.token_ids().begin(), r.token_ids().end());
+          });
+      std::lock_guard<std::mutex> lock(mu);
+      statuses[i] = status;
+      ended[i] = absl::Now();
+    });
+  }
+  // Mid-run: every request is decoding.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up) {
+    std::lock_guard<std::mutex> lock(mu);
+    bool all = true;
+    for (const auto& out : outputs) all = all && out.size() >= 16;
+    if (all) break;
+  }
+  auto pid = (*cluster)->NodePid("memory-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  for (auto& t : threads) t.join();
+
+  int failed = 0, succeeded = 0;
+  for (int i = 0; i < 8; ++i) {
+    if (statuses[i].ok()) {
+      ++succeeded;
+      ASSERT_EQ(outputs[i].size(), static_cast<size_t>(kTokens)) << "request " << i;
+      for (int t = 0; t < 4; ++t) EXPECT_EQ(outputs[i][t], expected[t]) << "request " << i << " token " << t;
+    } else {
+      ++failed;
+      EXPECT_EQ(statuses[i].code(), absl::StatusCode::kUnavailable) << statuses[i];
+      EXPECT_NE(statuses[i].message().find("memory-1"), absl::string_view::npos) << statuses[i];
+      EXPECT_LT(ended[i] - killed, absl::Seconds(20)) << "failed requests must end within the link's timeout";
+    }
+  }
+  EXPECT_GT(failed, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0");
+  EXPECT_GT(succeeded, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0");
+
+  std::vector<int32_t> after;
+  const absl::Status again = (*cluster)->client().Generate(
+      IdsRequest(ids, 16), [&](const lamina::v1::GenerateResponse& r) {
+        after.insert(after.end(), r.token_ids().begin(), r.token_ids().end());
+      });
+  ASSERT_TRUE(again.ok()) << again << "\ncompute-0's log:\n" << (*cluster)->NodeLog("compute-0");
+  ASSERT_EQ(after.size(), 16u);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(after[t], expected[t]) << "token " << t;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, GpuClusterTest, ::testing::Values("tcp", "cuda_ipc", "nccl"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -77,13 +77,15 @@ TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
     return t.ok() ? t->Find("memory-1")->transports : std::vector<std::string>{};
   };
   EXPECT_EQ(transports(with("cpu", "")), (std::vector<std::string>{"tcp"}));
-  EXPECT_EQ(transports(with("cuda:1", "")), (std::vector<std::string>{"cuda_ipc", "tcp"}));
+  EXPECT_EQ(transports(with("cuda:1", "")), (std::vector<std::string>{"cuda_ipc", "nccl", "tcp"}));
   EXPECT_EQ(transports(with("cuda:1", "    transport: cuda_ipc\n")), (std::vector<std::string>{"cuda_ipc"}));
   EXPECT_EQ(transports(with("cuda:1", "    transport: [tcp, cuda_ipc]\n")),
             (std::vector<std::string>{"tcp", "cuda_ipc"}));
   ExpectError(with("cpu", "    transport: cuda_ipc\n"), "nodes[2].transport: cuda_ipc needs the memory node on a GPU");
   ExpectError(with("cuda:1", "    transport: [cuda_ipc, pigeon]\n"), "nodes[2].transport: unknown transport 'pigeon'");
-  ExpectError(with("cuda:1", "    transport: nccl\n"), "nodes[2].transport: 'nccl' is not built yet");
+  EXPECT_EQ(transports(with("cuda:1", "    transport: [nccl, tcp]\n")), (std::vector<std::string>{"nccl", "tcp"}));
+  ExpectError(with("cpu", "    transport: [nccl]\n"), "nodes[2].transport: nccl needs the memory node on a GPU");
+  ExpectError(with("cuda:1", "    transport: rdma\n"), "nodes[2].transport: 'rdma' is not built yet");
 }
 
 TEST(TopologyTest, RandomWeightsTakeASeedAndOtherwiseTheCheckpointIsRead) {

@@ -1,4 +1,4 @@
-// The device-side data plane's kernels (kernels/cuda/data_plane.h) on one GPU, the two ends on two
+// The device-side data planes' kernels (kernels/cuda/data_plane.h) on one GPU, the two ends on two
 // streams: rows handed over behind a flag that a kernel queued ahead spins on, a wait that gives up
 // after its timeout, and a send that keeps its flag down once the step has failed. Across GPUs and
 // processes they run in tests/integration/gpu_cluster_test (cuda_ipc). Skips without a GPU.
@@ -93,6 +93,26 @@ TEST_P(DataPlaneRowsTest, RowsArriveBehindTheirFlag) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Columns, DataPlaneRowsTest, ::testing::Values(12, 13));
+
+TEST_F(DataPlaneKernelsTest, GatherRowsPacksPickedRowsInOrder) {
+  const int64_t cols = 5, src_stride = 7, src_rows = 6;
+  std::vector<float> src(src_rows * src_stride);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.25f;
+  const std::vector<int32_t> picked = {3, 0, 5};
+  const int64_t n = static_cast<int64_t>(picked.size());
+  auto d_src = Upload(src);
+  auto d_picked = Upload(picked);
+  auto d_packed = Upload(std::vector<float>(n * cols, 0.f));
+  ASSERT_TRUE(GatherRows(d_src.as<float>(), src_stride, d_picked.as<int32_t>(), n, cols, d_packed.as<float>(), cols,
+                         nullptr)
+                  .ok());
+  const std::vector<float> packed = Download<float>(d_packed, n * cols);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(packed[i * cols + c], src[picked[i] * src_stride + c]) << i << "," << c;
+    }
+  }
+}
 
 TEST_F(DataPlaneKernelsTest, AWaitGivesUpAndTheFailedStepKeepsItsFlagsDown) {
   auto d_flag = Upload(std::vector<uint64_t>{5});
