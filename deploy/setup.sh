@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev
   libyaml-cpp-dev        # topology files
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # control plane
+  libibverbs-dev         # the rdma data plane (RC queue pairs, GPUDirect RDMA)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -53,17 +53,14 @@ absl::StatusOr<std::vector<std::string>> ParseTransports(const Fields& f, const 
       transports.push_back("tcp");
     } else if (name == "tcp") {
       transports.push_back(name);
-    } else if (name == "cuda_ipc" || name == "nccl") {
+    } else if (name == "cuda_ipc" || name == "nccl" || name == "rdma") {
       if (!on_gpu) {
         return f.Error(field, "transport", absl::StrCat(name, " needs the memory node on a GPU (device: cpu)"));
       }
       transports.push_back(name);
-    } else if (name == "rdma") {
-      return f.Error(field, "transport",
-                     absl::StrCat("'", name, "' is not built yet (available: tcp, cuda_ipc, nccl, auto)"));
     } else {
       return f.Error(field, "transport",
-                     absl::StrCat("unknown transport '", name, "' (available: tcp, cuda_ipc, nccl, auto)"));
+                     absl::StrCat("unknown transport '", name, "' (available: tcp, cuda_ipc, nccl, rdma, auto)"));
     }
   }
   return transports;

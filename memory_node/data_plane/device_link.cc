@@ -10,6 +10,9 @@
 #if LAMINA_HAVE_NCCL
 #include "memory_node/data_plane/nccl_link.h"
 #endif
+#if LAMINA_HAVE_RDMA
+#include "memory_node/data_plane/rdma_link.h"
+#endif
 
 namespace lamina {
 
@@ -30,6 +33,11 @@ absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateComputeLinkEnd(const std::
 #else
   if (transport == "nccl") return absl::FailedPreconditionError("nccl: this build has no NCCL");
 #endif
+#if LAMINA_HAVE_RDMA
+  if (transport == "rdma") return CreateRdmaComputeEnd(shape, device);
+#else
+  if (transport == "rdma") return absl::FailedPreconditionError("rdma: this build has no libibverbs or no CUDA");
+#endif
   return absl::InvalidArgumentError(absl::StrCat("'", transport, "' is not a device-side transport"));
 }
 
@@ -44,6 +52,11 @@ absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMem
   if (transport == "nccl") return CreateNcclMemoryEnd(shape, device, offer);
 #else
   if (transport == "nccl") return absl::FailedPreconditionError("nccl: this build has no NCCL");
+#endif
+#if LAMINA_HAVE_RDMA
+  if (transport == "rdma") return CreateRdmaMemoryEnd(shape, device, offer);
+#else
+  if (transport == "rdma") return absl::FailedPreconditionError("rdma: this build has no libibverbs or no CUDA");
 #endif
   return absl::InvalidArgumentError(absl::StrCat("'", transport, "' is not a device-side transport"));
 }

@@ -13,7 +13,9 @@
 // Transports: `cuda_ipc` (GPUs of one host: receive buffers shared through CUDA IPC handles, rows
 // written by a kernel straight into the peer's memory, then a flag that a kernel queued ahead on the
 // receiver spins on) and `nccl` (NCCL send/recv between the two GPUs, over NVLink in a host and
-// InfiniBand/RoCE across hosts; a layer travels in one chunk). A wait gives up after the link's
+// InfiniBand/RoCE across hosts; a layer travels in one chunk) and `rdma` (cuda_ipc's flags and
+// waits, with RDMA WRITEs over a libibverbs RC queue pair into GPU memory registered for GPUDirect
+// RDMA, posted by a host thread once the GPU has staged the rows). A wait gives up after the link's
 // timeout, and the step then fails with DeadlineExceeded instead of hanging.
 // Thread-compatible: one step at a time per link.
 #ifndef LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
@@ -104,8 +106,9 @@ class MemoryLinkEnd {
   virtual absl::Status TakeStepStatus() = 0;
 };
 
-// The compute end of `transport` ("cuda_ipc" or "nccl") on GPU `device`. FailedPrecondition when
-// this build or machine cannot (no CUDA, no NCCL), InvalidArgument for another name.
+// The compute end of `transport` ("cuda_ipc", "nccl" or "rdma") on GPU `device`. FailedPrecondition
+// when this build or machine cannot (no CUDA, no NCCL, no RDMA device), InvalidArgument for another
+// name.
 absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateComputeLinkEnd(const std::string& transport,
                                                                      const LinkShape& shape, int device);
 // The memory end joining `offer` on GPU `device`, and its answer for the compute end.

@@ -7,6 +7,7 @@
 // forcing in tests/unit/compute_node/engine/cuda. Skips with the reason where no GPU is present.
 #include <signal.h>
 
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -185,6 +186,37 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
   ASSERT_TRUE(again.ok()) << again << "\ncompute-0's log:\n" << (*cluster)->NodeLog("compute-0");
   ASSERT_EQ(after.size(), 16u);
   for (int t = 0; t < 4; ++t) EXPECT_EQ(after[t], expected[t]) << "token " << t;
+}
+
+// A transport this machine lacks (rdma: our GPU machines have no RDMA NIC) is passed over, saying
+// why, for the next one the topology lists.
+TEST(GpuClusterFallbackTest, ATransportThisMachineLacksFallsBackToTheNext) {
+  std::string skip;
+  ClusterOptions options = GpuOptions("cuda_ipc", &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  std::error_code error;
+  if (std::filesystem::exists("/sys/class/infiniband", error) &&
+      !std::filesystem::is_empty("/sys/class/infiniband", error)) {
+    GTEST_SKIP() << "this machine has an RDMA device, so rdma would open";
+  }
+  options.transport = "[rdma, cuda_ipc]";
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const auto& prompt = golden["prompts"][1];
+  std::vector<int32_t> out;
+  const absl::Status status = (*cluster)->client().Generate(
+      IdsRequest(prompt["ids"].get<std::vector<int32_t>>(), 8),
+      [&](const lamina::v1::GenerateResponse& r) { out.insert(out.end(), r.token_ids().begin(), r.token_ids().end()); });
+  ASSERT_TRUE(status.ok()) << status;
+  const std::vector<int32_t> expected = prompt["greedy_ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(out.size(), 8u);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(out[t], expected[t]) << "token " << t;
+  const std::string log = (*cluster)->NodeLog("compute-0");
+  EXPECT_NE(log.find("memory node 'memory-0': rdma unavailable (rdma: no RDMA device on this machine"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("memory node 'memory-0': decode over cuda_ipc"), std::string::npos) << log;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, GpuClusterTest, ::testing::Values("tcp", "cuda_ipc", "nccl"),

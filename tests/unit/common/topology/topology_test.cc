@@ -85,7 +85,8 @@ TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
   ExpectError(with("cuda:1", "    transport: [cuda_ipc, pigeon]\n"), "nodes[2].transport: unknown transport 'pigeon'");
   EXPECT_EQ(transports(with("cuda:1", "    transport: [nccl, tcp]\n")), (std::vector<std::string>{"nccl", "tcp"}));
   ExpectError(with("cpu", "    transport: [nccl]\n"), "nodes[2].transport: nccl needs the memory node on a GPU");
-  ExpectError(with("cuda:1", "    transport: rdma\n"), "nodes[2].transport: 'rdma' is not built yet");
+  EXPECT_EQ(transports(with("cuda:1", "    transport: [rdma, nccl]\n")), (std::vector<std::string>{"rdma", "nccl"}));
+  ExpectError(with("cpu", "    transport: rdma\n"), "nodes[2].transport: rdma needs the memory node on a GPU");
 }
 
 TEST(TopologyTest, RandomWeightsTakeASeedAndOtherwiseTheCheckpointIsRead) {
