@@ -15,6 +15,7 @@
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
 #include "kernels/cuda/data_plane.h"
+#include "memory_node/data_plane/link_rows.h"
 #include "memory_node/data_plane/cuda_ipc_link.h"
 
 namespace lamina {
@@ -104,7 +105,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     std::unique_ptr<CudaIpcComputeEnd> end(new CudaIpcComputeEnd(shape, device));
     LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape.max_rows * shape.q_size, shape.max_chunks));
-    LAMINA_ASSIGN_OR_RETURN(end->rows_, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_rows) * sizeof(int32_t)));
+    LAMINA_ASSIGN_OR_RETURN(end->rows_, LinkRows::Create("cuda_ipc", shape.max_rows, device));
     LAMINA_ASSIGN_OR_RETURN(end->offer_, end->local_.Export(shape.max_rows, shape.max_chunks));
     return end;
   }
@@ -118,22 +119,12 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     return absl::OkStatus();
   }
 
-  absl::Status SetRows(absl::Span<const int32_t> rows) override {
-    if (static_cast<int64_t>(rows.size()) > shape_.max_rows) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: ", rows.size(), " rows for a link of ",
-                                                     shape_.max_rows));
-    }
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    num_rows_ = static_cast<int64_t>(rows.size());
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(rows_.data(), rows.data(), rows.size() * sizeof(int32_t),
-                                           cudaMemcpyHostToDevice));
-    return absl::OkStatus();
-  }
+  absl::Status SetRows(absl::Span<const int32_t> rows) override { return rows_.Set(rows); }
 
   absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, const float* qkv, int64_t qkv_stride,
                          GpuStream stream) override {
-    const RowRange r = ChunkOf(num_rows_, chunks, chunk);
-    return kc::SendRows(qkv, qkv_stride, rows_.as<int32_t>() + r.first, r.count, shape_.qkv_size,
+    const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
+    return kc::SendRows(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                         remote_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size,
                         remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer), local_.error.as<uint32_t>(),
                         local_.arrivals.as<uint32_t>() + chunk, stream);
@@ -141,12 +132,12 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
 
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, float* out, int64_t out_stride,
                             GpuStream stream) override {
-    const RowRange r = ChunkOf(num_rows_, chunks, chunk);
+    const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
     LAMINA_RETURN_IF_ERROR(kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
                                         absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(),
                                         kReceiveTimedOut, stream));
     return kc::ScatterRows(local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
-                           rows_.as<int32_t>() + r.first, r.count, shape_.q_size, out, out_stride, stream);
+                           rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
   }
 
   absl::Status TakeStepStatus() override { return local_.TakeStatus("attention outputs", shape_.timeout); }
@@ -158,8 +149,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   int device_;
   Local local_;   // receives attention outputs [max_rows, q_size]
   Remote remote_;
-  cuda::DeviceBuffer rows_;  // int32 [max_rows]: the batch row of each row sent
-  int64_t num_rows_ = 0;
+  LinkRows rows_;  // the batch row of each row sent
   std::string offer_;
 };
 

@@ -26,6 +26,7 @@
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
 #include "kernels/cuda/data_plane.h"
+#include "memory_node/data_plane/link_rows.h"
 #include "memory_node/data_plane/nccl_link.h"
 
 namespace lamina {
@@ -60,7 +61,7 @@ class NcclComputeEnd : public ComputeLinkEnd {
     const int64_t rows = std::max<int64_t>(1, shape.max_rows);
     LAMINA_ASSIGN_OR_RETURN(end->send_, cuda::DeviceBuffer::Create(rows * shape.qkv_size * sizeof(float)));
     LAMINA_ASSIGN_OR_RETURN(end->receive_, cuda::DeviceBuffer::Create(rows * shape.q_size * sizeof(float)));
-    LAMINA_ASSIGN_OR_RETURN(end->rows_, cuda::DeviceBuffer::Create(rows * sizeof(int32_t)));
+    LAMINA_ASSIGN_OR_RETURN(end->rows_, LinkRows::Create("nccl", shape.max_rows, device));
     LAMINA_ASSIGN_OR_RETURN(end->stream_, cuda::Stream::Create());
     LAMINA_ASSIGN_OR_RETURN(end->gathered_, cuda::Event::Create());
     LAMINA_ASSIGN_OR_RETURN(end->arrived_, cuda::Event::Create());
@@ -84,38 +85,29 @@ class NcclComputeEnd : public ComputeLinkEnd {
     return comm_->AwaitReady();
   }
 
-  absl::Status SetRows(absl::Span<const int32_t> rows) override {
-    if (static_cast<int64_t>(rows.size()) > shape_.max_rows) {
-      return absl::InvalidArgumentError(absl::StrCat("nccl: ", rows.size(), " rows for a link of ", shape_.max_rows));
-    }
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    num_rows_ = static_cast<int64_t>(rows.size());
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(rows_.data(), rows.data(), rows.size() * sizeof(int32_t),
-                                           cudaMemcpyHostToDevice));
-    return absl::OkStatus();
-  }
+  absl::Status SetRows(absl::Span<const int32_t> rows) override { return rows_.Set(rows); }
 
   absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, const float* qkv, int64_t qkv_stride,
                          GpuStream stream) override {
     LAMINA_RETURN_IF_ERROR(OneChunk(chunks));
     float* packed = send_.as<float>();
-    LAMINA_RETURN_IF_ERROR(kc::GatherRows(qkv, qkv_stride, rows_.as<int32_t>(), num_rows_, shape_.qkv_size, packed,
+    LAMINA_RETURN_IF_ERROR(kc::GatherRows(qkv, qkv_stride, rows_.device_rows(), rows_.count(), shape_.qkv_size, packed,
                                           shape_.qkv_size, stream));
     LAMINA_RETURN_IF_ERROR(gathered_.Record(stream));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), gathered_.get(), 0));
     // The watchdog times the exchange from here, not the wait for the caller's stream before it.
     LAMINA_RETURN_IF_ERROR(comm_->BeginWatch(stream_.get()));
-    return comm_->Send(packed, num_rows_ * shape_.qkv_size, stream_.get());
+    return comm_->Send(packed, rows_.count() * shape_.qkv_size, stream_.get());
   }
 
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, float* out, int64_t out_stride,
                             GpuStream stream) override {
     LAMINA_RETURN_IF_ERROR(OneChunk(chunks));
-    LAMINA_RETURN_IF_ERROR(comm_->Recv(receive_.as<float>(), num_rows_ * shape_.q_size, stream_.get()));
+    LAMINA_RETURN_IF_ERROR(comm_->Recv(receive_.as<float>(), rows_.count() * shape_.q_size, stream_.get()));
     LAMINA_RETURN_IF_ERROR(comm_->EndWatch(stream_.get()));
     LAMINA_RETURN_IF_ERROR(arrived_.Record(stream_.get()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, arrived_.get(), 0));
-    return kc::ScatterRows(receive_.as<float>(), shape_.q_size, rows_.as<int32_t>(), num_rows_, shape_.q_size, out,
+    return kc::ScatterRows(receive_.as<float>(), shape_.q_size, rows_.device_rows(), rows_.count(), shape_.q_size, out,
                            out_stride, stream);
   }
 
@@ -130,8 +122,7 @@ class NcclComputeEnd : public ComputeLinkEnd {
   std::string offer_;
   cuda::DeviceBuffer send_;     // float [max_rows, qkv_size]: the rows sent, packed
   cuda::DeviceBuffer receive_;  // float [max_rows, q_size]: the outputs received, packed
-  cuda::DeviceBuffer rows_;     // int32 [max_rows]: the batch row of each row sent
-  int64_t num_rows_ = 0;
+  LinkRows rows_;  // the batch row of each row sent
   cuda::Stream stream_;   // the exchanges'
   cuda::Event gathered_;  // on the caller's stream: the rows are packed
   cuda::Event arrived_;   // on stream_: the outputs are in receive_

@@ -30,6 +30,7 @@
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
 #include "kernels/cuda/data_plane.h"
+#include "memory_node/data_plane/link_rows.h"
 
 namespace lamina {
 namespace {
@@ -226,7 +227,7 @@ class RdmaComputeEnd : public ComputeLinkEnd {
     std::unique_ptr<RdmaComputeEnd> end(new RdmaComputeEnd(shape, device));
     LAMINA_ASSIGN_OR_RETURN(end->side_, Side::Create(shape, device, shape.max_rows * shape.q_size,
                                                      shape.max_rows * shape.qkv_size));
-    LAMINA_ASSIGN_OR_RETURN(end->rows_, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_rows) * sizeof(int32_t)));
+    LAMINA_ASSIGN_OR_RETURN(end->rows_, LinkRows::Create("rdma", shape.max_rows, device));
     return end;
   }
 
@@ -238,29 +239,20 @@ class RdmaComputeEnd : public ComputeLinkEnd {
     return side_->Join(answer);
   }
 
-  absl::Status SetRows(absl::Span<const int32_t> rows) override {
-    if (static_cast<int64_t>(rows.size()) > shape_.max_rows) {
-      return absl::InvalidArgumentError(absl::StrCat("rdma: ", rows.size(), " rows for a link of ", shape_.max_rows));
-    }
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    num_rows_ = static_cast<int64_t>(rows.size());
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(rows_.data(), rows.data(), rows.size() * sizeof(int32_t),
-                                           cudaMemcpyHostToDevice));
-    return absl::OkStatus();
-  }
+  absl::Status SetRows(absl::Span<const int32_t> rows) override { return rows_.Set(rows); }
 
   absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, const float* qkv, int64_t qkv_stride,
                          GpuStream stream) override {
-    const RowRange r = ChunkOf(num_rows_, chunks, chunk);
-    return side_->QueueSend(step, layer, chunk, qkv, qkv_stride, rows_.as<int32_t>() + r.first, r.first, r.count,
+    const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
+    return side_->QueueSend(step, layer, chunk, qkv, qkv_stride, rows_.device_rows() + r.first, r.first, r.count,
                             shape_.qkv_size, stream);
   }
 
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, float* out, int64_t out_stride,
                             GpuStream stream) override {
-    const RowRange r = ChunkOf(num_rows_, chunks, chunk);
+    const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
     LAMINA_RETURN_IF_ERROR(side_->QueueWait(step, layer, chunk, stream));
-    return kc::ScatterRows(side_->received() + r.first * shape_.q_size, shape_.q_size, rows_.as<int32_t>() + r.first,
+    return kc::ScatterRows(side_->received() + r.first * shape_.q_size, shape_.q_size, rows_.device_rows() + r.first,
                            r.count, shape_.q_size, out, out_stride, stream);
   }
 
@@ -272,8 +264,7 @@ class RdmaComputeEnd : public ComputeLinkEnd {
   LinkShape shape_;
   int device_;
   std::unique_ptr<Side> side_;  // receives attention outputs [max_rows, q_size]
-  cuda::DeviceBuffer rows_;     // int32 [max_rows]: the batch row of each row sent
-  int64_t num_rows_ = 0;
+  LinkRows rows_;  // the batch row of each row sent
 };
 
 class RdmaMemoryEnd : public MemoryLinkEnd {
