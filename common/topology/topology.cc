@@ -103,7 +103,10 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
     LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
   } else {
-    for (const char* field : {"data_port", "kv_capacity_tokens", "transport"}) {
+    // Compute nodes: where the previous replica hands batches over under rotational pipelining.
+    LAMINA_ASSIGN_OR_RETURN(int64_t data_port, f.Integer("data_port", &zero, 1, 65535));
+    spec.data_port = static_cast<int>(data_port);
+    for (const char* field : {"kv_capacity_tokens", "transport"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only memory nodes have this field");
     }
   }
@@ -122,8 +125,18 @@ const NodeSpec* Topology::Find(const std::string& name) const {
 std::vector<const NodeSpec*> Topology::BatchComputeNodes() const {
   const std::vector<const NodeSpec*> computes = NodesOf(NodeKind::kCompute);
   if (pipelining == "fixed" || (pipelining == "auto" && computes.size() > 1)) return computes;
+  if (pipelining == "rotational" && computes.size() > 1) {
+    std::vector<const NodeSpec*> first_slices;  // batch j starts on replica j mod R
+    for (size_t j = 0; j <= computes.size(); ++j) first_slices.push_back(computes[j % computes.size()]);
+    return first_slices;
+  }
   if (pipelining == "rotational" || pipelining == "auto") return {computes[0], computes[0]};
   return {computes[0]};
+}
+
+int Topology::RotationReplicas() const {
+  const int computes = static_cast<int>(NodesOf(NodeKind::kCompute).size());
+  return pipelining == "rotational" && computes > 1 ? computes : 0;
 }
 
 bool Topology::SecondBatchOnDemand() const {
@@ -131,6 +144,7 @@ bool Topology::SecondBatchOnDemand() const {
 }
 
 int Topology::BatchesOn(const std::string& compute_node) const {
+  if (RotationReplicas() > 0) return RotationReplicas() + 1;  // every batch visits every replica
   int count = 0;
   for (const NodeSpec* node : BatchComputeNodes()) count += node->name == compute_node ? 1 : 0;
   return count;
@@ -230,7 +244,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
                                                        spec.name, "'"));
       }
       std::vector<std::pair<std::string, std::string>> ports = {{"port", spec.grpc_address()}};
-      if (spec.kind == NodeKind::kMemory) ports.push_back({"data_port", spec.data_address()});
+      if (spec.data_port != 0) ports.push_back({"data_port", spec.data_address()});
       for (const auto& [field, address] : ports) {
         if (address == t.coordinator_address() || endpoints.count(address)) {
           return absl::InvalidArgumentError(absl::StrCat(path, ":", spec.line, ": nodes[", index, "].", field,
@@ -248,11 +262,15 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
                                                      "fixed' or 'auto' (a batch each); 'none' runs one batch on one "
                                                      "compute node"));
     }
-    if (t.pipelining == "rotational" && computes != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": pipelining: 'rotational' over ", computes, " compute nodes moves each batch's residual stream from "
-          "replica to replica, which is not available yet; use one compute node (two batches alternate on it) "
-          "or 'fixed'"));
+    if (t.RotationReplicas() > 0) {
+      for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
+        if (node->data_port == 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ":", node->line, ": nodes '", node->name, "'.data_port: 'rotational' pipelining over ", computes,
+              " compute nodes hands each batch's residual stream from one to the next over this port; give every "
+              "compute node one"));
+        }
+      }
     }
     if (t.NodesOf(NodeKind::kMemory).empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: expected at least one memory node"));
@@ -292,7 +310,7 @@ absl::Status CheckPortsFree(const Topology& t) {
   std::vector<Use> uses = {{"coordinator.port", 1, t.coordinator_port}};
   for (const NodeSpec& n : t.nodes) {
     uses.push_back({"nodes '" + n.name + "' port", n.line, n.port});
-    if (n.kind == NodeKind::kMemory) uses.push_back({"nodes '" + n.name + "' data_port", n.line, n.data_port});
+    if (n.data_port != 0) uses.push_back({"nodes '" + n.name + "' data_port", n.line, n.data_port});
   }
   for (const Use& use : uses) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);

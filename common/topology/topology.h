@@ -21,7 +21,9 @@ struct NodeSpec {
   NodeKind kind = NodeKind::kCompute;
   std::string host = "127.0.0.1";
   int port = 0;                     // gRPC
-  int data_port = 0;                // memory nodes: the data plane
+  // Memory nodes: the data plane. Compute nodes (optional, 0 = none): where batches are handed
+  // over from the previous replica under rotational pipelining over several compute nodes.
+  int data_port = 0;
   std::string device = "cpu";
   // Memory nodes: how compute nodes reach the data plane's decode steps, in order of preference
   // (tcp, cuda_ipc); the first that opens between a pair is used. Control messages and prompts'
@@ -55,8 +57,9 @@ struct Topology {
   bool prefix_caching = true;  // keep prompt prefixes on memory nodes for reuse
   int step_timeout_ms = 30000;  // a step running longer is aborted (its batch ends UNAVAILABLE)
   // Batches in flight (the paper's staggered pipelining): `none`, one batch on the one compute
-  // node; `fixed`, one batch per compute node; `rotational`, two batches alternating on the one
-  // compute node (over several replicas it is not available yet); `auto` (the default), `fixed`
+  // node; `fixed`, one batch per compute node; `rotational`, with one compute node two batches
+  // alternating on it, and over R > 1 compute nodes R + 1 batches, slice k of batch j running on
+  // compute node (j + k) mod R (each compute node then needs a data_port); `auto` (the default), `fixed`
   // with several compute nodes, and with one, `none` until more than `rotational_above` requests
   // are running or waiting, then `rotational`. The default 16 is measured (TOPOLOGY.md): on two
   // H200s two batches gave 1.05x the tokens/s at 8 requests in flight and 1.45-1.72x from 32 on.
@@ -69,8 +72,12 @@ struct Topology {
   // nullptr when absent.
   const NodeSpec* Find(const std::string& name) const;
   std::vector<const NodeSpec*> NodesOf(NodeKind kind) const;
-  // The compute node of each batch in flight, in the order the coordinator drives them.
+  // The compute node of each batch in flight, in the order the coordinator drives them (under
+  // rotation over several compute nodes, the one running the batch's first slice).
   std::vector<const NodeSpec*> BatchComputeNodes() const;
+  // R when `rotational` pipelining spreads each batch over R > 1 compute nodes (every batch then
+  // runs on all of them, in topology order), else 0.
+  int RotationReplicas() const;
   // `auto` on one compute node: the second batch admits only above `rotational_above` requests.
   bool SecondBatchOnDemand() const;
   // How many batches run on a compute node: the engines (lanes) it keeps.

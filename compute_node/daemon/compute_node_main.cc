@@ -69,7 +69,26 @@ absl::Status Run(const std::vector<std::string>& args) {
     engines.push_back(std::move(engine));
     lanes.push_back({engines.back().get(), attentions.back().get()});
   }
-  StepService service(lanes);
+  // Rotational pipelining over several compute nodes: an inbox for batches handed over by the
+  // previous replica, and a relay per batch to the next one.
+  std::unique_ptr<ResidualInbox> inbox;
+  std::vector<std::unique_ptr<SliceRelay>> relays;
+  std::vector<SliceRelay*> relay_ptrs;
+  if (const int replicas = topology.RotationReplicas(); replicas > 0) {
+    const std::vector<const NodeSpec*> computes = topology.NodesOf(NodeKind::kCompute);
+    const int self = static_cast<int>(std::find(computes.begin(), computes.end(), spec) - computes.begin());
+    const NodeSpec* next = computes[(self + 1) % replicas];
+    const NodeSpec* previous = computes[(self + replicas - 1) % replicas];
+    LAMINA_ASSIGN_OR_RETURN(inbox, ResidualInbox::Start(transport.get(), spec->data_address()));
+    for (int batch = 0; batch < num_lanes; ++batch) {
+      relays.push_back(std::make_unique<SliceRelay>(
+          transport.get(), inbox.get(), SliceRoute{batch, self, replicas},
+          RelayPeers{spec->name, next->name, next->data_address(), previous->name},
+          absl::Milliseconds(topology.step_timeout_ms)));
+      relay_ptrs.push_back(relays.back().get());
+    }
+  }
+  StepService service(lanes, relay_ptrs);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
   lamina::v1::RegisterRequest registration;
@@ -89,10 +108,11 @@ absl::Status Run(const std::vector<std::string>& args) {
     load->set_round_trips(trips.count);
   });
 
-  std::fprintf(stderr, "%s: %s, %lld layers%s on %s, gRPC on %s, %zu memory nodes, %d lane%s\n", spec->name.c_str(),
+  std::fprintf(stderr, "%s: %s, %lld layers%s on %s, gRPC on %s, %zu memory nodes, %d lane%s%s\n", spec->name.c_str(),
                config.architecture.c_str(), static_cast<long long>(config.num_layers),
                topology.random_weights ? " (random weights)" : "", spec->device.c_str(),
-               spec->grpc_address().c_str(), memory_nodes.size(), num_lanes, num_lanes == 1 ? "" : "s");
+               spec->grpc_address().c_str(), memory_nodes.size(), num_lanes, num_lanes == 1 ? "" : "s",
+               inbox ? absl::StrCat(", hand-overs on ", inbox->address()).c_str() : "");
   ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();
 }

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace lamina {
 namespace {
 
@@ -18,7 +20,8 @@ SamplingParams FromProto(const lamina::v1::SamplingParams& p) {
 
 }  // namespace
 
-StepService::StepService(std::vector<StepLane> lanes) : lanes_(lanes.size()) {
+StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays)
+    : lanes_(lanes.size()), relays_(std::move(relays)) {
   for (size_t i = 0; i < lanes.size(); ++i) {
     lanes_[i].parts = lanes[i];
     lanes[i].attention->set_compute_meter(&computing_);
@@ -56,6 +59,19 @@ void StepService::ReleaseLane(int lane) {
     lanes_[lane].held = false;
   }
   lane_freed_.notify_one();
+}
+
+absl::StatusOr<SliceRelay*> StepService::RelayFor(const lamina::v1::StepPlan& plan) const {
+  if (plan.rotation_replicas() == 0) return nullptr;
+  const int batch = plan.rotation_batch();
+  if (batch < 0 || batch >= static_cast<int>(relays_.size()) ||
+      relays_[batch]->route().replicas != plan.rotation_replicas()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan rotates batch ", batch, " over ", plan.rotation_replicas(), " compute nodes; this node was started for ",
+        relays_.empty() ? 0 : relays_[0]->route().replicas, " (", relays_.size(), " batches): do the coordinator "
+        "and this node read the same topology?"));
+  }
+  return relays_[batch];
 }
 
 lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, int lane_index) {
@@ -142,6 +158,15 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     }
   }
 
+  absl::StatusOr<SliceRelay*> relay = RelayFor(plan);
+  if (!relay.ok()) return fail(relay.status());
+  if (*relay != nullptr) (*relay)->BeginStep(plan.step_id());
+  engine->set_handoff(*relay);
+  struct ClearHandoff {
+    ComputeEngine* engine;
+    ~ClearHandoff() { engine->set_handoff(nullptr); }
+  } clear_handoff{engine};
+
   std::vector<int32_t> prefill_tokens(prefill_draws.size()), decode_tokens(decode_draws.size());
   if (!prefill.empty()) {
     absl::Status status = engine->Prefill(prefill, prefill_draws, prefill_tokens.data());
@@ -155,6 +180,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     std::lock_guard<std::mutex> lock(sampling_mu_);
     for (const auto& [seq, params] : new_sampling) sampling_.insert_or_assign(seq, params);
   }
+  if (!engine->RunsLastSlice()) return result;  // another compute node drew the tokens
   for (const Slot& slot : order) {
     auto* token = result.add_tokens();
     token->set_seq_id(slot.seq);

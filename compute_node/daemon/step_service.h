@@ -8,6 +8,9 @@
 // runs on it (two under rotational pipelining). Each Step stream holds a lane while it is open,
 // so two batches' plans run at once: one batch's slices compute while the other's attention runs
 // on the memory nodes. A stream beyond the lanes waits for one to free up.
+// Rotational pipelining over several compute nodes: a plan that names a batch (rotation_batch)
+// runs with that batch's SliceRelay, so the lane's engine runs only the slices this node owns,
+// and only the node running the last slice returns tokens.
 // Thread-safe.
 #ifndef LAMINA_COMPUTE_NODE_DAEMON_STEP_SERVICE_H_
 #define LAMINA_COMPUTE_NODE_DAEMON_STEP_SERVICE_H_
@@ -21,6 +24,7 @@
 #include "common/metrics/busy_meter.h"
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/remote/remote_attention.h"
+#include "compute_node/rotation/slice_relay.h"
 #include "compute_node/sampling/sampler.h"
 #include "lamina/v1/node.grpc.pb.h"
 
@@ -34,7 +38,9 @@ struct StepLane {
 
 class StepService final : public lamina::v1::ComputeNode::Service {
  public:
-  explicit StepService(std::vector<StepLane> lanes);
+  // `relays[j]`: batch j's route through this node under rotational pipelining over several
+  // compute nodes (empty otherwise); owned by the caller.
+  explicit StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays = {});
 
   grpc::Status Step(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) override;
@@ -60,7 +66,12 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   std::optional<int> HoldLane(grpc::ServerContext* context);
   void ReleaseLane(int lane);
 
+  // The relay of a rotating plan's batch; null for a plan that does not rotate. InvalidArgument
+  // when the plan's rotation does not match the topology this node was started with.
+  absl::StatusOr<SliceRelay*> RelayFor(const lamina::v1::StepPlan& plan) const;
+
   std::vector<Lane> lanes_;
+  const std::vector<SliceRelay*> relays_;
   std::mutex lanes_mu_;
   std::condition_variable lane_freed_;
   // Each sequence's sampling parameters, from its prefill until it is released. They outlive

@@ -76,7 +76,7 @@ absl::Status ComputeEngine::PrefillThen(absl::Span<const PrefillSequence> prompt
   }
   std::vector<Reservation> reservations;
   for (const PrefillSequence& p : prompts) reservations.push_back({p.seq, static_cast<int32_t>(p.tokens.size())});
-  LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
+  if (Owns(0)) LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
   // From here on a failure frees the prompts' slots, so nothing is left half-written.
   absl::Status status = RunPrefill(prompts, tokens, positions, last);
   if (!status.ok()) {
@@ -90,26 +90,63 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
   const ModelConfig& c = config();
   SliceBackend& b = *prefill_;
   const QkvLayout qkv = b.qkv_layout();
-  LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
+  const int64_t rows = static_cast<int64_t>(tokens.size());
+  if (handoff_ != nullptr) handoff_->BeginPass();
+  // Slice `layer`, then layer `layer`'s attention (causal, here) with its k/v stored remotely.
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    if (!Owns(layer)) continue;
+    if (layer == 0) {
+      LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
+    } else {
+      LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, layer, positions));
+      LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer));
+    }
+    LAMINA_RETURN_IF_ERROR(HandOverResidual(b, layer + 1, rows));
     int64_t row = 0;
     for (const PrefillSequence& p : prompts) {
       const int64_t n = static_cast<int64_t>(p.tokens.size());
       LAMINA_RETURN_IF_ERROR(b.PrefillAttention(row, n));
       row += n;
     }
-    LAMINA_ASSIGN_OR_RETURN(const float* rows, b.HostQkv());
+    LAMINA_ASSIGN_OR_RETURN(const float* qkv_rows, b.HostQkv());
     row = 0;
     for (const PrefillSequence& p : prompts) {
       const int64_t n = static_cast<int64_t>(p.tokens.size());
-      const float* base = rows + row * qkv.row_stride;
+      const float* base = qkv_rows + row * qkv.row_stride;
       LAMINA_RETURN_IF_ERROR(attention_->StoreKv(layer, p.seq, 0, n, base + qkv.k_offset, base + qkv.v_offset,
                                                  qkv.row_stride));
       row += n;
     }
-    if (layer + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer + 1));
+    LAMINA_RETURN_IF_ERROR(HandOverAttnOut(b, layer + 1, rows));
   }
+  if (!Owns(c.num_layers)) return absl::OkStatus();
+  LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, c.num_layers, positions));
   return last(b);
+}
+
+absl::Status ComputeEngine::ResumeIfHandedOver(SliceBackend& b, int64_t slice, absl::Span<const int32_t> positions) {
+  if (Owns(slice - 1)) return absl::OkStatus();
+  const ModelConfig& c = config();
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  handed_residual_.resize(rows * c.hidden_size);
+  handed_attn_out_.resize(rows * c.q_size());
+  LAMINA_RETURN_IF_ERROR(
+      handoff_->Receive(slice, absl::MakeSpan(handed_residual_), absl::MakeSpan(handed_attn_out_)));
+  return b.ResumeAt(positions, handed_residual_.data(), handed_attn_out_.data());
+}
+
+absl::Status ComputeEngine::HandOverResidual(SliceBackend& b, int64_t slice, int64_t rows) {
+  if (Owns(slice)) return absl::OkStatus();
+  handed_residual_.resize(rows * config().hidden_size);
+  LAMINA_RETURN_IF_ERROR(b.ReadResidual(handed_residual_.data()));
+  return handoff_->SendResidual(slice, handed_residual_);
+}
+
+absl::Status ComputeEngine::HandOverAttnOut(SliceBackend& b, int64_t slice, int64_t rows) {
+  if (Owns(slice)) return absl::OkStatus();
+  handed_attn_out_.resize(rows * config().q_size());
+  LAMINA_RETURN_IF_ERROR(b.ReadAttnOut(handed_attn_out_.data()));
+  return handoff_->SendAttnOut(slice, handed_attn_out_);
 }
 
 absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, Tensor* logits) {
@@ -143,21 +180,39 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
     entries_.push_back({t.seq, t.position});
     tokens.push_back(t.token);
   }
-  std::vector<Reservation> reservations;
-  for (const DecodeToken& t : batch) reservations.push_back({t.seq, t.position + 1});
-  LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
+  // The node running slice 0 reserves; the others' attention calls come after it, in causal order.
+  if (Owns(0)) {
+    std::vector<Reservation> reservations;
+    for (const DecodeToken& t : batch) reservations.push_back({t.seq, t.position + 1});
+    LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
+  }
 
   const QkvLayout qkv = b.qkv_layout();
-  DeviceDecode* device = attention_->device_decode();
+  DeviceDecode* device = handoff_ == nullptr ? attention_->device_decode() : nullptr;
   const bool on_device = device != nullptr && device->CanDecodeOnDevice(entries_, qkv) && b.SetAttentionOnDevice(true);
   if (!on_device) b.SetAttentionOnDevice(false);
-  LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
-  if (on_device) return DecodeOnDevice(b, device, last);
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    LAMINA_ASSIGN_OR_RETURN(const float* rows, b.HostQkv());
-    LAMINA_RETURN_IF_ERROR(attention_->Decode(layer, entries_, rows, qkv, b.HostAttnOut(), c.q_size()));
-    if (layer + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer + 1));
+  if (on_device) {
+    LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
+    return DecodeOnDevice(b, device, last);
   }
+  const int64_t rows = static_cast<int64_t>(batch.size());
+  if (handoff_ != nullptr) handoff_->BeginPass();
+  // Slice `layer`, then layer `layer`'s attention on the memory nodes.
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    if (!Owns(layer)) continue;
+    if (layer == 0) {
+      LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
+    } else {
+      LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, layer, positions));
+      LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer));
+    }
+    LAMINA_RETURN_IF_ERROR(HandOverResidual(b, layer + 1, rows));
+    LAMINA_ASSIGN_OR_RETURN(const float* qkv_rows, b.HostQkv());
+    LAMINA_RETURN_IF_ERROR(attention_->Decode(layer, entries_, qkv_rows, qkv, b.HostAttnOut(), c.q_size()));
+    LAMINA_RETURN_IF_ERROR(HandOverAttnOut(b, layer + 1, rows));
+  }
+  if (!Owns(c.num_layers)) return absl::OkStatus();
+  LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, c.num_layers, positions));
   return last(b);
 }
 

@@ -6,6 +6,10 @@
 // Prefill runs the prompt's causal attention here (compute-bound work stays on the compute node)
 // and ships each layer's k/v to the memory side in bulk. Decode sends each new token's q/k/v.
 // The slices run on a SliceBackend (CPU or GPU); this loop is the same for both.
+// Under rotational pipelining over several compute nodes (set_handoff), each engine runs only the
+// slices its node owns: it starts a later slice from the residual stream and attention output the
+// previous node handed over, and hands them on after its own. The node owning slice 0 reserves the
+// KV slots; the one owning the last slice draws the tokens (the others leave `tokens` alone).
 // Thread-compatible: one batch at a time per engine.
 #ifndef LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_
 #define LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_
@@ -22,6 +26,7 @@
 #include "common/threading/thread_pool.h"
 #include "compute_node/engine/slice_backend.h"
 #include "compute_node/model/model_weights.h"
+#include "compute_node/rotation/slice_handoff.h"
 #include "compute_node/sampling/sampler.h"
 
 namespace lamina {
@@ -62,6 +67,11 @@ class ComputeEngine {
   absl::Status Decode(absl::Span<const DecodeToken> batch, absl::Span<const TokenDraw> draws, int32_t* tokens);
 
   const ModelConfig& config() const { return decode_->config(); }
+  // The route of the next batches through the compute nodes (null: every slice runs here). Must
+  // outlive its use; decode then goes through the host path.
+  void set_handoff(SliceHandoff* handoff) { handoff_ = handoff; }
+  // Whether this node runs the last slice (and so draws the tokens).
+  bool RunsLastSlice() const { return Owns(config().num_layers); }
 
  private:
   // The last slice of a batch, given the backend that ran the others.
@@ -74,11 +84,21 @@ class ComputeEngine {
   absl::Status DecodeThen(absl::Span<const DecodeToken> batch, LastSlice last);
   // The rest of a decode step (after RunFirst) with the exchanges queued on the GPU.
   absl::Status DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last);
+  bool Owns(int64_t slice) const { return handoff_ == nullptr || handoff_->Owns(slice); }
+  // Makes slice `slice` (0 < slice <= num_layers) ready to run here: receives its inputs when
+  // another node ran the slice before.
+  absl::Status ResumeIfHandedOver(SliceBackend& b, int64_t slice, absl::Span<const int32_t> positions);
+  // Sends slice `slice`'s residual stream (before attention) or attention output (after) on to
+  // the node that runs it, when that is not this one.
+  absl::Status HandOverResidual(SliceBackend& b, int64_t slice, int64_t rows);
+  absl::Status HandOverAttnOut(SliceBackend& b, int64_t slice, int64_t rows);
 
   AttentionService* attention_;
   std::unique_ptr<SliceBackend> prefill_;
   std::unique_ptr<SliceBackend> decode_;
   std::vector<DecodeEntry> entries_;
+  SliceHandoff* handoff_ = nullptr;
+  std::vector<float> handed_residual_, handed_attn_out_;  // host staging of hand-overs
 };
 
 }  // namespace lamina

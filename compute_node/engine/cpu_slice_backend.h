@@ -20,6 +20,9 @@ class CpuSliceBackend : public SliceBackend {
   absl::StatusOr<const float*> HostQkv() override { return state_.qkv.data(); }
   float* HostAttnOut() override { return state_.attn_out.data(); }
   absl::Status PrefillAttention(int64_t first_row, int64_t count) override;
+  absl::Status ReadResidual(float* out) override;
+  absl::Status ReadAttnOut(float* out) override;
+  absl::Status ResumeAt(absl::Span<const int32_t> positions, const float* residual, const float* attn_out) override;
 
  private:
   ModelSlices slices_;

@@ -40,6 +40,7 @@ void ModelSlices::PostAttention(int64_t layer, SliceState* s) const {
   const ModelConfig& c = config();
   const LayerWeights& w = weights_->layers[layer];
   const int64_t n = s->residual.dim(0);
+  Ensure(&s->normed, n, c.hidden_size);  // a batch resumed here (rotation) starts with this slice
   Ensure(&s->projected, n, c.hidden_size);
   Ensure(&s->gate_up, n, 2 * c.intermediate_size);
   Ensure(&s->activated, n, c.intermediate_size);

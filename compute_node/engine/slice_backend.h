@@ -61,6 +61,17 @@ class SliceBackend {
   // Valid from RunFirst to the end of the batch.
   virtual DeviceBatch device_batch() const { return {}; }
 
+  // Rotational pipelining (a batch's slices on several compute nodes). ReadResidual copies the
+  // batch's residual stream after the latest slice to `out` [tokens, hidden]; ReadAttnOut copies
+  // the attention output the next slice reads (HostAttnOut as the caller filled it, or
+  // PrefillAttention's) to `out` [tokens, q_size]. ResumeAt starts a batch at a later slice that
+  // another node ran up to: `positions` as for RunFirst, the residual stream and attention output
+  // as that node's ReadResidual and ReadAttnOut gave them; RunMiddle or RunLast follow.
+  virtual absl::Status ReadResidual(float* out) = 0;
+  virtual absl::Status ReadAttnOut(float* out) = 0;
+  virtual absl::Status ResumeAt(absl::Span<const int32_t> positions, const float* residual,
+                                const float* attn_out) = 0;
+
   // Causal attention over the batch rows [first_row, first_row + count), which hold one prompt
   // from position 0, into the attention output the next slice reads.
   virtual absl::Status PrefillAttention(int64_t first_row, int64_t count) = 0;

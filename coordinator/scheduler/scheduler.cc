@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 
 namespace lamina {
@@ -32,12 +33,41 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
       membership_(membership),
       memory_(MemoryGrpcAddresses(topology)),
       policy_(policy ? std::move(policy) : std::make_unique<FifoPolicy>()) {
-  for (const NodeSpec* node : topology.BatchComputeNodes()) {
-    batches_.push_back(std::make_unique<Batch>(node->name, node->grpc_address()));
+  const std::vector<const NodeSpec*> first_nodes = topology.BatchComputeNodes();
+  for (size_t j = 0; j < first_nodes.size(); ++j) {
+    if (topology.RotationReplicas() > 0) {
+      batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), topology.NodesOf(NodeKind::kCompute)));
+      batches_.back()->rotation_replicas = topology.RotationReplicas();
+      batches_.back()->samples_on = static_cast<int>((j + config.num_layers) % topology.RotationReplicas());
+    } else {
+      batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), std::vector<const NodeSpec*>{first_nodes[j]}));
+    }
   }
   batch_ = batches_[0].get();
   loop_ = std::thread([this] { Loop(); });
   watchdog_ = std::thread([this] { Watchdog(); });
+}
+
+Scheduler::Batch::Batch(int batch_index, const std::vector<const NodeSpec*>& nodes) : index(batch_index) {
+  for (const NodeSpec* node : nodes) {
+    compute_nodes.push_back(node->name);
+    computes.push_back(std::make_unique<ComputeClient>(node->grpc_address()));
+  }
+}
+
+std::string Scheduler::Batch::DeadComputeNode(const Membership& membership) const {
+  for (const std::string& node : compute_nodes) {
+    if (!membership.IsAlive(node)) return node;
+  }
+  return "";
+}
+
+bool Scheduler::Batch::Uses(const std::string& compute_node) const {
+  return std::find(compute_nodes.begin(), compute_nodes.end(), compute_node) != compute_nodes.end();
+}
+
+void Scheduler::Batch::Abort() {
+  for (const std::unique_ptr<ComputeClient>& compute : computes) compute->Abort();
 }
 
 void Scheduler::Watchdog() {
@@ -50,7 +80,7 @@ void Scheduler::Watchdog() {
       const int64_t started = batch->step_started_ms.load();
       if (started != 0 && absl::ToUnixMillis(absl::Now()) - started > topology_.step_timeout_ms) {
         batch->step_started_ms = 0;
-        batch->compute.Abort();  // Receive returns Unavailable and the batch ends
+        batch->Abort();  // Receive returns Unavailable and the batch ends
       }
     }
   }
@@ -62,7 +92,7 @@ Scheduler::~Scheduler() {
     stopping_ = true;
   }
   wake_.notify_all();
-  for (const std::unique_ptr<Batch>& batch : batches_) batch->compute.Abort();
+  for (const std::unique_ptr<Batch>& batch : batches_) batch->Abort();
   loop_.join();
   watchdog_.join();
 }
@@ -115,7 +145,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationSpec 
 
 void Scheduler::OnNodeDeath(const std::string& node) {
   for (const std::unique_ptr<Batch>& batch : batches_) {
-    if (batch->compute_node == node) batch->compute.Abort();
+    if (batch->Uses(node)) batch->Abort();
   }
   wake_.notify_all();
 }
@@ -339,6 +369,10 @@ void Scheduler::Admit() {
 lamina::v1::StepPlan Scheduler::BuildPlan() {
   lamina::v1::StepPlan plan;
   plan.set_step_id(++batch_->step_id);
+  if (batch_->rotation_replicas > 0) {
+    plan.set_rotation_replicas(batch_->rotation_replicas);
+    plan.set_rotation_batch(batch_->index);
+  }
   for (int64_t seq : batch_->release) plan.add_release(seq);
   batch_->release.clear();
   for (const Sequence& seq : batch_->running) {
@@ -603,14 +637,15 @@ void Scheduler::Loop() {
 
 void Scheduler::Prepare() {
   EndDeadAndCancelled();
-  if (!membership_->IsAlive(batch_->compute_node)) {
-    const absl::Status dead =
-        absl::UnavailableError(absl::StrCat("compute node '", batch_->compute_node, "' is not alive"));
+  if (const std::string dead_node = batch_->DeadComputeNode(*membership_); !dead_node.empty()) {
+    const absl::Status dead = absl::UnavailableError(absl::StrCat(
+        "compute node '", dead_node, "' is not alive",
+        batch_->rotation_replicas > 0 ? " (rotational pipelining runs every batch through every compute node)" : ""));
     FailAll(dead);
     FailPreempted(dead);
-    // Queued requests wait for a batch on a live compute node; with none left they fail.
+    // Queued requests wait for a batch on live compute nodes; with none left they fail.
     bool any_alive = false;
-    for (const std::unique_ptr<Batch>& batch : batches_) any_alive |= membership_->IsAlive(batch->compute_node);
+    for (const std::unique_ptr<Batch>& batch : batches_) any_alive |= batch->DeadComputeNode(*membership_).empty();
     if (!any_alive) FailEverything(dead);
     return;
   }
@@ -621,12 +656,27 @@ void Scheduler::Prepare() {
   batch_->plan = BuildPlan();
   batch_->step_start = absl::Now();
   batch_->step_started_ms = absl::ToUnixMillis(batch_->step_start);
-  batch_->compute.Send(batch_->plan);
+  for (const std::unique_ptr<ComputeClient>& compute : batch_->computes) compute->Send(batch_->plan);
   batch_->in_flight = true;
 }
 
+absl::StatusOr<lamina::v1::StepResult> Scheduler::ReceiveResult() {
+  std::vector<absl::StatusOr<lamina::v1::StepResult>> results;
+  for (const std::unique_ptr<ComputeClient>& compute : batch_->computes) results.push_back(compute->Receive());
+  // Under rotation every replica answers. A failure naming unreachable memory nodes comes first
+  // (the step then runs again without them), then any other failure; otherwise the tokens come
+  // from the replica that ran the last slice.
+  for (const auto& result : results) {
+    if (result.ok() && result->failed_memory_nodes_size() > 0) return result;
+  }
+  for (const auto& result : results) {
+    if (!result.ok() || result->error_code() != 0) return result;
+  }
+  return results[batch_->samples_on];
+}
+
 void Scheduler::Collect() {
-  absl::StatusOr<lamina::v1::StepResult> result = batch_->compute.Receive();
+  absl::StatusOr<lamina::v1::StepResult> result = ReceiveResult();
   batch_->in_flight = false;
   const bool timed_out = batch_->step_started_ms.exchange(0) == 0;
   const lamina::v1::StepPlan& plan = batch_->plan;
@@ -640,7 +690,7 @@ void Scheduler::Collect() {
     }
   }
   if (!result.ok() && timed_out) {
-    result = absl::UnavailableError(absl::StrCat("compute node '", batch_->compute_node,
+    result = absl::UnavailableError(absl::StrCat("compute node '", absl::StrJoin(batch_->compute_nodes, "', '"),
                                                  "' did not finish an iteration in ", topology_.step_timeout_ms, " ms"));
   }
   if (!result.ok()) {

@@ -10,7 +10,9 @@
 // (each on its own Step stream, which the node serves with its own engine, so one batch's slices
 // run while the other's attention runs on the memory nodes); `auto` on one compute node, the
 // second batch takes new requests only while more than `rotational_above` sequences are running
-// or waiting, so small loads keep one batch's latency. One thread drives every batch in
+// or waiting, so small loads keep one batch's latency; `rotational` over R > 1 compute nodes, R + 1
+// batches each sent to every compute node, where slice k of batch j runs on node (j + k) mod R
+// (the node running the last slice returns the tokens; a batch ends when any of its nodes fails). One thread drives every batch in
 // turn: it collects a batch's result, prepares its next plan and sends it, then moves on to the
 // next batch while this one runs. A request stays in the batch that admitted it.
 //
@@ -116,11 +118,20 @@ class Scheduler {
     std::unique_ptr<TextStream> text;
   };
 
-  // One batch in flight: its compute node and stream, its sequences and its step.
+  // One batch in flight: its compute node and stream (under rotation over several compute nodes,
+  // one per replica, the plan going to each), its sequences and its step.
   struct Batch {
-    Batch(std::string node, const std::string& address) : compute_node(std::move(node)), compute(address) {}
-    std::string compute_node;
-    ComputeClient compute;
+    Batch(int index, const std::vector<const NodeSpec*>& nodes);
+    // A dead node among the batch's compute nodes (its name), or "" when all are alive.
+    std::string DeadComputeNode(const Membership& membership) const;
+    bool Uses(const std::string& compute_node) const;
+    void Abort();  // the pending Receive of every replica returns Unavailable
+
+    int index;
+    std::vector<std::string> compute_nodes;
+    std::vector<std::unique_ptr<ComputeClient>> computes;
+    int rotation_replicas = 0;  // plan.rotation_replicas
+    int samples_on = 0;         // the replica that runs the last slice and returns the tokens
     std::vector<Sequence> running;
     std::deque<std::vector<Sequence>> preempted;  // preempted requests' samples, oldest first
     std::vector<int64_t> release;                 // sequences the compute node may forget
@@ -138,6 +149,8 @@ class Scheduler {
   void Prepare();
   // Waits for the current batch's step and applies its result.
   void Collect();
+  // The current batch's step result, from its one compute node or merged from its replicas'.
+  absl::StatusOr<lamina::v1::StepResult> ReceiveResult();
   void Watchdog();
   void EndDeadAndCancelled();
   void Admit();

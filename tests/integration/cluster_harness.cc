@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
                   options.prefix_caching ? "true" : "false", "\nnodes:\n");
   for (int i = 0; i < options.compute_nodes; ++i) {
     absl::StrAppend(&yaml, "  - name: compute-", i, "\n    role: compute\n    device: ", options.device,
-                    "\n    port: ", FreePort(), "\n");
+                    "\n    port: ", FreePort(), "\n    data_port: ", FreePort(), "\n");
   }
   for (int i = 0; i < options.memory_nodes; ++i) {
     const std::string device = i < static_cast<int>(options.memory_devices.size()) ? options.memory_devices[i]

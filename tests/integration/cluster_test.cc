@@ -517,8 +517,9 @@ TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
 
 // Staggered pipelining changes when and where batches run, never what they compute: the same
 // requests give the same tokens under `none` (one batch), `fixed` (a batch on each of two compute
-// nodes) and `rotational` (two batches alternating on one compute node), greedy and seeded
-// sampling alike, and in `fixed` both compute nodes work.
+// nodes), `rotational` on one compute node (two batches alternating on it) and `rotational` over
+// two and three compute nodes (three and four batches, each batch's slices moving from node to
+// node), greedy and seeded sampling alike; in `fixed` and over several nodes every node works.
 TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok()) << local.status();
@@ -537,7 +538,8 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
   }
   std::map<std::string, std::vector<std::vector<int32_t>>> outputs;
   for (const auto& [mode, compute_nodes] : std::vector<std::pair<std::string, int>>{
-           {"none", 1}, {"fixed", 2}, {"rotational", 1}}) {
+           {"none", 1}, {"fixed", 2}, {"rotational", 1}, {"rotational", 2}, {"rotational", 3}}) {
+    SCOPED_TRACE(absl::StrCat(mode, " on ", compute_nodes, " compute nodes"));
     ClusterOptions options;
     options.pipelining = mode;
     options.compute_nodes = compute_nodes;
@@ -548,9 +550,9 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_TRUE(outcomes[i].status.ok()) << mode << " request " << i << ": " << outcomes[i].status;
       ASSERT_EQ(outcomes[i].ids.size(), static_cast<size_t>(requests[i].max_tokens())) << mode << " request " << i;
-      outputs[mode].push_back(outcomes[i].ids);
+      outputs[absl::StrCat(mode, compute_nodes)].push_back(outcomes[i].ids);
     }
-    if (mode == "fixed") {
+    if (compute_nodes > 1) {
       auto status = (*cluster)->client().Status(absl::Seconds(5));
       ASSERT_TRUE(status.ok()) << status.status();
       absl::SleepFor(absl::Milliseconds(300));  // a heartbeat past the last step
@@ -566,10 +568,11 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
   for (size_t i = 0; i < requests.size(); ++i) {
     if (requests[i].sampling().temperature() == 0) {
       std::vector<int32_t> prompt(requests[i].token_ids().ids().begin(), requests[i].token_ids().ids().end());
-      EXPECT_EQ(outputs["none"][i], SingleProcess(**local, prompt, requests[i].max_tokens())) << "request " << i;
+      EXPECT_EQ(outputs["none1"][i], SingleProcess(**local, prompt, requests[i].max_tokens())) << "request " << i;
     }
-    EXPECT_EQ(outputs["fixed"][i], outputs["none"][i]) << "request " << i;
-    EXPECT_EQ(outputs["rotational"][i], outputs["none"][i]) << "request " << i;
+    for (const char* mode : {"fixed2", "rotational1", "rotational2", "rotational3"}) {
+      EXPECT_EQ(outputs[mode][i], outputs["none1"][i]) << mode << ", request " << i;
+    }
   }
 }
 

@@ -357,4 +357,44 @@ absl::Status CudaSliceBackend::PrefillAttention(int64_t first_row, int64_t count
                               stream());
 }
 
+absl::Status CudaSliceBackend::ReadResidual(float* out) {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, residual_.data(),
+                                              tokens_in_batch_ * config().hidden_size * sizeof(float),
+                                              cudaMemcpyDeviceToHost, stream()));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::ReadAttnOut(float* out) {
+  const size_t bytes = tokens_in_batch_ * config().q_size() * sizeof(float);
+  if (attn_out_on_host_) {
+    std::memcpy(out, host_attn_out_.data(), bytes);
+    return absl::OkStatus();
+  }
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, attn_out_.data(), bytes, cudaMemcpyDeviceToHost, stream()));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::ResumeAt(absl::Span<const int32_t> positions, const float* residual,
+                                        const float* attn_out) {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const ModelConfig& c = config();
+  const int64_t n = static_cast<int64_t>(positions.size());
+  LAMINA_RETURN_IF_ERROR(Reserve(n));
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(positions_.data(), positions.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.data(), residual, n * c.hidden_size * sizeof(float),
+                                              cudaMemcpyHostToDevice, stream()));
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(attn_out_.data(), attn_out, n * c.q_size() * sizeof(float), cudaMemcpyHostToDevice, stream()));
+  // The sources are pageable and may go away when this returns.
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  tokens_in_batch_ = padded_ = n;
+  graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+  return absl::OkStatus();
+}
+
 }  // namespace lamina

@@ -51,6 +51,10 @@ class CudaSliceBackend : public SliceBackend {
   absl::StatusOr<const float*> HostQkv() override;
   float* HostAttnOut() override;
   absl::Status PrefillAttention(int64_t first_row, int64_t count) override;
+  // Hand-overs go through host memory; a resumed batch runs eagerly (no graphs).
+  absl::Status ReadResidual(float* out) override;
+  absl::Status ReadAttnOut(float* out) override;
+  absl::Status ResumeAt(absl::Span<const int32_t> positions, const float* residual, const float* attn_out) override;
   // Device-side attention: the slices' graphs then leave out the host copies.
   bool SetAttentionOnDevice(bool on) override {
     attention_on_device_ = on;

@@ -1,0 +1,49 @@
+// Rotational pipelining over several compute nodes (the paper's section 5.1): slice k of batch j
+// runs on replica (j + k) mod R of the R compute nodes, so after each attention a batch moves on
+// to the next replica. A SliceHandoff is one replica's view of one batch's route: which slices run
+// here, and the hand-over of a slice's inputs (the residual stream, then the attention output) to
+// the replica that runs it. ComputeEngine's layer loops consult it; without one every slice runs
+// on the engine's own node.
+// Thread-compatible: one step at a time.
+#ifndef LAMINA_COMPUTE_NODE_ROTATION_SLICE_HANDOFF_H_
+#define LAMINA_COMPUTE_NODE_ROTATION_SLICE_HANDOFF_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace lamina {
+
+// Where batch `batch`'s slices run among `replicas` compute nodes.
+struct SliceRoute {
+  int batch = 0;
+  int replica = 0;   // this node's index among the compute nodes
+  int replicas = 1;
+
+  int OwnerOf(int64_t slice) const { return static_cast<int>((batch + slice) % replicas); }
+  bool Owns(int64_t slice) const { return OwnerOf(slice) == replica; }
+};
+
+class SliceHandoff {
+ public:
+  virtual ~SliceHandoff() = default;
+
+  // Whether slice `slice` of the batch runs on this node.
+  virtual bool Owns(int64_t slice) const = 0;
+  // A pass through the slices (a step's prefill, or its decode) begins; every replica runs the
+  // same passes in the same order.
+  virtual void BeginPass() = 0;
+  // Hands slice `slice`'s inputs to the replica that runs it: the residual stream [rows, hidden]
+  // as soon as the previous slice ends (it travels while attention runs), then the attention
+  // output [rows, q_size]. Unavailable names the replica that could not be reached.
+  virtual absl::Status SendResidual(int64_t slice, absl::Span<const float> residual) = 0;
+  virtual absl::Status SendAttnOut(int64_t slice, absl::Span<const float> attn_out) = 0;
+  // Receives both for a slice that runs here after another replica ran the previous one.
+  // Unavailable when they do not arrive in time.
+  virtual absl::Status Receive(int64_t slice, absl::Span<float> residual, absl::Span<float> attn_out) = 0;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMPUTE_NODE_ROTATION_SLICE_HANDOFF_H_
