@@ -147,8 +147,28 @@ TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
   EXPECT_FALSE(fixed->SecondBatchOnDemand());
 
   ExpectError(two_computes, "2 compute nodes need 'pipelining: fixed'");
-  ExpectError(absl::StrReplaceAll(two_computes, {{"pipelining: none", "pipelining: rotational"}}),
-              "pipelining: 'rotational' over 2 compute nodes moves each batch's residual stream");
+  // Rotational over two compute nodes: three batches, each through both nodes, handed over on
+  // the compute nodes' data ports.
+  const std::string rotating = absl::StrReplaceAll(two_computes, {{"pipelining: none", "pipelining: rotational"}});
+  ExpectError(rotating, "nodes 'compute-1'.data_port: 'rotational' pipelining over 2 compute nodes hands each "
+                        "batch's residual stream");
+  const std::string with_ports = absl::StrReplaceAll(
+      rotating, {{"port: 50165\n", "port: 50165\n    data_port: 50166\n"},
+                 {"    role: compute\n    host: 127.0.0.1\n    port: 50161\n",
+                  "    role: compute\n    host: 127.0.0.1\n    port: 50161\n    data_port: 50167\n"}});
+  auto rotating_over_two = ParseTopology(with_ports, kPath);
+  ASSERT_TRUE(rotating_over_two.ok()) << rotating_over_two.status() << "\n" << with_ports;
+  EXPECT_EQ(rotating_over_two->RotationReplicas(), 2);
+  ASSERT_EQ(rotating_over_two->BatchComputeNodes().size(), 3u);
+  EXPECT_EQ(rotating_over_two->BatchComputeNodes()[0]->name, "compute-1");  // batch j starts on node j mod 2
+  EXPECT_EQ(rotating_over_two->BatchComputeNodes()[1]->name, "compute-0");
+  EXPECT_EQ(rotating_over_two->BatchComputeNodes()[2]->name, "compute-1");
+  EXPECT_EQ(rotating_over_two->BatchesOn("compute-0"), 3);
+  EXPECT_EQ(rotating_over_two->BatchesOn("compute-1"), 3);
+  EXPECT_EQ(fixed->RotationReplicas(), 0);
+  EXPECT_EQ(rotational->RotationReplicas(), 0);  // one compute node: two batches alternate on it
+  ExpectError(absl::StrReplaceAll(with_ports, {{"data_port: 50166", "data_port: 50165"}}),
+              "nodes[0].data_port: 127.0.0.1:50165 is used twice in this topology");
 }
 
 TEST(TopologyTest, PortInUseIsReportedWithItsLine) {
