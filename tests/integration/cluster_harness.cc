@@ -56,7 +56,9 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const Clus
                   "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
                   options.prefix_caching ? "true" : "false", "\nnodes:\n");
   for (int i = 0; i < options.compute_nodes; ++i) {
-    absl::StrAppend(&yaml, "  - name: compute-", i, "\n    role: compute\n    device: ", options.device,
+    const std::string device = i < static_cast<int>(options.compute_devices.size()) ? options.compute_devices[i]
+                                                                                    : options.device;
+    absl::StrAppend(&yaml, "  - name: compute-", i, "\n    role: compute\n    device: ", device,
                     "\n    port: ", FreePort(), "\n    data_port: ", FreePort(), "\n");
   }
   for (int i = 0; i < options.memory_nodes; ++i) {

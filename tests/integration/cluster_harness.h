@@ -25,6 +25,7 @@ struct ClusterOptions {
   std::string device = "cpu";  // of every node, e.g. "cuda:0"
   // Memory node i's device when given (else `device`), and the memory nodes' `transport`.
   std::vector<std::string> memory_devices;
+  std::vector<std::string> compute_devices;  // compute node i's device when given (else `device`)
   std::string transport;
   std::optional<int64_t> random_weights_seed;  // set: `weights: random` with this seed
   std::string pipelining = "none";             // the topology's `pipelining`

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_replace.h"
@@ -169,6 +170,17 @@ TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
   EXPECT_EQ(rotational->RotationReplicas(), 0);  // one compute node: two batches alternate on it
   ExpectError(absl::StrReplaceAll(with_ports, {{"data_port: 50166", "data_port: 50165"}}),
               "nodes[0].data_port: 127.0.0.1:50165 is used twice in this topology");
+}
+
+TEST(TopologyTest, EveryBundledTopologyLoads) {
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(LAMINA_SOURCE_DIR) + "/deploy/topologies")) {
+    if (entry.path().extension() != ".yaml") continue;
+    auto t = LoadTopology(entry.path().string());
+    EXPECT_TRUE(t.ok()) << t.status();
+    ++loaded;
+  }
+  EXPECT_GT(loaded, 5);
 }
 
 TEST(TopologyTest, PortInUseIsReportedWithItsLine) {
