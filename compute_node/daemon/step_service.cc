@@ -26,6 +26,7 @@ StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> r
     lanes_[i].parts = lanes[i];
     lanes[i].attention->set_compute_meter(&computing_);
   }
+  for (SliceRelay* relay : relays_) relay->set_compute_meter(&computing_);
 }
 
 BusyMeter::Snapshot StepService::RoundTrips() const {

@@ -57,6 +57,7 @@ absl::Status SliceRelay::Send(uint32_t type, int64_t slice, absl::Span<const flo
 }
 
 absl::Status SliceRelay::Receive(int64_t slice, absl::Span<float> residual, absl::Span<float> attn_out) {
+  ScopedPause waiting(computing_);
   const absl::Time deadline = absl::Now() + timeout_;
   absl::Status status = ReceiveOne(handoff::kResidual, slice, residual, deadline);
   if (status.ok()) status = ReceiveOne(handoff::kAttnOut, slice, attn_out, deadline);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/metrics/busy_meter.h"
 #include "common/transport/transport.h"
 #include "compute_node/rotation/residual_inbox.h"
 #include "compute_node/rotation/slice_handoff.h"
@@ -34,6 +35,9 @@ class SliceRelay : public SliceHandoff {
   SliceRelay(Transport* transport, ResidualInbox* inbox, SliceRoute route, RelayPeers peers, absl::Duration timeout);
 
   const SliceRoute& route() const { return route_; }
+  // While this waits for a hand-over, `computing` is paused (as RemoteAttention pauses it while
+  // waiting on memory nodes), so a node's busy fraction leaves the pipeline's bubbles out.
+  void set_compute_meter(BusyUnion* computing) { computing_ = computing; }
   // A new step; its passes are numbered from 0.
   void BeginStep(uint64_t step_id);
 
@@ -55,6 +59,7 @@ class SliceRelay : public SliceHandoff {
   const absl::Duration timeout_;
   uint64_t step_id_ = 0;
   int pass_ = -1;
+  BusyUnion* computing_ = nullptr;
   std::unique_ptr<Connection> outbound_;
   std::vector<uint8_t> payload_;
 };

@@ -266,7 +266,10 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
       for (auto& t : threads) t.join();
       for (size_t i = 0; i < requests.size(); ++i) {
         ASSERT_TRUE(statuses[i].ok()) << "request " << i << ": " << statuses[i] << "\ncompute-0's log:\n"
-                                      << (*cluster)->NodeLog("compute-0");
+                                      << (*cluster)->NodeLog("compute-0") << "\nmemory-0's log:\n"
+                                      << (*cluster)->NodeLog("memory-0") << "\nmemory-1's log:\n"
+                                      << (*cluster)->NodeLog("memory-1") << "\ncoordinator's log:\n"
+                                      << (*cluster)->NodeLog("coordinator");
         ASSERT_EQ(outputs[name][i].size(), static_cast<size_t>(requests[i].max_tokens())) << "request " << i;
       }
     }
