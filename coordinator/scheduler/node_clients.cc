@@ -8,8 +8,8 @@
 
 namespace lamina {
 
-ComputeClient::ComputeClient(const std::string& address)
-    : stub_(lamina::v1::ComputeNode::NewStub(CreateControlChannel(address))) {}
+ComputeClient::ComputeClient(const std::string& name, const std::string& address)
+    : name_(name), stub_(lamina::v1::ComputeNode::NewStub(CreateControlChannel(address))) {}
 
 ComputeClient::~ComputeClient() { Reset(); }
 
@@ -48,7 +48,8 @@ absl::Status ComputeClient::Broken() {
   grpc::Status status = stream_->Finish();
   stream_.reset();
   send_failed_ = false;
-  return absl::UnavailableError(absl::StrCat("compute node: ", status.ok() ? "stream closed" : status.error_message()));
+  return absl::UnavailableError(
+      absl::StrCat("compute node '", name_, "': ", status.ok() ? "stream closed" : status.error_message()));
 }
 
 MemoryClients::MemoryClients(const std::map<std::string, std::string>& nodes) {

@@ -18,7 +18,8 @@ namespace lamina {
 
 class ComputeClient {
  public:
-  explicit ComputeClient(const std::string& address);
+  // `name` is the node's, for messages.
+  ComputeClient(const std::string& name, const std::string& address);
   ~ComputeClient();
 
   // A step in two halves, so that one thread can keep several steps in flight on several
@@ -33,6 +34,7 @@ class ComputeClient {
   void Reset();
   absl::Status Broken();
 
+  const std::string name_;
   std::unique_ptr<lamina::v1::ComputeNode::Stub> stub_;
   std::mutex context_mu_;
   std::unique_ptr<grpc::ClientContext> context_;

@@ -51,7 +51,7 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
 Scheduler::Batch::Batch(int batch_index, const std::vector<const NodeSpec*>& nodes) : index(batch_index) {
   for (const NodeSpec* node : nodes) {
     compute_nodes.push_back(node->name);
-    computes.push_back(std::make_unique<ComputeClient>(node->grpc_address()));
+    computes.push_back(std::make_unique<ComputeClient>(node->name, node->grpc_address()));
   }
 }
 

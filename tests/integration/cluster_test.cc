@@ -622,6 +622,47 @@ TEST(ClusterTest, KillingOneOfTwoComputeNodesFailsOnlyItsBatchAndTheOtherServesN
   }
 }
 
+// Under rotational pipelining over two compute nodes every batch runs through both, so killing
+// one ends every running request, promptly and naming it (the survivor's lanes, waiting for hand-
+// overs that will never come, do not hold the clients), and new requests are refused at once
+// rather than left waiting.
+TEST(ClusterTest, KillingARotatingComputeNodeEndsItsBatchesPromptlyNamingIt) {
+  ClusterOptions options;
+  options.pipelining = "rotational";
+  options.compute_nodes = 2;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+
+  std::vector<Outcome> outcomes(6);
+  std::vector<absl::Time> ended(6);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] {
+      outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 2000));
+      ended[i] = absl::Now();
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(400));  // mid-run, all three batches rotating
+  auto pid = (*cluster)->NodePid("compute-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_FALSE(outcomes[i].status.ok()) << "request " << i << " outlived the compute node it ran through";
+    EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
+    EXPECT_NE(std::string(outcomes[i].status.message()).find("compute-1"), std::string::npos) << outcomes[i].status;
+    EXPECT_LT(ended[i] - killed, absl::Seconds(10)) << "request " << i;
+  }
+  const absl::Time asked = absl::Now();
+  const Outcome after = Generate((*cluster)->client(), IdsRequest(prompt, 8));
+  EXPECT_EQ(after.status.code(), absl::StatusCode::kUnavailable) << after.status;
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
+}
+
 // `auto` on one compute node: one batch while few sequences run or wait, a second batch once
 // more than `rotational_above` do; the outputs are the same either way.
 TEST(ClusterTest, AutoPipeliningAddsTheSecondBatchOnlyAboveItsThreshold) {
