@@ -162,11 +162,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   absl::StatusOr<SliceRelay*> relay = RelayFor(plan);
   if (!relay.ok()) return fail(relay.status());
   if (*relay != nullptr) (*relay)->BeginStep(plan.step_id());
-  engine->set_handoff(*relay);
-  struct ClearHandoff {
-    ComputeEngine* engine;
-    ~ClearHandoff() { engine->set_handoff(nullptr); }
-  } clear_handoff{engine};
+  engine->set_handoff(*relay);  // every plan sets it (null: no rotation) before the engine runs
 
   std::vector<int32_t> prefill_tokens(prefill_draws.size()), decode_tokens(decode_draws.size());
   if (!prefill.empty()) {

@@ -87,21 +87,10 @@ absl::Status ComputeEngine::PrefillThen(absl::Span<const PrefillSequence> prompt
 
 absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts, absl::Span<const int32_t> tokens,
                                        absl::Span<const int32_t> positions, LastSlice last) {
-  const ModelConfig& c = config();
   SliceBackend& b = *prefill_;
   const QkvLayout qkv = b.qkv_layout();
-  const int64_t rows = static_cast<int64_t>(tokens.size());
-  if (handoff_ != nullptr) handoff_->BeginPass();
-  // Slice `layer`, then layer `layer`'s attention (causal, here) with its k/v stored remotely.
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    if (!Owns(layer)) continue;
-    if (layer == 0) {
-      LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
-    } else {
-      LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, layer, positions));
-      LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer));
-    }
-    LAMINA_RETURN_IF_ERROR(HandOverResidual(b, layer + 1, rows));
+  // Layer `layer`'s attention runs here (causal), and its k/v are stored remotely.
+  return RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
     int64_t row = 0;
     for (const PrefillSequence& p : prompts) {
       const int64_t n = static_cast<int64_t>(p.tokens.size());
@@ -117,10 +106,30 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
                                                  qkv.row_stride));
       row += n;
     }
+    return absl::OkStatus();
+  }, last);
+}
+
+absl::Status ComputeEngine::RunSlices(SliceBackend& b, absl::Span<const int32_t> tokens,
+                                      absl::Span<const int32_t> positions, LayerAttention attention, LastSlice last) {
+  const int64_t num_layers = config().num_layers;
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  if (handoff_ != nullptr) handoff_->BeginPass();
+  // Slice `layer`, then layer `layer`'s attention; the slices another node owns are skipped.
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    if (!Owns(layer)) continue;
+    if (layer == 0) {
+      LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
+    } else {
+      LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, layer, positions));
+      LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer));
+    }
+    LAMINA_RETURN_IF_ERROR(HandOverResidual(b, layer + 1, rows));
+    LAMINA_RETURN_IF_ERROR(attention(layer));
     LAMINA_RETURN_IF_ERROR(HandOverAttnOut(b, layer + 1, rows));
   }
-  if (!Owns(c.num_layers)) return absl::OkStatus();
-  LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, c.num_layers, positions));
+  if (!Owns(num_layers)) return absl::OkStatus();
+  LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, num_layers, positions));
   return last(b);
 }
 
@@ -195,25 +204,11 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
     LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
     return DecodeOnDevice(b, device, last);
   }
-  const int64_t rows = static_cast<int64_t>(batch.size());
-  if (handoff_ != nullptr) handoff_->BeginPass();
-  // Slice `layer`, then layer `layer`'s attention on the memory nodes.
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    if (!Owns(layer)) continue;
-    if (layer == 0) {
-      LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
-    } else {
-      LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, layer, positions));
-      LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer));
-    }
-    LAMINA_RETURN_IF_ERROR(HandOverResidual(b, layer + 1, rows));
+  // Layer `layer`'s attention runs on the memory nodes.
+  return RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
     LAMINA_ASSIGN_OR_RETURN(const float* qkv_rows, b.HostQkv());
-    LAMINA_RETURN_IF_ERROR(attention_->Decode(layer, entries_, qkv_rows, qkv, b.HostAttnOut(), c.q_size()));
-    LAMINA_RETURN_IF_ERROR(HandOverAttnOut(b, layer + 1, rows));
-  }
-  if (!Owns(c.num_layers)) return absl::OkStatus();
-  LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, c.num_layers, positions));
-  return last(b);
+    return attention_->Decode(layer, entries_, qkv_rows, qkv, b.HostAttnOut(), c.q_size());
+  }, last);
 }
 
 absl::Status ComputeEngine::DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last) {

@@ -76,6 +76,8 @@ class ComputeEngine {
  private:
   // The last slice of a batch, given the backend that ran the others.
   using LastSlice = absl::FunctionRef<absl::Status(SliceBackend&)>;
+  // A layer's attention between its slices (local for prefill, remote for decode).
+  using LayerAttention = absl::FunctionRef<absl::Status(int64_t layer)>;
 
   absl::Status CheckToken(int32_t token, int32_t position) const;
   absl::Status PrefillThen(absl::Span<const PrefillSequence> prompts, LastSlice last);
@@ -84,6 +86,10 @@ class ComputeEngine {
   absl::Status DecodeThen(absl::Span<const DecodeToken> batch, LastSlice last);
   // The rest of a decode step (after RunFirst) with the exchanges queued on the GPU.
   absl::Status DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last);
+  // The layer loop of prefill and of host-path decode: every slice this node owns, each followed
+  // by its layer's attention, handing the batch over where the next slice runs elsewhere.
+  absl::Status RunSlices(SliceBackend& b, absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions,
+                         LayerAttention attention, LastSlice last);
   bool Owns(int64_t slice) const { return handoff_ == nullptr || handoff_->Owns(slice); }
   // Makes slice `slice` (0 < slice <= num_layers) ready to run here: receives its inputs when
   // another node ran the slice before.

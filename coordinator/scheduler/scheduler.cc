@@ -38,7 +38,6 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
     if (topology.RotationReplicas() > 0) {
       batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), topology.NodesOf(NodeKind::kCompute)));
       batches_.back()->rotation_replicas = topology.RotationReplicas();
-      batches_.back()->samples_on = static_cast<int>((j + config.num_layers) % topology.RotationReplicas());
     } else {
       batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), std::vector<const NodeSpec*>{first_nodes[j]}));
     }
@@ -672,7 +671,8 @@ absl::StatusOr<lamina::v1::StepResult> Scheduler::ReceiveResult() {
   for (const auto& result : results) {
     if (!result.ok() || result->error_code() != 0) return result;
   }
-  return results[batch_->samples_on];
+  const int64_t last_slice = config_.num_layers;  // runs on replica (batch + last slice) mod R
+  return results[batch_->rotation_replicas > 0 ? (batch_->index + last_slice) % batch_->rotation_replicas : 0];
 }
 
 void Scheduler::Collect() {

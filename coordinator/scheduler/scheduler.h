@@ -131,7 +131,6 @@ class Scheduler {
     std::vector<std::string> compute_nodes;
     std::vector<std::unique_ptr<ComputeClient>> computes;
     int rotation_replicas = 0;  // plan.rotation_replicas
-    int samples_on = 0;         // the replica that runs the last slice and returns the tokens
     std::vector<Sequence> running;
     std::deque<std::vector<Sequence>> preempted;  // preempted requests' samples, oldest first
     std::vector<int64_t> release;                 // sequences the compute node may forget
