@@ -55,12 +55,16 @@ absl::StatusOr<RemoteAttention::Node*> RemoteAttention::NodeOf(SequenceId seq) {
   return it->second;
 }
 
-absl::Status RemoteAttention::Failed(Node* node, const absl::Status& why) {
-  failed_.insert(node->name);
+void RemoteAttention::Drop(Node* node) {
   if (node->connection) node->connection->Close();
   node->connection.reset();  // reconnect on next use
   node->link.reset();        // the memory end was the connection's
   node->link_tried = false;
+}
+
+absl::Status RemoteAttention::Failed(Node* node, const absl::Status& why) {
+  failed_.insert(node->name);
+  Drop(node);
   return absl::UnavailableError(absl::StrCat("memory node '", node->name, "' (", node->address, "): ", why.message()));
 }
 
@@ -340,8 +344,9 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
   }
   if (!first_error.ok()) {
     // The nodes that began would wait for q/k/v until their timeout: drop their connections, so
-    // the next step starts afresh on new links.
-    for (Node* node : step_nodes_) Failed(node, first_error).IgnoreError();
+    // the next step starts afresh on new links. They did nothing wrong: they are not reported as
+    // failed, which would end their sequences too.
+    for (Node* node : step_nodes_) Drop(node);
     step_nodes_.clear();
   }
   return first_error;

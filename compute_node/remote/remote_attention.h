@@ -96,7 +96,10 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // Waits for the reply to the last request sent to `node`; on success leaves the reply's data
   // (after the status) at `data`.
   absl::Status AwaitReply(Node* node, const uint8_t** data, size_t* size);
+  // Reports the node failed (TakeFailedNodes), drops it, and returns Unavailable naming it.
   absl::Status Failed(Node* node, const absl::Status& why);
+  // Closes the node's connection and link, to be opened afresh on next use.
+  void Drop(Node* node);
   // Connects if needed, then opens the node's device link unless tried on this connection.
   void EnsureLink(Node* node);
   // Opens a link of `transport` on the node's connection (a kOpenLink round trip).
