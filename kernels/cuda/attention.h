@@ -48,6 +48,47 @@ absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan
                              float* workspace,  // [plan.workspace_floats] or nullptr when 0
                              cudaStream_t stream);
 
+// The data-plane hop folded into a linked decode attention launch (LinkedDecodeAttention).
+struct DecodeLink {
+  // Before anything is read: wait until *ready >= ready_value (acquire, system scope). After
+  // `timeout_ns` the launch stops waiting, sets *error = error_code (when still 0) and runs on
+  // whatever is there. Null `ready`: the inputs are in place already (ordered on the stream).
+  const uint64_t* ready = nullptr;
+  uint64_t ready_value = 0;
+  int64_t timeout_ns = 0;
+  uint32_t* error = nullptr;  // may be pinned host memory
+  uint32_t error_code = 0;
+  // Each sequence's new k and v rows (float32, heads first), stored as bf16 at write_slots[s],
+  // which must be the last slot of the sequence's context.
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t kv_stride = 0;
+  const int32_t* write_slots = nullptr;  // [num_seqs]
+  // Once every output row is written: *done = done_value (release, system scope), unless *error
+  // is set. `done` and `out` may be a peer GPU's memory (mapped through CUDA IPC).
+  uint64_t* done = nullptr;
+  uint64_t done_value = 0;
+  // Zeroed device words, LinkedDecodeCounters() of them; the launch leaves them zeroed.
+  uint32_t* counters = nullptr;
+};
+
+// The counter words a linked launch over `num_seqs` sequences needs.
+int64_t LinkedDecodeCounters(const AttentionShape& shape, int64_t num_seqs);
+
+// DecodeAttention with the data-plane hop around it in the same launch: wait for the inputs, store
+// the new tokens' k/v, attend, write the outputs (to a peer GPU when `out` is mapped), raise the
+// done flag. Same results as StoreKv + DecodeAttention. With `link.ready` set every block waits,
+// so keep the grid (num_seqs × kv_heads × plan.splits blocks) within one wave, or queue the wait
+// ahead (WaitFlag) and leave `ready` null. InvalidArgument when num_seqs is 0 or a link field is
+// missing.
+absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan& plan,
+                                   const float* q, int64_t q_stride,  // [num_seqs, q_stride]
+                                   bf16* k_cache, bf16* v_cache,      // [num_slots, kv_heads, head_dim]
+                                   const int32_t* slot_ids, const int32_t* slot_begin,
+                                   float* out, int64_t out_stride,    // [num_seqs, out_stride]
+                                   int64_t num_seqs, float* workspace, const DecodeLink& link,
+                                   cudaStream_t stream);
+
 // Causal self-attention over one prompt: query t attends to keys 0..t.
 absl::Status PrefillAttention(const AttentionShape& shape,
                               const float* q, int64_t q_stride,  // [tokens, q_stride]

@@ -1,90 +1,97 @@
 #include "kernels/cuda/data_plane.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
+#include "kernels/cuda/flags.cuh"
 
 namespace lamina::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kRowsPerBlock = 4;
+// ReceiveRows' limit: its blocks spin while they wait, so they stay a small share of the GPU.
+constexpr int64_t kReceiveRowsMax = 128;
 
-__device__ inline void StoreRelease(uint64_t* flag, uint64_t value) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(value) : "memory");
+// Copies rows first .. first + kRowsPerBlock (of `count`) of `cols` elements: src row
+// (src_rows ? src_rows[i] : i) to dst row (dst_rows ? dst_rows[i] : i). Each thread issues kBatch
+// loads before their stores, so that enough bytes are in flight to fill a link to a peer GPU;
+// loads go through L2, as the rows may have just arrived from a peer.
+constexpr int kBatch = 4;
+
+template <typename T>
+__device__ void CopyBlockRows(const T* __restrict__ src, int64_t src_stride, const int32_t* src_rows,
+                              T* __restrict__ dst, int64_t dst_stride, const int32_t* dst_rows, int64_t first,
+                              int64_t count, int cols) {
+  const int items = static_cast<int>(min(count - first, kRowsPerBlock)) * cols;
+  for (int base = threadIdx.x; base < items; base += blockDim.x * kBatch) {
+    T values[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int item = base + b * blockDim.x;
+      if (item < items) {
+        const int64_t r = first + item / cols;
+        values[b] = __ldcg(src + (src_rows ? src_rows[r] : r) * src_stride + item % cols);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int item = base + b * blockDim.x;
+      if (item < items) {
+        const int64_t r = first + item / cols;
+        dst[(dst_rows ? dst_rows[r] : r) * dst_stride + item % cols] = values[b];
+      }
+    }
+  }
 }
 
-__device__ inline uint64_t LoadAcquire(const uint64_t* flag) {
-  uint64_t value;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(flag) : "memory");
-  return value;
+// Both copies: float4 when every row start is 16-byte aligned, else floats.
+__device__ void CopyBlockRows(bool vectorized, const float* src, int64_t src_stride, const int32_t* src_rows,
+                              float* dst, int64_t dst_stride, const int32_t* dst_rows, int64_t first, int64_t count,
+                              int64_t cols) {
+  if (first >= count) return;
+  if (vectorized) {
+    CopyBlockRows(reinterpret_cast<const float4*>(src), src_stride / 4, src_rows, reinterpret_cast<float4*>(dst),
+                  dst_stride / 4, dst_rows, first, count, static_cast<int>(cols / 4));
+  } else {
+    CopyBlockRows(src, src_stride, src_rows, dst, dst_stride, dst_rows, first, count, static_cast<int>(cols));
+  }
 }
 
-__device__ inline uint64_t GlobalTimerNs() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
+bool Vectorized(const float* src, int64_t src_stride, int64_t cols, const float* dst, int64_t dst_stride) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return aligned(src) && aligned(dst) && cols % 4 == 0 && src_stride % 4 == 0 && dst_stride % 4 == 0;
 }
 
-// Rows are copied as float4 when every row start is 16-byte aligned, else as floats.
 __global__ void SendRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                                float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
                                uint32_t* arrivals, bool vectorized) {
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
-  for (int64_t r = first; r < first + kRowsPerBlock && r < count; ++r) {
-    const float* from = src + (rows ? static_cast<int64_t>(rows[r]) : r) * src_stride;
-    float* to = dst + r * dst_stride;
-    if (vectorized) {
-      const float4* from4 = reinterpret_cast<const float4*>(from);
-      float4* to4 = reinterpret_cast<float4*>(to);
-      for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) to4[i] = from4[i];
-    } else {
-      for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) to[i] = from[i];
-    }
-  }
-  // The last block to finish raises the flag, after every block's rows are visible system-wide.
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t arrived = atomicAdd(arrivals, 1u) + 1;
-    if (arrived == gridDim.x) {
-      *arrivals = 0;
-      __threadfence_system();
-      if (error == nullptr || *const_cast<volatile const uint32_t*>(error) == 0) StoreRelease(flag, value);
-    }
-  }
+  CopyBlockRows(vectorized, src, src_stride, rows, dst, dst_stride, nullptr, blockIdx.x * kRowsPerBlock, count, cols);
+  ArriveAndRaise(arrivals, gridDim.x, flag, value, error);
 }
 
 __global__ void WaitFlagKernel(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
                                uint32_t code) {
-  volatile uint32_t* e = error;
-  if (*e != 0) return;  // the step failed already: do not wait again
-  const uint64_t start = GlobalTimerNs();
-  while (LoadAcquire(flag) < value) {
-    if (static_cast<int64_t>(GlobalTimerNs() - start) > timeout_ns) {
-      // A plain store: the word may be host memory, where device atomics are not guaranteed.
-      if (*e == 0) *e = code;
-      __threadfence_system();
-      return;
-    }
-  }
+  SpinOnFlag(flag, value, timeout_ns, error, code);
+}
+
+// Thread 0 of each block waits; the barrier then releases the block's copy.
+__global__ void ReceiveRowsKernel(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
+                                  uint32_t code, const float* src, int64_t src_stride, const int32_t* rows,
+                                  int64_t count, int64_t cols, float* dst, int64_t dst_stride, bool vectorized) {
+  if (threadIdx.x == 0) SpinOnFlag(flag, value, timeout_ns, error, code);
+  __syncthreads();
+  CopyBlockRows(vectorized, src, src_stride, nullptr, dst, dst_stride, rows, blockIdx.x * kRowsPerBlock, count, cols);
 }
 
 __global__ void ScatterRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t count,
-                                  int64_t cols, float* dst, int64_t dst_stride) {
-  const int64_t r = blockIdx.x;
-  const float* from = src + r * src_stride;
-  float* to = dst + static_cast<int64_t>(rows[r]) * dst_stride;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) to[i] = from[i];
+                                  int64_t cols, float* dst, int64_t dst_stride, bool vectorized) {
+  CopyBlockRows(vectorized, src, src_stride, nullptr, dst, dst_stride, rows, blockIdx.x * kRowsPerBlock, count, cols);
 }
 
-__global__ void GatherRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t cols, float* dst,
-                                 int64_t dst_stride) {
-  const int64_t r = blockIdx.x;
-  const float* from = src + static_cast<int64_t>(rows[r]) * src_stride;
-  float* to = dst + r * dst_stride;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) to[i] = from[i];
+__global__ void GatherRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t count,
+                                 int64_t cols, float* dst, int64_t dst_stride, bool vectorized) {
+  CopyBlockRows(vectorized, src, src_stride, rows, dst, dst_stride, nullptr, blockIdx.x * kRowsPerBlock, count, cols);
 }
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
@@ -92,8 +99,7 @@ absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows,
                       float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
                       uint32_t* arrivals, cudaStream_t stream) {
   if (count < 0 || cols < 0) return absl::InvalidArgumentError("SendRows: negative count or cols");
-  const bool vectorized = Aligned16(src) && Aligned16(dst) && cols % 4 == 0 && src_stride % 4 == 0 &&
-                          dst_stride % 4 == 0;
+  const bool vectorized = Vectorized(src, src_stride, cols, dst, dst_stride);
   // At least one block, so that an empty send still raises its flag.
   const int64_t blocks = count == 0 ? 1 : (count + kRowsPerBlock - 1) / kRowsPerBlock;
   SendRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(src, src_stride, rows, count, cols, dst,
@@ -114,16 +120,34 @@ absl::Status PreloadDataPlaneKernels() {
   cudaFuncAttributes attributes;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, SendRowsKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitFlagKernel));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ReceiveRowsKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ScatterRowsKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, GatherRowsKernel));
+  return absl::OkStatus();
+}
+
+int64_t ReceiveRowsMaxCount() { return kReceiveRowsMax; }
+
+absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
+                         const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                         float* dst, int64_t dst_stride, cudaStream_t stream) {
+  if (count < 1 || count > kReceiveRowsMax || cols < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ReceiveRows: ", count, " rows (1 to ", kReceiveRowsMax, ")"));
+  }
+  const int64_t blocks = (count + kRowsPerBlock - 1) / kRowsPerBlock;
+  ReceiveRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      flag, value, timeout_ns, error, code, src, src_stride, rows, count, cols, dst, dst_stride,
+      Vectorized(src, src_stride, cols, dst, dst_stride));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
 absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          float* dst, int64_t dst_stride, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  ScatterRowsKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(src, src_stride, rows, count, cols, dst,
-                                                                            dst_stride);
+  const int64_t blocks = (count + kRowsPerBlock - 1) / kRowsPerBlock;
+  ScatterRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      src, src_stride, rows, count, cols, dst, dst_stride, Vectorized(src, src_stride, cols, dst, dst_stride));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -131,8 +155,9 @@ absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* ro
 absl::Status GatherRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                         float* dst, int64_t dst_stride, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  GatherRowsKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(src, src_stride, rows, cols, dst,
-                                                                           dst_stride);
+  const int64_t blocks = (count + kRowsPerBlock - 1) / kRowsPerBlock;
+  GatherRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      src, src_stride, rows, count, cols, dst, dst_stride, Vectorized(src, src_stride, cols, dst, dst_stride));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -4,8 +4,9 @@
 //
 // Flags are 64-bit words that only grow: a sender stores a value, a receiver waits until the word
 // is at least the value it expects, so a flag never needs resetting between steps. The sender's
-// row writes are made visible system-wide (__threadfence_system) before the flag is stored with
-// release semantics; the receiver loads it with acquire semantics.
+// row writes are made visible system-wide (one fence per block, after a barrier) before the flag
+// is stored with release semantics; the receiver spins with relaxed loads and fences once it sees
+// the value (flags.cuh).
 //
 // No wait is unbounded: WaitFlag gives up after `timeout_ns` and records `code` in `*error`, and a
 // SendRows whose `error` word is set does not raise its flag, so a stalled peer turns into a step
@@ -35,6 +36,13 @@ absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows,
 // learns of it from *error. Once *error is set, later waits pass at once.
 absl::Status WaitFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
                       cudaStream_t stream);
+
+// WaitFlag then ScatterRows in one launch, for 1 to ReceiveRowsMaxCount() rows: each block waits
+// for the flag, then writes its rows; one launch gap less on the path of a small step.
+absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
+                         const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                         float* dst, int64_t dst_stride, cudaStream_t stream);
+int64_t ReceiveRowsMaxCount();
 
 // Loads the kernels above now. With lazy module loading (CUDA's default) a kernel's first launch
 // may wait for the whole device to be idle, which never happens while a WaitFlag queued ahead

@@ -7,11 +7,16 @@
 //    softmax runs on exp2;
 //  - each group keeps its own running max, sum and output; the block merges its groups through
 //    shared memory, and a second kernel merges the splits of a sequence.
+// The linked variant (LinkedDecodeAttention) is the same kernel with its data-plane hop folded in:
+// one thread per block waits for the inputs' flag, the split holding a sequence's new token stores
+// its k/v first, the last split of a (sequence, kv head) to finish merges the splits itself, and
+// the last block to write its outputs raises the done flag. One launch per layer, no host.
 #include <cfloat>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/flags.cuh"
 
 namespace lamina::kernels::cuda {
 namespace {
@@ -21,6 +26,14 @@ constexpr int kUnroll = 4;
 constexpr int kMinChunk = 64;
 // Enough resident blocks per SM to keep loads in flight while other warps compute.
 constexpr int kBlocksPerSm = 8;
+
+// Thread 0 of each block waits for the inputs (SpinOnFlag); the barrier then releases the block.
+__device__ void WaitForInputs(const DecodeLink& link) {
+  if (threadIdx.x == 0 && link.ready != nullptr) {
+    SpinOnFlag(link.ready, link.ready_value, link.timeout_ns, link.error, link.error_code);
+  }
+  __syncthreads();
+}
 
 __device__ __forceinline__ void Unpack8(const uint4& raw, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -32,12 +45,30 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float* f) {
   }
 }
 
-template <int kDim, int kG>
+// The splits of row `row0` onwards, merged: weights each split by 2^(lse - max lse). Loads bypass
+// L1, since other blocks of the same launch may have written the partials.
+template <int kDim>
+__device__ float MergedOutput(const float* partial_out, const float* partial_lse, int64_t row0, int splits, int d) {
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(partial_lse + row0 + s));
+  if (m == -INFINITY) return 0.f;
+  float sum = 0.f;
+  float o = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float w = exp2f(__ldcg(partial_lse + row0 + s) - m);
+    sum += w;
+    o += w * __ldcg(partial_out + (row0 + s) * kDim + d);
+  }
+  return sum > 0.f ? o / sum : 0.f;
+}
+
+// k_cache and v_cache are written only when kLinked (the new tokens' k/v).
+template <int kDim, int kG, bool kLinked>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(
-    const float* __restrict__ q, int64_t q_stride, const bf16* __restrict__ k_cache,
-    const bf16* __restrict__ v_cache, const int32_t* __restrict__ slot_ids,
-    const int32_t* __restrict__ slot_begin, float* __restrict__ out, int64_t out_stride, int num_kv_heads,
-    int sliding_window, float q_scale, float* __restrict__ partial_out, float* __restrict__ partial_lse) {
+    const float* __restrict__ q, int64_t q_stride, bf16* k_cache, bf16* v_cache,
+    const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin, float* __restrict__ out,
+    int64_t out_stride, int num_kv_heads, int sliding_window, float q_scale, float* __restrict__ partial_out,
+    float* __restrict__ partial_lse, DecodeLink link) {
   constexpr int kLanes = kDim / 8;
   constexpr int kGroups = kThreads / kLanes;
   const int split = blockIdx.x;
@@ -53,13 +84,31 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
   const int chunk = (end - begin + splits - 1) / splits;
   const int lo = begin + split * chunk;
   const int hi = min(end, lo + chunk);
+  const int64_t head_offset = static_cast<int64_t>(kv_head) * kDim + lane * 8;
+  const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
 
+  if (kLinked) {
+    WaitForInputs(link);
+    // The new token is the context's last; the split attending to it stores it first. The barrier
+    // makes the block's own stores visible to its loads below.
+    if (end - 1 >= lo && end - 1 < hi) {
+      const int64_t from = seq * link.kv_stride + kv_head * kDim;
+      const int64_t to = static_cast<int64_t>(link.write_slots[seq]) * slot_stride + kv_head * kDim;
+      for (int d = threadIdx.x; d < kDim; d += kThreads) {
+        k_cache[to + d] = __float2bfloat16(__ldcg(link.k + from + d));
+        v_cache[to + d] = __float2bfloat16(__ldcg(link.v + from + d));
+      }
+    }
+    __syncthreads();
+  }
+
+  // Through L2: with kLinked the rows were just written by a peer GPU.
   float qr[kG][8];
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
     const float* src = q + seq * q_stride + (kv_head * kG + g) * kDim + lane * 8;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) qr[g][i] = src[i] * q_scale;
+    for (int i = 0; i < 8; ++i) qr[g][i] = __ldcg(src + i) * q_scale;
   }
   float acc[kG][8];
   float run_max[kG];
@@ -72,8 +121,6 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
   }
 
-  const int64_t head_offset = static_cast<int64_t>(kv_head) * kDim + lane * 8;
-  const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
   // The loop runs while the warp's first group has tokens, so every lane of a warp takes the same
   // trip count (the shuffles need the whole warp); a group past the end masks its tokens.
   constexpr int kGroupsPerWarp = 32 / kLanes;
@@ -169,6 +216,30 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
       if (d == 0) partial_lse[row] = sum > 0.f ? m + log2f(sum) : -INFINITY;
     }
   }
+  if (!kLinked) return;
+
+  const uint32_t writers = static_cast<uint32_t>(gridDim.y) * gridDim.z;  // one per (sequence, kv head)
+  if (splits > 1) {
+    // The last split of this (sequence, kv head) to finish merges them all.
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();  // for the whole block's partials, after the barrier (fences are cumulative)
+      uint32_t* counter = &link.counters[1 + seq * num_kv_heads + kv_head];
+      last = atomicAdd(counter, 1u) + 1 == static_cast<uint32_t>(splits);
+      if (last) *counter = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < kG * kDim; idx += kThreads) {
+      const int head = kv_head * kG + idx / kDim;
+      const int d = idx % kDim;
+      const int64_t row0 = (static_cast<int64_t>(seq) * num_kv_heads * kG + head) * splits;
+      out[seq * out_stride + head * kDim + d] = MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d);
+    }
+  }
+  ArriveAndRaise(link.counters, writers, link.done, link.done_value, link.error);
 }
 
 // One block per (sequence, head): weights each split by 2^(lse - max lse).
@@ -178,34 +249,33 @@ __global__ void MergeSplitsKernel(const float* __restrict__ partial_out, const f
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int64_t row0 = (static_cast<int64_t>(seq) * num_heads + head) * splits;
-  float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, partial_lse[row0 + s]);
   for (int d = threadIdx.x; d < kDim; d += blockDim.x) {
-    float sum = 0.f;
-    float o = 0.f;
-    if (m != -INFINITY) {
-      for (int s = 0; s < splits; ++s) {
-        const float w = exp2f(partial_lse[row0 + s] - m);
-        sum += w;
-        o += w * partial_out[(row0 + s) * kDim + d];
-      }
-    }
-    out[seq * out_stride + head * kDim + d] = sum > 0.f ? o / sum : 0.f;
+    out[seq * out_stride + head * kDim + d] = MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d);
   }
 }
 
+// `link` null: plain decode attention (k_cache and v_cache only read); else the linked variant.
 template <int kDim, int kG>
 absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
-                          const bf16* k_cache, const bf16* v_cache, const int32_t* slot_ids,
-                          const int32_t* slot_begin, float* out, int64_t out_stride, int64_t num_seqs,
-                          float* workspace, cudaStream_t stream) {
+                          bf16* k_cache, bf16* v_cache, const int32_t* slot_ids, const int32_t* slot_begin,
+                          float* out, int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
+                          cudaStream_t stream) {
   const float q_scale = 1.4426950408889634f / sqrtf(static_cast<float>(kDim));
   const dim3 grid(plan.splits, static_cast<unsigned>(shape.num_kv_heads), static_cast<unsigned>(num_seqs));
   float* partial_out = workspace;
   float* partial_lse = plan.splits > 1 ? workspace + num_seqs * shape.num_q_heads * plan.splits * kDim : nullptr;
-  DecodeKernel<kDim, kG><<<grid, kThreads, 0, stream>>>(
-      q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, static_cast<int>(shape.num_kv_heads),
-      static_cast<int>(shape.sliding_window), q_scale, partial_out, partial_lse);
+  const int kv_heads = static_cast<int>(shape.num_kv_heads);
+  const int window = static_cast<int>(shape.sliding_window);
+  if (link != nullptr) {
+    DecodeKernel<kDim, kG, true><<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, slot_ids, slot_begin,
+                                                                out, out_stride, kv_heads, window, q_scale,
+                                                                partial_out, partial_lse, *link);
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  }
+  DecodeKernel<kDim, kG, false><<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, slot_ids, slot_begin,
+                                                               out, out_stride, kv_heads, window, q_scale,
+                                                               partial_out, partial_lse, DecodeLink{});
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (plan.splits > 1) {
     MergeSplitsKernel<kDim><<<dim3(static_cast<unsigned>(shape.num_q_heads), static_cast<unsigned>(num_seqs)),
@@ -218,13 +288,13 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
 
 template <int kDim>
 absl::Status DispatchGroup(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
-                           const bf16* k_cache, const bf16* v_cache, const int32_t* slot_ids,
-                           const int32_t* slot_begin, float* out, int64_t out_stride, int64_t num_seqs,
-                           float* workspace, cudaStream_t stream) {
+                           bf16* k_cache, bf16* v_cache, const int32_t* slot_ids, const int32_t* slot_begin,
+                           float* out, int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
+                           cudaStream_t stream) {
 #define LAMINA_DECODE_CASE(G)                                                                              \
   case G:                                                                                                  \
     return LaunchDecode<kDim, G>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, \
-                                 out_stride, num_seqs, workspace, stream);
+                                 out_stride, num_seqs, workspace, link, stream);
   switch (shape.num_q_heads / shape.num_kv_heads) {
     LAMINA_DECODE_CASE(1)
     LAMINA_DECODE_CASE(2)
@@ -239,6 +309,35 @@ absl::Status DispatchGroup(const AttentionShape& shape, const DecodePlan& plan, 
                                                      " query heads per KV head (supported: 1 to 8)"));
   }
 #undef LAMINA_DECODE_CASE
+}
+
+absl::Status Dispatch(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
+                      bf16* k_cache, bf16* v_cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
+                      int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
+                      cudaStream_t stream) {
+  if (shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0) {
+    return absl::InvalidArgumentError("CUDA decode attention: num_q_heads must be a multiple of num_kv_heads");
+  }
+  if (plan.splits > 1 && workspace == nullptr) {
+    return absl::InvalidArgumentError("CUDA decode attention: a split plan needs its workspace");
+  }
+  switch (shape.head_dim) {
+    case 16:
+      return DispatchGroup<16>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                               num_seqs, workspace, link, stream);
+    case 32:
+      return DispatchGroup<32>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                               num_seqs, workspace, link, stream);
+    case 64:
+      return DispatchGroup<64>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                               num_seqs, workspace, link, stream);
+    case 128:
+      return DispatchGroup<128>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                                num_seqs, workspace, link, stream);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA attention: head_dim ", shape.head_dim, " (supported: 16, 32, 64, 128)"));
+  }
 }
 
 }  // namespace
@@ -258,29 +357,24 @@ absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan
                              const int32_t* slot_begin, float* out, int64_t out_stride, int64_t num_seqs,
                              float* workspace, cudaStream_t stream) {
   if (num_seqs == 0) return absl::OkStatus();
-  if (shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0) {
-    return absl::InvalidArgumentError("CUDA decode attention: num_q_heads must be a multiple of num_kv_heads");
+  // Unlinked, the kernel only reads the cache.
+  return Dispatch(shape, plan, q, q_stride, const_cast<bf16*>(k_cache), const_cast<bf16*>(v_cache), slot_ids,
+                  slot_begin, out, out_stride, num_seqs, workspace, nullptr, stream);
+}
+
+int64_t LinkedDecodeCounters(const AttentionShape& shape, int64_t num_seqs) { return 1 + num_seqs * shape.num_kv_heads; }
+
+absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan& plan, const float* q,
+                                   int64_t q_stride, bf16* k_cache, bf16* v_cache, const int32_t* slot_ids,
+                                   const int32_t* slot_begin, float* out, int64_t out_stride, int64_t num_seqs,
+                                   float* workspace, const DecodeLink& link, cudaStream_t stream) {
+  if (num_seqs <= 0) return absl::InvalidArgumentError("linked decode attention: no sequences (nothing would raise the done flag)");
+  if (link.k == nullptr || link.v == nullptr || link.write_slots == nullptr || link.error == nullptr ||
+      link.done == nullptr || link.counters == nullptr) {
+    return absl::InvalidArgumentError("linked decode attention: k, v, write_slots, error, done and counters are required");
   }
-  if (plan.splits > 1 && workspace == nullptr) {
-    return absl::InvalidArgumentError("CUDA decode attention: a split plan needs its workspace");
-  }
-  switch (shape.head_dim) {
-    case 16:
-      return DispatchGroup<16>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
-                               num_seqs, workspace, stream);
-    case 32:
-      return DispatchGroup<32>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
-                               num_seqs, workspace, stream);
-    case 64:
-      return DispatchGroup<64>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
-                               num_seqs, workspace, stream);
-    case 128:
-      return DispatchGroup<128>(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
-                                num_seqs, workspace, stream);
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("CUDA attention: head_dim ", shape.head_dim, " (supported: 16, 32, 64, 128)"));
-  }
+  return Dispatch(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, num_seqs,
+                  workspace, &link, stream);
 }
 
 }  // namespace lamina::kernels::cuda

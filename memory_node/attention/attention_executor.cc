@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -136,6 +137,12 @@ absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const Attention
   const QkvLayout layout{q + 2 * kv_size, 0, q, q + kv_size};
   for (int64_t layer = 0; layer < options.num_layers; ++layer) {
     for (int c = 0; c < chunks; ++c) {
+      // One launch for the chunk where the link lets the attention move the rows itself.
+      const std::optional<DeviceHop> hop = link->DirectHop(step, layer, c, chunks, rows);
+      if (hop.has_value() && ChunkOf(rows, chunks, c).count > 0) {
+        LAMINA_RETURN_IF_ERROR(kv->QueueLinkedChunk(layer, c, link->received(), layout, *hop));
+        continue;
+      }
       LAMINA_RETURN_IF_ERROR(link->QueueReceive(step, layer, c, chunks, rows, kv->stream()));
       LAMINA_RETURN_IF_ERROR(kv->QueueChunk(layer, c, link->received(), layout));
       LAMINA_RETURN_IF_ERROR(link->QueueSend(step, layer, c, chunks, rows, kv->step_out(), q, kv->stream()));

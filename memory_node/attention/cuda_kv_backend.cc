@@ -12,6 +12,7 @@
 #include "common/cuda/device_buffer.h"
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/data_plane.h"
 #include "memory_node/attention/kv_backend.h"
 #include "memory_node/data_plane/device_link.h"
 
@@ -20,6 +21,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 namespace kc = kernels::cuda;
+
+// The largest linked attention launch that waits for its rows in every block (QueueLinkedChunk).
+constexpr int64_t kMostWaitingBlocks = 16;
 
 class CudaKvBackend : public KvBackend {
  public:
@@ -189,6 +193,10 @@ class CudaKvLane : public DeviceKvLane {
       workspace = std::max(workspace, plans_.back().workspace_floats);
     }
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&workspace_, workspace * sizeof(float)));
+    // The linked launches' counters, for the largest chunk; each launch leaves them zeroed.
+    const int64_t counters = kc::LinkedDecodeCounters(o.attention, ChunkOf(n, chunks, 0).count);
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&counters_, counters * sizeof(uint32_t)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.data(), 0, counters * sizeof(uint32_t), stream_.get()));
     rows_ = n;
     return absl::OkStatus();
   }
@@ -211,6 +219,41 @@ class CudaKvLane : public DeviceKvLane {
                                stream_.get());
   }
 
+  absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,
+                                const DeviceHop& hop) override {
+    const int chunks = static_cast<int>(plans_.size());
+    if (chunk < 0 || chunk >= chunks) return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", chunks));
+    const RowRange r = ChunkOf(rows_, chunks, chunk);
+    const KvBackendOptions& o = pool_->options();
+    const float* rows = qkv + r.first * layout.row_stride;
+    kc::DecodeLink link;
+    link.ready = hop.ready;
+    link.ready_value = hop.ready_value;
+    link.timeout_ns = hop.timeout_ns;
+    link.error = hop.error;
+    link.error_code = hop.error_code;
+    link.k = rows + layout.k_offset;
+    link.v = rows + layout.v_offset;
+    link.kv_stride = layout.row_stride;
+    link.write_slots = write_slots_ + r.first;
+    link.done = hop.done;
+    link.done_value = hop.done_value;
+    link.counters = counters_.as<uint32_t>();
+    // Every block of a linked launch spins until the rows arrive. A few spinning blocks cost
+    // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
+    // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
+    // queued ahead instead, which also keeps their blocks from crowding out other lanes' work.
+    const int64_t blocks = r.count * o.attention.num_kv_heads * plans_[chunk].splits;
+    if (blocks > kMostWaitingBlocks) {
+      LAMINA_RETURN_IF_ERROR(kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code,
+                                          stream_.get()));
+      link.ready = nullptr;
+    }
+    return kc::LinkedDecodeAttention(o.attention, plans_[chunk], rows + layout.q_offset, layout.row_stride,
+                                     pool_->keys(layer), pool_->values(layer), slot_ids_, slot_begin_ + r.first,
+                                     hop.out, hop.out_stride, r.count, workspace_.as<float>(), link, stream_.get());
+  }
+
  private:
   explicit CudaKvLane(const CudaKvBackend* pool) : pool_(pool) {}
 
@@ -224,6 +267,7 @@ class CudaKvLane : public DeviceKvLane {
   int32_t* slot_begin_ = nullptr;
   cuda::DeviceBuffer out_;        // float [sequences, q_size]
   cuda::DeviceBuffer workspace_;  // float
+  cuda::DeviceBuffer counters_;   // uint32 [LinkedDecodeCounters of the largest chunk], zeroed
   std::vector<kc::DecodePlan> plans_;
   int64_t rows_ = 0;
 };

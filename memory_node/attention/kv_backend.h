@@ -13,6 +13,7 @@
 #include "common/attention/attention_service.h"
 #include "common/threading/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "memory_node/data_plane/device_link.h"
 
 struct CUstream_st;
 
@@ -40,6 +41,11 @@ class DeviceKvLane {
   // Queues, for the sequences of chunk `chunk`: their k/v (rows of `qkv` in `layout`, device
   // memory) stored at their write slots, then their attention into the same rows of step_out().
   virtual absl::Status QueueChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout) = 0;
+  // QueueChunk with the chunk's hop folded in: waits for the rows to arrive in `qkv`, stores,
+  // attends, writes the outputs to hop.out and raises hop.done. A chunk of no rows is
+  // InvalidArgument (nothing would raise the flag): queue the link's own send for it.
+  virtual absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,
+                                        const DeviceHop& hop) = 0;
   // The step's attention outputs, [sequences, q_size] floats.
   virtual const float* step_out() const = 0;
   virtual absl::Status Synchronize() = 0;

@@ -30,24 +30,29 @@ uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
 }
 
 // What both ends own: a receive buffer and flags (exported), a word for each chunk's SendRows to
-// count its blocks, and the error word that a timed-out wait sets (pinned, read by the host).
+// count its blocks, and the error word that a timed-out wait sets. The error word is device
+// memory: every send reads it before raising its flag, and a read of host memory there would add
+// a PCIe round trip to each hop. The host reads it once per step.
 struct Local {
   cuda::DeviceBuffer receive;   // float [max_rows, row floats]
   cuda::DeviceBuffer flags;     // uint64 [max_chunks], the peer raises them
   cuda::DeviceBuffer arrivals;  // uint32 [max_chunks]
-  cuda::PinnedBuffer error;     // uint32
+  cuda::DeviceBuffer error;     // uint32
+  int device = 0;
 
+  // On the current device.
   static absl::StatusOr<Local> Create(int64_t receive_floats, int chunks) {
     LAMINA_RETURN_IF_ERROR(kc::PreloadDataPlaneKernels());
     Local l;
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&l.device));
     LAMINA_ASSIGN_OR_RETURN(l.receive, cuda::DeviceBuffer::Create(std::max<int64_t>(1, receive_floats) * sizeof(float)));
     LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(chunks * sizeof(uint64_t)));
     LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(chunks * sizeof(uint32_t)));
-    LAMINA_ASSIGN_OR_RETURN(l.error, cuda::PinnedBuffer::Create(sizeof(uint32_t)));
+    LAMINA_ASSIGN_OR_RETURN(l.error, cuda::DeviceBuffer::Create(sizeof(uint32_t)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.error.data(), 0, sizeof(uint32_t)));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.flags.data(), 0, l.flags.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.arrivals.data(), 0, l.arrivals.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-    *l.error.as<uint32_t>() = 0;
     return l;
   }
 
@@ -64,10 +69,13 @@ struct Local {
     return std::string(bytes.begin(), bytes.end());
   }
 
+  // Called once the step's work is done.
   absl::Status TakeStatus(const char* waiting_for, absl::Duration timeout) {
-    volatile uint32_t* e = error.as<uint32_t>();
-    if (*e == 0) return absl::OkStatus();
-    *e = 0;
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    uint32_t code = 0;
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(&code, error.data(), sizeof(code), cudaMemcpyDeviceToHost));
+    if (code == 0) return absl::OkStatus();
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(error.data(), 0, sizeof(uint32_t)));
     return absl::DeadlineExceededError(absl::StrCat("cuda_ipc: ", waiting_for, " did not arrive within ",
                                                     absl::FormatDuration(timeout)));
   }
@@ -133,6 +141,12 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, float* out, int64_t out_stride,
                             GpuStream stream) override {
     const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
+    if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
+      return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
+                             absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
+                             local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
+                             rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
+    }
     LAMINA_RETURN_IF_ERROR(kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
                                         absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(),
                                         kReceiveTimedOut, stream));
@@ -185,6 +199,21 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
                         remote_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
                         remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
                         local_.error.as<uint32_t>(), local_.arrivals.as<uint32_t>() + chunk, stream);
+  }
+
+  std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) override {
+    const RowRange r = ChunkOf(rows, chunks, chunk);
+    DeviceHop hop;
+    hop.ready = local_.flags.as<uint64_t>() + chunk;
+    hop.ready_value = FlagValue(shape_, step, layer);
+    hop.timeout_ns = absl::ToInt64Nanoseconds(shape_.timeout);
+    hop.error = local_.error.as<uint32_t>();
+    hop.error_code = kReceiveTimedOut;
+    hop.out = remote_.receive.as<float>() + r.first * shape_.q_size;
+    hop.out_stride = shape_.q_size;
+    hop.done = remote_.flags.as<uint64_t>() + chunk;
+    hop.done_value = FlagValue(shape_, step, layer);
+    return hop;
   }
 
   absl::Status TakeStepStatus() override { return local_.TakeStatus("q/k/v", shape_.timeout); }

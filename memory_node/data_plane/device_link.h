@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -88,6 +89,20 @@ class ComputeLinkEnd {
   virtual absl::Status TakeStepStatus() = 0;
 };
 
+// A chunk's hop as device addresses, for an attention launch that receives and sends by itself
+// (LinkedDecodeAttention): one launch per chunk instead of a wait, the attention and a send.
+struct DeviceHop {
+  const uint64_t* ready = nullptr;  // the chunk has arrived in received() once *ready >= ready_value
+  uint64_t ready_value = 0;
+  int64_t timeout_ns = 0;
+  uint32_t* error = nullptr;  // the link's error word (TakeStepStatus reads it)
+  uint32_t error_code = 0;
+  float* out = nullptr;  // the chunk's first output row, in the compute node's memory
+  int64_t out_stride = 0;
+  uint64_t* done = nullptr;  // raised to done_value once every output row is written
+  uint64_t done_value = 0;
+};
+
 // The memory node's end.
 class MemoryLinkEnd {
  public:
@@ -103,6 +118,11 @@ class MemoryLinkEnd {
   // [rows, out_stride] (device memory), back.
   virtual absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
                                  int64_t out_stride, GpuStream stream) = 0;
+  // The chunk's hop for an attention launch to make itself, in place of QueueReceive and
+  // QueueSend; nullopt when only the link can move the rows (nccl, rdma).
+  virtual std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) {
+    return std::nullopt;
+  }
   virtual absl::Status TakeStepStatus() = 0;
 };
 

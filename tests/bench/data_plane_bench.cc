@@ -26,6 +26,7 @@
 #include "common/cuda/device_buffer.h"
 #include "common/transport/transport.h"
 #include "compute_node/remote/remote_attention.h"
+#include "kernels/cuda/data_plane.h"
 #include "memory_node/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
 
@@ -78,6 +79,34 @@ int MemoryNode(const Options& o, int address_out, int stop) {
 }
 
 // GB/s of a copy from GPU 0 to `peer` (peer access on), the link's measured rate.
+// The rate of SendRows (the SM copy that cuda_ipc's compute end sends q/k/v with) from GPU 0 into
+// the peer's memory: `rows` rows of q/k/v and the flag behind them, best of 5. Call after
+// PeerCopyRate, which enables peer access.
+double SendRowsRate(int peer, int64_t rows) {
+  const size_t bytes = static_cast<size_t>(rows * kQkv) * sizeof(float);
+  cudaSetDevice(peer);
+  auto dst = cuda::DeviceBuffer::Create(bytes);
+  auto flag = cuda::DeviceBuffer::Create(sizeof(uint64_t));
+  cudaSetDevice(0);
+  auto src = cuda::DeviceBuffer::Create(bytes);
+  auto arrivals = cuda::DeviceBuffer::Create(sizeof(uint32_t));
+  if (!dst.ok() || !flag.ok() || !src.ok() || !arrivals.ok()) return 0;
+  cudaMemset(arrivals->data(), 0, sizeof(uint32_t));
+  auto start = cuda::Event::Create(), end = cuda::Event::Create();
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    start->Record(nullptr).IgnoreError();
+    kernels::cuda::SendRows(src->as<float>(), kQkv, nullptr, rows, kQkv, dst->as<float>(), kQkv, flag->as<uint64_t>(),
+                            rep + 1, nullptr, arrivals->as<uint32_t>(), nullptr)
+        .IgnoreError();
+    end->Record(nullptr).IgnoreError();
+    cudaEventSynchronize(end->get());
+    const float ms = *end->ElapsedSince(*start);
+    best = std::max(best, bytes / (ms * 1e-3) / 1e9);
+  }
+  return best;
+}
+
 double PeerCopyRate(int peer) {
   const size_t bytes = size_t{256} << 20;
   cudaSetDevice(peer);
@@ -162,7 +191,10 @@ int Compute(const Options& o, const std::string& address) {
               static_cast<long long>(o.layers));
   std::printf("Llama-3-8B shape, float32 rows (%lld floats out, %lld back per sequence)\n",
               static_cast<long long>(kQkv), static_cast<long long>(kQ));
-  std::printf("baseline, same run: GPU 0 -> GPU %d copy of 256 MiB at %.1f GB/s\n\n", peer, rate);
+  std::printf("baseline, same run: GPU 0 -> GPU %d copy of 256 MiB at %.1f GB/s\n", peer, rate);
+  const double sm_rate = SendRowsRate(peer, 1024);
+  std::printf("SendRows (SM copy) of 1024 q/k/v rows (24 MiB) GPU 0 -> GPU %d: %.1f GB/s, %.2f of the copy\n\n", peer,
+              sm_rate, rate > 0 ? sm_rate / rate : 0.0);
   std::unique_ptr<Transport> tcp = MakeTcpTransport();
   const AttentionWireShape shape{o.layers, kQ, kKv};
   int64_t max_batch = 0;

@@ -92,7 +92,60 @@ TEST_P(DataPlaneRowsTest, RowsArriveBehindTheirFlag) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Columns, DataPlaneRowsTest, ::testing::Values(12, 13));
+TEST_P(DataPlaneRowsTest, ReceiveRowsWaitsThenScattersInOneLaunch) {
+  const int64_t cols = GetParam();
+  const int64_t out_rows = 11;
+  const std::vector<int32_t> dest = {9, 2, 0, 7, 4, 10};  // where each received row belongs
+  const int64_t n = static_cast<int64_t>(dest.size());  // two blocks' worth
+  std::vector<float> rows(n * cols);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i) * 0.25f + 3.f;
+  auto d_rows = Upload(rows);
+  auto d_dest = Upload(dest);
+  auto d_received = Upload(std::vector<float>(n * cols, 0.f));
+  auto d_out = Upload(std::vector<float>(out_rows * cols, -1.f));
+  auto d_flag = Upload(std::vector<uint64_t>{0});
+  auto d_arrivals = Upload(std::vector<uint32_t>{0});
+  auto error = lamina::cuda::PinnedBuffer::Create(sizeof(uint32_t));
+  ASSERT_TRUE(error.ok());
+  *error->as<uint32_t>() = 0;
+  auto receiver = lamina::cuda::Stream::Create();
+  auto sender = lamina::cuda::Stream::Create();
+  ASSERT_TRUE(receiver.ok() && sender.ok());
+
+  // Queued ahead of the rows, as the compute node queues a layer's receive.
+  ASSERT_TRUE(ReceiveRows(d_flag.as<uint64_t>(), 4, 5'000'000'000, error->as<uint32_t>(), 1, d_received.as<float>(),
+                          cols, d_dest.as<int32_t>(), n, cols, d_out.as<float>(), cols, receiver->get())
+                  .ok());
+  ASSERT_TRUE(SendRows(d_rows.as<float>(), cols, nullptr, n, cols, d_received.as<float>(), cols,
+                       d_flag.as<uint64_t>(), 4, nullptr, d_arrivals.as<uint32_t>(), sender->get())
+                  .ok());
+  ASSERT_TRUE(sender->Synchronize().ok());
+  ASSERT_TRUE(receiver->Synchronize().ok());
+
+  EXPECT_EQ(*error->as<uint32_t>(), 0u);
+  const std::vector<float> out = Download<float>(d_out, out_rows * cols);
+  for (int64_t r = 0; r < out_rows; ++r) {
+    const auto at = std::find(dest.begin(), dest.end(), r);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float want = at == dest.end() ? -1.f : rows[(at - dest.begin()) * cols + c];
+      ASSERT_EQ(out[r * cols + c], want) << r << "," << c;
+    }
+  }
+}
+
+// 12 and 1000: float4 copies; 13 and 1001: float copies; 1000 and 1001 take several batches of
+// loads per thread.
+INSTANTIATE_TEST_SUITE_P(Columns, DataPlaneRowsTest, ::testing::Values(12, 13, 1000, 1001));
+
+TEST_F(DataPlaneKernelsTest, ReceiveRowsRefusesCountsOutsideItsRange) {
+  uint32_t* no_error = nullptr;
+  for (int64_t count : {int64_t{0}, ReceiveRowsMaxCount() + 1}) {
+    const absl::Status status =
+        ReceiveRows(nullptr, 1, 1, no_error, 1, nullptr, 4, nullptr, count, 4, nullptr, 4, nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << count;
+    EXPECT_NE(status.message().find(std::to_string(count) + " rows"), std::string::npos) << status;
+  }
+}
 
 TEST_F(DataPlaneKernelsTest, GatherRowsPacksPickedRowsInOrder) {
   const int64_t cols = 5, src_stride = 7, src_rows = 6;

@@ -1,0 +1,67 @@
+// Device-side helpers for the data planes' flags (data_plane.h): 64-bit words that only grow, a
+// sender raising one after its rows with release ordering at system scope, a receiver spinning on
+// it. Include only from .cu files.
+#ifndef LAMINA_KERNELS_CUDA_FLAGS_CUH_
+#define LAMINA_KERNELS_CUDA_FLAGS_CUH_
+
+#include <cstdint>
+
+namespace lamina::kernels::cuda {
+
+__device__ inline void StoreRelease(uint64_t* flag, uint64_t value) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(value) : "memory");
+}
+
+__device__ inline uint64_t LoadRelaxed(const uint64_t* flag) {
+  uint64_t value;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(flag) : "memory");
+  return value;
+}
+
+__device__ inline uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// One thread: returns once *flag >= value, with acquire ordering (the spin itself uses relaxed
+// loads, and one fence follows, so that many spinning blocks stay cheap). After `timeout_ns` it
+// gives up and sets *error = code when still 0; once *error is set it returns at once. `error` may
+// be host memory, so it is written with a plain store.
+__device__ inline void SpinOnFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
+                                  uint32_t code) {
+  volatile uint32_t* e = error;
+  if (*e != 0) return;  // the step failed already: do not wait again
+  const uint64_t start = GlobalTimerNs();
+  while (LoadRelaxed(flag) < value) {
+    if (static_cast<int64_t>(GlobalTimerNs() - start) > timeout_ns) {
+      if (*e == 0) *e = code;
+      __threadfence_system();
+      return;
+    }
+  }
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+// Called by every thread of a block once its writes are done: the last of `blocks` blocks to get
+// here sets *flag = value (release, system scope), unless *error is set. Only thread 0 fences,
+// after the barrier (fences are cumulative), as NVSHMEM's block-scoped put-with-signal does; a
+// lone block needs no more than the release store itself. `arrivals` is a zeroed device word,
+// left zeroed.
+__device__ inline void ArriveAndRaise(uint32_t* arrivals, uint32_t blocks, uint64_t* flag, uint64_t value,
+                                      const uint32_t* error) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (blocks > 1) {
+    __threadfence_system();
+    uint32_t before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(arrivals) : "memory");
+    if (before + 1 != blocks) return;
+    *arrivals = 0;
+  }
+  if (error == nullptr || *const_cast<volatile const uint32_t*>(error) == 0) StoreRelease(flag, value);
+}
+
+}  // namespace lamina::kernels::cuda
+
+#endif  // LAMINA_KERNELS_CUDA_FLAGS_CUH_

@@ -1,0 +1,257 @@
+// LinkedDecodeAttention (kernels/cuda/attention.h) against StoreKv + DecodeAttention, the path it
+// replaces on a memory node: the same outputs and the same pool, bit for bit, with and without
+// split contexts, and the hop around it: a wait queued ahead of rows that a SendRows on another
+// stream delivers later, a done flag raised once, counters left zeroed, a wait that times out and
+// keeps the done flag down. Skips without a GPU.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cuda/device.h"
+#include "common/cuda/device_buffer.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/data_plane.h"
+
+namespace lamina::kernels::cuda {
+namespace {
+
+using ::lamina::cuda::DeviceBuffer;
+using ::lamina::cuda::PinnedBuffer;
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& host) {
+  auto buffer = DeviceBuffer::Create(std::max<size_t>(1, host.size() * sizeof(T)));
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return std::move(*buffer);
+}
+
+template <typename T>
+std::vector<T> Download(const DeviceBuffer& buffer, size_t n) {
+  std::vector<T> host(n);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+std::vector<uint16_t> Bits(const std::vector<bf16>& v) {
+  std::vector<uint16_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * sizeof(bf16));
+  return out;
+}
+
+struct Case {
+  int64_t q_heads, kv_heads, head_dim;
+  std::vector<int64_t> contexts;  // one per sequence, the new token included
+  int64_t sliding_window = 0;
+};
+
+std::string Name(const Case& c, const DecodePlan& plan) {
+  return "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
+         std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits);
+}
+
+// One decode step's inputs: a pool with scattered slots, each sequence's last slot its write slot,
+// and the q/k/v rows of the new tokens.
+class LinkedDecodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = NoGpuReason();
+    if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_TRUE(PreloadDataPlaneKernels().ok());
+    auto error = PinnedBuffer::Create(sizeof(uint32_t));
+    ASSERT_TRUE(error.ok());
+    error_ = std::move(*error);
+    *error_.as<uint32_t>() = 0;
+  }
+
+  void Build(const Case& c) {
+    shape_ = {c.q_heads, c.kv_heads, c.head_dim, c.sliding_window};
+    seqs_ = static_cast<int64_t>(c.contexts.size());
+    kv_size_ = c.kv_heads * c.head_dim;
+    q_size_ = c.q_heads * c.head_dim;
+    row_ = q_size_ + 2 * kv_size_ + 8;  // a padded q/k/v row
+    const int64_t total = std::accumulate(c.contexts.begin(), c.contexts.end(), int64_t{0});
+    num_slots_ = total + 40;
+    std::vector<int32_t> slots(num_slots_);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng_);
+    slots.resize(total);
+    std::vector<int32_t> begin = {0}, write;
+    for (int64_t len : c.contexts) {
+      begin.push_back(begin.back() + static_cast<int32_t>(len));
+      write.push_back(slots[begin.back() - 1]);
+    }
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    std::vector<bf16> pool(num_slots_ * kv_size_);
+    for (bf16& x : pool) x = __float2bfloat16(dist(rng_));
+    std::vector<float> qkv(seqs_ * row_);
+    for (float& x : qkv) x = dist(rng_) * 2.f;
+    pool_ = pool;
+    d_qkv_ = Upload(qkv);
+    d_slots_ = Upload(slots);
+    d_begin_ = Upload(begin);
+    d_write_ = Upload(write);
+    longest_ = *std::max_element(c.contexts.begin(), c.contexts.end());
+  }
+
+  DecodeLink Link(const DeviceBuffer& ready, uint64_t ready_value, const DeviceBuffer& done, uint64_t done_value,
+                  const DeviceBuffer& counters, int64_t timeout_ns = 5'000'000'000) {
+    DecodeLink link;
+    link.ready = ready.as<uint64_t>();
+    link.ready_value = ready_value;
+    link.timeout_ns = timeout_ns;
+    link.error = error_.as<uint32_t>();
+    link.error_code = 3;
+    link.k = d_qkv_.as<float>() + q_size_;
+    link.v = d_qkv_.as<float>() + q_size_ + kv_size_;
+    link.kv_stride = row_;
+    link.write_slots = d_write_.as<int32_t>();
+    link.done = done.as<uint64_t>();
+    link.done_value = done_value;
+    link.counters = counters.as<uint32_t>();
+    return link;
+  }
+
+  // StoreKv + DecodeAttention: the outputs and the pool afterwards.
+  void Reference(const DecodePlan& plan, std::vector<float>* out, std::vector<uint16_t>* pool_k) {
+    DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+    DeviceBuffer d_out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
+    DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+    const float* q = d_qkv_.as<float>();
+    ASSERT_TRUE(StoreKv(q + q_size_, q + q_size_ + kv_size_, row_, d_write_.as<int32_t>(), k.as<bf16>(), v.as<bf16>(),
+                        seqs_, kv_size_, nullptr).ok());
+    ASSERT_TRUE(DecodeAttention(shape_, plan, q, row_, k.as<bf16>(), v.as<bf16>(), d_slots_.as<int32_t>(),
+                                d_begin_.as<int32_t>(), d_out.as<float>(), q_size_, seqs_, work.as<float>(), nullptr)
+                    .ok());
+    *out = Download<float>(d_out, seqs_ * q_size_);
+    *pool_k = Bits(Download<bf16>(k, pool_.size()));
+  }
+
+  std::mt19937 rng_{77};
+  AttentionShape shape_;
+  int64_t seqs_ = 0, kv_size_ = 0, q_size_ = 0, row_ = 0, num_slots_ = 0, longest_ = 0;
+  std::vector<bf16> pool_;
+  DeviceBuffer d_qkv_, d_slots_, d_begin_, d_write_;
+  PinnedBuffer error_;
+};
+
+TEST_F(LinkedDecodeTest, SameOutputsAndPoolAsStoreThenDecode) {
+  const std::vector<Case> cases = {
+      {32, 8, 128, {1, 2048, 33}},       // Llama-3 shape; a first token; a long context
+      {8, 8, 64, {17, 300, 1}},          // MHA
+      {8, 4, 32, {257, 1000, 3, 64}},    // the demo model's shape
+      {12, 2, 64, {500, 129}, 100},      // sliding window
+  };
+  for (const Case& c : cases) {
+    Build(c);
+    for (int sms : {1, 132}) {  // one block per (sequence, kv head); contexts split across blocks
+      const DecodePlan plan = PlanDecode(shape_, seqs_, longest_, sms);
+      std::vector<float> want;
+      std::vector<uint16_t> want_k;
+      Reference(plan, &want, &want_k);
+
+      DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+      DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
+      DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+      DeviceBuffer ready = Upload(std::vector<uint64_t>{7});  // already past the value waited for
+      DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+      const int64_t n_counters = LinkedDecodeCounters(shape_, seqs_);
+      DeviceBuffer counters = Upload(std::vector<uint32_t>(n_counters, 0));
+      const DecodeLink link = Link(ready, 5, done, 9, counters);
+      ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                        d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_,
+                                        seqs_, work.as<float>(), link, nullptr)
+                      .ok());
+      EXPECT_EQ(Download<float>(out, want.size()), want) << Name(c, plan);
+      EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k) << Name(c, plan);
+      EXPECT_EQ(Download<uint64_t>(done, 1)[0], 9u) << Name(c, plan);
+      const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
+      EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << "counters left zeroed: " << Name(c, plan);
+      EXPECT_EQ(*error_.as<uint32_t>(), 0u);
+    }
+  }
+}
+
+TEST_F(LinkedDecodeTest, WaitsForRowsThatArriveLater) {
+  Build({32, 8, 128, {40, 5}});
+  const DecodePlan plan = PlanDecode(shape_, seqs_, longest_, 132);
+  std::vector<float> want;
+  std::vector<uint16_t> want_k;
+  Reference(plan, &want, &want_k);
+
+  // The launch reads a landing buffer that holds nothing yet; a sender on another stream fills it.
+  std::vector<float> qkv = Download<float>(d_qkv_, seqs_ * row_);
+  DeviceBuffer source = std::move(d_qkv_);
+  d_qkv_ = Upload(std::vector<float>(seqs_ * row_, 0.f));
+  DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+  DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
+  DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+  DeviceBuffer ready = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer arrivals = Upload(std::vector<uint32_t>{0});
+  DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape_, seqs_), 0));
+  auto receiver = lamina::cuda::Stream::Create();
+  auto sender = lamina::cuda::Stream::Create();
+  ASSERT_TRUE(receiver.ok() && sender.ok());
+  ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                    d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_, seqs_,
+                                    work.as<float>(), Link(ready, 1, done, 1, counters), receiver->get())
+                  .ok());
+  ASSERT_TRUE(SendRows(source.as<float>(), row_, nullptr, seqs_, row_, d_qkv_.as<float>(), row_,
+                       ready.as<uint64_t>(), 1, nullptr, arrivals.as<uint32_t>(), sender->get())
+                  .ok());
+  ASSERT_TRUE(sender->Synchronize().ok());
+  ASSERT_TRUE(receiver->Synchronize().ok());
+  EXPECT_EQ(*error_.as<uint32_t>(), 0u);
+  EXPECT_EQ(Download<float>(out, want.size()), want);
+  EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
+  EXPECT_EQ(Download<uint64_t>(done, 1)[0], 1u);
+}
+
+TEST_F(LinkedDecodeTest, AWaitThatTimesOutKeepsTheDoneFlagDown) {
+  Build({8, 4, 32, {100, 3}});
+  for (int sms : {1, 132}) {
+    *error_.as<uint32_t>() = 0;
+    const DecodePlan plan = PlanDecode(shape_, seqs_, longest_, sms);
+    DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+    DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
+    DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+    DeviceBuffer ready = Upload(std::vector<uint64_t>{2});
+    DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+    const int64_t n_counters = LinkedDecodeCounters(shape_, seqs_);
+    DeviceBuffer counters = Upload(std::vector<uint32_t>(n_counters, 0));
+    ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                      d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_, seqs_,
+                                      work.as<float>(), Link(ready, 3, done, 1, counters, 2'000'000), nullptr)
+                    .ok());
+    EXPECT_EQ(Download<uint64_t>(done, 1)[0], 0u) << "splits " << plan.splits;
+    EXPECT_EQ(*error_.as<uint32_t>(), 3u) << "splits " << plan.splits;
+    const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << "splits " << plan.splits;
+  }
+}
+
+TEST_F(LinkedDecodeTest, RefusesAnEmptyLaunchAndMissingLinkFields) {
+  Build({8, 4, 32, {10}});
+  const DecodePlan plan;
+  DecodeLink link;
+  absl::Status status = LinkedDecodeAttention(shape_, plan, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
+                                              1, nullptr, link, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("required"), std::string::npos) << status;
+  status = LinkedDecodeAttention(shape_, plan, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, nullptr,
+                                 link, nullptr);
+  EXPECT_NE(status.message().find("no sequences"), std::string::npos) << status;
+}
+
+}  // namespace
+}  // namespace lamina::kernels::cuda
