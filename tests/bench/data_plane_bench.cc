@@ -26,6 +26,7 @@
 #include "common/cuda/device_buffer.h"
 #include "common/transport/transport.h"
 #include "compute_node/remote/remote_attention.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "memory_node/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
@@ -182,6 +183,62 @@ double DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& ent
   return total_ms * 1e3 / (reps * layers);
 }
 
+// The memory node's own work for the same step with nothing moving: its k/v store and attention
+// (StoreKv + DecodeAttention, the unlinked kernels) on GPU `device`, in this process; microseconds
+// per layer from GPU events around `layers` queued layers. What a round trip takes beyond this is
+// the data plane's.
+double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t layers) {
+  namespace kc = kernels::cuda;
+  cudaSetDevice(device);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const kc::AttentionShape shape{kQHeads, kKvHeads, kHeadDim, 0};
+  const kc::DecodePlan plan = kc::PlanDecode(shape, batch, context, sms);
+  const int64_t slots = batch * context;
+  std::vector<int32_t> ids(slots), begin(batch + 1), write(batch);
+  for (int64_t i = 0; i < slots; ++i) ids[i] = static_cast<int32_t>(i);
+  for (int64_t s = 0; s <= batch; ++s) begin[s] = static_cast<int32_t>(s * context);
+  for (int64_t s = 0; s < batch; ++s) write[s] = static_cast<int32_t>((s + 1) * context - 1);
+  auto k = cuda::DeviceBuffer::Create(slots * kKv * sizeof(kc::bf16));
+  auto v = cuda::DeviceBuffer::Create(slots * kKv * sizeof(kc::bf16));
+  auto qkv = cuda::DeviceBuffer::Create(batch * kQkv * sizeof(float));
+  auto out = cuda::DeviceBuffer::Create(batch * kQ * sizeof(float));
+  auto work = cuda::DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float));
+  auto lists = cuda::DeviceBuffer::Create((slots + 2 * batch + 1) * sizeof(int32_t));
+  auto start = cuda::Event::Create(), end = cuda::Event::Create();
+  if (!k.ok() || !v.ok() || !qkv.ok() || !out.ok() || !work.ok() || !lists.ok() || !start.ok() || !end.ok()) {
+    cudaSetDevice(0);
+    return -1;
+  }
+  cudaMemset(k->data(), 0, k->bytes());
+  cudaMemset(v->data(), 0, v->bytes());
+  cudaMemset(qkv->data(), 0, qkv->bytes());
+  int32_t* d_ids = lists->as<int32_t>();
+  int32_t* d_begin = d_ids + slots;
+  int32_t* d_write = d_begin + batch + 1;
+  cudaMemcpy(d_ids, ids.data(), slots * sizeof(int32_t), cudaMemcpyHostToDevice);
+  cudaMemcpy(d_begin, begin.data(), (batch + 1) * sizeof(int32_t), cudaMemcpyHostToDevice);
+  cudaMemcpy(d_write, write.data(), batch * sizeof(int32_t), cudaMemcpyHostToDevice);
+  const float* rows = qkv->as<float>();
+  double best = -1;
+  for (int rep = 0; rep < 4; ++rep) {
+    start->Record(nullptr).IgnoreError();
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      kc::StoreKv(rows + kQ, rows + kQ + kKv, kQkv, d_write, k->as<kc::bf16>(), v->as<kc::bf16>(), batch, kKv, nullptr)
+          .IgnoreError();
+      kc::DecodeAttention(shape, plan, rows, kQkv, k->as<kc::bf16>(), v->as<kc::bf16>(), d_ids, d_begin,
+                          out->as<float>(), kQ, batch, work->as<float>(), nullptr)
+          .IgnoreError();
+    }
+    end->Record(nullptr).IgnoreError();
+    cudaEventSynchronize(end->get());
+    const double us = *end->ElapsedSince(*start) * 1e3 / layers;
+    if (rep > 0 && (best < 0 || us < best)) best = us;  // the first is a warm-up
+  }
+  cudaSetDevice(0);
+  return best;
+}
+
 int Compute(const Options& o, const std::string& address) {
   const int gpus = GpuCount();
   const int peer = gpus > 1 ? 1 : 0;
@@ -221,8 +278,8 @@ int Compute(const Options& o, const std::string& address) {
   for (int64_t context : o.contexts) {
     std::printf("context %lld: microseconds per layer (round trip incl. the memory node's store and attention)\n",
                 static_cast<long long>(context));
-    std::printf("%6s %10s %10s %10s %10s %10s %10s %8s %8s %8s %8s\n", "batch", "KiB", "tcp", "ipc 1", "ipc chunks",
-                "nccl", "target", "ipc/tgt", "link use", "nccl use", "hidden");
+    std::printf("%6s %10s %10s %10s %10s %10s %10s %8s %8s %8s %8s %10s\n", "batch", "KiB", "tcp", "ipc 1",
+                "ipc chunks", "nccl", "target", "ipc/tgt", "link use", "nccl use", "hidden", "attn alone");
     for (int64_t batch : o.batches) {
       std::vector<DecodeEntry> entries;
       std::vector<Reservation> reservations;
@@ -245,9 +302,10 @@ int Compute(const Options& o, const std::string& address) {
       const double transfer_us = bytes / (rate * 1e9) * 1e6;
       const double target = 5.0 + transfer_us;
       const double best = std::min(t_one, t_chunked);
-      std::printf("%6lld %10.0f %10.1f %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f %8.2f %8.2f\n",
+      const double alone = AttentionAloneMicros(peer, batch, context, o.layers);
+      std::printf("%6lld %10.0f %10.1f %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n",
                   static_cast<long long>(batch), bytes / 1024, t_tcp, t_one, t_chunked, t_nccl, target, best / target,
-                  transfer_us / best, nccl ? transfer_us / t_nccl : 0.0, (t_one - t_chunked) / transfer_us);
+                  transfer_us / best, nccl ? transfer_us / t_nccl : 0.0, (t_one - t_chunked) / transfer_us, alone);
       std::fflush(stdout);
       for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
     }
@@ -255,7 +313,8 @@ int Compute(const Options& o, const std::string& address) {
   }
   std::printf("ipc/tgt: the better cuda_ipc time over 5 us + bytes / link rate (target <= 1); link use: bytes /\n"
               "time / link rate, cuda_ipc's best and nccl's (target >= 0.8 at batch 1024); hidden: the share of\n"
-              "the transfer time that chunking hid behind attention.%s\n",
+              "the transfer time that chunking hid behind attention; attn alone: the memory node's k/v store and\n"
+              "attention for the step with nothing moving (the same kernels, unlinked, on its GPU).%s\n",
               nccl ? "" : " nccl needs two GPUs: -1 where not run.");
   return 0;
 }
