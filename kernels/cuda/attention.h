@@ -70,6 +70,9 @@ struct DecodeLink {
   uint64_t done_value = 0;
   // Zeroed device words, LinkedDecodeCounters() of them; the launch leaves them zeroed.
   uint32_t* counters = nullptr;
+  // Optional, two device words: busy_ns[0] grows by the launch's busy time, from its inputs'
+  // arrival to its done flag (GPU clock); busy_ns[1] is the launch's scratch.
+  uint64_t* busy_ns = nullptr;
 };
 
 // The counter words a linked launch over `num_seqs` sequences needs.

@@ -89,6 +89,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
 
   if (kLinked) {
     WaitForInputs(link);
+    const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+    if (link.busy_ns != nullptr && first_block && threadIdx.x == 0) link.busy_ns[1] = GlobalTimerNs();
     // The new token is the context's last; the split attending to it stores it first. The barrier
     // makes the block's own stores visible to its loads below.
     if (end - 1 >= lo && end - 1 < hi) {
@@ -239,7 +241,10 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
       out[seq * out_stride + head * kDim + d] = MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d);
     }
   }
-  ArriveAndRaise(link.counters, writers, link.done, link.done_value, link.error);
+  if (ArriveAndRaise(link.counters, writers, link.done, link.done_value, link.error) && link.busy_ns != nullptr) {
+    // The first block's start is ordered before this through every block's arrival.
+    link.busy_ns[0] += GlobalTimerNs() - *const_cast<volatile uint64_t*>(&link.busy_ns[1]);
+  }
 }
 
 // One block per (sequence, head): weights each split by 2^(lse - max lse).

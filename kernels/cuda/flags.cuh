@@ -47,19 +47,20 @@ __device__ inline void SpinOnFlag(const uint64_t* flag, uint64_t value, int64_t 
 // here sets *flag = value (release, system scope), unless *error is set. Only thread 0 fences,
 // after the barrier (fences are cumulative), as NVSHMEM's block-scoped put-with-signal does; a
 // lone block needs no more than the release store itself. `arrivals` is a zeroed device word,
-// left zeroed.
-__device__ inline void ArriveAndRaise(uint32_t* arrivals, uint32_t blocks, uint64_t* flag, uint64_t value,
+// left zeroed. True in thread 0 of the last block, false elsewhere.
+__device__ inline bool ArriveAndRaise(uint32_t* arrivals, uint32_t blocks, uint64_t* flag, uint64_t value,
                                       const uint32_t* error) {
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x != 0) return false;
   if (blocks > 1) {
     __threadfence_system();
     uint32_t before;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(arrivals) : "memory");
-    if (before + 1 != blocks) return;
+    if (before + 1 != blocks) return false;
     *arrivals = 0;
   }
   if (error == nullptr || *const_cast<volatile const uint32_t*>(error) == 0) StoreRelease(flag, value);
+  return true;
 }
 
 }  // namespace lamina::kernels::cuda

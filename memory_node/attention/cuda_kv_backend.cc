@@ -148,12 +148,28 @@ class CudaKvLane : public DeviceKvLane {
     std::unique_ptr<CudaKvLane> lane(new CudaKvLane(pool));
     LAMINA_ASSIGN_OR_RETURN(lane->stream_, cuda::Stream::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->pool_writes_, cuda::Event::Create());
+    LAMINA_ASSIGN_OR_RETURN(lane->busy_ns_, cuda::DeviceBuffer::Create(2 * sizeof(uint64_t)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(lane->busy_ns_.data(), 0, 2 * sizeof(uint64_t)));
     return lane;
   }
 
   CUstream_st* stream() const override { return stream_.get(); }
   const float* step_out() const override { return out_.as<float>(); }
   absl::Status Synchronize() override { return stream_.Synchronize(); }
+
+  absl::StatusOr<absl::Duration> TakeBusy() override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
+    uint64_t linked_ns = 0;
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(&linked_ns, busy_ns_.data(), sizeof(linked_ns), cudaMemcpyDeviceToHost));
+    if (linked_ns != 0) LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(busy_ns_.data(), 0, sizeof(uint64_t)));
+    absl::Duration busy = absl::Nanoseconds(linked_ns);
+    for (int i = 0; i < timed_chunks_; ++i) {
+      LAMINA_ASSIGN_OR_RETURN(const float ms, chunk_events_[i].second.ElapsedSince(chunk_events_[i].first));
+      busy += absl::Microseconds(ms * 1e3);
+    }
+    timed_chunks_ = 0;
+    return busy;
+  }
 
   absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
                        absl::Span<const int64_t> slot_begin, int chunks) override {
@@ -206,17 +222,18 @@ class CudaKvLane : public DeviceKvLane {
     if (chunk < 0 || chunk >= chunks) return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", chunks));
     const RowRange r = ChunkOf(rows_, chunks, chunk);
     if (r.count == 0) return absl::OkStatus();
-    const KvBackendOptions& o = pool_->options();
-    const int64_t kv_size = o.attention.num_kv_heads * o.attention.head_dim;
-    const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
     const float* rows = qkv + r.first * layout.row_stride;
-    LAMINA_RETURN_IF_ERROR(kc::StoreKv(rows + layout.k_offset, rows + layout.v_offset, layout.row_stride,
-                                       write_slots_ + r.first, pool_->keys(layer), pool_->values(layer), r.count,
-                                       kv_size, stream_.get()));
-    return kc::DecodeAttention(o.attention, plans_[chunk], rows + layout.q_offset, layout.row_stride,
-                               pool_->keys(layer), pool_->values(layer), slot_ids_, slot_begin_ + r.first,
-                               out_.as<float>() + r.first * q_size, q_size, r.count, workspace_.as<float>(),
-                               stream_.get());
+    // Timed by a pair of events: the inputs' wait was queued before, as its own launch.
+    if (timed_chunks_ == static_cast<int>(chunk_events_.size())) {
+      LAMINA_ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create());
+      LAMINA_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create());
+      chunk_events_.emplace_back(std::move(start), std::move(end));
+    }
+    const auto& [start, end] = chunk_events_[timed_chunks_++];
+    LAMINA_RETURN_IF_ERROR(start.Record(stream_.get()));
+    absl::Status queued = QueueAttention(layer, chunk, r, rows, layout);
+    LAMINA_RETURN_IF_ERROR(end.Record(stream_.get()));
+    return queued;
   }
 
   absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,
@@ -239,6 +256,7 @@ class CudaKvLane : public DeviceKvLane {
     link.done = hop.done;
     link.done_value = hop.done_value;
     link.counters = counters_.as<uint32_t>();
+    link.busy_ns = busy_ns_.as<uint64_t>();
     // Every block of a linked launch spins until the rows arrive. A few spinning blocks cost
     // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
@@ -257,6 +275,21 @@ class CudaKvLane : public DeviceKvLane {
  private:
   explicit CudaKvLane(const CudaKvBackend* pool) : pool_(pool) {}
 
+  // The chunk's k/v store and attention into out_, unlinked.
+  absl::Status QueueAttention(int64_t layer, int chunk, const RowRange& r, const float* rows,
+                              const QkvLayout& layout) {
+    const KvBackendOptions& o = pool_->options();
+    const int64_t kv_size = o.attention.num_kv_heads * o.attention.head_dim;
+    const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
+    LAMINA_RETURN_IF_ERROR(kc::StoreKv(rows + layout.k_offset, rows + layout.v_offset, layout.row_stride,
+                                       write_slots_ + r.first, pool_->keys(layer), pool_->values(layer), r.count,
+                                       kv_size, stream_.get()));
+    return kc::DecodeAttention(o.attention, plans_[chunk], rows + layout.q_offset, layout.row_stride,
+                               pool_->keys(layer), pool_->values(layer), slot_ids_, slot_begin_ + r.first,
+                               out_.as<float>() + r.first * q_size, q_size, r.count, workspace_.as<float>(),
+                               stream_.get());
+  }
+
   const CudaKvBackend* pool_;
   cuda::Stream stream_;
   cuda::Event pool_writes_;
@@ -268,6 +301,9 @@ class CudaKvLane : public DeviceKvLane {
   cuda::DeviceBuffer out_;        // float [sequences, q_size]
   cuda::DeviceBuffer workspace_;  // float
   cuda::DeviceBuffer counters_;   // uint32 [LinkedDecodeCounters of the largest chunk], zeroed
+  cuda::DeviceBuffer busy_ns_;    // uint64 [2]: linked launches' busy time (DecodeLink::busy_ns)
+  std::vector<std::pair<cuda::Event, cuda::Event>> chunk_events_;  // around unlinked chunks
+  int timed_chunks_ = 0;  // of chunk_events_, recorded since the last TakeBusy
   std::vector<kc::DecodePlan> plans_;
   int64_t rows_ = 0;
 };

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/attention/attention_service.h"
 #include "common/threading/thread_pool.h"
@@ -49,6 +50,10 @@ class DeviceKvLane {
   // The step's attention outputs, [sequences, q_size] floats.
   virtual const float* step_out() const = 0;
   virtual absl::Status Synchronize() = 0;
+  // The GPU time the lane's chunks took since the last call, each from its inputs' arrival to its
+  // outputs (the waits for inputs excluded): what a memory node's busy fraction counts. Call once
+  // the lane is synchronized.
+  virtual absl::StatusOr<absl::Duration> TakeBusy() = 0;
 };
 
 class KvBackend {

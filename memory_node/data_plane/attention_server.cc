@@ -56,7 +56,8 @@ void AttentionServer::Serve(Connection* connection) {
     s.answer.clear();
     absl::Status status;
     {
-      ScopedBusy timed(&busy_);
+      // Ending a device step only waits for it; the lane measures the step's device time.
+      ScopedBusy timed(header.type == ap::kEndDecode ? nullptr : &busy_);
       status = Handle(header.type, &s);
     }
     s.reply.clear();
@@ -221,6 +222,9 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       if (!scratch->link) return absl::FailedPreconditionError("no device link is open on this connection");
       // The lane is this connection's own: no lock while its step runs.
       absl::Status finished = AttentionExecutor::FinishDeviceDecode(scratch->lane.get(), scratch->link.get());
+      absl::StatusOr<absl::Duration> device_busy = scratch->lane->TakeBusy();
+      if (device_busy.ok()) busy_.Add(*device_busy);
+      if (finished.ok()) finished = device_busy.status();
       absl::Status queued = std::exchange(scratch->queued, absl::OkStatus());
       return queued.ok() ? finished : queued;
     }

@@ -1,0 +1,90 @@
+// A device lane of the GPU KV pool (memory_node/attention/kv_backend.h): a linked chunk (the hop
+// folded into the attention launch) gives the outputs of an unlinked one, raises its done flag,
+// and both count their device time in TakeBusy, which a memory node's busy fraction reports.
+// Skips without a GPU.
+#include <cuda_runtime_api.h>
+
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/cuda/device.h"
+#include "common/cuda/device_buffer.h"
+#include "gtest/gtest.h"
+#include "memory_node/attention/kv_backend.h"
+
+namespace lamina {
+namespace {
+
+using cuda::DeviceBuffer;
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& host) {
+  auto buffer = DeviceBuffer::Create(host.size() * sizeof(T));
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return std::move(*buffer);
+}
+
+template <typename T>
+std::vector<T> Download(const void* device, size_t n) {
+  std::vector<T> host(n);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+TEST(CudaKvLaneTest, LinkedChunkMatchesUnlinkedAndBothCountTheirDeviceTime) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const kernels::cpu::AttentionShape shape{4, 2, 16, 0};
+  const int64_t q = 64, kv = 32, row = q + 2 * kv;
+  auto backend = CreateCudaKvBackend({2, 64, shape}, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto lane = (*backend)->NewDeviceLane();
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  // Two sequences: one attending to slots 1, 2, 5 (writing 5), one to slot 9 alone.
+  ASSERT_TRUE((*lane)->SetStep({5, 9}, {1, 2, 5, 9}, {0, 3, 4}, 1).ok());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> qkv(2 * row);
+  for (float& x : qkv) x = dist(rng);
+  DeviceBuffer d_qkv = Upload(qkv);
+  DeviceBuffer ready = Upload(std::vector<uint64_t>{1});
+  DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer error = Upload(std::vector<uint32_t>{0});
+  DeviceBuffer out = Upload(std::vector<float>(2 * q, 0.f));
+  const QkvLayout layout{row, 0, q, q + kv};
+
+  DeviceHop hop;
+  hop.ready = ready.as<uint64_t>();
+  hop.ready_value = 1;
+  hop.timeout_ns = 5'000'000'000;
+  hop.error = error.as<uint32_t>();
+  hop.error_code = 1;
+  hop.out = out.as<float>();
+  hop.out_stride = q;
+  hop.done = done.as<uint64_t>();
+  hop.done_value = 4;
+  ASSERT_TRUE((*lane)->QueueLinkedChunk(0, 0, d_qkv.as<float>(), layout, hop).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  auto linked_busy = (*lane)->TakeBusy();
+  ASSERT_TRUE(linked_busy.ok()) << linked_busy.status();
+  EXPECT_GT(*linked_busy, absl::ZeroDuration());
+  EXPECT_LT(*linked_busy, absl::Seconds(1));
+  EXPECT_EQ(Download<uint64_t>(done.data(), 1)[0], 4u);
+  EXPECT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u);
+  auto nothing = (*lane)->TakeBusy();
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_EQ(*nothing, absl::ZeroDuration()) << "TakeBusy counts each chunk once";
+
+  // The same layer again, unlinked: the same k/v stored, the same outputs, in the lane's own rows.
+  ASSERT_TRUE((*lane)->QueueChunk(0, 0, d_qkv.as<float>(), layout).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  auto unlinked_busy = (*lane)->TakeBusy();
+  ASSERT_TRUE(unlinked_busy.ok()) << unlinked_busy.status();
+  EXPECT_GT(*unlinked_busy, absl::ZeroDuration());
+  EXPECT_EQ(Download<float>(out.data(), 2 * q), Download<float>((*lane)->step_out(), 2 * q));
+}
+
+}  // namespace
+}  // namespace lamina
