@@ -52,9 +52,13 @@ class AttentionService {
   virtual absl::Status Reserve(absl::Span<const Reservation> reservations) = 0;
 
   // Writes one layer's keys and values of positions [first_position, first_position + count).
+  // A service may return before the write lands (the rows are copied first); FlushStores then
+  // waits for it and reports its error.
   virtual absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count,
                                const float* k, const float* v,  // [count, row_stride], heads first
                                int64_t row_stride) = 0;
+  // Waits until every StoreKv so far has landed; the first error among them.
+  virtual absl::Status FlushStores() { return absl::OkStatus(); }
 
   // For each entry i: stores k and v of row i at its position, then attends q of row i over
   // positions 0..position, writing row i of `out`.

@@ -89,8 +89,9 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
                                        absl::Span<const int32_t> positions, LastSlice last) {
   SliceBackend& b = *prefill_;
   const QkvLayout qkv = b.qkv_layout();
-  // Layer `layer`'s attention runs here (causal), and its k/v are stored remotely.
-  return RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
+  // Layer `layer`'s attention runs here (causal), and its k/v are stored remotely while the next
+  // slices run; the stores are flushed, whatever happened, before the prefill returns.
+  absl::Status ran = RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
     int64_t row = 0;
     for (const PrefillSequence& p : prompts) {
       const int64_t n = static_cast<int64_t>(p.tokens.size());
@@ -108,6 +109,8 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
     }
     return absl::OkStatus();
   }, last);
+  absl::Status flushed = attention_->FlushStores();
+  return ran.ok() ? flushed : ran;
 }
 
 absl::Status ComputeEngine::RunSlices(SliceBackend& b, absl::Span<const int32_t> tokens,

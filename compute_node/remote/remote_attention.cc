@@ -60,6 +60,7 @@ void RemoteAttention::Drop(Node* node) {
   node->connection.reset();  // reconnect on next use
   node->link.reset();        // the memory end was the connection's
   node->link_tried = false;
+  node->pending_stores.clear();  // their replies will never come
 }
 
 absl::Status RemoteAttention::Failed(Node* node, const absl::Status& why) {
@@ -78,6 +79,12 @@ absl::Status RemoteAttention::Connect(Node* node) {
 
 absl::Status RemoteAttention::SendTo(Node* node, uint32_t type, absl::Span<const ByteSpan> extra) {
   node->sent = false;
+  // Replies come in request order: the stores' go first. Their errors belong to the prefill that
+  // made them, which reports them through FlushStores; here only a broken connection matters.
+  if (type != ap::kStoreKv && !node->pending_stores.empty()) {
+    absl::Status drained = DrainStores(node);
+    if (!node->connection) return drained;
+  }
   LAMINA_RETURN_IF_ERROR(Connect(node));
   parts_.assign(1, ByteSpan(node->send));
   parts_.insert(parts_.end(), extra.begin(), extra.end());
@@ -88,13 +95,48 @@ absl::Status RemoteAttention::SendTo(Node* node, uint32_t type, absl::Span<const
 }
 
 absl::Status RemoteAttention::AwaitReply(Node* node, const uint8_t** data, size_t* size) {
+  return AwaitTagged(node, next_tag_, data, size);
+}
+
+absl::Status RemoteAttention::AwaitStore(Node* node) {
+  const uint64_t tag = node->pending_stores.front();
+  node->pending_stores.pop_front();
+  const uint8_t* data = nullptr;
+  size_t size;
+  return AwaitTagged(node, tag, &data, &size);
+}
+
+absl::Status RemoteAttention::DrainStores(Node* node) {
+  absl::Status first_error;
+  while (!node->pending_stores.empty()) {
+    if (!node->connection) {  // failed while draining: the rest will never be answered
+      node->pending_stores.clear();
+      break;
+    }
+    absl::Status status = AwaitStore(node);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
+}
+
+absl::Status RemoteAttention::FlushStores() {
+  ScopedPause waiting(computing_);
+  absl::Status first_error;
+  for (auto& [name, node] : nodes_) {
+    absl::Status status = DrainStores(&node);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
+}
+
+absl::Status RemoteAttention::AwaitTagged(Node* node, uint64_t tag, const uint8_t** data, size_t* size) {
   node->sent = false;
   MessageHeader header;
   const absl::Time deadline = absl::Now() + timeout_;
   for (;;) {
     absl::Status status = node->connection->Receive(&header, &node->receive, deadline);
     if (!status.ok()) return Failed(node, status);
-    if (header.type == ap::kReply && header.tag == next_tag_) break;
+    if (header.type == ap::kReply && header.tag == tag) break;
     // A late reply to an abandoned request: skip it.
   }
   WireReader r(node->receive.data(), node->receive.size());
@@ -144,8 +186,9 @@ absl::Status RemoteAttention::Reserve(absl::Span<const Reservation> reservations
 absl::Status RemoteAttention::StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count,
                                       const float* k, const float* v, int64_t row_stride) {
   ScopedPause waiting(computing_);
-  ++next_tag_;
   LAMINA_ASSIGN_OR_RETURN(Node * node, NodeOf(seq));
+  if (node->pending_stores.size() >= kMaxPendingStores) LAMINA_RETURN_IF_ERROR(AwaitStore(node));
+  ++next_tag_;
   node->send.clear();
   WireWriter w(&node->send);
   w.Put<int64_t>(layer);
@@ -157,9 +200,8 @@ absl::Status RemoteAttention::StoreKv(int64_t layer, SequenceId seq, int32_t fir
     for (int64_t t = 0; t < count; ++t) w.PutBytes(base + t * row_stride, shape_.kv_size * sizeof(float));
   }
   LAMINA_RETURN_IF_ERROR(SendTo(node, ap::kStoreKv, {}));
-  const uint8_t* data = nullptr;
-  size_t size;
-  return AwaitReply(node, &data, &size);
+  node->pending_stores.push_back(next_tag_);
+  return absl::OkStatus();
 }
 
 absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,

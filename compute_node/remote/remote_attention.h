@@ -16,6 +16,7 @@
 #define LAMINA_COMPUTE_NODE_REMOTE_REMOTE_ATTENTION_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -60,8 +61,11 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
                          int max_chunks = 1);
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
+  // Sends the rows and returns: up to kMaxPendingStores stores per node are in flight, and their
+  // replies are read by FlushStores, or before the node's next other request.
   absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count, const float* k,
                        const float* v, int64_t row_stride) override;
+  absl::Status FlushStores() override;
   absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv, const QkvLayout& layout,
                       float* out, int64_t out_stride) override;
   void Free(SequenceId seq) override;
@@ -89,13 +93,22 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
     bool link_tried = false;
     std::string link_error;  // why no transport of the list opened, when "tcp" is not on it
     int chunks = 1;                  // this step's chunks
+    std::deque<uint64_t> pending_stores;  // the tags of StoreKv requests not yet answered, oldest first
   };
+
+  static constexpr size_t kMaxPendingStores = 64;
 
   absl::StatusOr<Node*> NodeOf(SequenceId seq);
   absl::Status SendTo(Node* node, uint32_t type, absl::Span<const ByteSpan> extra);
   // Waits for the reply to the last request sent to `node`; on success leaves the reply's data
   // (after the status) at `data`.
   absl::Status AwaitReply(Node* node, const uint8_t** data, size_t* size);
+  // Reads replies until the one tagged `tag` (skipping late ones); on success leaves its data.
+  absl::Status AwaitTagged(Node* node, uint64_t tag, const uint8_t** data, size_t* size);
+  // Reads the reply to the node's oldest pending StoreKv: its error, if any.
+  absl::Status AwaitStore(Node* node);
+  // Reads the replies to every pending StoreKv of the node: the first error.
+  absl::Status DrainStores(Node* node);
   // Reports the node failed (TakeFailedNodes), drops it, and returns Unavailable naming it.
   absl::Status Failed(Node* node, const absl::Status& why);
   // Closes the node's connection and link, to be opened afresh on next use.

@@ -111,5 +111,42 @@ TEST_F(RemoteAttentionTest, ServerErrorsComeBackWithTheirCode) {
   EXPECT_TRUE(remote_->TakeFailedNodes().empty()) << "an error reply is not a dead node";
 }
 
+TEST_F(RemoteAttentionTest, StoresStayInFlightUntilFlushedWhereTheirErrorsComeBack) {
+  ASSERT_TRUE(remote_->Assign(7, "m0").ok());
+  Reservation two[] = {{7, 2}};
+  ASSERT_TRUE(remote_->Reserve(two).ok());
+  const int64_t kv = shape_.kv_size;
+  const std::vector<float> rows(2 * kv, 0.5f);
+  // More stores than may be in flight at once, then one for a layer the model lacks: each call
+  // returns once its rows are sent.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(remote_->StoreKv(i % shape_.num_layers, 7, 0, 2, rows.data(), rows.data(), kv).ok()) << i;
+  }
+  ASSERT_TRUE(remote_->StoreKv(shape_.num_layers + 3, 7, 0, 2, rows.data(), rows.data(), kv).ok());
+  absl::Status flushed = remote_->FlushStores();
+  EXPECT_EQ(flushed.code(), absl::StatusCode::kInvalidArgument) << flushed;
+  EXPECT_NE(flushed.message().find("memory node 'm0'"), std::string::npos) << flushed;
+  EXPECT_TRUE(remote_->FlushStores().ok()) << "each store's reply is read once";
+  EXPECT_TRUE(remote_->TakeFailedNodes().empty()) << "an error reply is not a dead node";
+}
+
+TEST_F(RemoteAttentionTest, ALaterRequestReadsItsOwnReplyBehindUnansweredStores) {
+  ASSERT_TRUE(remote_->Assign(7, "m0").ok());
+  Reservation two[] = {{7, 2}};
+  ASSERT_TRUE(remote_->Reserve(two).ok());
+  const int64_t kv = shape_.kv_size;
+  const std::vector<float> rows(2 * kv, 0.5f);
+  for (int layer = 0; layer < shape_.num_layers; ++layer) {
+    ASSERT_TRUE(remote_->StoreKv(layer, 7, 0, 2, rows.data(), rows.data(), kv).ok());
+  }
+  // The reservation's reply comes after the stores'; it must be this call's own.
+  Reservation too_big[] = {{7, 5000}};
+  absl::Status status = remote_->Reserve(too_big);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  Reservation three[] = {{7, 3}};
+  EXPECT_TRUE(remote_->Reserve(three).ok());
+  EXPECT_TRUE(remote_->FlushStores().ok());
+}
+
 }  // namespace
 }  // namespace lamina
