@@ -93,6 +93,26 @@ class DeviceDecode {
   // The step's outcome at every memory node; call it after every successful Begin, once the
   // stream's work is done (or abandoned).
   virtual absl::Status EndDeviceDecode() = 0;
+
+  // A prefill's k/v the same way, GPU to GPU. `prompts` lists each prompt's rows in the prefill
+  // batch, in order. CanStoreOnDevice: whether every memory node involved has a link that carries
+  // them. BeginDeviceStore (after Reserve): the memory nodes queue every layer. Per layer,
+  // QueueDeviceStore queues on `stream` the sends of that layer's k/v from `qkv` [rows,
+  // qkv_stride] and the waits for the memory nodes to have stored them. EndDeviceStore once the
+  // stream's work is done (or abandoned): the outcome, failed memory nodes reported as for Decode.
+  struct PromptRows {
+    SequenceId seq = 0;
+    int64_t first_row = 0;
+    int64_t count = 0;
+  };
+  virtual bool CanStoreOnDevice(absl::Span<const PromptRows> prompts) { return false; }
+  virtual absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts) {
+    return absl::UnimplementedError("no device-side store");
+  }
+  virtual absl::Status QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride, CUstream_st* stream) {
+    return absl::UnimplementedError("no device-side store");
+  }
+  virtual absl::Status EndDeviceStore() { return absl::UnimplementedError("no device-side store"); }
 };
 
 }  // namespace lamina

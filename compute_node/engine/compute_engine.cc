@@ -89,28 +89,37 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
                                        absl::Span<const int32_t> positions, LastSlice last) {
   SliceBackend& b = *prefill_;
   const QkvLayout qkv = b.qkv_layout();
+  // The prompts' k/v go GPU to GPU where every memory node involved has a link for them (a GPU
+  // backend has a stream; its buffers are read per layer, as RunFirst may grow them).
+  DeviceDecode* device =
+      handoff_ == nullptr && b.device_batch().stream != nullptr ? attention_->device_decode() : nullptr;
+  std::vector<DeviceDecode::PromptRows> rows;
+  for (const PrefillSequence& p : prompts) {
+    const int64_t first = rows.empty() ? 0 : rows.back().first_row + rows.back().count;
+    rows.push_back({p.seq, first, static_cast<int64_t>(p.tokens.size())});
+  }
+  const bool on_device = device != nullptr && device->CanStoreOnDevice(rows);
+  if (on_device) LAMINA_RETURN_IF_ERROR(device->BeginDeviceStore(rows));
   // Layer `layer`'s attention runs here (causal), and its k/v are stored remotely while the next
-  // slices run; the stores are flushed, whatever happened, before the prefill returns.
+  // slices run; the stores are finished, whatever happened, before the prefill returns.
   absl::Status ran = RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
-    int64_t row = 0;
-    for (const PrefillSequence& p : prompts) {
-      const int64_t n = static_cast<int64_t>(p.tokens.size());
-      LAMINA_RETURN_IF_ERROR(b.PrefillAttention(row, n));
-      row += n;
+    for (const DeviceDecode::PromptRows& p : rows) LAMINA_RETURN_IF_ERROR(b.PrefillAttention(p.first_row, p.count));
+    if (on_device) {
+      const SliceBackend::DeviceBatch batch = b.device_batch();
+      return device->QueueDeviceStore(layer, batch.qkv, qkv.row_stride, batch.stream);
     }
     LAMINA_ASSIGN_OR_RETURN(const float* qkv_rows, b.HostQkv());
-    row = 0;
-    for (const PrefillSequence& p : prompts) {
-      const int64_t n = static_cast<int64_t>(p.tokens.size());
-      const float* base = qkv_rows + row * qkv.row_stride;
-      LAMINA_RETURN_IF_ERROR(attention_->StoreKv(layer, p.seq, 0, n, base + qkv.k_offset, base + qkv.v_offset,
-                                                 qkv.row_stride));
-      row += n;
+    for (const DeviceDecode::PromptRows& p : rows) {
+      const float* base = qkv_rows + p.first_row * qkv.row_stride;
+      LAMINA_RETURN_IF_ERROR(attention_->StoreKv(layer, p.seq, 0, p.count, base + qkv.k_offset,
+                                                 base + qkv.v_offset, qkv.row_stride));
     }
     return absl::OkStatus();
   }, last);
-  absl::Status flushed = attention_->FlushStores();
-  return ran.ok() ? flushed : ran;
+  // After `last`, which waits for the stream. The memory nodes' outcome comes first: after a
+  // timed-out wait the cache holds noise.
+  absl::Status stored = on_device ? device->EndDeviceStore() : attention_->FlushStores();
+  return stored.ok() ? ran : stored;
 }
 
 absl::Status ComputeEngine::RunSlices(SliceBackend& b, absl::Span<const int32_t> tokens,

@@ -410,6 +410,95 @@ absl::Status RemoteAttention::QueueDeviceDecode(int64_t layer, const float* qkv,
   return absl::OkStatus();
 }
 
+bool RemoteAttention::CanStoreOnDevice(absl::Span<const PromptRows> prompts) {
+  if (device_ < 0 || prompts.empty() || max_rows_ < 1) return false;
+  for (const PromptRows& p : prompts) {
+    absl::StatusOr<Node*> node = NodeOf(p.seq);
+    if (!node.ok()) return false;
+    EnsureLink(*node);
+    if (!(*node)->link || !(*node)->link->can_send_rows()) return false;
+  }
+  return true;
+}
+
+absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prompts) {
+  ScopedPause waiting(computing_);
+  if (max_rows_ < 1) return absl::FailedPreconditionError("no device links are enabled");
+  for (auto& [name, node] : nodes_) node.store_pieces.clear();
+  for (const PromptRows& p : prompts) {
+    LAMINA_ASSIGN_OR_RETURN(Node * node, NodeOf(p.seq));
+    for (int64_t offset = 0; offset < p.count; offset += max_rows_) {
+      node->store_pieces.push_back({p.seq, static_cast<int32_t>(offset), p.first_row + offset,
+                                    std::min(max_rows_, p.count - offset)});
+    }
+  }
+  ++next_tag_;
+  step_nodes_.clear();
+  absl::Status first_error;
+  for (auto& [name, node] : nodes_) {
+    if (node.store_pieces.empty()) continue;
+    if (!node.link) return absl::FailedPreconditionError(absl::StrCat("memory node '", name, "' has no device link"));
+    node.store_step = device_step_ + 1;
+    device_step_ += static_cast<uint64_t>(shape_.num_layers) * node.store_pieces.size();
+    node.send.clear();
+    WireWriter w(&node.send);
+    w.Put<uint64_t>(node.store_step);
+    w.Put<uint32_t>(static_cast<uint32_t>(node.store_pieces.size()));
+    for (const Node::StorePiece& piece : node.store_pieces) {
+      w.Put<int64_t>(piece.seq);
+      w.Put<int32_t>(piece.first_position);
+      w.Put<int64_t>(piece.count);
+    }
+    absl::Status status = SendTo(&node, ap::kBeginStore, {});
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  for (auto& [name, node] : nodes_) {
+    if (!node.sent) continue;
+    const uint8_t* data = nullptr;
+    size_t size;
+    absl::Status status = AwaitReply(&node, &data, &size);
+    if (status.ok()) {
+      step_nodes_.push_back(&node);
+    } else if (first_error.ok()) {
+      first_error = status;
+    }
+  }
+  if (!first_error.ok()) {
+    // As for a decode step that cannot begin: the nodes that began would wait until their timeout.
+    for (Node* node : step_nodes_) Drop(node);
+    step_nodes_.clear();
+  }
+  return first_error;
+}
+
+absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride,
+                                               CUstream_st* stream) {
+  // A piece waits only for the one before it to be stored (the memory node has one receive
+  // buffer), so each store overlaps the compute queued after its send; the last layer's last
+  // piece is awaited at once, before the stream's end.
+  for (Node* node : step_nodes_) {
+    const size_t n = node->store_pieces.size();
+    if (layer == 0) node->unacked = false;
+    for (size_t i = 0; i < n; ++i) {
+      const Node::StorePiece& piece = node->store_pieces[i];
+      if (node->unacked) {
+        LAMINA_RETURN_IF_ERROR(node->link->QueueAwait(node->unacked_step, node->unacked_layer, stream));
+      }
+      const uint64_t step = ap::StorePieceStep(node->store_step, layer, n, i);
+      LAMINA_RETURN_IF_ERROR(
+          node->link->QueueSendRows(step, layer, qkv + piece.first_row * qkv_stride, piece.count, qkv_stride, stream));
+      node->unacked = true;
+      node->unacked_step = step;
+      node->unacked_layer = layer;
+    }
+    if (layer + 1 == shape_.num_layers) {
+      LAMINA_RETURN_IF_ERROR(node->link->QueueAwait(node->unacked_step, node->unacked_layer, stream));
+      node->unacked = false;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RemoteAttention::EndDeviceDecode() {
   ScopedPause waiting(computing_);
   ++next_tag_;

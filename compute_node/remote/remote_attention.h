@@ -76,6 +76,11 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
                                  CUstream_st* stream) override;
   absl::Status EndDeviceDecode() override;
+  // A prompt longer than the link's rows travels in pieces of at most that many.
+  bool CanStoreOnDevice(absl::Span<const PromptRows> prompts) override;
+  absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts) override;
+  absl::Status QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride, CUstream_st* stream) override;
+  absl::Status EndDeviceStore() override { return EndDeviceDecode(); }
 
  private:
   struct Node {
@@ -94,6 +99,19 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
     std::string link_error;  // why no transport of the list opened, when "tcp" is not on it
     int chunks = 1;                  // this step's chunks
     std::deque<uint64_t> pending_stores;  // the tags of StoreKv requests not yet answered, oldest first
+    // A device-side store: its pieces (rows of the prefill batch) and its first step.
+    struct StorePiece {
+      SequenceId seq;
+      int32_t first_position;
+      int64_t first_row;
+      int64_t count;
+    };
+    std::vector<StorePiece> store_pieces;
+    uint64_t store_step = 0;
+    // The piece sent last and not yet acknowledged: the next send waits for its store.
+    bool unacked = false;
+    uint64_t unacked_step = 0;
+    int64_t unacked_layer = 0;
   };
 
   static constexpr size_t kMaxPendingStores = 64;

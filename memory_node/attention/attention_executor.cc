@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "memory_node/data_plane/attention_protocol.h"
 
 namespace lamina {
 
@@ -146,6 +147,41 @@ absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const Attention
       LAMINA_RETURN_IF_ERROR(link->QueueReceive(step, layer, c, chunks, rows, kv->stream()));
       LAMINA_RETURN_IF_ERROR(kv->QueueChunk(layer, c, link->received(), layout));
       LAMINA_RETURN_IF_ERROR(link->QueueSend(step, layer, c, chunks, rows, kv->step_out(), q, kv->stream()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionExecutor::PrepareDeviceStore(absl::Span<const StorePiece> pieces, DeviceKvLane* lane) {
+  std::vector<int32_t> slots;
+  for (const StorePiece& piece : pieces) {
+    LAMINA_ASSIGN_OR_RETURN(const std::vector<SlotId>* seq_slots, SlotsOf(piece.seq));
+    if (piece.count < 1 || piece.first_position < 0 ||
+        piece.first_position + piece.count > static_cast<int64_t>(seq_slots->size())) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", piece.seq, ": positions [", piece.first_position,
+                                                     ", ", piece.first_position + piece.count, ") are not reserved"));
+    }
+    LAMINA_RETURN_IF_ERROR(CheckWritable(piece.seq, *seq_slots, piece.first_position, piece.count));
+    slots.insert(slots.end(), seq_slots->begin() + piece.first_position,
+                 seq_slots->begin() + piece.first_position + piece.count);
+  }
+  return lane->SetStoreSlots(slots);
+}
+
+absl::Status AttentionExecutor::QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,
+                                                 absl::Span<const StorePiece> pieces, DeviceKvLane* lane,
+                                                 MemoryLinkEnd* link) {
+  const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
+  const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
+  const QkvLayout layout{q + 2 * kv_size, 0, q, q + kv_size};
+  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+    int64_t first_slot = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const uint64_t piece_step = attention_protocol::StorePieceStep(step, layer, pieces.size(), i);
+      LAMINA_RETURN_IF_ERROR(link->QueueReceive(piece_step, layer, 0, 1, pieces[i].count, lane->stream()));
+      LAMINA_RETURN_IF_ERROR(lane->QueueStore(layer, first_slot, pieces[i].count, link->received(), layout));
+      LAMINA_RETURN_IF_ERROR(link->QueueSend(piece_step, layer, 0, 1, 0, lane->step_out(), q, lane->stream()));
+      first_slot += pieces[i].count;
     }
   }
   return absl::OkStatus();

@@ -49,6 +49,11 @@ class AttentionExecutor : public AttentionService {
   // Device-side decode, for a GPU pool reached over a device link. A lane (one per compute-node
   // connection) has its own stream, so several batches' steps run side by side.
   absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane() { return backend_->NewDeviceLane(); }
+  struct StorePiece {
+    SequenceId seq = 0;
+    int32_t first_position = 0;
+    int64_t count = 0;
+  };
   // Validates `entries` as Decode does and readies `lane` for the step (slot lists, plans).
   absl::Status PrepareDeviceDecode(absl::Span<const DecodeEntry> entries, int chunks, DeviceKvLane* lane);
   // Queues every layer of step `step` (`rows` sequences, prepared) on the lane: per chunk, the
@@ -58,6 +63,15 @@ class AttentionExecutor : public AttentionService {
   static absl::Status QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options, int64_t rows,
                                         int chunks, DeviceKvLane* lane, MemoryLinkEnd* link);
   const AttentionExecutorOptions& options() const { return options_; }
+  // A prefill's k/v over a link, in pieces of at most the link's rows: validates them as StoreKv
+  // does (reserved, writable positions) and readies `lane` with their write slots.
+  absl::Status PrepareDeviceStore(absl::Span<const StorePiece> pieces, DeviceKvLane* lane);
+  // Queues every layer of the store on the lane: per piece (attention_protocol::StorePieceStep),
+  // the link's receive
+  // of its rows, their store, and the link's (empty) send, which tells the compute node the
+  // receive buffer is free again. Like QueueDeviceDecode, touches no state of the executor.
+  static absl::Status QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,
+                                       absl::Span<const StorePiece> pieces, DeviceKvLane* lane, MemoryLinkEnd* link);
   // Waits for the lane's queued step; its outcome (DeadlineExceeded when q/k/v stopped coming).
   static absl::Status FinishDeviceDecode(DeviceKvLane* lane, MemoryLinkEnd* link);
   // The GPU the pool lives on; -1 on the CPU.

@@ -217,23 +217,38 @@ class CudaKvLane : public DeviceKvLane {
     return absl::OkStatus();
   }
 
+  absl::Status SetStoreSlots(absl::Span<const int32_t> slots) override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
+    LAMINA_RETURN_IF_ERROR(stream_.Synchronize());  // the staging below may still feed the last step
+    const size_t bytes = std::max<size_t>(1, slots.size()) * sizeof(int32_t);
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_, bytes));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&lists_, bytes));
+    std::copy(slots.begin(), slots.end(), host_.as<int32_t>());
+    write_slots_ = lists_.as<int32_t>();
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), pool_writes_.get(), 0));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lists_.data(), host_.data(), slots.size() * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, stream_.get()));
+    return absl::OkStatus();
+  }
+
+  absl::Status QueueStore(int64_t layer, int64_t first_slot, int64_t count, const float* qkv,
+                          const QkvLayout& layout) override {
+    const KvBackendOptions& o = pool_->options();
+    const int64_t kv_size = o.attention.num_kv_heads * o.attention.head_dim;
+    return Timed([&] {
+      return kc::StoreKv(qkv + layout.k_offset, qkv + layout.v_offset, layout.row_stride, write_slots_ + first_slot,
+                         pool_->keys(layer), pool_->values(layer), count, kv_size, stream_.get());
+    });
+  }
+
   absl::Status QueueChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout) override {
     const int chunks = static_cast<int>(plans_.size());
     if (chunk < 0 || chunk >= chunks) return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", chunks));
     const RowRange r = ChunkOf(rows_, chunks, chunk);
     if (r.count == 0) return absl::OkStatus();
     const float* rows = qkv + r.first * layout.row_stride;
-    // Timed by a pair of events: the inputs' wait was queued before, as its own launch.
-    if (timed_chunks_ == static_cast<int>(chunk_events_.size())) {
-      LAMINA_ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create());
-      LAMINA_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create());
-      chunk_events_.emplace_back(std::move(start), std::move(end));
-    }
-    const auto& [start, end] = chunk_events_[timed_chunks_++];
-    LAMINA_RETURN_IF_ERROR(start.Record(stream_.get()));
-    absl::Status queued = QueueAttention(layer, chunk, r, rows, layout);
-    LAMINA_RETURN_IF_ERROR(end.Record(stream_.get()));
-    return queued;
+    return Timed([&] { return QueueAttention(layer, chunk, r, rows, layout); });
   }
 
   absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,
@@ -274,6 +289,22 @@ class CudaKvLane : public DeviceKvLane {
 
  private:
   explicit CudaKvLane(const CudaKvBackend* pool) : pool_(pool) {}
+
+  // Queues what `queue` queues between a pair of events, which TakeBusy reads: the inputs' wait
+  // was queued before, as its own launch, so the pair times the work alone.
+  template <typename Queue>
+  absl::Status Timed(const Queue& queue) {
+    if (timed_chunks_ == static_cast<int>(chunk_events_.size())) {
+      LAMINA_ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create());
+      LAMINA_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create());
+      chunk_events_.emplace_back(std::move(start), std::move(end));
+    }
+    const auto& [start, end] = chunk_events_[timed_chunks_++];
+    LAMINA_RETURN_IF_ERROR(start.Record(stream_.get()));
+    absl::Status queued = queue();
+    LAMINA_RETURN_IF_ERROR(end.Record(stream_.get()));
+    return queued;
+  }
 
   // The chunk's k/v store and attention into out_, unlinked.
   absl::Status QueueAttention(int64_t layer, int chunk, const RowRange& r, const float* rows,

@@ -47,6 +47,13 @@ class DeviceKvLane {
   // InvalidArgument (nothing would raise the flag): queue the link's own send for it.
   virtual absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,
                                         const DeviceHop& hop) = 0;
+  // A prefill's k/v over a link: the write slots of its pieces, back to back (waits only for this
+  // lane's earlier work); then per layer and piece QueueStore, the rows being [count, row_stride]
+  // at `qkv` (device memory), their k/v going to slots [first_slot, first_slot + count) of the
+  // list.
+  virtual absl::Status SetStoreSlots(absl::Span<const int32_t> slots) = 0;
+  virtual absl::Status QueueStore(int64_t layer, int64_t first_slot, int64_t count, const float* qkv,
+                                  const QkvLayout& layout) = 0;
   // The step's attention outputs, [sequences, q_size] floats.
   virtual const float* step_out() const = 0;
   virtual absl::Status Synchronize() = 0;

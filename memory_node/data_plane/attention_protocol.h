@@ -11,7 +11,12 @@
 //             plane for this connection's decode steps (device_link.h), replacing any earlier one
 //   kBeginDecode  u64 step, u32 chunks, u32 n, n x (i64 seq, i32 position): queues every layer
 //             of a decode step on the link; replies once queued
-//   kEndDecode    (empty): waits for the step queued last and replies with its outcome
+//   kBeginStore   u64 step, u32 n, n x (i64 seq, i32 first_position, i64 count): a prefill's
+//             k/v over the link (cuda_ipc), piece i of layer l being step StorePieceStep(step, l,
+//             n, i): per layer and piece, a wait for the rows, their store, and a flag back;
+//             replies once validated, then queues every layer
+//   kEndDecode    (empty): waits for the step queued last (decode or store) and replies with its
+//             outcome
 // Reply payload (type kReply, same tag):
 //   i32 status code, string message, then for kDecode the outputs [n, q_size], for kOpenLink the
 //   memory end's answer (string)
@@ -30,8 +35,15 @@ enum MessageType : uint32_t {
   kOpenLink = 5,
   kBeginDecode = 6,
   kEndDecode = 7,
+  kBeginStore = 8,
   kReply = 100,
 };
+
+// A store's pieces travel layer by layer, and a link's flags must only grow: piece i of layer
+// `layer` (of n pieces) is step `first + layer * n + i`, so a store takes num_layers * n steps.
+inline uint64_t StorePieceStep(uint64_t first, int64_t layer, size_t n, size_t i) {
+  return first + static_cast<uint64_t>(layer) * n + i;
+}
 
 }  // namespace lamina::attention_protocol
 

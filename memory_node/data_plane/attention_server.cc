@@ -70,8 +70,11 @@ void AttentionServer::Serve(Connection* connection) {
     if (s.begun.pending) {
       // After the reply: the compute node starts sending while the layers are queued.
       s.begun.pending = false;
-      s.queued = AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
-                                                      s.begun.chunks, s.lane.get(), s.link.get());
+      s.queued = s.begun.pieces.empty()
+                     ? AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
+                                                            s.begun.chunks, s.lane.get(), s.link.get())
+                     : AttentionExecutor::QueueDeviceStore(s.begun.step, executor_->options(), s.begun.pieces,
+                                                           s.lane.get(), s.link.get());
     }
   }
 }
@@ -164,6 +167,7 @@ absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
     }
     case ap::kOpenLink:
     case ap::kBeginDecode:
+    case ap::kBeginStore:
     case ap::kEndDecode:
       return HandleLink(type, &r, scratch);
     default:
@@ -215,7 +219,29 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       LAMINA_RETURN_IF_ERROR(ReadEntries(n, r, &entries));
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceDecode(entries, static_cast<int>(chunks), scratch->lane.get()));
-      scratch->begun = {true, step, static_cast<int64_t>(n), static_cast<int>(chunks)};
+      scratch->begun = {true, step, static_cast<int64_t>(n), static_cast<int>(chunks), {}};
+      return absl::OkStatus();
+    }
+    case ap::kBeginStore: {
+      if (!scratch->link) return absl::FailedPreconditionError("no device link is open on this connection");
+      uint64_t step;
+      uint32_t n;
+      LAMINA_RETURN_IF_ERROR(r->Get(&step));
+      LAMINA_RETURN_IF_ERROR(r->Get(&n));
+      LAMINA_RETURN_IF_ERROR(CheckCount(n, sizeof(int64_t) + sizeof(int32_t) + sizeof(int64_t), *r));
+      std::vector<AttentionExecutor::StorePiece> pieces(n);
+      for (AttentionExecutor::StorePiece& piece : pieces) {
+        LAMINA_RETURN_IF_ERROR(r->Get(&piece.seq));
+        LAMINA_RETURN_IF_ERROR(r->Get(&piece.first_position));
+        LAMINA_RETURN_IF_ERROR(r->Get(&piece.count));
+        if (piece.count < 1 || piece.count > scratch->link_rows) {
+          return absl::InvalidArgumentError(absl::StrCat("a store piece of ", piece.count, " rows on a link of ",
+                                                         scratch->link_rows));
+        }
+      }
+      std::lock_guard<std::mutex> lock(*service_mu_);
+      LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceStore(pieces, scratch->lane.get()));
+      scratch->begun = {true, step, 0, 1, std::move(pieces)};
       return absl::OkStatus();
     }
     default: {  // kEndDecode

@@ -156,6 +156,22 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
 
   absl::Status TakeStepStatus() override { return local_.TakeStatus("attention outputs", shape_.timeout); }
 
+  bool can_send_rows() const override { return true; }
+  absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
+                             GpuStream stream) override {
+    if (count > shape_.max_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: ", count, " rows for a link of ", shape_.max_rows));
+    }
+    return kc::SendRows(rows, stride, nullptr, count, shape_.qkv_size, remote_.receive.as<float>(), shape_.qkv_size,
+                        remote_.flags.as<uint64_t>(), FlagValue(shape_, step, layer), local_.error.as<uint32_t>(),
+                        local_.arrivals.as<uint32_t>(), stream);
+  }
+  absl::Status QueueAwait(uint64_t step, int64_t layer, GpuStream stream) override {
+    return kc::WaitFlag(local_.flags.as<uint64_t>(), FlagValue(shape_, step, layer),
+                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
+                        stream);
+  }
+
  private:
   CudaIpcComputeEnd(const LinkShape& shape, int device) : shape_(shape), device_(device) {}
 

@@ -87,6 +87,19 @@ class ComputeLinkEnd {
                                     int64_t out_stride, GpuStream stream) = 0;
   // Host, once the stream's work is done: OK, or DeadlineExceeded when a wait gave up (cleared).
   virtual absl::Status TakeStepStatus() = 0;
+
+  // A prefill's k/v (kBeginStore): whether this link carries them. Then, on `stream`,
+  // QueueSendRows sends `count` (at most max_rows) consecutive rows of q/k/v at `rows`
+  // [count, stride] as step `step`'s layer `layer`, and QueueAwait holds the stream until the
+  // memory node has stored them (so the receive buffer is free for the next).
+  virtual bool can_send_rows() const { return false; }
+  virtual absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
+                                     GpuStream stream) {
+    return absl::UnimplementedError(transport() + " does not carry a prefill's k/v");
+  }
+  virtual absl::Status QueueAwait(uint64_t step, int64_t layer, GpuStream stream) {
+    return absl::UnimplementedError(transport() + " does not carry a prefill's k/v");
+  }
 };
 
 // A chunk's hop as device addresses, for an attention launch that receives and sends by itself

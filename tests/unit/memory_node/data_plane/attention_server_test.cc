@@ -1,4 +1,5 @@
-// Malformed data-plane messages get an error reply; the connection and the server stay up.
+// Malformed data-plane messages get an error reply; the connection and the server stay up. A
+// store's pieces take consecutive steps, layer by layer.
 #include "memory_node/data_plane/attention_server.h"
 
 #include <mutex>
@@ -60,6 +61,33 @@ TEST(AttentionServerTest, MalformedRequestsAreAnsweredWithErrorsAndTheConnection
   auto [code4, message4] = call(ap::kReserve, reserve);
   EXPECT_EQ(code4, absl::StatusCode::kOk) << message4;
   EXPECT_EQ((*executor)->num_free_slots(), 13);
+
+  // A prefill's k/v over a device link, asked of a pool on the CPU.
+  std::vector<uint8_t> store;
+  WireWriter s(&store);
+  s.Put<uint64_t>(1);
+  s.Put<uint32_t>(1);
+  s.Put<int64_t>(5);
+  s.Put<int32_t>(0);
+  s.Put<int64_t>(3);
+  auto [code5, message5] = call(ap::kBeginStore, store);
+  EXPECT_EQ(code5, absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(message5.find("no device-side data plane"), std::string::npos) << message5;
+}
+
+TEST(StorePieceStepTest, AStoresStepsGrowLayerByLayerAndSpanLayersTimesPieces) {
+  const uint64_t first = 41;
+  const int64_t layers = 3;
+  const size_t pieces = 4;
+  uint64_t last = first - 1;
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    for (size_t i = 0; i < pieces; ++i) {
+      const uint64_t step = ap::StorePieceStep(first, layer, pieces, i);
+      EXPECT_EQ(step, last + 1) << "layer " << layer << " piece " << i;
+      last = step;
+    }
+  }
+  EXPECT_EQ(last, first + layers * pieces - 1);
 }
 
 }  // namespace
