@@ -373,6 +373,10 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
     if (status.ok()) status = SendTo(&node, ap::kBeginDecode, {});
     if (!status.ok() && first_error.ok()) first_error = status;
   }
+  return AwaitBegun(first_error);
+}
+
+absl::Status RemoteAttention::AwaitBegun(absl::Status first_error) {
   for (auto& [name, node] : nodes_) {
     if (!node.sent) continue;
     const uint8_t* data = nullptr;
@@ -385,9 +389,9 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
     }
   }
   if (!first_error.ok()) {
-    // The nodes that began would wait for q/k/v until their timeout: drop their connections, so
-    // the next step starts afresh on new links. They did nothing wrong: they are not reported as
-    // failed, which would end their sequences too.
+    // The nodes that began would wait for their rows until their timeout: drop their connections,
+    // so the next step starts afresh on new links. They did nothing wrong: they are not reported
+    // as failed, which would end their sequences too.
     for (Node* node : step_nodes_) Drop(node);
     step_nodes_.clear();
   }
@@ -452,23 +456,7 @@ absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prom
     absl::Status status = SendTo(&node, ap::kBeginStore, {});
     if (!status.ok() && first_error.ok()) first_error = status;
   }
-  for (auto& [name, node] : nodes_) {
-    if (!node.sent) continue;
-    const uint8_t* data = nullptr;
-    size_t size;
-    absl::Status status = AwaitReply(&node, &data, &size);
-    if (status.ok()) {
-      step_nodes_.push_back(&node);
-    } else if (first_error.ok()) {
-      first_error = status;
-    }
-  }
-  if (!first_error.ok()) {
-    // As for a decode step that cannot begin: the nodes that began would wait until their timeout.
-    for (Node* node : step_nodes_) Drop(node);
-    step_nodes_.clear();
-  }
-  return first_error;
+  return AwaitBegun(first_error);
 }
 
 absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride,

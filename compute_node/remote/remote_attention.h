@@ -127,6 +127,10 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::Status AwaitStore(Node* node);
   // Reads the replies to every pending StoreKv of the node: the first error.
   absl::Status DrainStores(Node* node);
+  // Reads the replies to a step's begin (the nodes with a request sent): those that began make
+  // the step's nodes. On any error, `first_error` or a reply's, none begins: the ones that did are
+  // dropped. Returns the first error.
+  absl::Status AwaitBegun(absl::Status first_error);
   // Reports the node failed (TakeFailedNodes), drops it, and returns Unavailable naming it.
   absl::Status Failed(Node* node, const absl::Status& why);
   // Closes the node's connection and link, to be opened afresh on next use.
