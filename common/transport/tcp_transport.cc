@@ -71,21 +71,24 @@ absl::StatusOr<sockaddr_in> Resolve(const std::string& address) {
   return addr;
 }
 
-// Waits until `fd` is ready for `events` or the deadline passes.
+// Waits until `fd` is ready for `events` or the deadline passes. A deadline already past still
+// looks once, so that a caller can ask what is there (or whether the peer closed) without waiting.
 absl::Status WaitFor(int fd, short events, absl::Time deadline, const std::string& peer) {
   for (;;) {
     int timeout_ms = -1;
+    bool last_look = false;
     if (deadline != absl::InfiniteFuture()) {
       const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) {
-        return absl::DeadlineExceededError(absl::StrCat("no answer from ", peer, " before the deadline"));
-      }
-      timeout_ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+      last_look = left <= absl::ZeroDuration();
+      timeout_ms = last_look ? 0 : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
     }
     pollfd p{fd, events, 0};
     int n = ::poll(&p, 1, timeout_ms);
     if (n > 0) return absl::OkStatus();
     if (n < 0 && errno != EINTR) return Errno("poll");
+    if (n == 0 && last_look) {
+      return absl::DeadlineExceededError(absl::StrCat("no answer from ", peer, " before the deadline"));
+    }
   }
 }
 

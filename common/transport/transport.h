@@ -3,7 +3,8 @@
 //
 // A Connection carries whole messages, each a small header and a payload, in order, both ways.
 // Send never blocks forever (it fails with Unavailable when the peer is gone); Receive waits at
-// most until its deadline (DeadlineExceeded) and returns Unavailable when the peer closed.
+// most until its deadline (DeadlineExceeded; a deadline already past still takes a message that
+// has arrived) and returns Unavailable when the peer closed.
 // Buffers are the caller's and are reused across calls, so steady-state traffic allocates nothing.
 // Thread-safety: one thread may Send while another Receives on the same connection; two
 // concurrent Sends (or Receives) must be serialised by the caller.

@@ -118,6 +118,31 @@ TYPED_TEST(TransportConformanceTest, ReceiveHonoursItsDeadline) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
+// A deadline already past asks what is there without waiting: nothing (DeadlineExceeded), a
+// message that has arrived, or a peer that has gone.
+TYPED_TEST(TransportConformanceTest, AReceivePastItsDeadlineStillLooksOnce) {
+  MessageHeader header;
+  std::vector<uint8_t> payload;
+  EXPECT_EQ(this->server_->Receive(&header, &payload, absl::Now()).code(), absl::StatusCode::kDeadlineExceeded);
+  std::vector<uint8_t> bytes = Pattern(100, 3);
+  ByteSpan part = bytes;
+  ASSERT_TRUE(this->client_->Send({4, 0, 44}, {&part, 1}).ok());
+  absl::Status status;
+  // Over a socket the bytes take a moment to arrive: look again until they have.
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  do {
+    status = this->server_->Receive(&header, &payload, absl::InfinitePast());
+  } while (absl::IsDeadlineExceeded(status) && absl::Now() < give_up);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(header.tag, 44u);
+  EXPECT_EQ(payload, bytes);
+  this->client_->Close();
+  do {
+    status = this->server_->Receive(&header, &payload, absl::InfinitePast());
+  } while (absl::IsDeadlineExceeded(status) && absl::Now() < give_up);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
 TYPED_TEST(TransportConformanceTest, PeerClosingIsUnavailableForReceiveAndSend) {
   this->client_->Close();
   this->client_.reset();
