@@ -84,9 +84,12 @@ class DeviceDecode {
   // Whether a step over `entries` with rows in `layout` can run this way: every memory node
   // involved is on a device link and its rows fit the link. Opens links on first use.
   virtual bool CanDecodeOnDevice(absl::Span<const DecodeEntry> entries, const QkvLayout& layout) = 0;
-  // Starts the step: the memory nodes queue all of its layers.
-  virtual absl::Status BeginDeviceDecode(absl::Span<const DecodeEntry> entries) = 0;
-  // Queues layer `layer` on `stream`: q/k/v of `qkv` [entries, qkv_stride] out, and attention
+  // Starts the step: the memory nodes queue its layers, those of `layers` (ascending), or every
+  // layer when it is empty (a compute node that runs only some of the batch's slices, under
+  // rotational pipelining, queues only their layers).
+  virtual absl::Status BeginDeviceDecode(absl::Span<const DecodeEntry> entries,
+                                         absl::Span<const int64_t> layers) = 0;
+  // Queues layer `layer` (one of the step's) on `stream`: q/k/v of `qkv` [entries, qkv_stride] out, and attention
   // outputs into `out` [entries, out_stride] (both device memory of the compute node's GPU).
   virtual absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out,
                                          int64_t out_stride, CUstream_st* stream) = 0;

@@ -1,5 +1,7 @@
 #include "common/cuda/device_buffer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 
@@ -15,6 +17,21 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(size_t bytes) {
     return CudaStatus(error, absl::StrCat("cudaMalloc of ", bytes, " bytes").c_str(), "DeviceBuffer::Create");
   }
   buffer.data_.reset(p);
+  buffer.bytes_ = bytes;
+  return buffer;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::CreateOnStream(size_t bytes, cudaStream_t stream) {
+  DeviceBuffer buffer;
+  if (bytes == 0) return buffer;
+  void* p = nullptr;
+  const cudaError_t error = cudaMallocAsync(&p, bytes, stream);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(error, absl::StrCat("cudaMallocAsync of ", bytes, " bytes").c_str(),
+                      "DeviceBuffer::CreateOnStream");
+  }
+  buffer.data_ = std::unique_ptr<void, Free>(p, Free(stream));
   buffer.bytes_ = bytes;
   return buffer;
 }
@@ -70,6 +87,24 @@ absl::Status EnsureCapacity(DeviceBuffer* buffer, size_t bytes) {
   *buffer = DeviceBuffer();  // free first so the old and new never coexist
   auto grown = DeviceBuffer::Create(bytes);
   if (!grown.ok()) return grown.status();
+  *buffer = std::move(*grown);
+  return absl::OkStatus();
+}
+
+absl::Status EnsureCapacityOnStream(DeviceBuffer* buffer, size_t bytes, cudaStream_t stream) {
+  if (buffer->bytes() >= bytes) return absl::OkStatus();
+  *buffer = DeviceBuffer();  // freed in stream order, before the new one is allocated
+  auto grown = DeviceBuffer::CreateOnStream(bytes, stream);
+  if (!grown.ok()) return grown.status();
+  *buffer = std::move(*grown);
+  return absl::OkStatus();
+}
+
+absl::Status EnsureCapacityKeepingOld(PinnedBuffer* buffer, size_t bytes, std::vector<PinnedBuffer>* retired) {
+  if (buffer->bytes() >= bytes) return absl::OkStatus();
+  auto grown = PinnedBuffer::Create(std::max(bytes, 2 * buffer->bytes()));
+  if (!grown.ok()) return grown.status();
+  if (buffer->bytes() > 0) retired->push_back(std::move(*buffer));
   *buffer = std::move(*grown);
   return absl::OkStatus();
 }

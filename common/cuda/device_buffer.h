@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -19,6 +20,12 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   // ResourceExhausted naming the size when the device is full. A zero size gives an empty buffer.
   static absl::StatusOr<DeviceBuffer> Create(size_t bytes);
+  // Stream-ordered (cudaMallocAsync, cudaFreeAsync): allocated and freed in `stream`'s order,
+  // which must outlive the buffer, without waiting for the device. cudaFree waits for every
+  // kernel of the process, among them waits queued ahead on a peer's flag (the data planes),
+  // which may depend on what this thread was about to do: a buffer that grows while such waits
+  // may spin must be of this kind. Not for CUDA IPC.
+  static absl::StatusOr<DeviceBuffer> CreateOnStream(size_t bytes, cudaStream_t stream);
 
   template <typename T>
   T* as() const { return static_cast<T*>(data_.get()); }
@@ -27,7 +34,17 @@ class DeviceBuffer {
 
  private:
   struct Free {
-    void operator()(void* p) const { cudaFree(p); }
+    Free() : ordered(false), stream(nullptr) {}
+    explicit Free(cudaStream_t s) : ordered(true), stream(s) {}
+    bool ordered;
+    cudaStream_t stream;
+    void operator()(void* p) const {
+      if (ordered) {
+        cudaFreeAsync(p, stream);
+      } else {
+        cudaFree(p);
+      }
+    }
   };
   std::unique_ptr<void, Free> data_;
   size_t bytes_ = 0;
@@ -85,6 +102,12 @@ class Event {
 // Grows `buffer` to at least `bytes` (never shrinks); the contents are not kept.
 absl::Status EnsureCapacity(DeviceBuffer* buffer, size_t bytes);
 absl::Status EnsureCapacity(PinnedBuffer* buffer, size_t bytes);
+// The same without waiting for the device (see CreateOnStream): the device buffer is reallocated
+// in `stream`'s order; an outgrown pinned buffer (cudaFreeHost may wait for the device too) is
+// kept in `retired` rather than freed, and the new one is at least twice its size, so that
+// retired buffers add at most the final size.
+absl::Status EnsureCapacityOnStream(DeviceBuffer* buffer, size_t bytes, cudaStream_t stream);
+absl::Status EnsureCapacityKeepingOld(PinnedBuffer* buffer, size_t bytes, std::vector<PinnedBuffer>* retired);
 
 }  // namespace lamina::cuda
 

@@ -1,6 +1,7 @@
 #include "common/rpc/daemon.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/signals.h"
@@ -25,6 +26,8 @@ void ServeUntilSignal(grpc::Server* server, absl::Duration grace) {
   WaitForTerminationSignal();
   server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
 }
+
+void LoadCudaKernelsEagerly() { ::setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0); }
 
 int DaemonMain(const char* program, int argc, char** argv,
                const std::function<absl::Status(const std::vector<std::string>&)>& run) {

@@ -28,6 +28,13 @@ void ServeUntilSignal(grpc::Server* server, absl::Duration grace);
 int DaemonMain(const char* program, int argc, char** argv,
                const std::function<absl::Status(const std::vector<std::string>&)>& run);
 
+// For daemons whose GPU work waits on other processes (the device data planes, hand-overs
+// between compute nodes): CUDA loads every kernel when the process starts rather than at its
+// first launch, since a lazy load waits for the GPU to go idle, which may not happen while a
+// wait queued ahead spins on another node that is itself waiting. Call first in main; a
+// CUDA_MODULE_LOADING already set is kept.
+void LoadCudaKernelsEagerly();
+
 }  // namespace lamina
 
 #endif  // LAMINA_COMMON_RPC_DAEMON_H_

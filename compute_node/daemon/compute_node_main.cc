@@ -79,12 +79,22 @@ absl::Status Run(const std::vector<std::string>& args) {
     const int self = static_cast<int>(std::find(computes.begin(), computes.end(), spec) - computes.begin());
     const NodeSpec* next = computes[(self + 1) % replicas];
     const NodeSpec* previous = computes[(self + replicas - 1) % replicas];
-    LAMINA_ASSIGN_OR_RETURN(inbox, ResidualInbox::Start(transport.get(), spec->data_address()));
+    // Between GPUs of one host, batches go GPU to GPU (up to max_batch rows a pass).
+    DeviceHandoffs handoffs;
+    if (device.is_cuda) {
+      handoffs.device = device.index;
+      handoffs.shape = {topology.max_batch, config.hidden_size, config.q_size(),
+                        absl::Milliseconds(topology.step_timeout_ms)};
+      handoffs.batches = num_lanes;
+    }
+    const DeviceHandoffs to_next = next->host == spec->host ? handoffs : DeviceHandoffs{};
+    const DeviceHandoffs from_previous = previous->host == spec->host ? handoffs : DeviceHandoffs{};
+    LAMINA_ASSIGN_OR_RETURN(inbox, ResidualInbox::Start(transport.get(), spec->data_address(), from_previous));
     for (int batch = 0; batch < num_lanes; ++batch) {
       relays.push_back(std::make_unique<SliceRelay>(
           transport.get(), inbox.get(), SliceRoute{batch, self, replicas},
           RelayPeers{spec->name, next->name, next->data_address(), previous->name},
-          absl::Milliseconds(topology.step_timeout_ms)));
+          absl::Milliseconds(topology.step_timeout_ms), to_next));
       relay_ptrs.push_back(relays.back().get());
     }
   }
@@ -120,4 +130,7 @@ absl::Status Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace lamina
 
-int main(int argc, char** argv) { return lamina::DaemonMain("lamina-compute-node", argc, argv, lamina::Run); }
+int main(int argc, char** argv) {
+  lamina::LoadCudaKernelsEagerly();
+  return lamina::DaemonMain("lamina-compute-node", argc, argv, lamina::Run);
+}

@@ -124,14 +124,32 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
 
 absl::Status ComputeEngine::RunSlices(SliceBackend& b, absl::Span<const int32_t> tokens,
                                       absl::Span<const int32_t> positions, LayerAttention attention, LastSlice last) {
+  if (handoff_ == nullptr) return RunOwnedSlices(b, tokens, positions, attention, last);
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  handoff_->BeginPass();
+  sends_on_device_ = handoff_->SendsOnDevice(rows);
+  receives_on_device_ = handoff_->ReceivesOnDevice(rows);
+  positions_set_ = false;
+  absl::Status status = RunOwnedSlices(b, tokens, positions, attention, last);
+  // The next node's inputs and this pass's outcome are in the queued work: see it done. A wait
+  // for a hand-over that gave up comes first, as what followed it ran on noise.
+  absl::Status synced = b.Synchronize();
+  absl::Status handed = handoff_->TakeDeviceStatus();
+  if (!handed.ok()) return handed;
+  return status.ok() ? synced : status;
+}
+
+absl::Status ComputeEngine::RunOwnedSlices(SliceBackend& b, absl::Span<const int32_t> tokens,
+                                           absl::Span<const int32_t> positions, LayerAttention attention,
+                                           LastSlice last) {
   const int64_t num_layers = config().num_layers;
   const int64_t rows = static_cast<int64_t>(positions.size());
-  if (handoff_ != nullptr) handoff_->BeginPass();
   // Slice `layer`, then layer `layer`'s attention; the slices another node owns are skipped.
   for (int64_t layer = 0; layer < num_layers; ++layer) {
     if (!Owns(layer)) continue;
     if (layer == 0) {
       LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
+      positions_set_ = true;
     } else {
       LAMINA_RETURN_IF_ERROR(ResumeIfHandedOver(b, layer, positions));
       LAMINA_RETURN_IF_ERROR(b.RunMiddle(layer));
@@ -149,6 +167,12 @@ absl::Status ComputeEngine::ResumeIfHandedOver(SliceBackend& b, int64_t slice, a
   if (Owns(slice - 1)) return absl::OkStatus();
   const ModelConfig& c = config();
   const int64_t rows = static_cast<int64_t>(positions.size());
+  if (receives_on_device_) {
+    LAMINA_RETURN_IF_ERROR(b.ResumeOnDevice(positions, positions_set_));
+    positions_set_ = true;
+    const SliceBackend::DeviceBatch d = b.device_batch();
+    return handoff_->QueueReceive(slice, rows, d.residual, d.attn_out, d.stream);
+  }
   handed_residual_.resize(rows * c.hidden_size);
   handed_attn_out_.resize(rows * c.q_size());
   LAMINA_RETURN_IF_ERROR(
@@ -158,6 +182,10 @@ absl::Status ComputeEngine::ResumeIfHandedOver(SliceBackend& b, int64_t slice, a
 
 absl::Status ComputeEngine::HandOverResidual(SliceBackend& b, int64_t slice, int64_t rows) {
   if (Owns(slice)) return absl::OkStatus();
+  if (sends_on_device_) {
+    const SliceBackend::DeviceBatch d = b.device_batch();
+    return handoff_->QueueSendResidual(slice, d.residual, rows, d.stream);
+  }
   handed_residual_.resize(rows * config().hidden_size);
   LAMINA_RETURN_IF_ERROR(b.ReadResidual(handed_residual_.data()));
   return handoff_->SendResidual(slice, handed_residual_);
@@ -165,6 +193,11 @@ absl::Status ComputeEngine::HandOverResidual(SliceBackend& b, int64_t slice, int
 
 absl::Status ComputeEngine::HandOverAttnOut(SliceBackend& b, int64_t slice, int64_t rows) {
   if (Owns(slice)) return absl::OkStatus();
+  if (sends_on_device_) {
+    LAMINA_RETURN_IF_ERROR(b.AttnOutOnDevice());
+    const SliceBackend::DeviceBatch d = b.device_batch();
+    return handoff_->QueueSendAttnOut(slice, d.attn_out, rows, d.stream);
+  }
   handed_attn_out_.resize(rows * config().q_size());
   LAMINA_RETURN_IF_ERROR(b.ReadAttnOut(handed_attn_out_.data()));
   return handoff_->SendAttnOut(slice, handed_attn_out_);
@@ -201,17 +234,18 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
     entries_.push_back({t.seq, t.position});
     tokens.push_back(t.token);
   }
-  // The node running slice 0 reserves; the others' attention calls come after it, in causal order.
-  if (Owns(0)) {
+  const QkvLayout qkv = b.qkv_layout();
+  DeviceDecode* device = attention_->device_decode();
+  const bool on_device = device != nullptr && device->CanDecodeOnDevice(entries_, qkv) && b.SetAttentionOnDevice(true);
+  if (!on_device) b.SetAttentionOnDevice(false);
+  // The node running slice 0 reserves; the others' attention calls come after it, in causal
+  // order, except on device links, where every node's memory nodes begin its layers at once.
+  if (Owns(0) || (handoff_ != nullptr && on_device)) {
     std::vector<Reservation> reservations;
     for (const DecodeToken& t : batch) reservations.push_back({t.seq, t.position + 1});
     LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
   }
-
-  const QkvLayout qkv = b.qkv_layout();
-  DeviceDecode* device = handoff_ == nullptr ? attention_->device_decode() : nullptr;
-  const bool on_device = device != nullptr && device->CanDecodeOnDevice(entries_, qkv) && b.SetAttentionOnDevice(true);
-  if (!on_device) b.SetAttentionOnDevice(false);
+  if (on_device && handoff_ != nullptr) return DecodeRotatingOnDevice(b, device, tokens, positions, last);
   if (on_device) {
     LAMINA_RETURN_IF_ERROR(b.RunFirst(tokens, positions));
     return DecodeOnDevice(b, device, last);
@@ -223,10 +257,31 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
   }, last);
 }
 
+absl::Status ComputeEngine::DecodeRotatingOnDevice(SliceBackend& b, DeviceDecode* device,
+                                                   absl::Span<const int32_t> tokens,
+                                                   absl::Span<const int32_t> positions, LastSlice last) {
+  const ModelConfig& c = config();
+  std::vector<int64_t> layers;
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    if (Owns(layer)) layers.push_back(layer);
+  }
+  if (!layers.empty()) LAMINA_RETURN_IF_ERROR(device->BeginDeviceDecode(entries_, layers));
+  const int64_t qkv_stride = b.qkv_layout().row_stride;
+  absl::Status status = RunSlices(b, tokens, positions, [&](int64_t layer) {
+    const SliceBackend::DeviceBatch d = b.device_batch();  // read per layer: RunFirst may grow the buffers
+    return device->QueueDeviceDecode(layer, d.qkv, qkv_stride, d.attn_out, c.q_size(), d.stream);
+  }, last);
+  if (layers.empty()) return status;
+  // RunSlices saw the queued work done. The memory nodes' outcome comes first: after a timed-out
+  // wait the outputs are noise.
+  absl::Status end = device->EndDeviceDecode();
+  return end.ok() ? status : end;
+}
+
 absl::Status ComputeEngine::DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last) {
   const ModelConfig& c = config();
   // The memory nodes queue the step while slice 0 runs.
-  LAMINA_RETURN_IF_ERROR(device->BeginDeviceDecode(entries_));
+  LAMINA_RETURN_IF_ERROR(device->BeginDeviceDecode(entries_, {}));
   const SliceBackend::DeviceBatch batch = b.device_batch();
   const int64_t qkv_stride = b.qkv_layout().row_stride;
   absl::Status status;

@@ -10,6 +10,10 @@
 // slices its node owns: it starts a later slice from the residual stream and attention output the
 // previous node handed over, and hands them on after its own. The node owning slice 0 reserves the
 // KV slots; the one owning the last slice draws the tokens (the others leave `tokens` alone).
+// Between GPUs the hand-overs, and decode's attention where the memory nodes are on device links,
+// are queued on the GPU's stream, so that each node queues its slices of a step ahead and no host
+// thread sits between a hand-over's arrival and the slice it feeds; every node then reserves the
+// KV slots, since its memory nodes begin its layers before slice 0 has run.
 // Thread-compatible: one batch at a time per engine.
 #ifndef LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_
 #define LAMINA_COMPUTE_NODE_ENGINE_COMPUTE_ENGINE_H_
@@ -68,7 +72,7 @@ class ComputeEngine {
 
   const ModelConfig& config() const { return decode_->config(); }
   // The route of the next batches through the compute nodes (null: every slice runs here). Must
-  // outlive its use; decode then goes through the host path.
+  // outlive its use.
   void set_handoff(SliceHandoff* handoff) { handoff_ = handoff; }
   // Whether this node runs the last slice (and so draws the tokens).
   bool RunsLastSlice() const { return Owns(config().num_layers); }
@@ -86,10 +90,17 @@ class ComputeEngine {
   absl::Status DecodeThen(absl::Span<const DecodeToken> batch, LastSlice last);
   // The rest of a decode step (after RunFirst) with the exchanges queued on the GPU.
   absl::Status DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last);
-  // The layer loop of prefill and of host-path decode: every slice this node owns, each followed
-  // by its layer's attention, handing the batch over where the next slice runs elsewhere.
+  // A rotating batch's decode step with the exchanges queued on the GPU: the memory nodes begin
+  // the layers this node owns, and RunSlices queues them.
+  absl::Status DecodeRotatingOnDevice(SliceBackend& b, DeviceDecode* device, absl::Span<const int32_t> tokens,
+                                      absl::Span<const int32_t> positions, LastSlice last);
+  // The layer loop of prefill, of host-path decode and of rotating batches: every slice this node
+  // owns, each followed by its layer's attention, handing the batch over where the next slice
+  // runs elsewhere. A rotating batch's pass ends with the backend's queued work done.
   absl::Status RunSlices(SliceBackend& b, absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions,
                          LayerAttention attention, LastSlice last);
+  absl::Status RunOwnedSlices(SliceBackend& b, absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions,
+                              LayerAttention attention, LastSlice last);
   bool Owns(int64_t slice) const { return handoff_ == nullptr || handoff_->Owns(slice); }
   // Makes slice `slice` (0 < slice <= num_layers) ready to run here: receives its inputs when
   // another node ran the slice before.
@@ -105,6 +116,11 @@ class ComputeEngine {
   std::vector<DecodeEntry> entries_;
   SliceHandoff* handoff_ = nullptr;
   std::vector<float> handed_residual_, handed_attn_out_;  // host staging of hand-overs
+  // This pass's hand-overs to the next node and from the previous one go GPU to GPU; whether the
+  // backend holds this pass's positions already.
+  bool sends_on_device_ = false;
+  bool receives_on_device_ = false;
+  bool positions_set_ = false;
 };
 
 }  // namespace lamina

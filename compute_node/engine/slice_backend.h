@@ -57,6 +57,7 @@ class SliceBackend {
     const float* qkv = nullptr;  // [rows, qkv_layout().row_stride]
     float* attn_out = nullptr;   // [rows, q_size]
     CUstream_st* stream = nullptr;
+    float* residual = nullptr;   // [rows, hidden]: the residual stream after the latest slice
   };
   // Valid from RunFirst to the end of the batch.
   virtual DeviceBatch device_batch() const { return {}; }
@@ -71,6 +72,20 @@ class SliceBackend {
   virtual absl::Status ReadAttnOut(float* out) = 0;
   virtual absl::Status ResumeAt(absl::Span<const int32_t> positions, const float* residual,
                                 const float* attn_out) = 0;
+  // The same GPU to GPU (a GPU backend; the others return Unimplemented), with no host wait:
+  // ResumeOnDevice starts the batch at a later slice, its residual stream and attention output
+  // then written into device_batch().residual and .attn_out by work the caller queues on the
+  // stream. `positions_set`: this pass set them already (RunFirst or an earlier ResumeOnDevice of
+  // as many rows), so they are not uploaded again. AttnOutOnDevice makes device_batch().attn_out
+  // hold the attention output the next slice reads (uploading HostAttnOut's, queued).
+  // Synchronize waits for the work queued so far.
+  virtual absl::Status ResumeOnDevice(absl::Span<const int32_t> positions, bool positions_set) {
+    return absl::UnimplementedError("this backend hands batches over through host memory only");
+  }
+  virtual absl::Status AttnOutOnDevice() {
+    return absl::UnimplementedError("this backend hands batches over through host memory only");
+  }
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
 
   // Causal attention over the batch rows [first_row, first_row + count), which hold one prompt
   // from position 0, into the attention output the next slice reads.

@@ -351,7 +351,8 @@ bool RemoteAttention::CanDecodeOnDevice(absl::Span<const DecodeEntry> entries, c
   return true;
 }
 
-absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> entries) {
+absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> entries,
+                                                absl::Span<const int64_t> layers) {
   ScopedPause waiting(computing_);
   LAMINA_RETURN_IF_ERROR(SplitByNode(entries));
   ++device_step_;
@@ -370,6 +371,10 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
     w.Put<uint64_t>(device_step_);
     w.Put<uint32_t>(static_cast<uint32_t>(node.chunks));
     PutEntries(entries, node.rows, &w);
+    if (!layers.empty()) {
+      w.Put<uint32_t>(static_cast<uint32_t>(layers.size()));
+      for (const int64_t layer : layers) w.Put<int32_t>(static_cast<int32_t>(layer));
+    }
     if (status.ok()) status = SendTo(&node, ap::kBeginDecode, {});
     if (!status.ok() && first_error.ok()) first_error = status;
   }

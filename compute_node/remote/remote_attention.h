@@ -72,7 +72,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
 
   DeviceDecode* device_decode() override { return device_ >= 0 ? this : nullptr; }
   bool CanDecodeOnDevice(absl::Span<const DecodeEntry> entries, const QkvLayout& layout) override;
-  absl::Status BeginDeviceDecode(absl::Span<const DecodeEntry> entries) override;
+  absl::Status BeginDeviceDecode(absl::Span<const DecodeEntry> entries, absl::Span<const int64_t> layers) override;
   absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
                                  CUstream_st* stream) override;
   absl::Status EndDeviceDecode() override;

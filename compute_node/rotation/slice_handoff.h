@@ -13,6 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 
+struct CUstream_st;
+
 namespace lamina {
 
 // Where batch `batch`'s slices run among `replicas` compute nodes.
@@ -42,6 +44,25 @@ class SliceHandoff {
   // Receives both for a slice that runs here after another replica ran the previous one.
   // Unavailable when they do not arrive in time.
   virtual absl::Status Receive(int64_t slice, absl::Span<float> residual, absl::Span<float> attn_out) = 0;
+
+  // GPU to GPU instead (device_handoff.h), by work queued on the engine's stream, for a pass of
+  // `rows` rows: whether this pass's hand-overs to the next replica, and those from the previous
+  // one, go that way. Both ends of a pair answer alike. Call after BeginPass.
+  virtual bool SendsOnDevice(int64_t rows) { return false; }
+  virtual bool ReceivesOnDevice(int64_t rows) { return false; }
+  // Device memory of this GPU: residual [rows, hidden], attn_out [rows, q_size].
+  virtual absl::Status QueueSendResidual(int64_t slice, const float* residual, int64_t rows, CUstream_st* stream) {
+    return absl::UnimplementedError("no device hand-overs");
+  }
+  virtual absl::Status QueueSendAttnOut(int64_t slice, const float* attn_out, int64_t rows, CUstream_st* stream) {
+    return absl::UnimplementedError("no device hand-overs");
+  }
+  virtual absl::Status QueueReceive(int64_t slice, int64_t rows, float* residual, float* attn_out,
+                                    CUstream_st* stream) {
+    return absl::UnimplementedError("no device hand-overs");
+  }
+  // Once the pass's queued work is done: whether its device hand-overs arrived in time.
+  virtual absl::Status TakeDeviceStatus() { return absl::OkStatus(); }
 };
 
 }  // namespace lamina

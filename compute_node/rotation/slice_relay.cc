@@ -1,8 +1,10 @@
 #include "compute_node/rotation/slice_relay.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace lamina {
 namespace {
@@ -12,12 +14,68 @@ const char* InputName(uint32_t type) { return type == handoff::kResidual ? "resi
 }  // namespace
 
 SliceRelay::SliceRelay(Transport* transport, ResidualInbox* inbox, SliceRoute route, RelayPeers peers,
-                       absl::Duration timeout)
-    : transport_(transport), inbox_(inbox), route_(route), peers_(std::move(peers)), timeout_(timeout) {}
+                       absl::Duration timeout, const DeviceHandoffs& device)
+    : transport_(transport),
+      inbox_(inbox),
+      route_(route),
+      peers_(std::move(peers)),
+      timeout_(timeout),
+      device_(device) {}
 
 void SliceRelay::BeginStep(uint64_t step_id) {
   step_id_ = step_id;
   pass_ = -1;
+  if (outbound_ != nullptr && outlet_ != nullptr) {
+    // GPU hand-overs send nothing on the connection: a look at it shows whether the next replica
+    // is still there (a restarted one needs a new hello, and its inbox is new memory).
+    MessageHeader header;
+    if (absl::IsUnavailable(outbound_->Receive(&header, &payload_, absl::Now()))) {
+      outbound_.reset();
+      outlet_.reset();
+    }
+  }
+  if (outbound_ == nullptr) Connect().IgnoreError();  // the first hand-over reports it
+}
+
+absl::Status SliceRelay::Connect() {
+  outlet_.reset();
+  absl::StatusOr<std::unique_ptr<Connection>> connection =
+      transport_->Connect(peers_.next_address, absl::Now() + timeout_);
+  if (!connection.ok()) return connection.status();
+  MessageHeader hello;
+  hello.type = handoff::kHello;
+  hello.tag = static_cast<uint64_t>(route_.batch);
+  const ByteSpan name(reinterpret_cast<const uint8_t*>(peers_.self.data()), peers_.self.size());
+  LAMINA_RETURN_IF_ERROR((*connection)->Send(hello, {name}));
+  // The reply offers the next replica's GPU inbox for the batch (empty: none).
+  MessageHeader reply;
+  LAMINA_RETURN_IF_ERROR((*connection)->Receive(&reply, &payload_, absl::Now() + timeout_));
+  if (reply.type != handoff::kHelloReply) {
+    return absl::InternalError(absl::StrCat("answered the hello with message type ", reply.type));
+  }
+  if (!payload_.empty() && device_.device >= 0) {
+    absl::StatusOr<std::unique_ptr<DeviceOutlet>> outlet =
+        OpenDeviceOutlet(device_.shape, device_.device, std::string(payload_.begin(), payload_.end()));
+    if (outlet.ok()) {
+      outlet_ = *std::move(outlet);
+      std::fprintf(stderr, "rotational pipelining: batch %d goes to compute node '%s' GPU to GPU\n", route_.batch,
+                   peers_.next.c_str());
+    } else {
+      std::fprintf(stderr, "rotational pipelining: batch %d goes to compute node '%s' through host memory: %s\n",
+                   route_.batch, peers_.next.c_str(), std::string(outlet.status().message()).c_str());
+    }
+  }
+  MessageHeader ack;
+  ack.type = handoff::kDeviceAck;
+  ack.flags = outlet_ != nullptr ? 1 : 0;
+  ack.tag = static_cast<uint64_t>(route_.batch);
+  absl::Status sent = (*connection)->Send(ack, {});
+  if (!sent.ok()) {
+    outlet_.reset();
+    return sent;
+  }
+  outbound_ = *std::move(connection);
+  return absl::OkStatus();
 }
 
 absl::Status SliceRelay::SendResidual(int64_t slice, absl::Span<const float> residual) {
@@ -36,16 +94,8 @@ absl::Status SliceRelay::Send(uint32_t type, int64_t slice, absl::Span<const flo
                                                "): ", why.message()));
   };
   if (outbound_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<Connection>> connection =
-        transport_->Connect(peers_.next_address, absl::Now() + timeout_);
-    if (!connection.ok()) return unreachable(connection.status());
-    MessageHeader hello;
-    hello.type = handoff::kHello;
-    hello.tag = static_cast<uint64_t>(route_.batch);
-    const ByteSpan name(reinterpret_cast<const uint8_t*>(peers_.self.data()), peers_.self.size());
-    absl::Status sent = (*connection)->Send(hello, {name});
-    if (!sent.ok()) return unreachable(sent);
-    outbound_ = *std::move(connection);
+    absl::Status connected = Connect();
+    if (!connected.ok()) return unreachable(connected);
   }
   MessageHeader header;
   header.type = type;
@@ -96,6 +146,56 @@ absl::Status SliceRelay::ReceiveOne(uint32_t type, int64_t slice, absl::Span<flo
     std::memcpy(out.data(), payload_.data(), payload_.size());
     return absl::OkStatus();
   }
+}
+
+bool SliceRelay::SendsOnDevice(int64_t rows) {
+  return outbound_ != nullptr && outlet_ != nullptr && rows <= device_.shape.max_rows;
+}
+
+bool SliceRelay::ReceivesOnDevice(int64_t rows) {
+  ScopedPause waiting(computing_);
+  absl::StatusOr<DeviceInbox*> device = inbox_->AwaitDevice(route_.batch, absl::Now() + timeout_);
+  device_inbox_ = device.ok() ? *device : nullptr;
+  received_on_device_ = false;
+  return device_inbox_ != nullptr && rows <= device_.shape.max_rows;
+}
+
+absl::StatusOr<uint64_t> SliceRelay::DeviceValue(int64_t slice) const {
+  if (slice < 0 || slice >= 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("slice ", slice, ": GPU hand-overs number slices below 1024"));
+  }
+  return (tag() << 10) | static_cast<uint64_t>(slice);
+}
+
+absl::Status SliceRelay::QueueSendResidual(int64_t slice, const float* residual, int64_t rows, CUstream_st* stream) {
+  if (outlet_ == nullptr) return absl::FailedPreconditionError("no GPU hand-overs to the next compute node");
+  LAMINA_ASSIGN_OR_RETURN(const uint64_t value, DeviceValue(slice));
+  return outlet_->QueueSendResidual(value, residual, rows, stream);
+}
+
+absl::Status SliceRelay::QueueSendAttnOut(int64_t slice, const float* attn_out, int64_t rows, CUstream_st* stream) {
+  if (outlet_ == nullptr) return absl::FailedPreconditionError("no GPU hand-overs to the next compute node");
+  LAMINA_ASSIGN_OR_RETURN(const uint64_t value, DeviceValue(slice));
+  return outlet_->QueueSendAttnOut(value, attn_out, rows, stream);
+}
+
+absl::Status SliceRelay::QueueReceive(int64_t slice, int64_t rows, float* residual, float* attn_out,
+                                      CUstream_st* stream) {
+  if (device_inbox_ == nullptr) {
+    return absl::FailedPreconditionError("no GPU hand-overs from the previous compute node");
+  }
+  LAMINA_ASSIGN_OR_RETURN(const uint64_t value, DeviceValue(slice));
+  received_on_device_ = true;
+  return device_inbox_->QueueReceive(value, rows, residual, attn_out, stream);
+}
+
+absl::Status SliceRelay::TakeDeviceStatus() {
+  if (!received_on_device_) return absl::OkStatus();
+  received_on_device_ = false;
+  absl::Status status = device_inbox_->TakeStatus();
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("batch ", route_.batch, " did not come from compute node '",
+                                                  peers_.previous, "' GPU to GPU: ", status.message()));
 }
 
 }  // namespace lamina

@@ -3,7 +3,9 @@
 // failure), and come from the previous replica through this node's inbox.
 //
 // Messages are tagged with the step and the pass, so a hand-over left over from an abandoned step
-// is skipped, never mistaken for the current one. A receive waits at most `timeout`; then, or when
+// is skipped, never mistaken for the current one. Between GPU nodes that agreed on it when they
+// connected (residual_inbox.h), a pass of at most the shape's rows hands over GPU to GPU
+// instead, hand-over values derived from the same tag and the slice. A receive waits at most `timeout`; then, or when
 // the connection breaks, the step fails with Unavailable naming the replica it waited for, and the
 // coordinator ends the batch (no call waits forever).
 // Thread-compatible: one step at a time (the coordinator keeps one step in flight per batch).
@@ -31,14 +33,17 @@ struct RelayPeers {
 
 class SliceRelay : public SliceHandoff {
  public:
-  // `transport` and `inbox` must outlive the relay.
-  SliceRelay(Transport* transport, ResidualInbox* inbox, SliceRoute route, RelayPeers peers, absl::Duration timeout);
+  // `transport` and `inbox` must outlive the relay. With `device` (device >= 0), hand-overs to the
+  // next replica go GPU to GPU where it offers that.
+  SliceRelay(Transport* transport, ResidualInbox* inbox, SliceRoute route, RelayPeers peers, absl::Duration timeout,
+             const DeviceHandoffs& device = {});
 
   const SliceRoute& route() const { return route_; }
   // While this waits for a hand-over, `computing` is paused (as RemoteAttention pauses it while
   // waiting on memory nodes), so a node's busy fraction leaves the pipeline's bubbles out.
   void set_compute_meter(BusyUnion* computing) { computing_ = computing; }
-  // A new step; its passes are numbered from 0.
+  // A new step; its passes are numbered from 0. Connects to the next replica if need be (a
+  // failure is reported by the first hand-over).
   void BeginStep(uint64_t step_id);
 
   bool Owns(int64_t slice) const override { return route_.Owns(slice); }
@@ -47,8 +52,20 @@ class SliceRelay : public SliceHandoff {
   absl::Status SendAttnOut(int64_t slice, absl::Span<const float> attn_out) override;
   absl::Status Receive(int64_t slice, absl::Span<float> residual, absl::Span<float> attn_out) override;
 
+  bool SendsOnDevice(int64_t rows) override;
+  bool ReceivesOnDevice(int64_t rows) override;
+  absl::Status QueueSendResidual(int64_t slice, const float* residual, int64_t rows, CUstream_st* stream) override;
+  absl::Status QueueSendAttnOut(int64_t slice, const float* attn_out, int64_t rows, CUstream_st* stream) override;
+  absl::Status QueueReceive(int64_t slice, int64_t rows, float* residual, float* attn_out,
+                            CUstream_st* stream) override;
+  absl::Status TakeDeviceStatus() override;
+
  private:
   uint64_t tag() const { return (step_id_ << 8) | static_cast<uint64_t>(pass_ & 0xff); }
+  // A device hand-over's value (device_handoff.h): the tag, then the slice (below 1024).
+  absl::StatusOr<uint64_t> DeviceValue(int64_t slice) const;
+  // Connects to the next replica: the hello, and GPU to GPU if both can.
+  absl::Status Connect();
   absl::Status Send(uint32_t type, int64_t slice, absl::Span<const float> data);
   absl::Status ReceiveOne(uint32_t type, int64_t slice, absl::Span<float> out, absl::Time deadline);
 
@@ -62,6 +79,10 @@ class SliceRelay : public SliceHandoff {
   BusyUnion* computing_ = nullptr;
   std::unique_ptr<Connection> outbound_;
   std::vector<uint8_t> payload_;
+  const DeviceHandoffs device_;
+  std::unique_ptr<DeviceOutlet> outlet_;  // with outbound_, when the next replica takes GPU hand-overs
+  DeviceInbox* device_inbox_ = nullptr;   // this pass's, when the previous replica sends GPU to GPU
+  bool received_on_device_ = false;       // this pass queued a wait on device_inbox_
 };
 
 }  // namespace lamina

@@ -69,9 +69,10 @@ __global__ void SendRowsKernel(const float* src, int64_t src_stride, const int32
   ArriveAndRaise(arrivals, gridDim.x, flag, value, error);
 }
 
+template <bool kExact>
 __global__ void WaitFlagKernel(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
                                uint32_t code) {
-  SpinOnFlag(flag, value, timeout_ns, error, code);
+  SpinOnFlag<kExact>(flag, value, timeout_ns, error, code);
 }
 
 // Thread 0 of each block waits; the barrier then releases the block's copy.
@@ -111,7 +112,14 @@ absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows,
 
 absl::Status WaitFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
                       cudaStream_t stream) {
-  WaitFlagKernel<<<1, 1, 0, stream>>>(flag, value, timeout_ns, error, code);
+  WaitFlagKernel<false><<<1, 1, 0, stream>>>(flag, value, timeout_ns, error, code);
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status WaitFlagEquals(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
+                            cudaStream_t stream) {
+  WaitFlagKernel<true><<<1, 1, 0, stream>>>(flag, value, timeout_ns, error, code);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -119,7 +127,8 @@ absl::Status WaitFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, 
 absl::Status PreloadDataPlaneKernels() {
   cudaFuncAttributes attributes;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, SendRowsKernel));
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitFlagKernel));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitFlagKernel<false>));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitFlagKernel<true>));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ReceiveRowsKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ScatterRowsKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, GatherRowsKernel));

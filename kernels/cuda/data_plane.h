@@ -37,6 +37,11 @@ absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows,
 absl::Status WaitFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
                       cudaStream_t stream);
 
+// WaitFlag, but until *flag == value: for flags whose values need not grow (a later value may
+// already be there from a step that was abandoned, and must not pass for the current one).
+absl::Status WaitFlagEquals(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
+                            cudaStream_t stream);
+
 // WaitFlag then ScatterRows in one launch, for 1 to ReceiveRowsMaxCount() rows: each block waits
 // for the flag, then writes its rows; one launch gap less on the path of a small step.
 absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,

@@ -24,16 +24,17 @@ __device__ inline uint64_t GlobalTimerNs() {
   return t;
 }
 
-// One thread: returns once *flag >= value, with acquire ordering (the spin itself uses relaxed
-// loads, and one fence follows, so that many spinning blocks stay cheap). After `timeout_ns` it
-// gives up and sets *error = code when still 0; once *error is set it returns at once. `error` may
-// be host memory, so it is written with a plain store.
+// One thread: returns once *flag >= value (== value with kExact), with acquire ordering (the
+// spin itself uses relaxed loads, and one fence follows, so that many spinning blocks stay cheap).
+// After `timeout_ns` it gives up and sets *error = code when still 0; once *error is set it
+// returns at once. `error` may be host memory, so it is written with a plain store.
+template <bool kExact = false>
 __device__ inline void SpinOnFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
                                   uint32_t code) {
   volatile uint32_t* e = error;
   if (*e != 0) return;  // the step failed already: do not wait again
   const uint64_t start = GlobalTimerNs();
-  while (LoadRelaxed(flag) < value) {
+  while (kExact ? LoadRelaxed(flag) != value : LoadRelaxed(flag) < value) {
     if (static_cast<int64_t>(GlobalTimerNs() - start) > timeout_ns) {
       if (*e == 0) *e = code;
       __threadfence_system();

@@ -132,11 +132,17 @@ absl::Status AttentionExecutor::PrepareDeviceDecode(absl::Span<const DecodeEntry
 }
 
 absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options,
-                                                  int64_t rows, int chunks, DeviceKvLane* kv, MemoryLinkEnd* link) {
+                                                  int64_t rows, int chunks, absl::Span<const int64_t> layers,
+                                                  DeviceKvLane* kv, MemoryLinkEnd* link) {
   const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
   const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
   const QkvLayout layout{q + 2 * kv_size, 0, q, q + kv_size};
-  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+  std::vector<int64_t> every_layer;
+  if (layers.empty()) {
+    for (int64_t layer = 0; layer < options.num_layers; ++layer) every_layer.push_back(layer);
+    layers = every_layer;
+  }
+  for (const int64_t layer : layers) {
     for (int c = 0; c < chunks; ++c) {
       // One launch for the chunk where the link lets the attention move the rows itself.
       const std::optional<DeviceHop> hop = link->DirectHop(step, layer, c, chunks, rows);

@@ -56,12 +56,14 @@ class AttentionExecutor : public AttentionService {
   };
   // Validates `entries` as Decode does and readies `lane` for the step (slot lists, plans).
   absl::Status PrepareDeviceDecode(absl::Span<const DecodeEntry> entries, int chunks, DeviceKvLane* lane);
-  // Queues every layer of step `step` (`rows` sequences, prepared) on the lane: per chunk, the
-  // link's receive, the store of the new k/v and attention, the link's send. Touches no state of
-  // the executor (no lock needed); may block while kernels load, so a node replies to the step's
-  // start first: the flags keep whatever arrives before a wait is queued.
+  // Queues the layers of step `step` (`rows` sequences, prepared) on the lane, every layer or
+  // those of `layers` (ascending): per chunk, the link's receive, the store of the new k/v and
+  // attention, the link's send. Touches no state of the executor (no lock needed); may block while
+  // kernels load, so a node replies to the step's start first: the flags keep whatever arrives
+  // before a wait is queued.
   static absl::Status QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options, int64_t rows,
-                                        int chunks, DeviceKvLane* lane, MemoryLinkEnd* link);
+                                        int chunks, absl::Span<const int64_t> layers, DeviceKvLane* lane,
+                                        MemoryLinkEnd* link);
   const AttentionExecutorOptions& options() const { return options_; }
   // A prefill's k/v over a link, in pieces of at most the link's rows: validates them as StoreKv
   // does (reserved, writable positions) and readies `lane` with their write slots.

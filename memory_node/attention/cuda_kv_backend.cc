@@ -48,9 +48,9 @@ class CudaKvBackend : public KvBackend {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     const int64_t n = static_cast<int64_t>(slots.size());
     if (n == 0) return absl::OkStatus();
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&stage_k_, n * kv_size_ * sizeof(float)));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&stage_v_, n * kv_size_ * sizeof(float)));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&stage_slots_, n * sizeof(int32_t)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&stage_k_, n * kv_size_ * sizeof(float), stream_.get()));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&stage_v_, n * kv_size_ * sizeof(float), stream_.get()));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&stage_slots_, n * sizeof(int32_t), stream_.get()));
     const size_t row_bytes = kv_size_ * sizeof(float);
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(stage_k_.data(), row_bytes, k, row_stride * sizeof(float), row_bytes,
                                                   n, cudaMemcpyHostToDevice, stream()));
@@ -74,15 +74,17 @@ class CudaKvBackend : public KvBackend {
       begin32[i] = static_cast<int32_t>(slot_begin[i]);
       if (i > 0) max_context_ = std::max(max_context_, slot_begin[i] - slot_begin[i - 1]);
     }
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&slot_ids_, std::max<size_t>(1, slot_ids.size()) * sizeof(int32_t)));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&slot_begin_, begin32.size() * sizeof(int32_t)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(
+        &slot_ids_, std::max<size_t>(1, slot_ids.size()) * sizeof(int32_t), stream_.get()));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&slot_begin_, begin32.size() * sizeof(int32_t), stream_.get()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot_ids_.data(), slot_ids.data(), slot_ids.size() * sizeof(int32_t),
                                                 cudaMemcpyHostToDevice, stream()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot_begin_.data(), begin32.data(), begin32.size() * sizeof(int32_t),
                                                 cudaMemcpyHostToDevice, stream()));
     plan_ = kc::PlanDecode(options_.attention, num_seqs_, max_context_, num_sms_);
     LAMINA_RETURN_IF_ERROR(
-        cuda::EnsureCapacity(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float)));
+        cuda::EnsureCapacityOnStream(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float),
+                                     stream_.get()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));  // begin32 goes away on return
     return absl::OkStatus();
   }
@@ -92,8 +94,8 @@ class CudaKvBackend : public KvBackend {
     if (num_seqs_ == 0) return absl::OkStatus();
     const int64_t q_size = options_.attention.num_q_heads * options_.attention.head_dim;
     const size_t row_bytes = q_size * sizeof(float);
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&q_, num_seqs_ * row_bytes));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&out_, num_seqs_ * row_bytes));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&q_, num_seqs_ * row_bytes, stream_.get()));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&out_, num_seqs_ * row_bytes, stream_.get()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(q_.data(), row_bytes, q, q_stride * sizeof(float), row_bytes,
                                                   num_seqs_, cudaMemcpyHostToDevice, stream()));
     LAMINA_RETURN_IF_ERROR(kc::DecodeAttention(options_.attention, plan_, q_.as<float>(), q_size, keys(layer),
@@ -179,9 +181,10 @@ class CudaKvLane : public DeviceKvLane {
     const int64_t n = static_cast<int64_t>(write_slots.size());
     const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
     const int64_t staged = n + static_cast<int64_t>(slot_ids.size()) + n + 1;
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_, staged * sizeof(int32_t)));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&lists_, staged * sizeof(int32_t)));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&out_, std::max<int64_t>(1, n) * q_size * sizeof(float)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, staged * sizeof(int32_t), &retired_));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&lists_, staged * sizeof(int32_t), stream_.get()));
+    LAMINA_RETURN_IF_ERROR(
+        cuda::EnsureCapacityOnStream(&out_, std::max<int64_t>(1, n) * q_size * sizeof(float), stream_.get()));
     // [write slots][slot ids][slot begins], one upload.
     int32_t* h = host_.as<int32_t>();
     std::copy(write_slots.begin(), write_slots.end(), h);
@@ -208,10 +211,10 @@ class CudaKvLane : public DeviceKvLane {
       plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, pool_->num_sms()));
       workspace = std::max(workspace, plans_.back().workspace_floats);
     }
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&workspace_, workspace * sizeof(float)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&workspace_, workspace * sizeof(float), stream_.get()));
     // The linked launches' counters, for the largest chunk; each launch leaves them zeroed.
     const int64_t counters = kc::LinkedDecodeCounters(o.attention, ChunkOf(n, chunks, 0).count);
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&counters_, counters * sizeof(uint32_t)));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&counters_, counters * sizeof(uint32_t), stream_.get()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.data(), 0, counters * sizeof(uint32_t), stream_.get()));
     rows_ = n;
     return absl::OkStatus();
@@ -221,8 +224,8 @@ class CudaKvLane : public DeviceKvLane {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
     LAMINA_RETURN_IF_ERROR(stream_.Synchronize());  // the staging below may still feed the last step
     const size_t bytes = std::max<size_t>(1, slots.size()) * sizeof(int32_t);
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_, bytes));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&lists_, bytes));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, bytes, &retired_));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&lists_, bytes, stream_.get()));
     std::copy(slots.begin(), slots.end(), host_.as<int32_t>());
     write_slots_ = lists_.as<int32_t>();
     LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
@@ -325,6 +328,7 @@ class CudaKvLane : public DeviceKvLane {
   cuda::Stream stream_;
   cuda::Event pool_writes_;
   cuda::PinnedBuffer host_;    // int32: the step's lists, staged
+  std::vector<cuda::PinnedBuffer> retired_;  // outgrown host_ buffers (freeing may wait for the device)
   cuda::DeviceBuffer lists_;   // int32: [write slots][slot ids][slot begins]
   int32_t* write_slots_ = nullptr;
   int32_t* slot_ids_ = nullptr;

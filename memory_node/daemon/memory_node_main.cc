@@ -124,4 +124,7 @@ absl::Status Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace lamina
 
-int main(int argc, char** argv) { return lamina::DaemonMain("lamina-memory-node", argc, argv, lamina::Run); }
+int main(int argc, char** argv) {
+  lamina::LoadCudaKernelsEagerly();
+  return lamina::DaemonMain("lamina-memory-node", argc, argv, lamina::Run);
+}

@@ -9,8 +9,10 @@
 //   kFree     u32 n, n x i64 seq
 //   kOpenLink string transport, i64 max_rows, i32 max_chunks, string offer: a device-side data
 //             plane for this connection's decode steps (device_link.h), replacing any earlier one
-//   kBeginDecode  u64 step, u32 chunks, u32 n, n x (i64 seq, i32 position): queues every layer
-//             of a decode step on the link; replies once queued
+//   kBeginDecode  u64 step, u32 chunks, u32 n, n x (i64 seq, i32 position), then optionally
+//             u32 m, m x i32 layer (ascending): queues the decode step's layers on the link, every
+//             layer or the m listed (a compute node running only some of a batch's slices, under
+//             rotational pipelining); replies once validated, then queues them
 //   kBeginStore   u64 step, u32 n, n x (i64 seq, i32 first_position, i64 count): a prefill's
 //             k/v over the link (cuda_ipc), piece i of layer l being step StorePieceStep(step, l,
 //             n, i): per layer and piece, a wait for the rows, their store, and a flag back;

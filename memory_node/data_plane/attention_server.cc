@@ -72,7 +72,8 @@ void AttentionServer::Serve(Connection* connection) {
       s.begun.pending = false;
       s.queued = s.begun.pieces.empty()
                      ? AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
-                                                            s.begun.chunks, s.lane.get(), s.link.get())
+                                                            s.begun.chunks, s.begun.layers, s.lane.get(),
+                                                            s.link.get())
                      : AttentionExecutor::QueueDeviceStore(s.begun.step, executor_->options(), s.begun.pieces,
                                                            s.lane.get(), s.link.get());
     }
@@ -97,6 +98,26 @@ absl::Status ReadEntries(uint32_t n, WireReader* r, std::vector<DecodeEntry>* en
     LAMINA_RETURN_IF_ERROR(r->Get(&e.seq));
     LAMINA_RETURN_IF_ERROR(r->Get(&e.position));
   }
+  return absl::OkStatus();
+}
+
+// A step's layer list (u32 m, m x i32 layer): distinct, ascending, each below `num_layers`.
+absl::Status ReadLayers(int64_t num_layers, WireReader* r, std::vector<int64_t>* layers) {
+  uint32_t m;
+  LAMINA_RETURN_IF_ERROR(r->Get(&m));
+  LAMINA_RETURN_IF_ERROR(CheckCount(m, sizeof(int32_t), *r));
+  layers->clear();
+  for (uint32_t i = 0; i < m; ++i) {
+    int32_t layer;
+    LAMINA_RETURN_IF_ERROR(r->Get(&layer));
+    if (layer < 0 || layer >= num_layers || (!layers->empty() && layer <= layers->back())) {
+      return absl::InvalidArgumentError(absl::StrCat("a decode step lists layer ", layer, " after ",
+                                                     layers->empty() ? -1 : layers->back(), " (of ", num_layers,
+                                                     "): layers must ascend and exist"));
+    }
+    layers->push_back(layer);
+  }
+  if (layers->empty()) return absl::InvalidArgumentError("a decode step lists no layers");
   return absl::OkStatus();
 }
 
@@ -217,9 +238,11 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       }
       std::vector<DecodeEntry>& entries = scratch->entries;
       LAMINA_RETURN_IF_ERROR(ReadEntries(n, r, &entries));
+      std::vector<int64_t> layers;
+      if (r->remaining() > 0) LAMINA_RETURN_IF_ERROR(ReadLayers(shape_.num_layers, r, &layers));
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceDecode(entries, static_cast<int>(chunks), scratch->lane.get()));
-      scratch->begun = {true, step, static_cast<int64_t>(n), static_cast<int>(chunks), {}};
+      scratch->begun = {true, step, static_cast<int64_t>(n), static_cast<int>(chunks), {}, std::move(layers)};
       return absl::OkStatus();
     }
     case ap::kBeginStore: {

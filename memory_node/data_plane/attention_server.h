@@ -69,6 +69,7 @@ class AttentionServer {
       int64_t rows = 0;
       int chunks = 1;
       std::vector<AttentionExecutor::StorePiece> pieces;
+      std::vector<int64_t> layers;  // a decode step's layers; empty: all
     } begun;
     absl::Status queued;
     std::vector<float> out;  // kDecode's outputs

@@ -52,7 +52,8 @@ struct Local {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.error.data(), 0, sizeof(uint32_t)));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.flags.data(), 0, l.flags.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.arrivals.data(), 0, l.arrivals.bytes()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    // The legacy stream: the nodes' streams are non-blocking, and other links' waits may spin.
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
     return l;
   }
 

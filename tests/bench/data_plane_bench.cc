@@ -166,7 +166,7 @@ double DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& ent
   auto start = cuda::Event::Create(), end = cuda::Event::Create();
   double total_ms = 0;
   for (int rep = -1; rep < reps; ++rep) {
-    absl::Status s = remote.BeginDeviceDecode(entries);
+    absl::Status s = remote.BeginDeviceDecode(entries, {});
     if (s.ok()) s = start->Record(stream);
     for (int64_t layer = 0; layer < layers && s.ok(); ++layer) {
       s = remote.QueueDeviceDecode(layer, b.qkv.as<float>(), kQkv, b.out.as<float>(), kQ, stream);

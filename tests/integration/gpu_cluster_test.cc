@@ -224,8 +224,9 @@ TEST(GpuClusterFallbackTest, ATransportThisMachineLacksFallsBackToTheNext) {
 // sequence per batch, every mode multiplies the same shapes, so the tokens must be identical under
 // `none`, `fixed` (a batch on each of two compute nodes), `rotational` on one compute node, and
 // `rotational` over two (each batch's slices moving between the compute nodes' GPUs, three
-// batches). With larger batches the GEMMs' shapes differ between modes, and bf16 rounding may
-// part the texts at near-ties; there the opening tokens must agree and most of the rest.
+// batches, handed over GPU to GPU). With larger batches the GEMMs' shapes differ between modes,
+// and bf16 rounding may part the texts at near-ties; there the opening tokens must agree and most
+// of the rest.
 TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
@@ -271,6 +272,14 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
                                       << (*cluster)->NodeLog("memory-1") << "\ncoordinator's log:\n"
                                       << (*cluster)->NodeLog("coordinator");
         ASSERT_EQ(outputs[name][i].size(), static_cast<size_t>(requests[i].max_tokens())) << "request " << i;
+      }
+      if (name == "rotational2") {
+        // The batches moved between the compute nodes' GPUs directly, not through host memory.
+        for (const char* node : {"compute-0", "compute-1"}) {
+          const std::string log = (*cluster)->NodeLog(node);
+          EXPECT_NE(log.find("GPU to GPU"), std::string::npos) << node << "'s log:\n" << log;
+          EXPECT_EQ(log.find("through host memory"), std::string::npos) << node << "'s log:\n" << log;
+        }
       }
     }
     for (const char* name : {"fixed2", "rotational1", "rotational2"}) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
@@ -49,22 +50,24 @@ absl::Status CudaSliceBackend::Reserve(int64_t tokens) {
   const ModelConfig& c = config();
   const int64_t n = std::max<int64_t>(tokens, 2 * capacity_);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));  // buffers may still be in use
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&tokens_, n * sizeof(int32_t)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&positions_, n * sizeof(int32_t)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&rows_, n * sizeof(int32_t)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&residual_, n * c.hidden_size * sizeof(float)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&tokens_, n * sizeof(int32_t), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&positions_, n * sizeof(int32_t), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&rows_, n * sizeof(int32_t), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&residual_, n * c.hidden_size * sizeof(float), stream()));
   LAMINA_RETURN_IF_ERROR(
-      cuda::EnsureCapacity(&normed_, n * std::max(c.hidden_size, c.q_size()) * sizeof(bf16)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&qkv_, n * c.qkv_size() * sizeof(float)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&attn_out_, n * c.q_size() * sizeof(float)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&gate_up_, n * 2 * c.intermediate_size * sizeof(float)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&activated_, n * c.intermediate_size * sizeof(bf16)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&selected_, n * c.hidden_size * sizeof(float)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&logits_, n * c.vocab_size * sizeof(float)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_tokens_, n * sizeof(int32_t)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_positions_, n * sizeof(int32_t)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_qkv_, n * c.qkv_size() * sizeof(float)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_attn_out_, n * c.q_size() * sizeof(float)));
+      cuda::EnsureCapacityOnStream(&normed_, n * std::max(c.hidden_size, c.q_size()) * sizeof(bf16), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&qkv_, n * c.qkv_size() * sizeof(float), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&attn_out_, n * c.q_size() * sizeof(float), stream()));
+  LAMINA_RETURN_IF_ERROR(
+      cuda::EnsureCapacityOnStream(&gate_up_, n * 2 * c.intermediate_size * sizeof(float), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&activated_, n * c.intermediate_size * sizeof(bf16), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&selected_, n * c.hidden_size * sizeof(float), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&logits_, n * c.vocab_size * sizeof(float), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_tokens_, n * sizeof(int32_t), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_positions_, n * sizeof(int32_t), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_qkv_, n * c.qkv_size() * sizeof(float), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(
+      cuda::EnsureCapacityKeepingOld(&host_attn_out_, n * c.q_size() * sizeof(float), &retired_host_));
   // Padding rows read these before anything is written there: keep them finite.
   std::memset(host_attn_out_.data(), 0, host_attn_out_.bytes());
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_out_.data(), 0, attn_out_.bytes(), stream()));
@@ -301,12 +304,13 @@ absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draw
   LAMINA_RETURN_IF_ERROR(RunLastSlice(rows, &logits_rows));
 
   const int64_t n = static_cast<int64_t>(draws.size());
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_draw_rows_, n * sizeof(int32_t)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_draw_params_, n * sizeof(kc::DeviceSamplingParams)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&host_draw_tokens_, n * sizeof(int32_t)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&draw_rows_, n * sizeof(int32_t)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&draw_params_, n * sizeof(kc::DeviceSamplingParams)));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&draw_tokens_, n * sizeof(int32_t)));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_draw_rows_, n * sizeof(int32_t), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(
+      cuda::EnsureCapacityKeepingOld(&host_draw_params_, n * sizeof(kc::DeviceSamplingParams), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_draw_tokens_, n * sizeof(int32_t), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&draw_rows_, n * sizeof(int32_t), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&draw_params_, n * sizeof(kc::DeviceSamplingParams), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&draw_tokens_, n * sizeof(int32_t), stream()));
   auto* params = host_draw_params_.as<kc::DeviceSamplingParams>();
   for (int64_t i = 0; i < n; ++i) {
     const SamplingParams& p = draws[i].params;
@@ -394,6 +398,36 @@ absl::Status CudaSliceBackend::ResumeAt(absl::Span<const int32_t> positions, con
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
   tokens_in_batch_ = padded_ = n;
   graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::ResumeOnDevice(absl::Span<const int32_t> positions, bool positions_set) {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const int64_t n = static_cast<int64_t>(positions.size());
+  if (positions_set) {
+    if (n != tokens_in_batch_) {
+      return absl::InternalError(absl::StrCat("a batch of ", tokens_in_batch_, " rows resumed with ", n));
+    }
+  } else {
+    LAMINA_RETURN_IF_ERROR(Reserve(n));
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(positions_.data(), positions.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+    // The source is pageable; this runs once a pass, before anything of it is queued.
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  }
+  tokens_in_batch_ = padded_ = n;
+  graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::AttnOutOnDevice() {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return UploadAttnOutIfOnHost();
+}
+
+absl::Status CudaSliceBackend::Synchronize() {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
   return absl::OkStatus();
 }
 

@@ -55,12 +55,17 @@ class CudaSliceBackend : public SliceBackend {
   absl::Status ReadResidual(float* out) override;
   absl::Status ReadAttnOut(float* out) override;
   absl::Status ResumeAt(absl::Span<const int32_t> positions, const float* residual, const float* attn_out) override;
+  absl::Status ResumeOnDevice(absl::Span<const int32_t> positions, bool positions_set) override;
+  absl::Status AttnOutOnDevice() override;
+  absl::Status Synchronize() override;
   // Device-side attention: the slices' graphs then leave out the host copies.
   bool SetAttentionOnDevice(bool on) override {
     attention_on_device_ = on;
     return true;
   }
-  DeviceBatch device_batch() const override { return {qkv_.as<float>(), attn_out_.as<float>(), stream()}; }
+  DeviceBatch device_batch() const override {
+    return {qkv_.as<float>(), attn_out_.as<float>(), stream(), residual_.as<float>()};
+  }
 
   // Device-side steps, queued on stream() without synchronising.
   // Copies the batch's tokens and positions in (from pageable memory: synchronous for the host).
@@ -126,6 +131,9 @@ class CudaSliceBackend : public SliceBackend {
   cuda::PinnedBuffer host_attn_out_;   // float [capacity, q_size]
   // Token draws: the logits row, parameters and token of each.
   cuda::PinnedBuffer host_draw_rows_, host_draw_params_, host_draw_tokens_;
+  // Outgrown pinned buffers, kept: cudaFreeHost may wait for the whole device, where a data plane's
+  // waits may spin on another node's progress. Device buffers are stream-ordered for the same reason.
+  std::vector<cuda::PinnedBuffer> retired_host_;
   cuda::DeviceBuffer draw_rows_, draw_params_, draw_tokens_;
 };
 

@@ -1,6 +1,8 @@
 // SliceRoute's placement, and SliceRelay's hand-overs between two replicas over the in-process
-// transport: values arrive intact, leftovers of an abandoned step are skipped, and a hand-over that
-// never comes or does not match fails with a message naming the replica and the slice.
+// transport: values arrive intact, leftovers of an abandoned step are skipped, a hand-over that
+// never comes or does not match fails with a message naming the replica and the slice, and ends
+// that cannot hand over GPU to GPU agree on host memory. (GPU to GPU hand-overs need two
+// processes: GpuPipeliningTest runs them.)
 #include "compute_node/rotation/slice_relay.h"
 
 #include <memory>
@@ -31,13 +33,16 @@ struct TwoReplicas {
   std::unique_ptr<ResidualInbox> inbox0, inbox1;
   std::unique_ptr<SliceRelay> relay0, relay1;
 
-  explicit TwoReplicas(const std::string& name, absl::Duration timeout = absl::Seconds(5)) {
-    inbox0 = *ResidualInbox::Start(transport.get(), name + "-0");
-    inbox1 = *ResidualInbox::Start(transport.get(), name + "-1");
+  explicit TwoReplicas(const std::string& name, absl::Duration timeout = absl::Seconds(5),
+                       const DeviceHandoffs& device = {}) {
+    inbox0 = *ResidualInbox::Start(transport.get(), name + "-0", device);
+    inbox1 = *ResidualInbox::Start(transport.get(), name + "-1", device);
     relay0 = std::make_unique<SliceRelay>(transport.get(), inbox0.get(), SliceRoute{0, 0, 2},
-                                          RelayPeers{"compute-0", "compute-1", name + "-1", "compute-1"}, timeout);
+                                          RelayPeers{"compute-0", "compute-1", name + "-1", "compute-1"}, timeout,
+                                          device);
     relay1 = std::make_unique<SliceRelay>(transport.get(), inbox1.get(), SliceRoute{0, 1, 2},
-                                          RelayPeers{"compute-1", "compute-0", name + "-0", "compute-0"}, timeout);
+                                          RelayPeers{"compute-1", "compute-0", name + "-0", "compute-0"}, timeout,
+                                          device);
   }
   void Begin(uint64_t step) {
     relay0->BeginStep(step);
@@ -65,6 +70,23 @@ TEST(SliceRelayTest, HandsTheResidualAndAttentionOutputToTheNextReplica) {
   ASSERT_TRUE(r.relay1->SendAttnOut(2, {back.data(), 4}).ok());
   ASSERT_TRUE(r.relay0->Receive(2, absl::MakeSpan(got_residual), absl::MakeSpan(got_attn_out)).ok());
   EXPECT_EQ(got_residual, back);
+}
+
+// Replicas that ask for GPU hand-overs where they cannot open (no GPU here; on a GPU machine, CUDA
+// IPC within one process) agree on host memory, and the hand-overs still arrive.
+TEST(SliceRelayTest, WhereGpuHandOversCannotOpenBothEndsAgreeOnHostMemory) {
+  const DeviceHandoffs device{0, {4, 6, 4, absl::Seconds(1)}, 1};
+  TwoReplicas r("relay-no-gpu", absl::Seconds(5), device);
+  r.Begin(9);
+  EXPECT_FALSE(r.relay0->SendsOnDevice(1));
+  EXPECT_FALSE(r.relay1->ReceivesOnDevice(1));
+  const std::vector<float> residual = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(r.relay0->SendResidual(1, residual).ok());
+  ASSERT_TRUE(r.relay0->SendAttnOut(1, {residual.data(), 4}).ok());
+  std::vector<float> got_residual(6), got_attn_out(4);
+  ASSERT_TRUE(r.relay1->Receive(1, absl::MakeSpan(got_residual), absl::MakeSpan(got_attn_out)).ok());
+  EXPECT_EQ(got_residual, residual);
+  EXPECT_EQ(r.relay1->TakeDeviceStatus(), absl::OkStatus());
 }
 
 TEST(SliceRelayTest, SkipsHandOversLeftFromAnAbandonedStep) {
