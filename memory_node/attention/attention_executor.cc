@@ -142,6 +142,7 @@ absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const Attention
     for (int64_t layer = 0; layer < options.num_layers; ++layer) every_layer.push_back(layer);
     layers = every_layer;
   }
+  link->SetStepLayers(layers.front(), layers.back());
   for (const int64_t layer : layers) {
     for (int c = 0; c < chunks; ++c) {
       // One launch for the chunk where the link lets the attention move the rows itself.
@@ -180,6 +181,7 @@ absl::Status AttentionExecutor::QueueDeviceStore(uint64_t step, const AttentionE
   const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
   const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
   const QkvLayout layout{q + 2 * kv_size, 0, q, q + kv_size};
+  link->SetStepLayers(0, options.num_layers - 1);
   for (int64_t layer = 0; layer < options.num_layers; ++layer) {
     int64_t first_slot = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {

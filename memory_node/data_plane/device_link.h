@@ -121,6 +121,9 @@ class MemoryLinkEnd {
  public:
   virtual ~MemoryLinkEnd() = default;
   virtual std::string transport() const = 0;
+  // The first and last layer of the decode step queued next (a compute node that runs only some
+  // of a batch's slices sends only their layers); by default every layer.
+  virtual void SetStepLayers(int64_t first, int64_t last) {}
   // Queues on `stream`: holds it until chunk `chunk` (of `chunks`, over `rows` rows) of the
   // layer has arrived in received().
   virtual absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,

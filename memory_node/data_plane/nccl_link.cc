@@ -40,10 +40,6 @@ absl::StatusOr<std::string> GpuUuid(int device) {
   return std::string(properties.uuid.bytes, sizeof(properties.uuid.bytes));
 }
 
-bool LastOfStep(const LinkShape& shape, int64_t layer, int chunk, int chunks) {
-  return layer == shape.num_layers - 1 && chunk == chunks - 1;
-}
-
 // NCCL probes the machine as a communicator forms, which can take seconds the first time.
 absl::Duration JoinTimeout(const LinkShape& shape) { return std::max(shape.timeout, absl::Seconds(60)); }
 
@@ -161,6 +157,10 @@ class NcclMemoryEnd : public MemoryLinkEnd {
 
   std::string transport() const override { return "nccl"; }
   const float* received() const override { return receive_.as<float>(); }
+  void SetStepLayers(int64_t first, int64_t last) override {
+    first_layer_ = first;
+    last_layer_ = last;
+  }
 
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,
                             GpuStream stream) override {
@@ -171,7 +171,7 @@ class NcclMemoryEnd : public MemoryLinkEnd {
     // The join finishes in the background; the first step waits for it.
     LAMINA_RETURN_IF_ERROR(comm_->AwaitReady());
     // The watchdog times the whole step, from when this node's stream reaches it.
-    if (layer == 0 && chunk == 0) LAMINA_RETURN_IF_ERROR(comm_->BeginWatch(stream));
+    if (layer == first_layer_ && chunk == 0) LAMINA_RETURN_IF_ERROR(comm_->BeginWatch(stream));
     return comm_->Recv(receive_.as<float>(), rows * shape_.qkv_size, stream);
   }
 
@@ -183,16 +183,18 @@ class NcclMemoryEnd : public MemoryLinkEnd {
           absl::StrCat("nccl: outputs sent as they lie need a row stride of ", shape_.q_size, ", not ", out_stride));
     }
     LAMINA_RETURN_IF_ERROR(comm_->Send(out, rows * shape_.q_size, stream));
-    if (LastOfStep(shape_, layer, chunk, chunks)) return comm_->EndWatch(stream);
+    if (layer == last_layer_ && chunk == chunks - 1) return comm_->EndWatch(stream);
     return absl::OkStatus();
   }
 
   absl::Status TakeStepStatus() override { return comm_->health(); }
 
  private:
-  explicit NcclMemoryEnd(const LinkShape& shape) : shape_(shape) {}
+  explicit NcclMemoryEnd(const LinkShape& shape) : shape_(shape), last_layer_(shape.num_layers - 1) {}
 
   LinkShape shape_;
+  int64_t first_layer_ = 0;  // the step's (SetStepLayers): the watchdog times it from the first
+  int64_t last_layer_;       // receive to the last send
   cuda::DeviceBuffer receive_;  // float [max_rows, qkv_size]
   std::unique_ptr<nccl::PeerComm> comm_;  // destroyed first, as above
 };
