@@ -309,6 +309,73 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
   }
 }
 
+// Rotation over two compute nodes on GPUs, each batch handed over GPU to GPU: killing one ends
+// every batch promptly, naming it (as on the CPU), and the survivor stays up. Its waits queued on
+// the dead node's hand-overs give up after the step timeout, and its writes into the dead node's
+// inbox must not have faulted its GPU.
+TEST(GpuPipeliningTest, KillingARotatingComputeNodeEndsItsBatchesAndTheOtherStaysUp) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const int gpus = static_cast<int>(GpuNames().size());
+  auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
+  ClusterOptions options;
+  options.pipelining = "rotational";
+  options.compute_nodes = 2;
+  options.compute_devices = {gpu(0), gpu(gpus > 2 ? 1 : 0)};
+  options.memory_devices = {gpu(gpus - 1), gpu(gpus - 1)};
+  options.transport = "auto";
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const std::vector<int32_t> ids = golden["prompts"][0]["ids"].get<std::vector<int32_t>>();
+
+  std::mutex mu;
+  std::vector<absl::Status> statuses(6);
+  std::vector<size_t> tokens(6, 0);
+  std::vector<absl::Time> ended(6);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] {
+      absl::Status status = (*cluster)->client().Generate(
+          IdsRequest(ids, 2000), [&](const lamina::v1::GenerateResponse& r) {
+            std::lock_guard<std::mutex> lock(mu);
+            tokens[i] += static_cast<size_t>(r.token_ids().size());
+          });
+      std::lock_guard<std::mutex> lock(mu);
+      statuses[i] = status;
+      ended[i] = absl::Now();
+    });
+  }
+  // Mid-run: every request is decoding, its batch rotating.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up) {
+    std::lock_guard<std::mutex> lock(mu);
+    bool all = true;
+    for (size_t n : tokens) all = all && n >= 16;
+    if (all) break;
+  }
+  const std::string before = (*cluster)->NodeLog("compute-0");
+  ASSERT_NE(before.find("GPU to GPU"), std::string::npos) << before;
+  auto dead = (*cluster)->NodePid("compute-1");
+  auto survivor = (*cluster)->NodePid("compute-0");
+  ASSERT_TRUE(dead.ok() && survivor.ok());
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*dead), SIGKILL), 0);
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_FALSE(statuses[i].ok()) << "request " << i << " outlived the compute node it ran through";
+    EXPECT_EQ(statuses[i].code(), absl::StatusCode::kUnavailable) << statuses[i];
+    EXPECT_NE(statuses[i].message().find("compute-1"), absl::string_view::npos) << statuses[i];
+    EXPECT_LT(ended[i] - killed, absl::Seconds(10)) << "request " << i;
+  }
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(::kill(static_cast<pid_t>(*survivor), 0), 0) << "compute-0 died with compute-1";
+  const std::string log = (*cluster)->NodeLog("compute-0");
+  for (const char* fault : {"illegal", "CUDA error", "cudaError"}) {
+    EXPECT_EQ(log.find(fault), std::string::npos) << "compute-0's log:\n" << log;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, GpuClusterTest, ::testing::Values("tcp", "cuda_ipc", "nccl"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
