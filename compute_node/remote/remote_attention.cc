@@ -436,9 +436,10 @@ absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prom
   for (auto& [name, node] : nodes_) node.store_pieces.clear();
   for (const PromptRows& p : prompts) {
     LAMINA_ASSIGN_OR_RETURN(Node * node, NodeOf(p.seq));
-    for (int64_t offset = 0; offset < p.count; offset += max_rows_) {
+    const int64_t most = ap::StorePieceRows(max_rows_, shape_.q_size, shape_.kv_size);
+    for (int64_t offset = 0; offset < p.count; offset += most) {
       node->store_pieces.push_back({p.seq, static_cast<int32_t>(offset), p.first_row + offset,
-                                    std::min(max_rows_, p.count - offset)});
+                                    std::min(most, p.count - offset)});
     }
   }
   ++next_tag_;
@@ -478,8 +479,9 @@ absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, 
         LAMINA_RETURN_IF_ERROR(node->link->QueueAwait(node->unacked_step, node->unacked_layer, stream));
       }
       const uint64_t step = ap::StorePieceStep(node->store_step, layer, n, i);
-      LAMINA_RETURN_IF_ERROR(
-          node->link->QueueSendRows(step, layer, qkv + piece.first_row * qkv_stride, piece.count, qkv_stride, stream));
+      // Only k and v, which follow q in each row.
+      const float* kv = qkv + piece.first_row * qkv_stride + shape_.q_size;
+      LAMINA_RETURN_IF_ERROR(node->link->QueueSendRows(step, layer, kv, piece.count, qkv_stride, stream));
       node->unacked = true;
       node->unacked_step = step;
       node->unacked_layer = layer;

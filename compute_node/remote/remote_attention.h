@@ -76,7 +76,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
                                  CUstream_st* stream) override;
   absl::Status EndDeviceDecode() override;
-  // A prompt longer than the link's rows travels in pieces of at most that many.
+  // Only the rows' k and v travel, in pieces of at most attention_protocol::StorePieceRows rows.
   bool CanStoreOnDevice(absl::Span<const PromptRows> prompts) override;
   absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts) override;
   absl::Status QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride, CUstream_st* stream) override;

@@ -180,7 +180,8 @@ absl::Status AttentionExecutor::QueueDeviceStore(uint64_t step, const AttentionE
                                                  MemoryLinkEnd* link) {
   const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
   const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
-  const QkvLayout layout{q + 2 * kv_size, 0, q, q + kv_size};
+  // A store's pieces arrive as [rows, k | v].
+  const QkvLayout layout{2 * kv_size, 0, 0, kv_size};
   link->SetStepLayers(0, options.num_layers - 1);
   for (int64_t layer = 0; layer < options.num_layers; ++layer) {
     int64_t first_slot = 0;

@@ -65,7 +65,7 @@ class AttentionExecutor : public AttentionService {
                                         int chunks, absl::Span<const int64_t> layers, DeviceKvLane* lane,
                                         MemoryLinkEnd* link);
   const AttentionExecutorOptions& options() const { return options_; }
-  // A prefill's k/v over a link, in pieces of at most the link's rows: validates them as StoreKv
+  // A prefill's k/v over a link, in pieces of at most StorePieceRows: validates them as StoreKv
   // does (reserved, writable positions) and readies `lane` with their write slots.
   absl::Status PrepareDeviceStore(absl::Span<const StorePiece> pieces, DeviceKvLane* lane);
   // Queues every layer of the store on the lane: per piece (attention_protocol::StorePieceStep),

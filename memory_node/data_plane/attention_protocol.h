@@ -15,8 +15,9 @@
 //             rotational pipelining); replies once validated, then queues them
 //   kBeginStore   u64 step, u32 n, n x (i64 seq, i32 first_position, i64 count): a prefill's
 //             k/v over the link (cuda_ipc), piece i of layer l being step StorePieceStep(step, l,
-//             n, i): per layer and piece, a wait for the rows, their store, and a flag back;
-//             replies once validated, then queues every layer
+//             n, i) of at most StorePieceRows rows [count, k | v]: per layer and piece, a wait
+//             for the rows, their store, and a flag back; replies once validated, then queues
+//             every layer
 //   kEndDecode    (empty): waits for the step queued last (decode or store) and replies with its
 //             outcome
 // Reply payload (type kReply, same tag):
@@ -45,6 +46,12 @@ enum MessageType : uint32_t {
 // `layer` (of n pieces) is step `first + layer * n + i`, so a store takes num_layers * n steps.
 inline uint64_t StorePieceStep(uint64_t first, int64_t layer, size_t n, size_t i) {
   return first + static_cast<uint64_t>(layer) * n + i;
+}
+
+// A store sends only the rows' k and v (2 kv_size floats each) into the link's receive buffer,
+// which holds `max_rows` rows of q, k and v: so a piece holds up to this many rows.
+inline int64_t StorePieceRows(int64_t max_rows, int64_t q_size, int64_t kv_size) {
+  return max_rows * (q_size + 2 * kv_size) / (2 * kv_size);
 }
 
 }  // namespace lamina::attention_protocol

@@ -257,9 +257,10 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
         LAMINA_RETURN_IF_ERROR(r->Get(&piece.seq));
         LAMINA_RETURN_IF_ERROR(r->Get(&piece.first_position));
         LAMINA_RETURN_IF_ERROR(r->Get(&piece.count));
-        if (piece.count < 1 || piece.count > scratch->link_rows) {
+        const int64_t most = ap::StorePieceRows(scratch->link_rows, shape_.q_size, shape_.kv_size);
+        if (piece.count < 1 || piece.count > most) {
           return absl::InvalidArgumentError(absl::StrCat("a store piece of ", piece.count, " rows on a link of ",
-                                                         scratch->link_rows));
+                                                         scratch->link_rows, " (", most, " rows of k/v)"));
         }
       }
       std::lock_guard<std::mutex> lock(*service_mu_);

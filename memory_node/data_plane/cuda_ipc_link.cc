@@ -15,6 +15,7 @@
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
 #include "kernels/cuda/data_plane.h"
+#include "memory_node/data_plane/attention_protocol.h"
 #include "memory_node/data_plane/link_rows.h"
 #include "memory_node/data_plane/cuda_ipc_link.h"
 
@@ -160,10 +161,13 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   bool can_send_rows() const override { return true; }
   absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
                              GpuStream stream) override {
-    if (count > shape_.max_rows) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: ", count, " rows for a link of ", shape_.max_rows));
+    const int64_t kv2 = shape_.qkv_size - shape_.q_size;  // k and v
+    const int64_t most = attention_protocol::StorePieceRows(shape_.max_rows, shape_.q_size, kv2 / 2);
+    if (count > most) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: ", count, " rows of k/v for a link of ",
+                                                     shape_.max_rows, " (at most ", most, ")"));
     }
-    return kc::SendRows(rows, stride, nullptr, count, shape_.qkv_size, remote_.receive.as<float>(), shape_.qkv_size,
+    return kc::SendRows(rows, stride, nullptr, count, kv2, remote_.receive.as<float>(), kv2,
                         remote_.flags.as<uint64_t>(), FlagValue(shape_, step, layer), local_.error.as<uint32_t>(),
                         local_.arrivals.as<uint32_t>(), stream);
   }

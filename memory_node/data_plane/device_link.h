@@ -89,9 +89,10 @@ class ComputeLinkEnd {
   virtual absl::Status TakeStepStatus() = 0;
 
   // A prefill's k/v (kBeginStore): whether this link carries them. Then, on `stream`,
-  // QueueSendRows sends `count` (at most max_rows) consecutive rows of q/k/v at `rows`
-  // [count, stride] as step `step`'s layer `layer`, and QueueAwait holds the stream until the
-  // memory node has stored them (so the receive buffer is free for the next).
+  // QueueSendRows sends `count` consecutive rows of k and v at `rows` [count, stride] (each row's
+  // k then v, 2 (qkv_size - q_size) / 2 floats; at most attention_protocol::StorePieceRows rows)
+  // as step `step`'s layer `layer`, and QueueAwait holds the stream until the memory node has
+  // stored them (so the receive buffer is free for the next).
   virtual bool can_send_rows() const { return false; }
   virtual absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
                                      GpuStream stream) {

@@ -90,5 +90,19 @@ TEST(StorePieceStepTest, AStoresStepsGrowLayerByLayerAndSpanLayersTimesPieces) {
   EXPECT_EQ(last, first + layers * pieces - 1);
 }
 
+// A store sends only k and v, so its pieces fit more rows in the receive buffer than q/k/v rows.
+TEST(StorePieceRowsTest, APieceHoldsAsManyRowsOfKvAsTheBufferHasRoomFor) {
+  EXPECT_EQ(ap::StorePieceRows(256, 4096, 1024), 768);  // Llama-3-8B: 6144 floats of q/k/v, 2048 of k/v
+  EXPECT_EQ(ap::StorePieceRows(256, 512, 512), 384);    // multi-head attention: 3 / 2 as many
+  for (int64_t max_rows : {1, 7, 256}) {
+    for (int64_t kv : {64, 128, 1024}) {
+      const int64_t q = 4 * kv;
+      const int64_t rows = ap::StorePieceRows(max_rows, q, kv);
+      EXPECT_LE(rows * 2 * kv, max_rows * (q + 2 * kv));
+      EXPECT_GT((rows + 1) * 2 * kv, max_rows * (q + 2 * kv));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lamina
