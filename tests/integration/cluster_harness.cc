@@ -43,6 +43,17 @@ std::pair<int, std::string> RunCli(const std::string& args) {
 }
 
 absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::Start(const ClusterOptions& options) {
+  // FreePort's ports come from the range the kernel hands out for outgoing connections (and NCCL
+  // for its own), so one may be taken again before `lamina up` binds it: then try new ones.
+  absl::StatusOr<std::unique_ptr<ClusterHarness>> started;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    started = StartOnce(options);
+    if (started.ok() || started.status().message().find("already in use") == absl::string_view::npos) break;
+  }
+  return started;
+}
+
+absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const ClusterOptions& options) {
   std::unique_ptr<ClusterHarness> h(new ClusterHarness());
   const int coordinator_port = FreePort();
   h->endpoint_ = absl::StrCat("127.0.0.1:", coordinator_port);

@@ -50,6 +50,7 @@ class ClusterHarness {
 
  private:
   static std::string ReadText(const std::string& path);  // "" when unreadable
+  static absl::StatusOr<std::unique_ptr<ClusterHarness>> StartOnce(const ClusterOptions& options);
   ClusterHarness() = default;
 
   TempDir dir_;
