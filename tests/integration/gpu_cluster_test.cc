@@ -242,14 +242,14 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
   auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
   for (const int max_batch : {1, 8}) {
     std::map<std::string, std::vector<std::vector<int32_t>>> outputs;
-    // The last: rotation with the memory nodes over nccl (which times a step from its first layer
-    // to its last, and a rotating node sends only some).
-    for (const auto& [mode, compute_nodes, transport] : std::vector<std::tuple<std::string, int, std::string>>{
-             {"none", 1, "auto"},
-             {"fixed", 2, "auto"},
-             {"rotational", 1, "auto"},
-             {"rotational", 2, "auto"},
-             {"rotational", 2, "nccl"}}) {
+    std::vector<std::tuple<std::string, int, std::string>> modes = {
+        {"none", 1, "auto"}, {"fixed", 2, "auto"}, {"rotational", 1, "auto"}, {"rotational", 2, "auto"}};
+    // Rotation with the memory nodes over nccl too (a step timed from its first layer to its last,
+    // a rotating node sending only some), where the compute nodes have GPUs of their own: an NCCL
+    // transfer needs both ends' kernels running at once, which two processes time-sliced on each
+    // of two shared GPUs may rarely give (seen once on 2 x H200: a step stalled for 30 s).
+    if (gpus > 2) modes.emplace_back("rotational", 2, "nccl");
+    for (const auto& [mode, compute_nodes, transport] : modes) {
       const std::string name = mode + std::to_string(compute_nodes) + (transport == "auto" ? "" : "-" + transport);
       SCOPED_TRACE(name + ", max_batch " + std::to_string(max_batch));
       ClusterOptions options;
@@ -290,6 +290,7 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
       }
     }
     for (const char* name : {"fixed2", "rotational1", "rotational2", "rotational2-nccl"}) {
+      if (outputs.count(name) == 0) continue;
       int agreeing = 0, total = 0;
       for (size_t i = 0; i < requests.size(); ++i) {
         const std::vector<int32_t>& reference = outputs["none1"][i];
