@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<ResidualInbox>> ResidualInbox::Start(Transport* t
       break;
     }
     inbox->device_inboxes_[batch] = *std::move(made);
+    inbox->device_max_rows_ = device.shape.max_rows;
   }
   inbox->acceptor_ = std::thread([p = inbox.get()] { p->AcceptLoop(); });
   return inbox;

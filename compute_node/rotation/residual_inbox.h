@@ -50,6 +50,10 @@ class ResidualInbox {
 
   // The connection carrying batch `batch`, waiting for it until `deadline` (DeadlineExceeded).
   absl::StatusOr<std::shared_ptr<Connection>> Await(int batch, absl::Time deadline);
+  // Whether this node offers GPU hand-overs at all (a GPU that could make its inboxes), and the
+  // most rows one carries.
+  bool offers_device() const { return !device_inboxes_.empty(); }
+  int64_t device_max_rows() const { return device_max_rows_; }
   // Whether the sender of `batch` hands it over GPU to GPU: its DeviceInbox then, else null.
   // Waits for the sender's connection as Await does.
   absl::StatusOr<DeviceInbox*> AwaitDevice(int batch, absl::Time deadline);
@@ -75,6 +79,7 @@ class ResidualInbox {
   };
   std::map<int, Inbound> by_batch_;  // guarded by mu_
   std::map<int, std::unique_ptr<DeviceInbox>> device_inboxes_;  // made at Start, then only read
+  int64_t device_max_rows_ = 0;
   bool stopping_ = false;            // guarded by mu_
   std::thread acceptor_;
 };

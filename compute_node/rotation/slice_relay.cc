@@ -153,11 +153,13 @@ bool SliceRelay::SendsOnDevice(int64_t rows) {
 }
 
 bool SliceRelay::ReceivesOnDevice(int64_t rows) {
+  received_on_device_ = false;
+  device_inbox_ = nullptr;
+  if (!inbox_->offers_device() || rows > inbox_->device_max_rows()) return false;  // no need to wait
   ScopedPause waiting(computing_);
   absl::StatusOr<DeviceInbox*> device = inbox_->AwaitDevice(route_.batch, absl::Now() + timeout_);
   device_inbox_ = device.ok() ? *device : nullptr;
-  received_on_device_ = false;
-  return device_inbox_ != nullptr && rows <= device_.shape.max_rows;
+  return device_inbox_ != nullptr;
 }
 
 absl::StatusOr<uint64_t> SliceRelay::DeviceValue(int64_t slice) const {
