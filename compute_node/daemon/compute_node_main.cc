@@ -112,7 +112,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     lamina::v1::NodeLoad* load = heartbeat->mutable_load();
     load->set_clock_seconds(busy.clock_seconds);
     // Computing, not waiting on attention: what is left idle shows the pipeline's bubbles.
-    load->set_busy_seconds(service.computing().Read().busy_seconds);
+    load->set_busy_seconds(service.ComputingSeconds());
     load->set_busy_count(busy.count);
     load->set_round_trip_seconds(trips.busy_seconds);
     load->set_round_trips(trips.count);

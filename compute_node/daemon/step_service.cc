@@ -25,8 +25,14 @@ StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> r
   for (size_t i = 0; i < lanes.size(); ++i) {
     lanes_[i].parts = lanes[i];
     lanes[i].attention->set_compute_meter(&computing_);
+    lanes[i].engine->set_device_busy(&device_computing_);
   }
   for (SliceRelay* relay : relays_) relay->set_compute_meter(&computing_);
+}
+
+double StepService::ComputingSeconds() const {
+  const BusyMeter::Snapshot device = device_computing_.Read();
+  return device.count > 0 ? device.busy_seconds : computing_.Read().busy_seconds;
 }
 
 BusyMeter::Snapshot StepService::RoundTrips() const {

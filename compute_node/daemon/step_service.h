@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/metrics/busy_meter.h"
+#include "common/metrics/interval_union.h"
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/remote/remote_attention.h"
 #include "compute_node/rotation/slice_relay.h"
@@ -51,9 +52,11 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   void Abandon(const lamina::v1::StepPlan& plan, int lane);
   // Plans run (count) and time spent running them, summed over lanes.
   const BusyMeter& busy() const { return busy_; }
-  // Time computing: while at least one lane runs a plan and is not waiting on a memory node.
-  // What is left idle shows the pipeline's bubbles.
-  const BusyUnion& computing() const { return computing_; }
+  // Seconds computing, what is left idle showing the pipeline's bubbles. On a GPU: the lanes'
+  // slices as the device timed them, exchanges with other nodes (sends, flag waits) left out,
+  // each instant counted once. On the CPU: while at least one lane runs a plan and is not waiting
+  // on a memory node or another compute node.
+  double ComputingSeconds() const;
   // Per-layer attention round trips, summed over lanes.
   BusyMeter::Snapshot RoundTrips() const;
 
@@ -81,6 +84,7 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   std::map<SequenceId, SamplingParams> sampling_;
   BusyMeter busy_;
   BusyUnion computing_;
+  IntervalUnion device_computing_;  // fed by GPU engines (ComputeEngine::set_device_busy)
 };
 
 }  // namespace lamina

@@ -5,6 +5,18 @@
 #include "compute_node/engine/cpu_slice_backend.h"
 
 namespace lamina {
+namespace {
+
+// `exchange` (sends to or waits on other nodes), bracketed for the backend's busy timing: a GPU
+// backend leaves it out of the node's computing time.
+absl::Status Exchange(SliceBackend& b, absl::FunctionRef<absl::Status()> exchange) {
+  LAMINA_RETURN_IF_ERROR(b.BeginExchange());
+  const absl::Status status = exchange();
+  const absl::Status ended = b.EndExchange();
+  return status.ok() ? ended : status;
+}
+
+}  // namespace
 
 ComputeEngine::ComputeEngine(const ModelWeights* weights, AttentionService* attention, ThreadPool* pool)
     : ComputeEngine(std::make_unique<CpuSliceBackend>(weights, pool), std::make_unique<CpuSliceBackend>(weights, pool),
@@ -104,17 +116,19 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
   // slices run; the stores are finished, whatever happened, before the prefill returns.
   absl::Status ran = RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
     for (const DeviceDecode::PromptRows& p : rows) LAMINA_RETURN_IF_ERROR(b.PrefillAttention(p.first_row, p.count));
-    if (on_device) {
-      const SliceBackend::DeviceBatch batch = b.device_batch();
-      return device->QueueDeviceStore(layer, batch.qkv, qkv.row_stride, batch.stream);
-    }
-    LAMINA_ASSIGN_OR_RETURN(const float* qkv_rows, b.HostQkv());
-    for (const DeviceDecode::PromptRows& p : rows) {
-      const float* base = qkv_rows + p.first_row * qkv.row_stride;
-      LAMINA_RETURN_IF_ERROR(attention_->StoreKv(layer, p.seq, 0, p.count, base + qkv.k_offset,
-                                                 base + qkv.v_offset, qkv.row_stride));
-    }
-    return absl::OkStatus();
+    return Exchange(b, [&]() -> absl::Status {
+      if (on_device) {
+        const SliceBackend::DeviceBatch batch = b.device_batch();
+        return device->QueueDeviceStore(layer, batch.qkv, qkv.row_stride, batch.stream);
+      }
+      LAMINA_ASSIGN_OR_RETURN(const float* qkv_rows, b.HostQkv());
+      for (const DeviceDecode::PromptRows& p : rows) {
+        const float* base = qkv_rows + p.first_row * qkv.row_stride;
+        LAMINA_RETURN_IF_ERROR(attention_->StoreKv(layer, p.seq, 0, p.count, base + qkv.k_offset,
+                                                   base + qkv.v_offset, qkv.row_stride));
+      }
+      return absl::OkStatus();
+    });
   }, last);
   // After `last`, which waits for the stream. The memory nodes' outcome comes first: after a
   // timed-out wait the cache holds noise.
@@ -165,6 +179,10 @@ absl::Status ComputeEngine::RunOwnedSlices(SliceBackend& b, absl::Span<const int
 
 absl::Status ComputeEngine::ResumeIfHandedOver(SliceBackend& b, int64_t slice, absl::Span<const int32_t> positions) {
   if (Owns(slice - 1)) return absl::OkStatus();
+  return Exchange(b, [&] { return ReceiveHandOver(b, slice, positions); });
+}
+
+absl::Status ComputeEngine::ReceiveHandOver(SliceBackend& b, int64_t slice, absl::Span<const int32_t> positions) {
   const ModelConfig& c = config();
   const int64_t rows = static_cast<int64_t>(positions.size());
   if (receives_on_device_) {
@@ -182,6 +200,10 @@ absl::Status ComputeEngine::ResumeIfHandedOver(SliceBackend& b, int64_t slice, a
 
 absl::Status ComputeEngine::HandOverResidual(SliceBackend& b, int64_t slice, int64_t rows) {
   if (Owns(slice)) return absl::OkStatus();
+  return Exchange(b, [&] { return SendResidual(b, slice, rows); });
+}
+
+absl::Status ComputeEngine::SendResidual(SliceBackend& b, int64_t slice, int64_t rows) {
   if (sends_on_device_) {
     const SliceBackend::DeviceBatch d = b.device_batch();
     return handoff_->QueueSendResidual(slice, d.residual, rows, d.stream);
@@ -193,6 +215,10 @@ absl::Status ComputeEngine::HandOverResidual(SliceBackend& b, int64_t slice, int
 
 absl::Status ComputeEngine::HandOverAttnOut(SliceBackend& b, int64_t slice, int64_t rows) {
   if (Owns(slice)) return absl::OkStatus();
+  return Exchange(b, [&] { return SendAttnOut(b, slice, rows); });
+}
+
+absl::Status ComputeEngine::SendAttnOut(SliceBackend& b, int64_t slice, int64_t rows) {
   if (sends_on_device_) {
     LAMINA_RETURN_IF_ERROR(b.AttnOutOnDevice());
     const SliceBackend::DeviceBatch d = b.device_batch();
@@ -251,9 +277,11 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
     return DecodeOnDevice(b, device, last);
   }
   // Layer `layer`'s attention runs on the memory nodes.
-  return RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
-    LAMINA_ASSIGN_OR_RETURN(const float* qkv_rows, b.HostQkv());
-    return attention_->Decode(layer, entries_, qkv_rows, qkv, b.HostAttnOut(), c.q_size());
+  return RunSlices(b, tokens, positions, [&](int64_t layer) {
+    return Exchange(b, [&]() -> absl::Status {
+      LAMINA_ASSIGN_OR_RETURN(const float* qkv_rows, b.HostQkv());
+      return attention_->Decode(layer, entries_, qkv_rows, qkv, b.HostAttnOut(), c.q_size());
+    });
   }, last);
 }
 
@@ -269,7 +297,7 @@ absl::Status ComputeEngine::DecodeRotatingOnDevice(SliceBackend& b, DeviceDecode
   const int64_t qkv_stride = b.qkv_layout().row_stride;
   absl::Status status = RunSlices(b, tokens, positions, [&](int64_t layer) {
     const SliceBackend::DeviceBatch d = b.device_batch();  // read per layer: RunFirst may grow the buffers
-    return device->QueueDeviceDecode(layer, d.qkv, qkv_stride, d.attn_out, c.q_size(), d.stream);
+    return Exchange(b, [&] { return device->QueueDeviceDecode(layer, d.qkv, qkv_stride, d.attn_out, c.q_size(), d.stream); });
   }, last);
   if (layers.empty()) return status;
   // RunSlices saw the queued work done. The memory nodes' outcome comes first: after a timed-out
@@ -286,7 +314,9 @@ absl::Status ComputeEngine::DecodeOnDevice(SliceBackend& b, DeviceDecode* device
   const int64_t qkv_stride = b.qkv_layout().row_stride;
   absl::Status status;
   for (int64_t layer = 0; layer < c.num_layers && status.ok(); ++layer) {
-    status = device->QueueDeviceDecode(layer, batch.qkv, qkv_stride, batch.attn_out, c.q_size(), batch.stream);
+    status = Exchange(b, [&] {
+      return device->QueueDeviceDecode(layer, batch.qkv, qkv_stride, batch.attn_out, c.q_size(), batch.stream);
+    });
     if (status.ok() && layer + 1 < c.num_layers) status = b.RunMiddle(layer + 1);
   }
   if (status.ok()) status = last(b);  // waits for the stream

@@ -76,6 +76,12 @@ class ComputeEngine {
   void set_handoff(SliceHandoff* handoff) { handoff_ = handoff; }
   // Whether this node runs the last slice (and so draws the tokens).
   bool RunsLastSlice() const { return Owns(config().num_layers); }
+  // Where the backends time their work on a device, each pass's computing stretches (the
+  // exchanges with other nodes left out) go to `busy`, which must outlive the engine.
+  void set_device_busy(IntervalUnion* busy) {
+    prefill_->set_device_busy(busy);
+    decode_->set_device_busy(busy);
+  }
 
  private:
   // The last slice of a batch, given the backend that ran the others.
@@ -105,10 +111,13 @@ class ComputeEngine {
   // Makes slice `slice` (0 < slice <= num_layers) ready to run here: receives its inputs when
   // another node ran the slice before.
   absl::Status ResumeIfHandedOver(SliceBackend& b, int64_t slice, absl::Span<const int32_t> positions);
+  absl::Status ReceiveHandOver(SliceBackend& b, int64_t slice, absl::Span<const int32_t> positions);
   // Sends slice `slice`'s residual stream (before attention) or attention output (after) on to
   // the node that runs it, when that is not this one.
   absl::Status HandOverResidual(SliceBackend& b, int64_t slice, int64_t rows);
   absl::Status HandOverAttnOut(SliceBackend& b, int64_t slice, int64_t rows);
+  absl::Status SendResidual(SliceBackend& b, int64_t slice, int64_t rows);
+  absl::Status SendAttnOut(SliceBackend& b, int64_t slice, int64_t rows);
 
   AttentionService* attention_;
   std::unique_ptr<SliceBackend> prefill_;

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/attention/attention_service.h"
+#include "common/metrics/interval_union.h"
 #include "common/model_config/model_config.h"
 #include "common/tensor/tensor.h"
 #include "compute_node/sampling/sampler.h"
@@ -86,6 +87,16 @@ class SliceBackend {
     return absl::UnimplementedError("this backend hands batches over through host memory only");
   }
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
+
+  // Busy time on a device (a GPU backend; the others keep none, their node's busy time being its
+  // threads'): the backend times its queued work on the device from RunFirst on, leaving out the
+  // exchanges with other nodes that the caller brackets with BeginExchange and EndExchange
+  // (sends, waits for flags, host round trips), and adds a pass's computing stretches to `busy`
+  // once its work is done (RunLast, RunLastAndSample, Synchronize). `busy` must outlive the
+  // backend; null turns the timing off.
+  virtual void set_device_busy(IntervalUnion* busy) {}
+  virtual absl::Status BeginExchange() { return absl::OkStatus(); }
+  virtual absl::Status EndExchange() { return absl::OkStatus(); }
 
   // Causal attention over the batch rows [first_row, first_row + count), which hold one prompt
   // from position 0, into the attention output the next slice reads.

@@ -186,6 +186,11 @@ absl::Status CudaSliceBackend::LogitsForAllRows() {
 }
 
 absl::Status CudaSliceBackend::RunFirst(absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions) {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  if (busy_ != nullptr) {  // a new pass: marks left by an abandoned one go
+    clock_.Clear();
+    LAMINA_RETURN_IF_ERROR(clock_.Mark(true, stream()));
+  }
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t bucket = use_graphs_ ? GraphBucket(n) : 0;
   if (bucket == 0) {
@@ -291,13 +296,12 @@ absl::Status CudaSliceBackend::RunLast(absl::Span<const int64_t> rows, Tensor* l
                                                 run * row_bytes, cudaMemcpyDeviceToHost, stream()));
     i += run;
   }
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
-  return absl::OkStatus();
+  return SynchronizePass();
 }
 
 absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  if (draws.empty()) return absl::OkStatus();
+  if (draws.empty()) return SynchronizePass();
   std::vector<int64_t> rows;
   for (const TokenDraw& d : draws) rows.push_back(d.row);
   std::vector<int32_t> logits_rows;
@@ -326,7 +330,7 @@ absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draw
                                     config().vocab_size, stream()));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_draw_tokens_.data(), draw_tokens_.data(), n * sizeof(int32_t),
                                               cudaMemcpyDeviceToHost, stream()));
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  LAMINA_RETURN_IF_ERROR(SynchronizePass());
   std::copy(host_draw_tokens_.as<int32_t>(), host_draw_tokens_.as<int32_t>() + n, tokens);
   return absl::OkStatus();
 }
@@ -427,8 +431,28 @@ absl::Status CudaSliceBackend::AttnOutOnDevice() {
 
 absl::Status CudaSliceBackend::Synchronize() {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return SynchronizePass();
+}
+
+absl::Status CudaSliceBackend::SynchronizePass() {
+  if (busy_ != nullptr) LAMINA_RETURN_IF_ERROR(clock_.Mark(false, stream()));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  if (busy_ == nullptr) return absl::OkStatus();
+  LAMINA_ASSIGN_OR_RETURN(const std::vector<cuda::StreamClock::Interval> computing, clock_.Take(absl::Now()));
+  for (const auto& [begin, end] : computing) busy_->Add(begin, end);
   return absl::OkStatus();
+}
+
+absl::Status CudaSliceBackend::BeginExchange() {
+  if (busy_ == nullptr) return absl::OkStatus();
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return clock_.Mark(false, stream());
+}
+
+absl::Status CudaSliceBackend::EndExchange() {
+  if (busy_ == nullptr) return absl::OkStatus();
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return clock_.Mark(true, stream());
 }
 
 }  // namespace lamina

@@ -30,6 +30,7 @@
 #include "absl/functional/function_ref.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/graph.h"
+#include "common/cuda/stream_clock.h"
 #include "compute_node/engine/cuda/cuda_model_weights.h"
 #include "compute_node/engine/slice_backend.h"
 #include "kernels/cuda/gemm.h"
@@ -58,6 +59,9 @@ class CudaSliceBackend : public SliceBackend {
   absl::Status ResumeOnDevice(absl::Span<const int32_t> positions, bool positions_set) override;
   absl::Status AttnOutOnDevice() override;
   absl::Status Synchronize() override;
+  void set_device_busy(IntervalUnion* busy) override { busy_ = busy; }
+  absl::Status BeginExchange() override;
+  absl::Status EndExchange() override;
   // Device-side attention: the slices' graphs then leave out the host copies.
   bool SetAttentionOnDevice(bool on) override {
     attention_on_device_ = on;
@@ -97,6 +101,9 @@ class CudaSliceBackend : public SliceBackend {
   absl::Status PostAttention(int64_t layer);
   absl::Status UploadAttnOutIfOnHost();
   absl::Status FinalNormAndHead(int64_t rows);
+  // Waits for the stream. With busy timing, the pass's computing ends first, and its stretches
+  // go to busy_ once the stream is done.
+  absl::Status SynchronizePass();
 
   const CudaModelWeights* weights_;
   int device_;
@@ -135,6 +142,9 @@ class CudaSliceBackend : public SliceBackend {
   // waits may spin on another node's progress. Device buffers are stream-ordered for the same reason.
   std::vector<cuda::PinnedBuffer> retired_host_;
   cuda::DeviceBuffer draw_rows_, draw_params_, draw_tokens_;
+  // Busy timing (set_device_busy): clock_ marks the stream's computing between exchanges.
+  IntervalUnion* busy_ = nullptr;
+  cuda::StreamClock clock_;
 };
 
 }  // namespace lamina

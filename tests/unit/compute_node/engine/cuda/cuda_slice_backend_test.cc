@@ -272,6 +272,75 @@ TEST(CudaRandomWeightsTest, TheGpuDrawIsTheCpuDrawRoundedToBf16) {
   }
 }
 
+// The memory side of CudaBusyTest: a decode layer takes at least `delay`, as over a slow link.
+class SlowAttention : public AttentionService {
+ public:
+  SlowAttention(AttentionService* inner, absl::Duration delay) : inner_(inner), delay_(delay) {}
+  absl::Status Reserve(absl::Span<const Reservation> reservations) override { return inner_->Reserve(reservations); }
+  absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count, const float* k,
+                       const float* v, int64_t row_stride) override {
+    return inner_->StoreKv(layer, seq, first_position, count, k, v, row_stride);
+  }
+  absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
+                      const QkvLayout& layout, float* out, int64_t out_stride) override {
+    absl::SleepFor(delay_);
+    return inner_->Decode(layer, entries, qkv, layout, out, out_stride);
+  }
+  void Free(SequenceId seq) override { inner_->Free(seq); }
+
+ private:
+  AttentionService* inner_;
+  absl::Duration delay_;
+};
+
+// A GPU engine's busy time is its slices as the device timed them: the waits for attention are
+// left out, however long they take.
+TEST(CudaBusyTest, DecodeStepsCountTheirSlicesAndNotTheWaitsForAttention) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto host = ModelWeights::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(host.ok()) << host.status();
+  auto weights = CudaModelWeights::Upload(**host);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const ModelConfig& c = (*weights)->config;
+  auto memory = AttentionExecutor::Create(
+      {c.num_layers, 4096, {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window}, /*cuda_device=*/0});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  const absl::Duration delay = absl::Milliseconds(10);
+  SlowAttention slow(memory->get(), delay);
+  auto prefill = CudaSliceBackend::Create(weights->get(), 0);
+  auto decode = CudaSliceBackend::Create(weights->get(), 0, /*graphs=*/true);
+  ASSERT_TRUE(prefill.ok() && decode.ok());
+  ComputeEngine engine(std::move(*prefill), std::move(*decode), &slow);
+  IntervalUnion busy;
+  engine.set_device_busy(&busy);
+
+  const std::vector<int32_t> prompt = {1021, 5, 77, 300, 41};
+  const std::vector<PrefillSequence> batch = {{0, prompt}};
+  Tensor logits;
+  ASSERT_TRUE(engine.Prefill(batch, false, &logits).ok());
+  const BusyMeter::Snapshot prefilled = busy.Read();
+  EXPECT_GT(prefilled.busy_seconds, 0) << "the prefill's slices";
+
+  const int steps = 4;
+  const absl::Time start = absl::Now();
+  for (int step = 0; step < steps; ++step) {
+    const int32_t position = static_cast<int32_t>(prompt.size()) + step;
+    ASSERT_TRUE(engine.Decode({{0, ArgMax(logits.row(0), c.vocab_size), position}}, &logits).ok());
+  }
+  const absl::Duration wall = absl::Now() - start;
+  const BusyMeter::Snapshot decoded = busy.Read();
+  const double computing = decoded.busy_seconds - prefilled.busy_seconds;
+  const double waited = absl::ToDoubleSeconds(delay) * steps * c.num_layers;
+  std::printf("%d decode steps: %.2f ms computing, %.2f ms waiting at least, %.2f ms in all\n", steps,
+              computing * 1e3, waited * 1e3, absl::ToDoubleMilliseconds(wall));
+  EXPECT_GT(decoded.count, prefilled.count);
+  EXPECT_GT(computing, 0);
+  // The device-timed stretches lie between the waits; a little slack for placing them on the
+  // host clock.
+  EXPECT_LE(computing, absl::ToDoubleSeconds(wall) - waited + 1e-3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaGoldenTest, ::testing::Values("tiny-llama2", "tiny-llama3", "lamina-demo-6m"));
 
 }  // namespace
