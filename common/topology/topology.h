@@ -31,6 +31,9 @@ struct NodeSpec {
   std::vector<std::string> transports = {"tcp"};
   int64_t kv_capacity_tokens = 0;   // memory nodes
   int threads = 0;                  // CPU threads for kernels; 0 = one per core
+  // Compute nodes on a GPU: busy time measured on the device (CUDA events between the slices and
+  // the exchanges) rather than on the host, where the GPU's waits count as computing.
+  bool gpu_busy_timing = false;
   // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost
   // reports charge for it. Defaults to "cpu" on the CPU and to nothing on a GPU.
   std::string price_kind;

@@ -98,7 +98,7 @@ absl::Status Run(const std::vector<std::string>& args) {
       relay_ptrs.push_back(relays.back().get());
     }
   }
-  StepService service(lanes, relay_ptrs);
+  StepService service(lanes, relay_ptrs, spec->gpu_busy_timing);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
   lamina::v1::RegisterRequest registration;

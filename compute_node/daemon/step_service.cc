@@ -20,12 +20,12 @@ SamplingParams FromProto(const lamina::v1::SamplingParams& p) {
 
 }  // namespace
 
-StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays)
+StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays, bool device_busy)
     : lanes_(lanes.size()), relays_(std::move(relays)) {
   for (size_t i = 0; i < lanes.size(); ++i) {
     lanes_[i].parts = lanes[i];
     lanes[i].attention->set_compute_meter(&computing_);
-    lanes[i].engine->set_device_busy(&device_computing_);
+    if (device_busy) lanes[i].engine->set_device_busy(&device_computing_);
   }
   for (SliceRelay* relay : relays_) relay->set_compute_meter(&computing_);
 }

@@ -40,8 +40,10 @@ struct StepLane {
 class StepService final : public lamina::v1::ComputeNode::Service {
  public:
   // `relays[j]`: batch j's route through this node under rotational pipelining over several
-  // compute nodes (empty otherwise); owned by the caller.
-  explicit StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays = {});
+  // compute nodes (empty otherwise); owned by the caller. `device_busy`: GPU engines time their
+  // busy time on the device (ComputeEngine::set_device_busy).
+  explicit StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays = {},
+                       bool device_busy = false);
 
   grpc::Status Step(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) override;
@@ -52,10 +54,11 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   void Abandon(const lamina::v1::StepPlan& plan, int lane);
   // Plans run (count) and time spent running them, summed over lanes.
   const BusyMeter& busy() const { return busy_; }
-  // Seconds computing, what is left idle showing the pipeline's bubbles. On a GPU: the lanes'
-  // slices as the device timed them, exchanges with other nodes (sends, flag waits) left out,
-  // each instant counted once. On the CPU: while at least one lane runs a plan and is not waiting
-  // on a memory node or another compute node.
+  // Seconds computing, what is left idle showing the pipeline's bubbles: while at least one lane
+  // runs a plan and is not waiting on a memory node or another compute node (on a GPU whose work
+  // is queued ahead, the GPU's waits then count as computing). With `device_busy` on a GPU: the
+  // lanes' slices as the device timed them, exchanges with other nodes (sends, flag waits) left
+  // out, each instant counted once.
   double ComputingSeconds() const;
   // Per-layer attention round trips, summed over lanes.
   BusyMeter::Snapshot RoundTrips() const;

@@ -434,6 +434,23 @@ absl::Status CudaSliceBackend::Synchronize() {
   return SynchronizePass();
 }
 
+void CudaSliceBackend::set_device_busy(IntervalUnion* busy) {
+  busy_ = nullptr;
+  if (busy == nullptr) return;
+  // A pass marks at most a start and a stop around each layer's slice, the first and the last.
+  const size_t marks = 2 * static_cast<size_t>(config().num_layers) + 8;
+  absl::Status made = [&]() -> absl::Status {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    LAMINA_ASSIGN_OR_RETURN(clock_, cuda::StreamClock::Create(marks));
+    return absl::OkStatus();
+  }();
+  if (!made.ok()) {
+    std::fprintf(stderr, "GPU %d keeps no busy time: %s\n", device_, std::string(made.message()).c_str());
+    return;
+  }
+  busy_ = busy;
+}
+
 absl::Status CudaSliceBackend::SynchronizePass() {
   if (busy_ != nullptr) LAMINA_RETURN_IF_ERROR(clock_.Mark(false, stream()));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));

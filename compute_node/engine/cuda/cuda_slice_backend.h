@@ -59,7 +59,8 @@ class CudaSliceBackend : public SliceBackend {
   absl::Status ResumeOnDevice(absl::Span<const int32_t> positions, bool positions_set) override;
   absl::Status AttnOutOnDevice() override;
   absl::Status Synchronize() override;
-  void set_device_busy(IntervalUnion* busy) override { busy_ = busy; }
+  // Makes the clock's events now (a GPU that cannot says so on stderr and keeps no busy time).
+  void set_device_busy(IntervalUnion* busy) override;
   absl::Status BeginExchange() override;
   absl::Status EndExchange() override;
   // Device-side attention: the slices' graphs then leave out the host copies.

@@ -43,7 +43,9 @@ class StreamClockTest : public ::testing::Test {
 };
 
 TEST_F(StreamClockTest, ComputingStretchesComeBackWithTheirLengthsAndExchangesAreLeftOut) {
-  StreamClock clock;
+  auto made = StreamClock::Create(4);
+  ASSERT_TRUE(made.ok()) << made.status();
+  StreamClock clock = *std::move(made);
   ASSERT_TRUE(clock.Mark(true, stream_.get()).ok());
   Spin(30);                                            // computing
   ASSERT_TRUE(clock.Mark(false, stream_.get()).ok());  // an exchange
@@ -75,7 +77,9 @@ TEST_F(StreamClockTest, ComputingStretchesComeBackWithTheirLengthsAndExchangesAr
 }
 
 TEST_F(StreamClockTest, AStretchStillComputingCannotBeTakenAndClearForgetsIt) {
-  StreamClock clock;
+  auto made = StreamClock::Create(2);
+  ASSERT_TRUE(made.ok()) << made.status();
+  StreamClock clock = *std::move(made);
   ASSERT_TRUE(clock.Mark(true, stream_.get()).ok());
   Spin(1);
   ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
@@ -93,6 +97,23 @@ TEST_F(StreamClockTest, AStretchStillComputingCannotBeTakenAndClearForgetsIt) {
   ASSERT_EQ(taken->size(), 1u);
   EXPECT_GE((*taken)[0].second - (*taken)[0].first, absl::Milliseconds(5));
   EXPECT_LT((*taken)[0].second - (*taken)[0].first, absl::Milliseconds(11));
+}
+
+TEST_F(StreamClockTest, MarksBeyondTheRoomMadeDropTheStretchesInsteadOfMakingEvents) {
+  auto made = StreamClock::Create(2);
+  ASSERT_TRUE(made.ok()) << made.status();
+  StreamClock clock = *std::move(made);
+  for (bool computing : {true, false, true, false}) ASSERT_TRUE(clock.Mark(computing, stream_.get()).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+  auto dropped = clock.Take(absl::Now());
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_TRUE(dropped->empty());
+  // The next stretch fits again.
+  for (bool computing : {true, false}) ASSERT_TRUE(clock.Mark(computing, stream_.get()).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+  auto taken = clock.Take(absl::Now());
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(taken->size(), 1u);
 }
 
 }  // namespace

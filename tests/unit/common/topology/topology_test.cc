@@ -65,6 +65,23 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
               "local-cpu.yaml:8: coordinator.extra: unknown field");
 }
 
+TEST(TopologyTest, GpuBusyTimingIsAComputeNodeChoiceOffByDefault) {
+  const std::string original = Original();
+  auto plain = ParseTopology(original, kPath);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->Find("compute-0")->gpu_busy_timing);
+  auto timed = ParseTopology(
+      absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0",
+                                      "    device: cpu\n    gpu_busy_timing: true\n\n  - name: memory-0"}}),
+      kPath);
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_TRUE(timed->Find("compute-0")->gpu_busy_timing);
+  ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
+                                              "    kv_capacity_tokens: 8192\n    gpu_busy_timing: true\n\n"
+                                              "  - name: memory-1"}}),
+              "nodes[1].gpu_busy_timing: only compute nodes have this field");
+}
+
 TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
   const std::string original = Original();
   // memory-1, nodes[2], with its device and transport replaced.
