@@ -67,7 +67,7 @@ struct Topology {
   // are running or waiting, then `rotational`. The default 16 is measured (TOPOLOGY.md): on two
   // H200s two batches gave 1.05x the tokens/s at 8 requests in flight and 1.45-1.72x from 32 on.
   std::string pipelining = "auto";
-  int rotational_above = 16;
+  int rotational_above = 80;
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour
 

@@ -157,7 +157,7 @@ TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
   EXPECT_EQ(automatic->pipelining, "auto");
   EXPECT_EQ(automatic->BatchesOn("compute-0"), 2);
   EXPECT_TRUE(automatic->SecondBatchOnDemand());
-  EXPECT_EQ(automatic->rotational_above, 16);
+  EXPECT_EQ(automatic->rotational_above, 80);
   auto automatic_fixed = ParseTopology(absl::StrReplaceAll(two_computes, {{"pipelining: none\n", ""}}), kPath);
   ASSERT_TRUE(automatic_fixed.ok()) << automatic_fixed.status();
   EXPECT_EQ(automatic_fixed->BatchComputeNodes().size(), 2u);
