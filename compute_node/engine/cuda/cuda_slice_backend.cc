@@ -301,7 +301,7 @@ absl::Status CudaSliceBackend::RunLast(absl::Span<const int64_t> rows, Tensor* l
 
 absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  if (draws.empty()) return SynchronizePass();
+  if (draws.empty()) return busy_ != nullptr ? SynchronizePass() : absl::OkStatus();  // the pass's stretches
   std::vector<int64_t> rows;
   for (const TokenDraw& d : draws) rows.push_back(d.row);
   std::vector<int32_t> logits_rows;
