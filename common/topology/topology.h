@@ -16,6 +16,13 @@ namespace lamina {
 
 enum class NodeKind { kCompute, kMemory };
 
+// A layer's decode rows to a memory node travel in at most this many chunks.
+inline constexpr int kMaxDataPlaneChunks = 4;
+// Rows per chunk below which a layer is not split: on two H200s (cuda_ipc, lamina-bench-data-plane)
+// chunks of 128 or more rows hid 0.3-0.5 of the transfer behind attention, and chunks of 32 cost
+// more time than they hid.
+inline constexpr int64_t kDefaultChunkRows = 128;
+
 struct NodeSpec {
   std::string name;
   NodeKind kind = NodeKind::kCompute;
@@ -34,6 +41,10 @@ struct NodeSpec {
   // Compute nodes on a GPU: busy time measured on the device (CUDA events between the slices and
   // the exchanges) rather than on the host, where the GPU's waits count as computing.
   bool gpu_busy_timing = false;
+  // Compute nodes: a decode step's layer goes to a memory node over a device link in up to
+  // kMaxDataPlaneChunks mini-batches of at least this many rows (communication-attention
+  // overlap); 0 sends one.
+  int64_t chunk_rows = kDefaultChunkRows;
   // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost
   // reports charge for it. Defaults to "cpu" on the CPU and to nothing on a GPU.
   std::string price_kind;

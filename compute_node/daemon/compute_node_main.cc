@@ -64,7 +64,10 @@ absl::Status Run(const std::vector<std::string>& args) {
     attentions.push_back(std::make_unique<RemoteAttention>(
         transport.get(), memory_nodes, AttentionWireShape{config.num_layers, config.q_size(), config.kv_size()},
         absl::Seconds(5)));
-    if (device.is_cuda) attentions.back()->EnableDeviceLinks(device.index, topology.max_batch, device_transports);
+    if (device.is_cuda) {
+      attentions.back()->EnableDeviceLinks(device.index, topology.max_batch, device_transports, kMaxDataPlaneChunks,
+                                           spec->chunk_rows);
+    }
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool));
     engines.push_back(std::move(engine));
     lanes.push_back({engines.back().get(), attentions.back().get()});

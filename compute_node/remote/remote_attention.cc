@@ -279,10 +279,12 @@ void RemoteAttention::Free(SequenceId seq) {
 }
 
 void RemoteAttention::EnableDeviceLinks(int device, int64_t max_rows,
-                                        std::map<std::string, std::vector<std::string>> transports, int max_chunks) {
+                                        std::map<std::string, std::vector<std::string>> transports, int max_chunks,
+                                        int64_t chunk_rows) {
   device_ = device;
   max_rows_ = max_rows;
   max_chunks_ = std::max(1, max_chunks);
+  chunk_rows_ = chunk_rows;
   for (auto& [name, node] : nodes_) {
     auto it = transports.find(name);
     node.transports = it == transports.end() ? std::vector<std::string>{} : it->second;
@@ -365,7 +367,8 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
     if (!node.link) return absl::FailedPreconditionError(absl::StrCat("memory node '", name, "' has no device link"));
     rows.assign(node.rows.begin(), node.rows.end());
     absl::Status status = node.link->SetRows(rows);
-    node.chunks = ChunksFor(static_cast<int64_t>(rows.size()), std::min(max_chunks_, node.link->max_chunks()));
+    node.chunks =
+        ChunksFor(static_cast<int64_t>(rows.size()), std::min(max_chunks_, node.link->max_chunks()), chunk_rows_);
     node.send.clear();
     WireWriter w(&node.send);
     w.Put<uint64_t>(device_step_);

@@ -54,11 +54,11 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // Device-side data planes from GPU `device`: memory node `name` is tried over
   // transports.at(name) in order ("cuda_ipc", "nccl"; "tcp" is the host path and ends the list),
   // the first that opens serving its decode steps of up to `max_rows` rows. A node missing from
-  // `transports` stays on the host path. `max_chunks` > 1 sends a layer as mini-batches (from 64
-  // rows on); on two H200s each chunk's launches cost more than the overlap hid (RESULTS.md), so
-  // the nodes send one.
+  // `transports` stays on the host path. A layer travels as up to `max_chunks` mini-batches of at
+  // least `chunk_rows` rows (ChunksFor), each with its own flag, so that the memory node attends
+  // to the first while the rest are in flight.
   void EnableDeviceLinks(int device, int64_t max_rows, std::map<std::string, std::vector<std::string>> transports,
-                         int max_chunks = 1);
+                         int max_chunks = 1, int64_t chunk_rows = 32);
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   // Sends the rows and returns: up to kMaxPendingStores stores per node are in flight, and their
@@ -157,6 +157,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   int device_ = -1;
   int64_t max_rows_ = 0;
   int max_chunks_ = 1;
+  int64_t chunk_rows_ = 32;
   uint64_t device_step_ = 0;
   std::vector<Node*> step_nodes_;  // the nodes of the device step in flight
 };

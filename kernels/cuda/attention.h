@@ -70,9 +70,13 @@ struct DecodeLink {
   uint64_t done_value = 0;
   // Zeroed device words, LinkedDecodeCounters() of them; the launch leaves them zeroed.
   uint32_t* counters = nullptr;
-  // Optional, two device words: busy_ns[0] grows by the launch's busy time, from its inputs'
-  // arrival to its done flag (GPU clock); busy_ns[1] is the launch's scratch.
+  // Optional, two device words that launches running side by side may share: busy_ns[0] grows by
+  // the time from the launch's inputs' arrival to its done flag (GPU clock) that no launch counted
+  // yet, busy_ns[1] is the latest end counted (so overlapping launches count their overlap once,
+  // give or take launches that end out of order). `busy_start` is the launch's own scratch word,
+  // required with busy_ns.
   uint64_t* busy_ns = nullptr;
+  uint64_t* busy_start = nullptr;
 };
 
 // The counter words a linked launch over `num_seqs` sequences needs.

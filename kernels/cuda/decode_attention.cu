@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
   if (kLinked) {
     WaitForInputs(link);
     const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-    if (link.busy_ns != nullptr && first_block && threadIdx.x == 0) link.busy_ns[1] = GlobalTimerNs();
+    if (link.busy_ns != nullptr && first_block && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
     // The new token is the context's last; the split attending to it stores it first. The barrier
     // makes the block's own stores visible to its loads below.
     if (end - 1 >= lo && end - 1 < hi) {
@@ -243,7 +243,11 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
   }
   if (ArriveAndRaise(link.counters, writers, link.done, link.done_value, link.error) && link.busy_ns != nullptr) {
     // The first block's start is ordered before this through every block's arrival.
-    link.busy_ns[0] += GlobalTimerNs() - *const_cast<volatile uint64_t*>(&link.busy_ns[1]);
+    const unsigned long long end = GlobalTimerNs();
+    const unsigned long long start = *const_cast<volatile uint64_t*>(link.busy_start);
+    auto* words = reinterpret_cast<unsigned long long*>(link.busy_ns);
+    const unsigned long long from = max(start, atomicMax(&words[1], end));
+    if (end > from) atomicAdd(&words[0], end - from);
   }
 }
 
@@ -375,8 +379,9 @@ absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan
                                    float* workspace, const DecodeLink& link, cudaStream_t stream) {
   if (num_seqs <= 0) return absl::InvalidArgumentError("linked decode attention: no sequences (nothing would raise the done flag)");
   if (link.k == nullptr || link.v == nullptr || link.write_slots == nullptr || link.error == nullptr ||
-      link.done == nullptr || link.counters == nullptr) {
-    return absl::InvalidArgumentError("linked decode attention: k, v, write_slots, error, done and counters are required");
+      link.done == nullptr || link.counters == nullptr || (link.busy_ns != nullptr && link.busy_start == nullptr)) {
+    return absl::InvalidArgumentError("linked decode attention: k, v, write_slots, error, done and counters are required, and "
+                                   "busy_start with busy_ns");
   }
   return Dispatch(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, num_seqs,
                   workspace, &link, stream);

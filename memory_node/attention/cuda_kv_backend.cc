@@ -150,6 +150,7 @@ class CudaKvLane : public DeviceKvLane {
     std::unique_ptr<CudaKvLane> lane(new CudaKvLane(pool));
     LAMINA_ASSIGN_OR_RETURN(lane->stream_, cuda::Stream::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->pool_writes_, cuda::Event::Create());
+    LAMINA_ASSIGN_OR_RETURN(lane->step_ready_, cuda::Event::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->busy_ns_, cuda::DeviceBuffer::Create(2 * sizeof(uint64_t)));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(lane->busy_ns_.data(), 0, 2 * sizeof(uint64_t)));
     return lane;
@@ -157,7 +158,10 @@ class CudaKvLane : public DeviceKvLane {
 
   CUstream_st* stream() const override { return stream_.get(); }
   const float* step_out() const override { return out_.as<float>(); }
-  absl::Status Synchronize() override { return stream_.Synchronize(); }
+  absl::Status Synchronize() override {
+    for (const cuda::Stream& s : chunk_streams_) LAMINA_RETURN_IF_ERROR(s.Synchronize());
+    return stream_.Synchronize();
+  }
 
   absl::StatusOr<absl::Duration> TakeBusy() override {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
@@ -176,7 +180,7 @@ class CudaKvLane : public DeviceKvLane {
   absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
                        absl::Span<const int64_t> slot_begin, int chunks) override {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
-    LAMINA_RETURN_IF_ERROR(stream_.Synchronize());  // the staging below may still feed the last step
+    LAMINA_RETURN_IF_ERROR(Synchronize());  // the staging below may still feed the last step
     const KvBackendOptions& o = pool_->options();
     const int64_t n = static_cast<int64_t>(write_slots.size());
     const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
@@ -202,27 +206,37 @@ class CudaKvLane : public DeviceKvLane {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), pool_writes_.get(), 0));
     LAMINA_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(lists_.data(), host_.data(), staged * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
-    // Each chunk's plan, and a workspace for the largest: nothing may allocate once the step's
-    // waits are queued (cudaFree would wait for them).
+    // Each chunk's plan, and a workspace and counters of its own, as linked chunks run side by side
+    // (each on a stream of its own, so that a chunk's attention starts as soon as its rows arrive,
+    // whatever the chunks before it are doing); nothing may allocate once the step's waits are
+    // queued (cudaFree would wait for them).
+    // A chunk is planned for its share of the GPU, so that the chunks together split the contexts
+    // as the whole step would in one launch.
     plans_.clear();
-    int64_t workspace = 1;
+    workspace_floats_ = 1;
+    const int sms = std::max(1, pool_->num_sms() / chunks);
     for (int c = 0; c < chunks; ++c) {
       const RowRange r = ChunkOf(n, chunks, c);
-      plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, pool_->num_sms()));
-      workspace = std::max(workspace, plans_.back().workspace_floats);
+      plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, sms));
+      workspace_floats_ = std::max(workspace_floats_, plans_.back().workspace_floats);
     }
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&workspace_, workspace * sizeof(float), stream_.get()));
-    // The linked launches' counters, for the largest chunk; each launch leaves them zeroed.
-    const int64_t counters = kc::LinkedDecodeCounters(o.attention, ChunkOf(n, chunks, 0).count);
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&counters_, counters * sizeof(uint32_t), stream_.get()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.data(), 0, counters * sizeof(uint32_t), stream_.get()));
+    LAMINA_RETURN_IF_ERROR(
+        cuda::EnsureCapacityOnStream(&workspace_, chunks * workspace_floats_ * sizeof(float), stream_.get()));
+    // The linked launches' counters, for the largest chunk, per chunk; each launch leaves them zeroed.
+    chunk_counters_ = kc::LinkedDecodeCounters(o.attention, ChunkOf(n, chunks, 0).count);
+    LAMINA_RETURN_IF_ERROR(
+        cuda::EnsureCapacityOnStream(&counters_, chunks * chunk_counters_ * sizeof(uint32_t), stream_.get()));
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(counters_.data(), 0, chunks * chunk_counters_ * sizeof(uint32_t), stream_.get()));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&busy_starts_, chunks * sizeof(uint64_t), stream_.get()));
+    LAMINA_RETURN_IF_ERROR(ForkChunkStreams(chunks));
     rows_ = n;
     return absl::OkStatus();
   }
 
   absl::Status SetStoreSlots(absl::Span<const int32_t> slots) override {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
-    LAMINA_RETURN_IF_ERROR(stream_.Synchronize());  // the staging below may still feed the last step
+    LAMINA_RETURN_IF_ERROR(Synchronize());  // the staging below may still feed the last step
     const size_t bytes = std::max<size_t>(1, slots.size()) * sizeof(int32_t);
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, bytes, &retired_));
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&lists_, bytes, stream_.get()));
@@ -273,25 +287,45 @@ class CudaKvLane : public DeviceKvLane {
     link.write_slots = write_slots_ + r.first;
     link.done = hop.done;
     link.done_value = hop.done_value;
-    link.counters = counters_.as<uint32_t>();
+    link.counters = counters_.as<uint32_t>() + chunk * chunk_counters_;
     link.busy_ns = busy_ns_.as<uint64_t>();
+    link.busy_start = busy_starts_.as<uint64_t>() + chunk;
+    cudaStream_t stream = ChunkStream(chunk);
     // Every block of a linked launch spins until the rows arrive. A few spinning blocks cost
     // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
     // queued ahead instead, which also keeps their blocks from crowding out other lanes' work.
     const int64_t blocks = r.count * o.attention.num_kv_heads * plans_[chunk].splits;
     if (blocks > kMostWaitingBlocks) {
-      LAMINA_RETURN_IF_ERROR(kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code,
-                                          stream_.get()));
+      LAMINA_RETURN_IF_ERROR(
+          kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
       link.ready = nullptr;
     }
     return kc::LinkedDecodeAttention(o.attention, plans_[chunk], rows + layout.q_offset, layout.row_stride,
                                      pool_->keys(layer), pool_->values(layer), slot_ids_, slot_begin_ + r.first,
-                                     hop.out, hop.out_stride, r.count, workspace_.as<float>(), link, stream_.get());
+                                     hop.out, hop.out_stride, r.count, workspace_.as<float>() + chunk * workspace_floats_,
+                                     link, stream);
   }
 
  private:
   explicit CudaKvLane(const CudaKvBackend* pool) : pool_(pool) {}
+
+  // With several chunks, each gets a stream that starts after the step's set-up on the lane's
+  // stream; Synchronize joins them.
+  absl::Status ForkChunkStreams(int chunks) {
+    chunks_ = chunks;
+    if (chunks < 2) return absl::OkStatus();
+    while (static_cast<int>(chunk_streams_.size()) < chunks) {
+      LAMINA_ASSIGN_OR_RETURN(cuda::Stream s, cuda::Stream::Create());
+      chunk_streams_.push_back(std::move(s));
+    }
+    LAMINA_RETURN_IF_ERROR(step_ready_.Record(stream_.get()));
+    for (int c = 0; c < chunks; ++c) {
+      LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(chunk_streams_[c].get(), step_ready_.get(), 0));
+    }
+    return absl::OkStatus();
+  }
+  cudaStream_t ChunkStream(int chunk) const { return chunks_ > 1 ? chunk_streams_[chunk].get() : stream_.get(); }
 
   // Queues what `queue` queues between a pair of events, which TakeBusy reads: the inputs' wait
   // was queued before, as its own launch, so the pair times the work alone.
@@ -327,6 +361,9 @@ class CudaKvLane : public DeviceKvLane {
   const CudaKvBackend* pool_;
   cuda::Stream stream_;
   cuda::Event pool_writes_;
+  std::vector<cuda::Stream> chunk_streams_;  // linked chunks of a step of several chunks
+  cuda::Event step_ready_;                   // the step's set-up, which they wait for
+  int chunks_ = 1;
   cuda::PinnedBuffer host_;    // int32: the step's lists, staged
   std::vector<cuda::PinnedBuffer> retired_;  // outgrown host_ buffers (freeing may wait for the device)
   cuda::DeviceBuffer lists_;   // int32: [write slots][slot ids][slot begins]
@@ -334,9 +371,12 @@ class CudaKvLane : public DeviceKvLane {
   int32_t* slot_ids_ = nullptr;
   int32_t* slot_begin_ = nullptr;
   cuda::DeviceBuffer out_;        // float [sequences, q_size]
-  cuda::DeviceBuffer workspace_;  // float
-  cuda::DeviceBuffer counters_;   // uint32 [LinkedDecodeCounters of the largest chunk], zeroed
+  cuda::DeviceBuffer workspace_;  // float [chunks][workspace_floats_]
+  int64_t workspace_floats_ = 1;
+  cuda::DeviceBuffer counters_;   // uint32 [chunks][chunk_counters_], zeroed
+  int64_t chunk_counters_ = 0;    // LinkedDecodeCounters of the largest chunk
   cuda::DeviceBuffer busy_ns_;    // uint64 [2]: linked launches' busy time (DecodeLink::busy_ns)
+  cuda::DeviceBuffer busy_starts_;  // uint64 [chunks]: each chunk's DecodeLink::busy_start
   std::vector<std::pair<cuda::Event, cuda::Event>> chunk_events_;  // around unlinked chunks
   int timed_chunks_ = 0;  // of chunk_events_, recorded since the last TakeBusy
   std::vector<kc::DecodePlan> plans_;

@@ -28,7 +28,7 @@ struct KvBackendOptions {
 
 // A lane of device-side decode steps on a GPU pool (for a device-side data plane,
 // memory_node/data_plane/device_link.h): q/k/v already in device memory, work queued on the lane's
-// own stream without host waits. Each compute-node connection has its lane, so the steps of several
+// own streams without host waits. Each compute-node connection has its lane, so the steps of several
 // batches in flight run side by side. A step is ordered after the pool's earlier host-path writes.
 class DeviceKvLane {
  public:
@@ -58,8 +58,8 @@ class DeviceKvLane {
   virtual const float* step_out() const = 0;
   virtual absl::Status Synchronize() = 0;
   // The GPU time the lane's chunks took since the last call, each from its inputs' arrival to its
-  // outputs (the waits for inputs excluded): what a memory node's busy fraction counts. Call once
-  // the lane is synchronized.
+  // outputs (the waits for inputs excluded; linked chunks run side by side, and time when several
+  // ran counts once): what a memory node's busy fraction counts. Call once the lane is synchronized.
   virtual absl::StatusOr<absl::Duration> TakeBusy() = 0;
 };
 

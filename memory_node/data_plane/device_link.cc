@@ -16,9 +16,9 @@
 
 namespace lamina {
 
-int ChunksFor(int64_t rows, int max_chunks) {
-  if (rows < 64) return 1;
-  return static_cast<int>(std::clamp<int64_t>(rows / 32, 1, std::max(1, max_chunks)));
+int ChunksFor(int64_t rows, int max_chunks, int64_t chunk_rows) {
+  if (chunk_rows < 1) return 1;
+  return static_cast<int>(std::clamp<int64_t>(rows / chunk_rows, 1, std::max(1, max_chunks)));
 }
 
 absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateComputeLinkEnd(const std::string& transport,

@@ -59,9 +59,10 @@ inline RowRange ChunkOf(int64_t rows, int chunks, int chunk) {
   return {first, base + (chunk < extra ? 1 : 0)};
 }
 
-// How many chunks a layer of `rows` rows travels in: one below 64 rows (a chunk's own launches
-// would cost more than the overlap saves), then up to `max_chunks` of at least 32 rows.
-int ChunksFor(int64_t rows, int max_chunks);
+// How many chunks a layer of `rows` rows travels in: up to `max_chunks`, each of at least
+// `chunk_rows` rows (fewer, a chunk's own launches would cost more than the overlap saves); one
+// when chunk_rows < 1.
+int ChunksFor(int64_t rows, int max_chunks, int64_t chunk_rows);
 
 // The compute node's end.
 class ComputeLinkEnd {

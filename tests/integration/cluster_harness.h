@@ -31,6 +31,7 @@ struct ClusterOptions {
   std::string pipelining = "none";             // the topology's `pipelining`
   int rotational_above = 128;                  // and its `scheduler.rotational_above`
   int compute_nodes = 1;
+  std::optional<int64_t> chunk_rows;  // set: the compute nodes' `chunk_rows`
 };
 
 class ClusterHarness {

@@ -82,6 +82,28 @@ TEST(TopologyTest, GpuBusyTimingIsAComputeNodeChoiceOffByDefault) {
               "nodes[1].gpu_busy_timing: only compute nodes have this field");
 }
 
+TEST(TopologyTest, ChunkRowsIsAComputeNodeChoiceWithAMeasuredDefault) {
+  const std::string original = Original();
+  auto plain = ParseTopology(original, kPath);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->Find("compute-0")->chunk_rows, kDefaultChunkRows);
+  auto with = [&](const std::string& line) {
+    return absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0",
+                                           "    device: cpu\n    " + line + "\n\n  - name: memory-0"}});
+  };
+  auto one_chunk = ParseTopology(with("chunk_rows: 0"), kPath);
+  ASSERT_TRUE(one_chunk.ok()) << one_chunk.status();
+  EXPECT_EQ(one_chunk->Find("compute-0")->chunk_rows, 0);
+  auto small = ParseTopology(with("chunk_rows: 16"), kPath);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->Find("compute-0")->chunk_rows, 16);
+  ExpectError(with("chunk_rows: -1"), "nodes[0].chunk_rows");
+  ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
+                                              "    kv_capacity_tokens: 8192\n    chunk_rows: 64\n\n"
+                                              "  - name: memory-1"}}),
+              "nodes[1].chunk_rows: only compute nodes have this field");
+}
+
 TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
   const std::string original = Original();
   // memory-1, nodes[2], with its device and transport replaced.

@@ -1,11 +1,14 @@
 // A device lane of the GPU KV pool (memory_node/attention/kv_backend.h): a linked chunk (the hop
 // folded into the attention launch) gives the outputs of an unlinked one, raises its done flag,
-// and both count their device time in TakeBusy, which a memory node's busy fraction reports.
-// Skips without a GPU.
+// and both count their device time in TakeBusy, which a memory node's busy fraction reports; the
+// linked chunks of a step run side by side, a chunk whose rows are there not waiting for one
+// whose rows are not. Skips without a GPU.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "common/cuda/device.h"
@@ -84,6 +87,64 @@ TEST(CudaKvLaneTest, LinkedChunkMatchesUnlinkedAndBothCountTheirDeviceTime) {
   ASSERT_TRUE(unlinked_busy.ok()) << unlinked_busy.status();
   EXPECT_GT(*unlinked_busy, absl::ZeroDuration());
   EXPECT_EQ(Download<float>(out.data(), 2 * q), Download<float>((*lane)->step_out(), 2 * q));
+}
+
+TEST(CudaKvLaneTest, LinkedChunksRunSideBySide) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const kernels::cpu::AttentionShape shape{4, 2, 16, 0};
+  const int64_t q = 64, kv = 32, row = q + 2 * kv;
+  auto backend = CreateCudaKvBackend({1, 64, shape}, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto lane = (*backend)->NewDeviceLane();
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  // Four sequences in two chunks of two: contexts of 3, 1, 2 and 4 slots, each writing its last.
+  ASSERT_TRUE((*lane)->SetStep({2, 3, 5, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 3, 4, 6, 10}, 2).ok());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> qkv(4 * row);
+  for (float& x : qkv) x = dist(rng);
+  DeviceBuffer d_qkv = Upload(qkv);
+  DeviceBuffer ready = Upload(std::vector<uint64_t>{0, 1});  // chunk 0's rows have not arrived
+  DeviceBuffer done = Upload(std::vector<uint64_t>{0, 0});
+  DeviceBuffer error = Upload(std::vector<uint32_t>{0});
+  DeviceBuffer out = Upload(std::vector<float>(4 * q, 0.f));
+  const QkvLayout layout{row, 0, q, q + kv};
+  for (int c = 0; c < 2; ++c) {
+    DeviceHop hop;
+    hop.ready = ready.as<uint64_t>() + c;
+    hop.ready_value = 1;
+    hop.timeout_ns = 10'000'000'000;
+    hop.error = error.as<uint32_t>();
+    hop.error_code = 1;
+    hop.out = out.as<float>() + 2 * c * q;
+    hop.out_stride = q;
+    hop.done = done.as<uint64_t>() + c;
+    hop.done_value = 7;
+    ASSERT_TRUE((*lane)->QueueLinkedChunk(0, c, d_qkv.as<float>(), layout, hop).ok());
+  }
+  // Chunk 1 finishes while chunk 0, queued before it, still waits for its rows.
+  bool chunk1_done = false;
+  for (int i = 0; i < 2000 && !chunk1_done; ++i) {
+    chunk1_done = Download<uint64_t>(done.data(), 2)[1] == 7;
+    if (!chunk1_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(chunk1_done) << "chunk 1 waited for chunk 0";
+  EXPECT_EQ(Download<uint64_t>(done.data(), 2)[0], 0u) << "chunk 0 ran before its rows arrived";
+  const uint64_t arrived = 1;
+  ASSERT_EQ(cudaMemcpy(ready.as<uint64_t>(), &arrived, sizeof(arrived), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(Download<uint64_t>(done.data(), 2), (std::vector<uint64_t>{7, 7}));
+  EXPECT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u);
+  auto busy = (*lane)->TakeBusy();
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_GT(*busy, absl::ZeroDuration());
+  EXPECT_LT(*busy, absl::Seconds(1)) << "the wait for chunk 0's rows is not busy time";
+
+  // The same chunks unlinked, one after the other on the lane's stream: the same outputs.
+  for (int c = 0; c < 2; ++c) ASSERT_TRUE((*lane)->QueueChunk(0, c, d_qkv.as<float>(), layout).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(Download<float>(out.data(), 4 * q), Download<float>((*lane)->step_out(), 4 * q));
 }
 
 }  // namespace
