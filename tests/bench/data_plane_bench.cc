@@ -8,6 +8,8 @@
 // same run, is the peer-copy rate from GPU 0 to the memory node's GPU: the target for cuda_ipc is
 // 5 us + bytes / that rate, and at batch 1024 at least 80% of it. At a context where attention
 // takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
+// Times are per layer in the steady state of a step, with the GPUs' work queued ahead (see
+// DeviceMicros).
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024]
@@ -133,6 +135,7 @@ double PeerCopyRate(int peer) {
 struct Buffers {
   cuda::DeviceBuffer qkv, out;
   cuda::PinnedBuffer host_qkv, host_out;
+  cuda::PinnedBuffer gate;  // uint64 gate, uint32 error: holds the compute stream while a step is queued
 };
 
 // Microseconds per layer of the host path: q/k/v to the host, over tcp, outputs back to the GPU.
@@ -156,38 +159,75 @@ double TcpMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entrie
   return absl::ToDoubleMicroseconds(absl::Now() - start) / (reps * layers);
 }
 
-// Microseconds per layer of device-side steps, from GPU events around the queued layers.
-double DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
-                    int64_t layers, int reps, cudaStream_t stream) {
+// Device-side steps, from GPU events: per layer over the whole step, and per layer in the steady
+// state (from the end of the first quarter of the layers to the end), the round trip of one layer
+// once both ends are under way. What the first layers take beyond the steady rate is the step's
+// start. Paced, the compute stream runs as the host queues it, and a few microseconds of launch
+// a layer pace tiny steps; queued, the stream is held until both ends have queued the whole step
+// (as a compute node's slices, longer than a launch, let them), so the times are the GPUs' alone.
+struct DeviceTiming {
+  double per_layer_us = -1;
+  double steady_us = -1;
+  double start_us = -1;  // per step
+};
+
+DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
+                          int64_t layers, int reps, bool queued, cudaStream_t stream) {
   if (!remote.CanDecodeOnDevice(entries, {kQkv, 0, kQ, kQ + kKv})) {
     std::fprintf(stderr, "the device link did not open\n");
-    return -1;
+    return {};
   }
-  auto start = cuda::Event::Create(), end = cuda::Event::Create();
-  double total_ms = 0;
+  const int64_t warm = std::max<int64_t>(1, layers / 4);
+  if (layers <= warm) {
+    std::fprintf(stderr, "--layers must be at least 2\n");
+    return {};
+  }
+  uint64_t* gate = b.gate.as<uint64_t>();
+  uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
+  auto start = cuda::Event::Create(), mid = cuda::Event::Create(), end = cuda::Event::Create();
+  double total_ms = 0, steady_ms = 0;
   for (int rep = -1; rep < reps; ++rep) {
     absl::Status s = remote.BeginDeviceDecode(entries, {});
+    if (s.ok() && queued) {
+      __atomic_store_n(gate, 0, __ATOMIC_RELEASE);
+      *gate_error = 0;
+      s = kernels::cuda::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, stream);
+    }
     if (s.ok()) s = start->Record(stream);
     for (int64_t layer = 0; layer < layers && s.ok(); ++layer) {
-      s = remote.QueueDeviceDecode(layer, b.qkv.as<float>(), kQkv, b.out.as<float>(), kQ, stream);
+      if (layer == warm) s = mid->Record(stream);
+      if (s.ok()) s = remote.QueueDeviceDecode(layer, b.qkv.as<float>(), kQkv, b.out.as<float>(), kQ, stream);
     }
     if (s.ok()) s = end->Record(stream);
+    if (queued) {
+      // The memory node queues its side after it answers kBeginDecode: a launch or two a layer.
+      absl::SleepFor(absl::Milliseconds(1) + absl::Microseconds(50) * layers);
+      __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+    }
     cudaStreamSynchronize(stream);
     absl::Status e = remote.EndDeviceDecode();
+    if (s.ok() && queued && *gate_error != 0) s = absl::DeadlineExceededError("the gate was not seen");
     if (!s.ok() || !e.ok()) {
       std::fprintf(stderr, "device step: %s\n", std::string((s.ok() ? e : s).message()).c_str());
-      return -1;
+      return {};
     }
-    if (rep >= 0) total_ms += *end->ElapsedSince(*start);
+    if (rep >= 0) {
+      total_ms += *end->ElapsedSince(*start);
+      steady_ms += *end->ElapsedSince(*mid);
+    }
   }
-  return total_ms * 1e3 / (reps * layers);
+  DeviceTiming t;
+  t.per_layer_us = total_ms * 1e3 / (reps * layers);
+  t.steady_us = steady_ms * 1e3 / (reps * (layers - warm));
+  t.start_us = (total_ms - steady_ms) * 1e3 / reps - warm * t.steady_us;
+  return t;
 }
 
 // The memory node's own work for the same step with nothing moving: its k/v store and attention
 // (StoreKv + DecodeAttention, the unlinked kernels) on GPU `device`, in this process; microseconds
 // per layer from GPU events around `layers` queued layers. What a round trip takes beyond this is
 // the data plane's.
-double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t layers) {
+double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t layers, uint64_t* gate) {
   namespace kc = kernels::cuda;
   cudaSetDevice(device);
   int sms = 0;
@@ -222,6 +262,10 @@ double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t 
   const float* rows = qkv->as<float>();
   double best = -1;
   for (int rep = 0; rep < 4; ++rep) {
+    __atomic_store_n(gate, 0, __ATOMIC_RELEASE);
+    uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
+    *gate_error = 0;
+    kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, nullptr).IgnoreError();
     start->Record(nullptr).IgnoreError();
     for (int64_t layer = 0; layer < layers; ++layer) {
       kc::StoreKv(rows + kQ, rows + kQ + kKv, kQkv, d_write, k->as<kc::bf16>(), v->as<kc::bf16>(), batch, kKv, nullptr)
@@ -231,6 +275,7 @@ double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t 
           .IgnoreError();
     }
     end->Record(nullptr).IgnoreError();
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
     cudaEventSynchronize(end->get());
     const double us = *end->ElapsedSince(*start) * 1e3 / layers;
     if (rep > 0 && (best < 0 || us < best)) best = us;  // the first is a warm-up
@@ -258,10 +303,12 @@ int Compute(const Options& o, const std::string& address) {
   for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
   RemoteAttention over_tcp(tcp.get(), {{"m", address}}, shape);
   RemoteAttention one_chunk(tcp.get(), {{"m", address}}, shape);
-  RemoteAttention chunked(tcp.get(), {{"m", address}}, shape);
+  RemoteAttention two_chunks(tcp.get(), {{"m", address}}, shape);
+  RemoteAttention four_chunks(tcp.get(), {{"m", address}}, shape);
   RemoteAttention over_nccl(tcp.get(), {{"m", address}}, shape);
   one_chunk.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
-  chunked.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 4);
+  two_chunks.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 2);
+  four_chunks.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 4);
   over_nccl.EnableDeviceLinks(0, max_batch, {{"m", {"nccl"}}}, 1);
   const bool nccl = gpus > 1;  // NCCL joins two GPUs
   auto stream = cuda::Stream::Create();
@@ -270,7 +317,8 @@ int Compute(const Options& o, const std::string& address) {
   if (!cuda::EnsureCapacity(&b.qkv, max_batch * kQkv * sizeof(float)).ok() ||
       !cuda::EnsureCapacity(&b.out, max_batch * kQ * sizeof(float)).ok() ||
       !cuda::EnsureCapacity(&b.host_qkv, max_batch * kQkv * sizeof(float)).ok() ||
-      !cuda::EnsureCapacity(&b.host_out, max_batch * kQ * sizeof(float)).ok()) {
+      !cuda::EnsureCapacity(&b.host_out, max_batch * kQ * sizeof(float)).ok() ||
+      !cuda::EnsureCapacity(&b.gate, 2 * sizeof(uint64_t)).ok()) {
     return 1;
   }
   cudaMemset(b.qkv.data(), 0, b.qkv.bytes());
@@ -278,15 +326,16 @@ int Compute(const Options& o, const std::string& address) {
   for (int64_t context : o.contexts) {
     std::printf("context %lld: microseconds per layer (round trip incl. the memory node's store and attention)\n",
                 static_cast<long long>(context));
-    std::printf("%6s %10s %10s %10s %10s %10s %10s %8s %8s %8s %8s %10s\n", "batch", "KiB", "tcp", "ipc 1",
-                "ipc chunks", "nccl", "target", "ipc/tgt", "link use", "nccl use", "hidden", "attn alone");
+    std::printf("%6s %9s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s %8s %10s\n", "batch", "KiB", "tcp",
+                "ipc paced", "ipc 1", "ipc 2 ch", "ipc 4 ch", "start", "nccl", "target", "ipc/tgt", "link use",
+                "nccl use", "hidden", "attn alone");
     for (int64_t batch : o.batches) {
       std::vector<DecodeEntry> entries;
       std::vector<Reservation> reservations;
       for (int64_t i = 0; i < batch; ++i) {
         entries.push_back({next, static_cast<int32_t>(context - 1)});
         reservations.push_back({next, static_cast<int32_t>(context)});
-        for (RemoteAttention* r : {&over_tcp, &one_chunk, &chunked, &over_nccl}) r->Assign(next, "m").IgnoreError();
+        for (RemoteAttention* r : {&over_tcp, &one_chunk, &two_chunks, &four_chunks, &over_nccl}) r->Assign(next, "m").IgnoreError();
         ++next;
       }
       if (!over_tcp.Reserve(reservations).ok()) {
@@ -295,26 +344,36 @@ int Compute(const Options& o, const std::string& address) {
       }
       const int reps = batch >= 256 ? 3 : 10;
       const double t_tcp = TcpMicros(over_tcp, entries, b, o.layers, reps);
-      const double t_one = DeviceMicros(one_chunk, entries, b, o.layers, reps, stream->get());
-      const double t_chunked = DeviceMicros(chunked, entries, b, o.layers, reps, stream->get());
-      const double t_nccl = nccl ? DeviceMicros(over_nccl, entries, b, o.layers, reps, stream->get()) : -1;
+      const DeviceTiming paced = DeviceMicros(one_chunk, entries, b, o.layers, reps, false, stream->get());
+      const DeviceTiming one = DeviceMicros(one_chunk, entries, b, o.layers, reps, true, stream->get());
+      const DeviceTiming two = DeviceMicros(two_chunks, entries, b, o.layers, reps, true, stream->get());
+      const DeviceTiming four = DeviceMicros(four_chunks, entries, b, o.layers, reps, true, stream->get());
+      const double split_us = std::min(two.steady_us, four.steady_us);
+      const DeviceTiming over =
+          nccl ? DeviceMicros(over_nccl, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
       const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
       const double transfer_us = bytes / (rate * 1e9) * 1e6;
       const double target = 5.0 + transfer_us;
-      const double best = std::min(t_one, t_chunked);
-      const double alone = AttentionAloneMicros(peer, batch, context, o.layers);
-      std::printf("%6lld %10.0f %10.1f %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n",
-                  static_cast<long long>(batch), bytes / 1024, t_tcp, t_one, t_chunked, t_nccl, target, best / target,
-                  transfer_us / best, nccl ? transfer_us / t_nccl : 0.0, (t_one - t_chunked) / transfer_us, alone);
+      const double best = std::min(one.steady_us, split_us);
+      const double alone = AttentionAloneMicros(peer, batch, context, o.layers, b.gate.as<uint64_t>());
+      std::printf("%6lld %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n",
+                  static_cast<long long>(batch), bytes / 1024, t_tcp, paced.steady_us, one.steady_us, two.steady_us,
+                  four.steady_us, one.start_us, over.steady_us, target, best / target, transfer_us / best,
+                  nccl ? transfer_us / over.steady_us : 0.0, (one.steady_us - split_us) / transfer_us, alone);
       std::fflush(stdout);
       for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
     }
     std::printf("\n");
   }
-  std::printf("ipc/tgt: the better cuda_ipc time over 5 us + bytes / link rate (target <= 1); link use: bytes /\n"
-              "time / link rate, cuda_ipc's best and nccl's (target >= 0.8 at batch 1024); hidden: the share of\n"
-              "the transfer time that chunking hid behind attention; attn alone: the memory node's k/v store and\n"
-              "attention for the step with nothing moving (the same kernels, unlinked, on its GPU).%s\n",
+  std::printf("Per layer, in the steady state (the last three quarters of the layers). ipc paced: cuda_ipc in\n"
+              "one chunk, the compute stream running as the host queues it; ipc 1, 2 ch and 4 ch (a layer in one\n"
+              "chunk, or up to 2 or 4 of at least 32 rows), nccl and attn alone: queued, the stream held until\n"
+              "both ends have queued the whole step, so the GPUs' time alone. start: what a queued step's first\n"
+              "layers take beyond the steady rate, per step. ipc/tgt: the best queued cuda_ipc time over 5 us +\n"
+              "bytes / link rate (target <= 1); link use: bytes / time / link rate, cuda_ipc's best and nccl's\n"
+              "(target >= 0.8 at batch 1024); hidden: the share of the transfer time that chunking (the better of\n"
+              "2 and 4) hid behind attention; attn alone: the memory node's k/v store and attention for the step\n"
+              "with nothing moving (the same kernels, unlinked, on its GPU).%s\n",
               nccl ? "" : " nccl needs two GPUs: -1 where not run.");
   return 0;
 }
