@@ -380,8 +380,9 @@ absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan
   if (num_seqs <= 0) return absl::InvalidArgumentError("linked decode attention: no sequences (nothing would raise the done flag)");
   if (link.k == nullptr || link.v == nullptr || link.write_slots == nullptr || link.error == nullptr ||
       link.done == nullptr || link.counters == nullptr || (link.busy_ns != nullptr && link.busy_start == nullptr)) {
-    return absl::InvalidArgumentError("linked decode attention: k, v, write_slots, error, done and counters are required, and "
-                                   "busy_start with busy_ns");
+    return absl::InvalidArgumentError(
+        "linked decode attention: k, v, write_slots, error, done and counters are required, and busy_start with "
+        "busy_ns");
   }
   return Dispatch(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, num_seqs,
                   workspace, &link, stream);

@@ -206,22 +206,26 @@ class CudaKvLane : public DeviceKvLane {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), pool_writes_.get(), 0));
     LAMINA_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(lists_.data(), host_.data(), staged * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
-    // Each chunk's plan, and a workspace and counters of its own, as linked chunks run side by side
-    // (each on a stream of its own, so that a chunk's attention starts as soon as its rows arrive,
-    // whatever the chunks before it are doing); nothing may allocate once the step's waits are
-    // queued (cudaFree would wait for them).
-    // A chunk is planned for its share of the GPU, so that the chunks together split the contexts
-    // as the whole step would in one launch.
+    // Each chunk's plans, workspace and counters; nothing may allocate once the step's waits are
+    // queued (cudaFree would wait for them). Linked chunks run side by side, each on a stream of
+    // its own so that its attention starts as soon as its rows arrive: each is planned for its
+    // share of the GPU (so that together they split the contexts as one launch of the step would)
+    // and has a workspace of its own. Unlinked chunks run one after another on the lane's stream,
+    // each with the whole GPU, in one workspace.
     plans_.clear();
+    side_by_side_plans_.clear();
     workspace_floats_ = 1;
-    const int sms = std::max(1, pool_->num_sms() / chunks);
+    int64_t one_after_another_floats = 1;
+    const int share = std::max(1, pool_->num_sms() / chunks);
     for (int c = 0; c < chunks; ++c) {
       const RowRange r = ChunkOf(n, chunks, c);
-      plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, sms));
-      workspace_floats_ = std::max(workspace_floats_, plans_.back().workspace_floats);
+      plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, pool_->num_sms()));
+      side_by_side_plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, share));
+      one_after_another_floats = std::max(one_after_another_floats, plans_.back().workspace_floats);
+      workspace_floats_ = std::max(workspace_floats_, side_by_side_plans_.back().workspace_floats);
     }
-    LAMINA_RETURN_IF_ERROR(
-        cuda::EnsureCapacityOnStream(&workspace_, chunks * workspace_floats_ * sizeof(float), stream_.get()));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(
+        &workspace_, std::max(chunks * workspace_floats_, one_after_another_floats) * sizeof(float), stream_.get()));
     // The linked launches' counters, for the largest chunk, per chunk; each launch leaves them zeroed.
     chunk_counters_ = kc::LinkedDecodeCounters(o.attention, ChunkOf(n, chunks, 0).count);
     LAMINA_RETURN_IF_ERROR(
@@ -295,16 +299,17 @@ class CudaKvLane : public DeviceKvLane {
     // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
     // queued ahead instead, which also keeps their blocks from crowding out other lanes' work.
-    const int64_t blocks = r.count * o.attention.num_kv_heads * plans_[chunk].splits;
+    const kc::DecodePlan& plan = side_by_side_plans_[chunk];
+    const int64_t blocks = r.count * o.attention.num_kv_heads * plan.splits;
     if (blocks > kMostWaitingBlocks) {
       LAMINA_RETURN_IF_ERROR(
           kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
       link.ready = nullptr;
     }
-    return kc::LinkedDecodeAttention(o.attention, plans_[chunk], rows + layout.q_offset, layout.row_stride,
-                                     pool_->keys(layer), pool_->values(layer), slot_ids_, slot_begin_ + r.first,
-                                     hop.out, hop.out_stride, r.count, workspace_.as<float>() + chunk * workspace_floats_,
-                                     link, stream);
+    float* workspace = workspace_.as<float>() + chunk * workspace_floats_;
+    return kc::LinkedDecodeAttention(o.attention, plan, rows + layout.q_offset, layout.row_stride, pool_->keys(layer),
+                                     pool_->values(layer), slot_ids_, slot_begin_ + r.first, hop.out, hop.out_stride,
+                                     r.count, workspace, link, stream);
   }
 
  private:
@@ -371,15 +376,16 @@ class CudaKvLane : public DeviceKvLane {
   int32_t* slot_ids_ = nullptr;
   int32_t* slot_begin_ = nullptr;
   cuda::DeviceBuffer out_;        // float [sequences, q_size]
-  cuda::DeviceBuffer workspace_;  // float [chunks][workspace_floats_]
-  int64_t workspace_floats_ = 1;
+  cuda::DeviceBuffer workspace_;  // float: [chunks][workspace_floats_] linked, or one unlinked chunk's
+  int64_t workspace_floats_ = 1;  // a linked chunk's
   cuda::DeviceBuffer counters_;   // uint32 [chunks][chunk_counters_], zeroed
   int64_t chunk_counters_ = 0;    // LinkedDecodeCounters of the largest chunk
   cuda::DeviceBuffer busy_ns_;    // uint64 [2]: linked launches' busy time (DecodeLink::busy_ns)
   cuda::DeviceBuffer busy_starts_;  // uint64 [chunks]: each chunk's DecodeLink::busy_start
   std::vector<std::pair<cuda::Event, cuda::Event>> chunk_events_;  // around unlinked chunks
   int timed_chunks_ = 0;  // of chunk_events_, recorded since the last TakeBusy
-  std::vector<kc::DecodePlan> plans_;
+  std::vector<kc::DecodePlan> plans_;               // per chunk, run one after another (unlinked)
+  std::vector<kc::DecodePlan> side_by_side_plans_;  // per chunk, run side by side (linked)
   int64_t rows_ = 0;
 };
 

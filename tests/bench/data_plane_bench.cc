@@ -335,7 +335,9 @@ int Compute(const Options& o, const std::string& address) {
       for (int64_t i = 0; i < batch; ++i) {
         entries.push_back({next, static_cast<int32_t>(context - 1)});
         reservations.push_back({next, static_cast<int32_t>(context)});
-        for (RemoteAttention* r : {&over_tcp, &one_chunk, &two_chunks, &four_chunks, &over_nccl}) r->Assign(next, "m").IgnoreError();
+        for (RemoteAttention* r : {&over_tcp, &one_chunk, &two_chunks, &four_chunks, &over_nccl}) {
+          r->Assign(next, "m").IgnoreError();
+        }
         ++next;
       }
       if (!over_tcp.Reserve(reservations).ok()) {
