@@ -29,11 +29,19 @@ using kernels::cpu::AttentionShape;
 struct DecodePlan {
   int splits = 1;                // context chunks per (sequence, kv head)
   int64_t workspace_floats = 0;  // scratch the call needs (0 when splits == 1)
+  // One warp per (sequence, kv head), four to a block, rather than a block each; only with one
+  // split. Short contexts gain: a block's fixed costs outweigh attention over a few tokens.
+  bool warp_per_head = false;
 };
 
 // Picks the number of splits so that about `num_sms` × 8 blocks run, never chunks shorter than 64
-// tokens. `max_context` is the longest attended context of the batch.
+// tokens, and a warp per (sequence, kv head) when there is one split, at least `num_sms` × 8
+// (sequence, kv head) pairs, and no context longer than 256 tokens. `max_context` is the longest
+// attended context of the batch.
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms);
+
+// The thread blocks of a decode launch under `plan`.
+int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs);
 
 // One query per sequence against its cached keys: sequence s attends to the slots
 // slot_ids[slot_begin[s] .. slot_begin[s + 1]) in position order (the last `sliding_window` of
@@ -85,7 +93,7 @@ int64_t LinkedDecodeCounters(const AttentionShape& shape, int64_t num_seqs);
 // DecodeAttention with the data-plane hop around it in the same launch: wait for the inputs, store
 // the new tokens' k/v, attend, write the outputs (to a peer GPU when `out` is mapped), raise the
 // done flag. Same results as StoreKv + DecodeAttention. With `link.ready` set every block waits,
-// so keep the grid (num_seqs × kv_heads × plan.splits blocks) within one wave, or queue the wait
+// so keep the grid (DecodeBlocks) within one wave, or queue the wait
 // ahead (WaitFlag) and leave `ready` null. InvalidArgument when num_seqs is 0 or a link field is
 // missing.
 absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan& plan,

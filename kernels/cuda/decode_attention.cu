@@ -7,6 +7,11 @@
 //    softmax runs on exp2;
 //  - each group keeps its own running max, sum and output; the block merges its groups through
 //    shared memory, and a second kernel merges the splits of a sequence.
+// When contexts are short and the batch large (the plan's warp_per_head), a block of 128 threads
+// serves four (sequence, kv head) pairs instead, one per warp: at one token a block's fixed costs
+// (barriers, the shared-memory merge, the done flag's arrival) outweigh its attention, and one
+// (sequence, kv head) per block leaves most of the GPU waiting on them. The warp's token groups
+// merge through shuffles.
 // The linked variant (LinkedDecodeAttention) is the same kernel with its data-plane hop folded in:
 // one thread per block waits for the inputs' flag, the split holding a sequence's new token stores
 // its k/v first, the last split of a (sequence, kv head) to finish merges the splits itself, and
@@ -26,6 +31,10 @@ constexpr int kUnroll = 4;
 constexpr int kMinChunk = 64;
 // Enough resident blocks per SM to keep loads in flight while other warps compute.
 constexpr int kBlocksPerSm = 8;
+constexpr int kWarpsPerBlock = kThreads / 32;
+// Batches of contexts up to this many tokens that fill the GPU with blocks in one split run one
+// warp per (sequence, kv head) instead.
+constexpr int64_t kWarpMaxContext = 256;
 
 // Thread 0 of each block waits for the inputs (SpinOnFlag); the barrier then releases the block.
 __device__ void WaitForInputs(const DecodeLink& link) {
@@ -62,59 +71,57 @@ __device__ float MergedOutput(const float* partial_out, const float* partial_lse
   return sum > 0.f ? o / sum : 0.f;
 }
 
-// k_cache and v_cache are written only when kLinked (the new tokens' k/v).
-template <int kDim, int kG, bool kLinked>
-__global__ void __launch_bounds__(kThreads) DecodeKernel(
-    const float* __restrict__ q, int64_t q_stride, bf16* k_cache, bf16* v_cache,
-    const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin, float* __restrict__ out,
-    int64_t out_stride, int num_kv_heads, int sliding_window, float q_scale, float* __restrict__ partial_out,
-    float* __restrict__ partial_lse, DecodeLink link) {
-  constexpr int kLanes = kDim / 8;
-  constexpr int kGroups = kThreads / kLanes;
-  const int split = blockIdx.x;
-  const int splits = gridDim.x;
-  const int kv_head = blockIdx.y;
-  const int seq = blockIdx.z;
-  const int lane = threadIdx.x % kLanes;
-  const int group = threadIdx.x / kLanes;
-
-  int begin = slot_begin[seq];
-  const int end = slot_begin[seq + 1];
-  if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
-  const int chunk = (end - begin + splits - 1) / splits;
-  const int lo = begin + split * chunk;
-  const int hi = min(end, lo + chunk);
-  const int64_t head_offset = static_cast<int64_t>(kv_head) * kDim + lane * 8;
-  const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
-
-  if (kLinked) {
-    WaitForInputs(link);
-    const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-    if (link.busy_ns != nullptr && first_block && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
-    // The new token is the context's last; the split attending to it stores it first. The barrier
-    // makes the block's own stores visible to its loads below.
-    if (end - 1 >= lo && end - 1 < hi) {
-      const int64_t from = seq * link.kv_stride + kv_head * kDim;
-      const int64_t to = static_cast<int64_t>(link.write_slots[seq]) * slot_stride + kv_head * kDim;
-      for (int d = threadIdx.x; d < kDim; d += kThreads) {
-        k_cache[to + d] = __float2bfloat16(__ldcg(link.k + from + d));
-        v_cache[to + d] = __float2bfloat16(__ldcg(link.v + from + d));
-      }
-    }
-    __syncthreads();
+// Every thread of a linked launch's block, once its outputs are written: the last of `blocks`
+// blocks raises the done flag and adds the launch's busy time.
+__device__ void ArriveAndFinish(const DecodeLink& link, uint32_t blocks) {
+  if (ArriveAndRaise(link.counters, blocks, link.done, link.done_value, link.error) && link.busy_ns != nullptr) {
+    // The first block's start is ordered before this through every block's arrival.
+    const unsigned long long end = GlobalTimerNs();
+    const unsigned long long start = *const_cast<volatile uint64_t*>(link.busy_start);
+    auto* words = reinterpret_cast<unsigned long long*>(link.busy_ns);
+    const unsigned long long from = max(start, atomicMax(&words[1], end));
+    if (end > from) atomicAdd(&words[0], end - from);
   }
+}
 
-  // Through L2: with kLinked the rows were just written by a peer GPU.
-  float qr[kG][8];
+// Each lane's 8 dims of the group's kG query heads, pre-scaled. Through L2: with a link the rows
+// were just written by a peer GPU.
+template <int kDim, int kG>
+__device__ __forceinline__ void LoadQuery(const float* q, int64_t q_stride, int seq, int kv_head, int lane,
+                                          float q_scale, float (&qr)[kG][8]) {
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
     const float* src = q + seq * q_stride + (kv_head * kG + g) * kDim + lane * 8;
 #pragma unroll
     for (int i = 0; i < 8; ++i) qr[g][i] = __ldcg(src + i) * q_scale;
   }
-  float acc[kG][8];
-  float run_max[kG];
-  float run_sum[kG];
+}
+
+// A linked launch's new token for (seq, kv_head): its k/v row stored at write_slots[seq], by
+// `count` threads numbered `index`. The caller's barrier orders the stores before its loads.
+template <int kDim>
+__device__ __forceinline__ void StoreNewToken(const DecodeLink& link, bf16* k_cache, bf16* v_cache, int seq,
+                                              int kv_head, int64_t slot_stride, int index, int count) {
+  const int64_t from = seq * link.kv_stride + kv_head * kDim;
+  const int64_t to = static_cast<int64_t>(link.write_slots[seq]) * slot_stride + kv_head * kDim;
+  for (int d = index; d < kDim; d += count) {
+    k_cache[to + d] = __float2bfloat16(__ldcg(link.k + from + d));
+    v_cache[to + d] = __float2bfloat16(__ldcg(link.v + from + d));
+  }
+}
+
+// A token group's online softmax over slots [lo, hi): the group takes kUnroll tokens at a time,
+// `group` counting from the first group of the token range and `stride_groups` groups sharing it.
+// The loop runs while the warp's first group (`warp_first_group`) has tokens, so every lane of a
+// warp takes the same trip count (the shuffles need the whole warp); a group past the end masks
+// its tokens.
+template <int kDim, int kG>
+__device__ __forceinline__ void AttendTokens(const float (&qr)[kG][8], const bf16* k_cache, const bf16* v_cache,
+                                             const int32_t* __restrict__ slot_ids, int64_t slot_stride,
+                                             int64_t head_offset, int lo, int hi, int group, int warp_first_group,
+                                             int stride_groups, float (&acc)[kG][8], float (&run_max)[kG],
+                                             float (&run_sum)[kG]) {
+  constexpr int kLanes = kDim / 8;
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
     run_max[g] = -INFINITY;
@@ -122,13 +129,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
   }
-
-  // The loop runs while the warp's first group has tokens, so every lane of a warp takes the same
-  // trip count (the shuffles need the whole warp); a group past the end masks its tokens.
-  constexpr int kGroupsPerWarp = 32 / kLanes;
-  const int warp_first_group = group / kGroupsPerWarp * kGroupsPerWarp;
   for (int t0 = lo + group * kUnroll, w0 = lo + warp_first_group * kUnroll; w0 < hi;
-       t0 += kGroups * kUnroll, w0 += kGroups * kUnroll) {
+       t0 += stride_groups * kUnroll, w0 += stride_groups * kUnroll) {
     uint4 kraw[kUnroll];
     uint4 vraw[kUnroll];
 #pragma unroll
@@ -180,6 +182,53 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
       }
     }
   }
+}
+
+// k_cache and v_cache are written only when kLinked (the new tokens' k/v).
+template <int kDim, int kG, bool kLinked>
+__global__ void __launch_bounds__(kThreads) DecodeKernel(
+    const float* __restrict__ q, int64_t q_stride, bf16* k_cache, bf16* v_cache,
+    const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin, float* __restrict__ out,
+    int64_t out_stride, int num_kv_heads, int sliding_window, float q_scale, float* __restrict__ partial_out,
+    float* __restrict__ partial_lse, DecodeLink link) {
+  constexpr int kLanes = kDim / 8;
+  constexpr int kGroups = kThreads / kLanes;
+  const int split = blockIdx.x;
+  const int splits = gridDim.x;
+  const int kv_head = blockIdx.y;
+  const int seq = blockIdx.z;
+  const int lane = threadIdx.x % kLanes;
+  const int group = threadIdx.x / kLanes;
+
+  int begin = slot_begin[seq];
+  const int end = slot_begin[seq + 1];
+  if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
+  const int chunk = (end - begin + splits - 1) / splits;
+  const int lo = begin + split * chunk;
+  const int hi = min(end, lo + chunk);
+  const int64_t head_offset = static_cast<int64_t>(kv_head) * kDim + lane * 8;
+  const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
+
+  if (kLinked) {
+    WaitForInputs(link);
+    const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+    if (link.busy_ns != nullptr && first_block && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
+    // The new token is the context's last; the split attending to it stores it first. The barrier
+    // makes the block's own stores visible to its loads below.
+    if (end - 1 >= lo && end - 1 < hi) {
+      StoreNewToken<kDim>(link, k_cache, v_cache, seq, kv_head, slot_stride, threadIdx.x, kThreads);
+    }
+    __syncthreads();
+  }
+
+  float qr[kG][8];
+  LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
+  float acc[kG][8];
+  float run_max[kG];
+  float run_sum[kG];
+  constexpr int kGroupsPerWarp = 32 / kLanes;
+  AttendTokens<kDim, kG>(qr, k_cache, v_cache, slot_ids, slot_stride, head_offset, lo, hi, group,
+                         group / kGroupsPerWarp * kGroupsPerWarp, kGroups, acc, run_max, run_sum);
 
   // Merge the groups of the block: [group][g] maxima and sums, [group][g][dim] outputs.
   __shared__ float shared_max[kGroups][kG];
@@ -241,14 +290,96 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
       out[seq * out_stride + head * kDim + d] = MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d);
     }
   }
-  if (ArriveAndRaise(link.counters, writers, link.done, link.done_value, link.error) && link.busy_ns != nullptr) {
-    // The first block's start is ordered before this through every block's arrival.
-    const unsigned long long end = GlobalTimerNs();
-    const unsigned long long start = *const_cast<volatile uint64_t*>(link.busy_start);
-    auto* words = reinterpret_cast<unsigned long long*>(link.busy_ns);
-    const unsigned long long from = max(start, atomicMax(&words[1], end));
-    if (end > from) atomicAdd(&words[0], end - from);
+  ArriveAndFinish(link, writers);
+}
+
+// kCount consecutive floats, in one store when `dst` is aligned for it.
+template <int kCount>
+__device__ __forceinline__ void StoreShare(float* dst, const float (&v)[kCount]) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(dst) % (kCount * sizeof(float))) == 0;
+  if (kCount == 4 && aligned) {
+    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1 % kCount], v[2 % kCount], v[3 % kCount]);
+  } else if (kCount == 2 && aligned) {
+    *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1 % kCount]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) dst[j] = v[j];
   }
+}
+
+// warp_per_head: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps past
+// the last pair only join the block's barriers.
+template <int kDim, int kG, bool kLinked>
+__global__ void __launch_bounds__(kThreads) WarpDecodeKernel(
+    const float* __restrict__ q, int64_t q_stride, bf16* k_cache, bf16* v_cache,
+    const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin, float* __restrict__ out,
+    int64_t out_stride, int num_kv_heads, int num_seqs, int sliding_window, float q_scale, DecodeLink link) {
+  constexpr int kLanes = kDim / 8;
+  const int pair = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const bool active = pair < num_seqs * num_kv_heads;
+  const int seq = active ? pair / num_kv_heads : 0;
+  const int kv_head = pair % num_kv_heads;
+  const int lane = threadIdx.x % kLanes;
+  constexpr int kGroupsPerWarp = 32 / kLanes;
+  const int group = threadIdx.x % 32 / kLanes;
+  const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
+
+  int begin = slot_begin[seq];
+  const int end = slot_begin[seq + 1];
+  if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
+
+  if (kLinked) {
+    WaitForInputs(link);
+    if (link.busy_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
+    // The warp's own stores, ordered before its loads by __syncwarp.
+    if (active) StoreNewToken<kDim>(link, k_cache, v_cache, seq, kv_head, slot_stride, threadIdx.x % 32, 32);
+    __syncwarp();
+  }
+  if (active) {
+    float qr[kG][8];
+    LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
+    float acc[kG][8];
+    float run_max[kG];
+    float run_sum[kG];
+    AttendTokens<kDim, kG>(qr, k_cache, v_cache, slot_ids, slot_stride, static_cast<int64_t>(kv_head) * kDim + lane * 8,
+                           begin, end, group, 0, kGroupsPerWarp, acc, run_max, run_sum);
+    // Merge the warp's groups pairwise; every group ends with the whole result.
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+#pragma unroll
+      for (int o = kLanes; o < 32; o <<= 1) {
+        const float other_max = __shfl_xor_sync(0xffffffffu, run_max[g], o);
+        const float other_sum = __shfl_xor_sync(0xffffffffu, run_sum[g], o);
+        const float m = fmaxf(run_max[g], other_max);
+        const float mine = m == -INFINITY ? 0.f : exp2f(run_max[g] - m);
+        const float theirs = m == -INFINITY ? 0.f : exp2f(other_max - m);
+        run_sum[g] = run_sum[g] * mine + other_sum * theirs;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * mine + __shfl_xor_sync(0xffffffffu, acc[g][i], o) * theirs;
+        run_max[g] = m;
+      }
+    }
+    // Each group writes its share of its lane's 8 dims, so that one store of the warp covers a
+    // head's outputs contiguously (they may cross NVLink to a peer GPU).
+    constexpr int kShare = 8 / kGroupsPerWarp > 0 ? 8 / kGroupsPerWarp : 1;
+    if (group * kShare < 8) {
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        float share[kShare];
+#pragma unroll
+        for (int j = 0; j < kShare; ++j) {
+          share[j] = acc[g][j];
+#pragma unroll
+          for (int other = 1; other * kShare < 8; ++other) {
+            if (group == other) share[j] = acc[g][other * kShare + j];
+          }
+          share[j] = run_sum[g] > 0.f ? share[j] / run_sum[g] : 0.f;
+        }
+        StoreShare<kShare>(out + seq * out_stride + (kv_head * kG + g) * kDim + lane * 8 + group * kShare, share);
+      }
+    }
+  }
+  if (kLinked) ArriveAndFinish(link, gridDim.x);
 }
 
 // One block per (sequence, head): weights each split by 2^(lse - max lse).
@@ -270,11 +401,25 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
                           float* out, int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
                           cudaStream_t stream) {
   const float q_scale = 1.4426950408889634f / sqrtf(static_cast<float>(kDim));
+  const int kv_heads = static_cast<int>(shape.num_kv_heads);
+  const int window = static_cast<int>(shape.sliding_window);
+  if (plan.warp_per_head) {
+    const unsigned blocks = static_cast<unsigned>(DecodeBlocks(shape, plan, num_seqs));
+    const int seqs = static_cast<int>(num_seqs);
+    if (link != nullptr) {
+      WarpDecodeKernel<kDim, kG, true><<<blocks, kThreads, 0, stream>>>(
+          q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window, q_scale, *link);
+    } else {
+      WarpDecodeKernel<kDim, kG, false><<<blocks, kThreads, 0, stream>>>(
+          q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window, q_scale,
+          DecodeLink{});
+    }
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  }
   const dim3 grid(plan.splits, static_cast<unsigned>(shape.num_kv_heads), static_cast<unsigned>(num_seqs));
   float* partial_out = workspace;
   float* partial_lse = plan.splits > 1 ? workspace + num_seqs * shape.num_q_heads * plan.splits * kDim : nullptr;
-  const int kv_heads = static_cast<int>(shape.num_kv_heads);
-  const int window = static_cast<int>(shape.sliding_window);
   if (link != nullptr) {
     DecodeKernel<kDim, kG, true><<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, slot_ids, slot_begin,
                                                                 out, out_stride, kv_heads, window, q_scale,
@@ -358,7 +503,15 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
   const int64_t most = std::max<int64_t>(1, max_context / kMinChunk);
   plan.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, most)));
   if (plan.splits > 1) plan.workspace_floats = num_seqs * shape.num_q_heads * plan.splits * (shape.head_dim + 1);
+  // A warp each pays once a block each needs more than a full load of blocks; with fewer, on two
+  // H200s, it was as fast at batch 64 and 2 us slower at batch 1 (lamina-bench-kernels).
+  plan.warp_per_head = plan.splits == 1 && max_context <= kWarpMaxContext && blocks >= kBlocksPerSm * num_sms;
   return plan;
+}
+
+int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs) {
+  const int64_t pairs = num_seqs * shape.num_kv_heads;
+  return plan.warp_per_head ? (pairs + kWarpsPerBlock - 1) / kWarpsPerBlock : pairs * plan.splits;
 }
 
 absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,

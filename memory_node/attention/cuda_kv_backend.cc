@@ -300,7 +300,7 @@ class CudaKvLane : public DeviceKvLane {
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
     // queued ahead instead, which also keeps their blocks from crowding out other lanes' work.
     const kc::DecodePlan& plan = side_by_side_plans_[chunk];
-    const int64_t blocks = r.count * o.attention.num_kv_heads * plan.splits;
+    const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
     if (blocks > kMostWaitingBlocks) {
       LAMINA_RETURN_IF_ERROR(
           kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));

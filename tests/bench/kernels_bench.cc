@@ -1,6 +1,7 @@
 // lamina-bench-kernels: the GPU kernels against baselines measured in the same run.
 //  - decode attention: KV bytes read per second against the best plain read rate of this GPU, and
 //    against PyTorch's SDPA at the same shapes (from `sdpa_baseline.py`'s CSV, run just before);
+//  - decode attention at short contexts: a warp per (sequence, kv head) against a block each;
 //  - each compute-slice GEMM of a Llama-3-8B-shaped model: our cuBLASLt path (bf16 in, fp32 out,
 //    epilogue plans) against one plain cublasGemmEx call with the same types.
 //   lamina-bench-kernels [--sdpa sdpa.csv] [--out results.csv]
@@ -50,6 +51,59 @@ std::map<std::tuple<int, int, int, int>, double> LoadSdpa(const std::string& pat
   return out;
 }
 
+// One decode batch on the GPU: each sequence's `context` tokens in contiguous slots, random bf16
+// k/v, zero queries.
+struct DecodeInputs {
+  static absl::StatusOr<DecodeInputs> Create(const Shape& s, cudaStream_t stream);
+
+  kc::AttentionShape shape;
+  int64_t batch = 0, slots = 0, kv_size = 0, q_size = 0;
+  cuda::DeviceBuffer k, v, ids, begin, q, out;
+
+  // Median milliseconds of one DecodeAttention call under `plan`.
+  absl::StatusOr<double> TimeMs(const kc::DecodePlan& plan, cudaStream_t stream) const;
+  double kv_bytes() const { return 2.0 * slots * kv_size * sizeof(bf16); }
+};
+
+absl::StatusOr<DecodeInputs> DecodeInputs::Create(const Shape& s, cudaStream_t stream) {
+  DecodeInputs in;
+  const int64_t d = 128;
+  in.shape = kc::AttentionShape{s.q_heads, s.kv_heads, d, 0};
+  in.batch = s.batch;
+  in.slots = static_cast<int64_t>(s.batch) * s.context;
+  in.kv_size = s.kv_heads * d;
+  in.q_size = s.q_heads * d;
+  LAMINA_ASSIGN_OR_RETURN(in.k, cuda::DeviceBuffer::Create(in.slots * in.kv_size * sizeof(bf16)));
+  LAMINA_ASSIGN_OR_RETURN(in.v, cuda::DeviceBuffer::Create(in.slots * in.kv_size * sizeof(bf16)));
+  LAMINA_RETURN_IF_ERROR(kc::FillUniform(in.k.as<bf16>(), in.slots * in.kv_size, 1.f, 1, stream));
+  LAMINA_RETURN_IF_ERROR(kc::FillUniform(in.v.as<bf16>(), in.slots * in.kv_size, 1.f, 2, stream));
+  std::vector<int32_t> ids(in.slots);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<int32_t> begin(s.batch + 1);
+  for (int b = 0; b <= s.batch; ++b) begin[b] = b * s.context;
+  LAMINA_ASSIGN_OR_RETURN(in.ids, cuda::DeviceBuffer::Create(in.slots * sizeof(int32_t)));
+  LAMINA_ASSIGN_OR_RETURN(in.begin, cuda::DeviceBuffer::Create(begin.size() * sizeof(int32_t)));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(in.ids.data(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(in.begin.data(), begin.data(), begin.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  LAMINA_ASSIGN_OR_RETURN(in.q, cuda::DeviceBuffer::Create(s.batch * in.q_size * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(in.out, cuda::DeviceBuffer::Create(s.batch * in.q_size * sizeof(float)));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(in.q.data(), 0, in.q.bytes(), stream));
+  return in;
+}
+
+absl::StatusOr<double> DecodeInputs::TimeMs(const kc::DecodePlan& plan, cudaStream_t stream) const {
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer work,
+                          cuda::DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float)));
+  return MedianMs(
+      [&] {
+        return kc::DecodeAttention(shape, plan, q.as<float>(), q_size, k.as<bf16>(), v.as<bf16>(), ids.as<int32_t>(),
+                                   begin.as<int32_t>(), const_cast<float*>(out.as<float>()), q_size, batch,
+                                   work.as<float>(), stream);
+      },
+      stream);
+}
+
 absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE* csv, cudaStream_t stream) {
   const auto sdpa = LoadSdpa(sdpa_path);
   int sms = 0;
@@ -60,40 +114,10 @@ absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE
   const std::vector<Shape> shapes = {{32, 8, 1, 4096},   {32, 8, 16, 2048},  {32, 8, 64, 2048},
                                      {32, 8, 128, 4096}, {32, 32, 1, 4096}, {32, 32, 128, 4096}};
   for (const Shape& s : shapes) {
-    const int64_t d = 128;
-    const kc::AttentionShape shape{s.q_heads, s.kv_heads, d, 0};
-    const int64_t slots = static_cast<int64_t>(s.batch) * s.context;
-    const int64_t kv_size = s.kv_heads * d;
-    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer k, cuda::DeviceBuffer::Create(slots * kv_size * sizeof(bf16)));
-    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer v, cuda::DeviceBuffer::Create(slots * kv_size * sizeof(bf16)));
-    LAMINA_RETURN_IF_ERROR(kc::FillUniform(k.as<bf16>(), slots * kv_size, 1.f, 1, stream));
-    LAMINA_RETURN_IF_ERROR(kc::FillUniform(v.as<bf16>(), slots * kv_size, 1.f, 2, stream));
-    std::vector<int32_t> ids(slots);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::vector<int32_t> begin(s.batch + 1);
-    for (int b = 0; b <= s.batch; ++b) begin[b] = b * s.context;
-    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_ids, cuda::DeviceBuffer::Create(slots * sizeof(int32_t)));
-    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_begin, cuda::DeviceBuffer::Create(begin.size() * sizeof(int32_t)));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_ids.data(), ids.data(), slots * sizeof(int32_t), cudaMemcpyHostToDevice));
-    LAMINA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(d_begin.data(), begin.data(), begin.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    const int64_t q_size = s.q_heads * d;
-    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer q, cuda::DeviceBuffer::Create(s.batch * q_size * sizeof(float)));
-    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer out, cuda::DeviceBuffer::Create(s.batch * q_size * sizeof(float)));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(q.data(), 0, q.bytes(), stream));
-    const kc::DecodePlan plan = kc::PlanDecode(shape, s.batch, s.context, sms);
-    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer work,
-                            cuda::DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float)));
-    LAMINA_ASSIGN_OR_RETURN(double ms, MedianMs(
-                                           [&] {
-                                             return kc::DecodeAttention(shape, plan, q.as<float>(), q_size, k.as<bf16>(),
-                                                                        v.as<bf16>(), d_ids.as<int32_t>(),
-                                                                        d_begin.as<int32_t>(), out.as<float>(), q_size,
-                                                                        s.batch, work.as<float>(), stream);
-                                           },
-                                           stream));
-    const double kv_bytes = 2.0 * slots * kv_size * sizeof(bf16);
-    const double rate = kv_bytes / (ms * 1e-3);
+    LAMINA_ASSIGN_OR_RETURN(DecodeInputs in, DecodeInputs::Create(s, stream));
+    const kc::DecodePlan plan = kc::PlanDecode(in.shape, s.batch, s.context, sms);
+    LAMINA_ASSIGN_OR_RETURN(double ms, in.TimeMs(plan, stream));
+    const double rate = in.kv_bytes() / (ms * 1e-3);
     auto it = sdpa.find({s.q_heads, s.kv_heads, s.batch, s.context});
     const double sdpa_us = it == sdpa.end() ? 0 : it->second;
     std::string vs = sdpa_us > 0 ? absl::StrCat(absl::SixDigits(sdpa_us / (ms * 1e3)), "x") : "n/a";
@@ -102,6 +126,37 @@ absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE
     if (csv) {
       std::fprintf(csv, "attention,%d/%d,%d,%d,%.2f,%.4f,%.4f,%.4f\n", s.q_heads, s.kv_heads, s.batch, s.context,
                    ms * 1e3, rate / 1e12, rate / read_rate, sdpa_us > 0 ? sdpa_us / (ms * 1e3) : 0.0);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Large batches at short contexts, where each (sequence, kv head) has little to read: a warp each
+// (warp_per_head) against a block each (the baseline), both in one split. "picked" is what
+// PlanDecode chooses.
+absl::Status BenchShortContexts(FILE* csv, cudaStream_t stream) {
+  int sms = 0;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::printf("\nDecode attention at short contexts, 32/8 heads of 128: a warp against a block per (sequence, kv "
+              "head)\n");
+  std::printf("%6s %8s %12s %11s %12s %8s\n", "batch", "context", "block us", "warp us", "block/warp", "picked");
+  for (int batch : {64, 256, 1024}) {
+    for (int context : {1, 16, 64, 128, 256, 512, 1024}) {
+      LAMINA_ASSIGN_OR_RETURN(DecodeInputs in, DecodeInputs::Create({32, 8, batch, context}, stream));
+      kc::DecodePlan block_each = kc::PlanDecode(in.shape, batch, context, sms);
+      if (block_each.splits > 1) continue;  // split plans keep a block per split
+      block_each.warp_per_head = false;
+      kc::DecodePlan warp_each = block_each;
+      warp_each.warp_per_head = true;
+      LAMINA_ASSIGN_OR_RETURN(double block_ms, in.TimeMs(block_each, stream));
+      LAMINA_ASSIGN_OR_RETURN(double warp_ms, in.TimeMs(warp_each, stream));
+      const bool picked_warp = kc::PlanDecode(in.shape, batch, context, sms).warp_per_head;
+      std::printf("%6d %8d %12.1f %11.1f %12.2f %8s\n", batch, context, block_ms * 1e3, warp_ms * 1e3,
+                  block_ms / warp_ms, picked_warp ? "warp" : "block");
+      if (csv) {
+        std::fprintf(csv, "short_context,%d,%d,%.2f,%.2f,%s\n", batch, context, block_ms * 1e3, warp_ms * 1e3,
+                     picked_warp ? "warp" : "block");
+      }
     }
   }
   return absl::OkStatus();
@@ -175,6 +230,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     if (!csv) return absl::InvalidArgumentError(absl::StrCat("--out ", out, ": cannot write"));
   }
   absl::Status status = BenchAttention(read_rate, flags.String("sdpa", ""), csv, stream.get());
+  if (status.ok()) status = BenchShortContexts(csv, stream.get());
   if (status.ok()) status = BenchGemms(read_rate, csv, stream.get());
   if (csv) std::fclose(csv);
   return status;

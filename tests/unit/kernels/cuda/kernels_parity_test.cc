@@ -234,8 +234,13 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
     DeviceBuffer d_q = Upload(q), d_k = Upload(ToBf16(keys)), d_v = Upload(ToBf16(values));
     DeviceBuffer d_slots = Upload(slots), d_begin = Upload(begin32);
     const int64_t longest = *std::max_element(c.contexts.begin(), c.contexts.end());
-    for (int sms : {1, 132}) {  // one block per (sequence, head), and contexts split across blocks
-      const cuda::DecodePlan plan = cuda::PlanDecode(shape, seqs, longest, sms);
+    // The planner's picks for a small and a large GPU, then a block and a warp per (sequence, kv
+    // head) whatever the context.
+    cuda::DecodePlan block_each, warp_each;
+    warp_each.warp_per_head = true;
+    for (const cuda::DecodePlan& plan :
+         {cuda::PlanDecode(shape, seqs, longest, 1), cuda::PlanDecode(shape, seqs, longest, 132), block_each,
+          warp_each}) {
       DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
       DeviceBuffer d_work = *DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float));
       ASSERT_TRUE(cuda::DecodeAttention(shape, plan, d_q.as<float>(), q_stride, d_k.as<bf16>(), d_v.as<bf16>(),
@@ -243,9 +248,34 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
                                         d_work.as<float>(), nullptr).ok());
       ExpectNear(Download<float>(d_out, want.size()), want, 2e-4f, 2e-3f,
                  "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
-                     " dim " + std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits));
+                     " dim " + std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
+                     (plan.warp_per_head ? " warp per head" : ""));
     }
   }
+}
+
+TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
+  const cpu::AttentionShape llama{32, 8, 128, 0};
+  // Batch 1024 at one token: one split, a warp per (sequence, kv head), four to a block.
+  cuda::DecodePlan plan = cuda::PlanDecode(llama, 1024, 1, 132);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_TRUE(plan.warp_per_head);
+  EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1024), 1024 * 8 / 4);
+  EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 3), 6);  // 24 pairs, the last block full
+  EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1), 2);
+  // Too few pairs to fill the GPU with blocks: a block each.
+  plan = cuda::PlanDecode(llama, 64, 1, 132);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_FALSE(plan.warp_per_head);
+  // Past 256 tokens, a block each.
+  plan = cuda::PlanDecode(llama, 1024, 257, 132);
+  EXPECT_FALSE(plan.warp_per_head);
+  EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1024), 1024 * 8);
+  // Split contexts keep a block per split.
+  plan = cuda::PlanDecode(llama, 1, 256, 132);
+  EXPECT_EQ(plan.splits, 4);
+  EXPECT_FALSE(plan.warp_per_head);
+  EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1), 8 * 4);
 }
 
 TEST_F(CudaParityTest, DecodeAttentionRejectsUnsupportedShapes) {

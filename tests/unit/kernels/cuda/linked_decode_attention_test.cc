@@ -55,7 +55,16 @@ struct Case {
 
 std::string Name(const Case& c, const DecodePlan& plan) {
   return "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
-         std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits);
+         std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
+         (plan.warp_per_head ? " warp per head" : "");
+}
+
+// The planner's picks for a small and a large GPU, then a block and a warp per (sequence, kv head)
+// whatever the context.
+std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, int64_t longest) {
+  DecodePlan block_each, warp_each;
+  warp_each.warp_per_head = true;
+  return {PlanDecode(shape, seqs, longest, 1), PlanDecode(shape, seqs, longest, 132), block_each, warp_each};
 }
 
 // One decode step's inputs: a pool with scattered slots, each sequence's last slot its write slot,
@@ -153,8 +162,7 @@ TEST_F(LinkedDecodeTest, SameOutputsAndPoolAsStoreThenDecode) {
   };
   for (const Case& c : cases) {
     Build(c);
-    for (int sms : {1, 132}) {  // one block per (sequence, kv head); contexts split across blocks
-      const DecodePlan plan = PlanDecode(shape_, seqs_, longest_, sms);
+    for (const DecodePlan& plan : Plans(shape_, seqs_, longest_)) {
       std::vector<float> want;
       std::vector<uint16_t> want_k;
       Reference(plan, &want, &want_k);
@@ -183,45 +191,45 @@ TEST_F(LinkedDecodeTest, SameOutputsAndPoolAsStoreThenDecode) {
 
 TEST_F(LinkedDecodeTest, WaitsForRowsThatArriveLater) {
   Build({32, 8, 128, {40, 5}});
-  const DecodePlan plan = PlanDecode(shape_, seqs_, longest_, 132);
-  std::vector<float> want;
-  std::vector<uint16_t> want_k;
-  Reference(plan, &want, &want_k);
+  for (const DecodePlan& plan : Plans(shape_, seqs_, longest_)) {
+    SCOPED_TRACE(plan.warp_per_head ? "warp per head" : "splits " + std::to_string(plan.splits));
+    std::vector<float> want;
+    std::vector<uint16_t> want_k;
+    Reference(plan, &want, &want_k);
 
-  // The launch reads a landing buffer that holds nothing yet; a sender on another stream fills it.
-  std::vector<float> qkv = Download<float>(d_qkv_, seqs_ * row_);
-  DeviceBuffer source = std::move(d_qkv_);
-  d_qkv_ = Upload(std::vector<float>(seqs_ * row_, 0.f));
-  DeviceBuffer k = Upload(pool_), v = Upload(pool_);
-  DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
-  DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
-  DeviceBuffer ready = Upload(std::vector<uint64_t>{0});
-  DeviceBuffer done = Upload(std::vector<uint64_t>{0});
-  DeviceBuffer arrivals = Upload(std::vector<uint32_t>{0});
-  DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape_, seqs_), 0));
-  auto receiver = lamina::cuda::Stream::Create();
-  auto sender = lamina::cuda::Stream::Create();
-  ASSERT_TRUE(receiver.ok() && sender.ok());
-  ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
-                                    d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_, seqs_,
-                                    work.as<float>(), Link(ready, 1, done, 1, counters), receiver->get())
-                  .ok());
-  ASSERT_TRUE(SendRows(source.as<float>(), row_, nullptr, seqs_, row_, d_qkv_.as<float>(), row_,
-                       ready.as<uint64_t>(), 1, nullptr, arrivals.as<uint32_t>(), sender->get())
-                  .ok());
-  ASSERT_TRUE(sender->Synchronize().ok());
-  ASSERT_TRUE(receiver->Synchronize().ok());
-  EXPECT_EQ(*error_.as<uint32_t>(), 0u);
-  EXPECT_EQ(Download<float>(out, want.size()), want);
-  EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
-  EXPECT_EQ(Download<uint64_t>(done, 1)[0], 1u);
+    // The launch reads a landing buffer that holds nothing yet; a sender on another stream fills it.
+    DeviceBuffer source = std::move(d_qkv_);
+    d_qkv_ = Upload(std::vector<float>(seqs_ * row_, 0.f));
+    DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+    DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
+    DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+    DeviceBuffer ready = Upload(std::vector<uint64_t>{0});
+    DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+    DeviceBuffer arrivals = Upload(std::vector<uint32_t>{0});
+    DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape_, seqs_), 0));
+    auto receiver = lamina::cuda::Stream::Create();
+    auto sender = lamina::cuda::Stream::Create();
+    ASSERT_TRUE(receiver.ok() && sender.ok());
+    ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                      d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_, seqs_,
+                                      work.as<float>(), Link(ready, 1, done, 1, counters), receiver->get())
+                    .ok());
+    ASSERT_TRUE(SendRows(source.as<float>(), row_, nullptr, seqs_, row_, d_qkv_.as<float>(), row_,
+                         ready.as<uint64_t>(), 1, nullptr, arrivals.as<uint32_t>(), sender->get())
+                    .ok());
+    ASSERT_TRUE(sender->Synchronize().ok());
+    ASSERT_TRUE(receiver->Synchronize().ok());
+    EXPECT_EQ(*error_.as<uint32_t>(), 0u);
+    EXPECT_EQ(Download<float>(out, want.size()), want);
+    EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
+    EXPECT_EQ(Download<uint64_t>(done, 1)[0], 1u);
+  }
 }
 
 TEST_F(LinkedDecodeTest, AWaitThatTimesOutKeepsTheDoneFlagDown) {
   Build({8, 4, 32, {100, 3}});
-  for (int sms : {1, 132}) {
+  for (const DecodePlan& plan : Plans(shape_, seqs_, longest_)) {
     *error_.as<uint32_t>() = 0;
-    const DecodePlan plan = PlanDecode(shape_, seqs_, longest_, sms);
     DeviceBuffer k = Upload(pool_), v = Upload(pool_);
     DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
     DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
@@ -233,10 +241,11 @@ TEST_F(LinkedDecodeTest, AWaitThatTimesOutKeepsTheDoneFlagDown) {
                                       d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_, seqs_,
                                       work.as<float>(), Link(ready, 3, done, 1, counters, 2'000'000), nullptr)
                     .ok());
-    EXPECT_EQ(Download<uint64_t>(done, 1)[0], 0u) << "splits " << plan.splits;
-    EXPECT_EQ(*error_.as<uint32_t>(), 3u) << "splits " << plan.splits;
+    const std::string name = "splits " + std::to_string(plan.splits) + (plan.warp_per_head ? " warp per head" : "");
+    EXPECT_EQ(Download<uint64_t>(done, 1)[0], 0u) << name;
+    EXPECT_EQ(*error_.as<uint32_t>(), 3u) << name;
     const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
-    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << "splits " << plan.splits;
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << name;
   }
 }
 
