@@ -1,6 +1,7 @@
 #include "deploy/cli/plan_command.h"
 
 #include <cstdio>
+#include <string>
 
 #include "absl/strings/str_split.h"
 #include "common/flags/flags.h"
@@ -19,6 +20,15 @@ const char kPlanUsage[] =
     "  comma-separated list of price-table kinds; the workload's tpot_target_ms caps the batch.\n";
 
 namespace {
+
+// The `balanced` column, 9 characters wide: "-" when colocated.
+std::string BalancedColumn(const planner::Prediction& p) {
+  std::string text = p.design.memory == nullptr            ? "-"
+                     : p.balanced_memory_devices == 0 ? "none"
+                                                      : std::to_string(p.balanced_memory_devices);
+  text.insert(0, text.size() < 8 ? 8 - text.size() : 0, ' ');
+  return text;
+}
 
 absl::Status Plan(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"model", "workload", "prices", "compute", "memory",
@@ -59,19 +69,25 @@ absl::Status Plan(const std::vector<std::string>& args) {
               workload.tpot_target_ms > 0 ? ("; time per token <= " + std::to_string(static_cast<int>(workload.tpot_target_ms)) + " ms").c_str() : "",
               pipelining.c_str());
   std::printf("prices: %s\n\n", table.path.c_str());
-  std::printf("%4s  %-36s %7s %10s %8s %14s %8s %5s %9s  %s\n", "rank", "design", "batch", "tokens/s", "$/h",
-              "tok/s per $/h", "TPOT ms", "MFU", "link GB/s", "bottleneck");
+  std::printf("%4s  %-36s %7s %10s %8s %14s %8s %5s %9s %s %s\n", "rank", "design", "batch", "tokens/s", "$/h",
+              "tok/s per $/h", "TPOT ms", "MFU", "link GB/s", options.pipelined ? "balanced " : "", "bottleneck");
   int rank = 0;
   for (const planner::Prediction& p : planner::Plan(model, context, table, options)) {
     if (!p.infeasible.empty()) continue;
     if (++rank > top) break;
-    std::printf("%4d  %-36s %7lld %10.0f %8.2f %14.1f %8.1f %4.0f%% %9s  %s\n", rank, p.design.Name().c_str(),
+    std::printf("%4d  %-36s %7lld %10.0f %8.2f %14.1f %8.1f %4.0f%% %9s %s %s\n", rank, p.design.Name().c_str(),
                 static_cast<long long>(p.batch), p.tokens_per_s, p.hourly_usd, p.tokens_per_s_per_usd_hour,
                 1e3 * p.step_s, 100 * p.mfu,
                 p.design.memory ? std::to_string(static_cast<int>(p.needed_link_gbs + 0.5)).c_str() : "-",
-                p.bottleneck.c_str());
+                options.pipelined ? BalancedColumn(p).c_str() : "", p.bottleneck.c_str());
   }
   if (rank == 0) std::printf("no design fits this model and workload\n");
+  if (rank > 0 && options.pipelined) {
+    std::printf("\nbalanced: the paper's sizing, the fewest memory devices whose attention and link time fit\n"
+                "within the compute time, so that each batch's attention hides behind the other batch's slices\n"
+                "(\"none\": no count up to 64 does). The design column holds the count with the most tokens/s\n"
+                "per $/h.\n");
+  }
   return absl::OkStatus();
 }
 

@@ -135,4 +135,13 @@ int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind&
   return best;
 }
 
+int BalancedMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
+                          const Efficiency& eff, int64_t max_batch, double tpot_target_s, int max_devices) {
+  for (int n = 1; n <= max_devices; ++n) {
+    const Prediction p = PredictBest(model, context, {&compute, &memory, n, true}, eff, max_batch, tpot_target_s);
+    if (p.infeasible.empty() && p.attention_s + p.link_s <= p.compute_s) return n;
+  }
+  return 0;
+}
+
 }  // namespace lamina::planner

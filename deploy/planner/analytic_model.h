@@ -68,6 +68,7 @@ struct Prediction {
   double mfu = 0;                    // achieved ÷ peak compute
   double needed_link_gbs = 0;        // offloaded: bytes/s the link must carry, 1e9
   std::string bottleneck;            // what limits throughput
+  int balanced_memory_devices = 0;   // pipelined and offloaded: BalancedMemoryDevices (0: none)
   std::string infeasible;            // why nothing fits; empty when it does
 };
 
@@ -83,6 +84,13 @@ Prediction PredictBest(const ModelShape& model, double context, const Design& de
 int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
                       double price_ratio, const Efficiency& eff, int64_t max_batch, double tpot_target_s,
                       bool pipelined, int max_devices = 64);
+
+// The paper's sizing for rotational pipelining with two batches on one compute device: the fewest
+// memory devices (1 to `max_devices`) for which a step's attention and link time, at the best
+// batch they allow, fit within its compute time, so that each batch's attention hides behind the
+// other's slices. 0 when no count up to `max_devices` does. More devices only add KV room.
+int BalancedMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
+                          const Efficiency& eff, int64_t max_batch, double tpot_target_s, int max_devices = 64);
 
 }  // namespace lamina::planner
 

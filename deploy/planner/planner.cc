@@ -46,8 +46,13 @@ std::vector<Prediction> Plan(const ModelShape& model, double context, const Pric
       const int n = BestMemoryDevices(model, context, compute, memory, alpha, options.efficiency, options.max_batch,
                                       options.tpot_target_s, options.pipelined);
       if (n == 0) continue;  // never feasible
-      out.push_back(PredictBest(model, context, {&compute, &memory, n, options.pipelined}, options.efficiency,
-                                options.max_batch, options.tpot_target_s));
+      Prediction p = PredictBest(model, context, {&compute, &memory, n, options.pipelined}, options.efficiency,
+                                 options.max_batch, options.tpot_target_s);
+      if (options.pipelined) {
+        p.balanced_memory_devices = BalancedMemoryDevices(model, context, compute, memory, options.efficiency,
+                                                          options.max_batch, options.tpot_target_s);
+      }
+      out.push_back(p);
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {

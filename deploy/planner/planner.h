@@ -1,6 +1,7 @@
 // `lamina plan`'s search: every compute device kind of the price table that holds the weights,
 // colocated and with each memory kind at its best device count (BestMemoryDevices at the table's
-// price ratio), ranked by predicted tokens/s per dollar-hour.
+// price ratio), ranked by predicted tokens/s per dollar-hour. With pipelining, each offloaded design
+// also carries the paper's balanced memory-device count (BalancedMemoryDevices).
 // Pure functions; thread-safe.
 #ifndef LAMINA_DEPLOY_PLANNER_PLANNER_H_
 #define LAMINA_DEPLOY_PLANNER_PLANNER_H_

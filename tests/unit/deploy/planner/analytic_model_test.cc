@@ -93,6 +93,39 @@ TEST(AnalyticModelTest, LongContextsFavourOffloadingToCheapMemory) {
   EXPECT_LE(BestMemoryDevices(m, 8192, h100, h20, 1.0, eff, 4096, 0, true), n);
 }
 
+TEST(AnalyticModelTest, BalancedMemoryDevicesIsTheFewestWhoseAttentionHidesBehindCompute) {
+  const ModelShape m = ShapeOf(Llama3_8B());
+  const DeviceKind h100 = Device("h100", 80, 3350, 989, 50, 3.0);
+  const DeviceKind small = Device("small", 24, 1000, 80, 50, 0.5);  // little memory, slow to read it
+  Efficiency eff;
+  const double context = 2304;
+  const int n = BalancedMemoryDevices(m, context, h100, small, eff, 4096, 0);
+  ASSERT_GT(n, 1);
+  const auto step = [&](int devices) { return PredictBest(m, context, {&h100, &small, devices, true}, eff, 4096, 0); };
+  const Prediction at = step(n), below = step(n - 1);
+  EXPECT_LE(at.attention_s + at.link_s, at.compute_s);
+  EXPECT_GT(below.attention_s + below.link_s, below.compute_s);
+  // Through the planner, on the pipelined design of that pair.
+  PriceTable table;
+  table.devices["h100"] = h100;
+  table.devices["small"] = small;
+  PlanOptions options;
+  options.pipelined = true;
+  options.compute_kinds = {"h100"};
+  options.memory_kinds = {"small"};
+  bool seen = false;
+  for (const Prediction& p : Plan(m, context, table, options)) {
+    if (p.design.memory == nullptr) continue;
+    EXPECT_EQ(p.balanced_memory_devices, n);
+    seen = true;
+  }
+  EXPECT_TRUE(seen);
+  // A link too slow for any count to keep up.
+  DeviceKind slow_link = h100;
+  slow_link.link_gbs = 0.01;
+  EXPECT_EQ(BalancedMemoryDevices(m, context, slow_link, small, eff, 4096, 0, 16), 0);
+}
+
 TEST(PlannerTest, RanksFeasibleDesignsByTokensPerDollar) {
   PriceTable table;
   table.devices["h100"] = Device("h100", 80, 3350, 989, 50, 3.0);
