@@ -91,14 +91,22 @@ __global__ void ReceiveRowsKernel(const uint64_t* flag, uint64_t value, int64_t 
   CopyBlockRows(vectorized, src, src_stride, nullptr, dst, dst_stride, rows, blockIdx.x * kRowsPerBlock, count, cols);
 }
 
-__global__ void ScatterRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t count,
-                                  int64_t cols, float* dst, int64_t dst_stride, bool vectorized) {
-  CopyBlockRows(vectorized, src, src_stride, nullptr, dst, dst_stride, rows, blockIdx.x * kRowsPerBlock, count, cols);
+// ScatterRows (dst_rows set) and GatherRows (src_rows set).
+__global__ void CopyRowsKernel(const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count,
+                               int64_t cols, float* dst, int64_t dst_stride, const int32_t* dst_rows, bool vectorized) {
+  CopyBlockRows(vectorized, src, src_stride, src_rows, dst, dst_stride, dst_rows, blockIdx.x * kRowsPerBlock, count,
+                cols);
 }
 
-__global__ void GatherRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t count,
-                                 int64_t cols, float* dst, int64_t dst_stride, bool vectorized) {
-  CopyBlockRows(vectorized, src, src_stride, rows, dst, dst_stride, nullptr, blockIdx.x * kRowsPerBlock, count, cols);
+absl::Status CopyRows(const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count, int64_t cols,
+                      float* dst, int64_t dst_stride, const int32_t* dst_rows, cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  const int64_t blocks = (count + kRowsPerBlock - 1) / kRowsPerBlock;
+  CopyRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      src, src_stride, src_rows, count, cols, dst, dst_stride, dst_rows,
+      Vectorized(src, src_stride, cols, dst, dst_stride));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -137,8 +145,7 @@ absl::Status PreloadDataPlaneKernels() {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitFlagKernel<false>));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitFlagKernel<true>));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ReceiveRowsKernel));
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ScatterRowsKernel));
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, GatherRowsKernel));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, CopyRowsKernel));
   return absl::OkStatus();
 }
 
@@ -160,22 +167,12 @@ absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_n
 
 absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          float* dst, int64_t dst_stride, cudaStream_t stream) {
-  if (count == 0) return absl::OkStatus();
-  const int64_t blocks = (count + kRowsPerBlock - 1) / kRowsPerBlock;
-  ScatterRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      src, src_stride, rows, count, cols, dst, dst_stride, Vectorized(src, src_stride, cols, dst, dst_stride));
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return CopyRows(src, src_stride, nullptr, count, cols, dst, dst_stride, rows, stream);
 }
 
 absl::Status GatherRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                         float* dst, int64_t dst_stride, cudaStream_t stream) {
-  if (count == 0) return absl::OkStatus();
-  const int64_t blocks = (count + kRowsPerBlock - 1) / kRowsPerBlock;
-  GatherRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      src, src_stride, rows, count, cols, dst, dst_stride, Vectorized(src, src_stride, cols, dst, dst_stride));
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return CopyRows(src, src_stride, rows, count, cols, dst, dst_stride, nullptr, stream);
 }
 
 }  // namespace lamina::kernels::cuda

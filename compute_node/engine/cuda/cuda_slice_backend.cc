@@ -76,18 +76,27 @@ absl::Status CudaSliceBackend::Reserve(int64_t tokens) {
   return absl::OkStatus();
 }
 
+absl::Status CudaSliceBackend::QueuePositions(absl::Span<const int32_t> positions) {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(positions_.data(), positions.data(), positions.size() * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, stream()));
+  return absl::OkStatus();
+}
+
+void CudaSliceBackend::BeginPass(int64_t rows) {
+  tokens_in_batch_ = padded_ = rows;
+  graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+}
+
 absl::Status CudaSliceBackend::SetBatch(absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const int64_t n = static_cast<int64_t>(tokens.size());
   LAMINA_RETURN_IF_ERROR(Reserve(n));
   LAMINA_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(tokens_.data(), tokens.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
-  LAMINA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(positions_.data(), positions.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+  LAMINA_RETURN_IF_ERROR(QueuePositions(positions));
   // The sources are pageable and may go away when this returns.
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
-  tokens_in_batch_ = padded_ = n;
-  graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+  BeginPass(n);
   return absl::OkStatus();
 }
 
@@ -392,16 +401,14 @@ absl::Status CudaSliceBackend::ResumeAt(absl::Span<const int32_t> positions, con
   const ModelConfig& c = config();
   const int64_t n = static_cast<int64_t>(positions.size());
   LAMINA_RETURN_IF_ERROR(Reserve(n));
-  LAMINA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(positions_.data(), positions.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+  LAMINA_RETURN_IF_ERROR(QueuePositions(positions));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual_.data(), residual, n * c.hidden_size * sizeof(float),
                                               cudaMemcpyHostToDevice, stream()));
   LAMINA_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(attn_out_.data(), attn_out, n * c.q_size() * sizeof(float), cudaMemcpyHostToDevice, stream()));
   // The sources are pageable and may go away when this returns.
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
-  tokens_in_batch_ = padded_ = n;
-  graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+  BeginPass(n);
   return absl::OkStatus();
 }
 
@@ -414,13 +421,11 @@ absl::Status CudaSliceBackend::ResumeOnDevice(absl::Span<const int32_t> position
     }
   } else {
     LAMINA_RETURN_IF_ERROR(Reserve(n));
-    LAMINA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(positions_.data(), positions.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+    LAMINA_RETURN_IF_ERROR(QueuePositions(positions));
     // The source is pageable; this runs once a pass, before anything of it is queued.
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
   }
-  tokens_in_batch_ = padded_ = n;
-  graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+  BeginPass(n);
   return absl::OkStatus();
 }
 

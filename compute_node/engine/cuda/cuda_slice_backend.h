@@ -91,6 +91,11 @@ class CudaSliceBackend : public SliceBackend {
   CudaSliceBackend(const CudaModelWeights* weights, int device, bool graphs)
       : weights_(weights), device_(device), use_graphs_(graphs) {}
   absl::Status Reserve(int64_t tokens);
+  // Queues the copy of `positions` (pageable: the caller synchronizes before they go away) into
+  // positions_, which Reserve sized.
+  absl::Status QueuePositions(absl::Span<const int32_t> positions);
+  // A new pass over `rows` rows: nothing of it graphed, staged or on the host yet.
+  void BeginPass(int64_t rows);
   // Runs `work` as the graph of (current bucket, slice): launched if captured, else run eagerly
   // and captured for next time.
   absl::Status RunGraphed(int64_t slice, absl::FunctionRef<absl::Status()> work);
