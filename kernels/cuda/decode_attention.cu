@@ -297,14 +297,19 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
 template <int kCount>
 __device__ __forceinline__ void StoreShare(float* dst, const float (&v)[kCount]) {
   const bool aligned = (reinterpret_cast<uintptr_t>(dst) % (kCount * sizeof(float))) == 0;
-  if (kCount == 4 && aligned) {
-    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1 % kCount], v[2 % kCount], v[3 % kCount]);
-  } else if (kCount == 2 && aligned) {
-    *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1 % kCount]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < kCount; ++j) dst[j] = v[j];
+  if constexpr (kCount == 4) {
+    if (aligned) {
+      *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+      return;
+    }
+  } else if constexpr (kCount == 2) {
+    if (aligned) {
+      *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+      return;
+    }
   }
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) dst[j] = v[j];
 }
 
 // warp_per_head: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps past
