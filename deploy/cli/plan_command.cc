@@ -26,7 +26,7 @@ std::string BalancedColumn(const planner::Prediction& p) {
   std::string text = p.design.memory == nullptr            ? "-"
                      : p.balanced_memory_devices == 0 ? "none"
                                                       : std::to_string(p.balanced_memory_devices);
-  text.insert(0, text.size() < 8 ? 8 - text.size() : 0, ' ');
+  if (text.size() < 9) text.insert(0, 9 - text.size(), ' ');
   return text;
 }
 
@@ -70,7 +70,7 @@ absl::Status Plan(const std::vector<std::string>& args) {
               pipelining.c_str());
   std::printf("prices: %s\n\n", table.path.c_str());
   std::printf("%4s  %-36s %7s %10s %8s %14s %8s %5s %9s %s %s\n", "rank", "design", "batch", "tokens/s", "$/h",
-              "tok/s per $/h", "TPOT ms", "MFU", "link GB/s", options.pipelined ? "balanced " : "", "bottleneck");
+              "tok/s per $/h", "TPOT ms", "MFU", "link GB/s", options.pipelined ? " balanced" : "", "bottleneck");
   int rank = 0;
   for (const planner::Prediction& p : planner::Plan(model, context, table, options)) {
     if (!p.infeasible.empty()) continue;
