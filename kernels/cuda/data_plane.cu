@@ -8,14 +8,19 @@ namespace lamina::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kRowsPerBlock = 4;
+// ScatterRows and GatherRows: a block a row, so that a local copy of a chunk's rows has enough
+// bytes in flight. With 4 rows a block, the compute node's scatter of attention outputs held a
+// layer back (two H200s, batch 1024 at context 1 in 4 chunks: 142.8 against 137.5 us).
+constexpr int64_t kCopyRowsPerBlock = 1;
 // SendRows' blocks take fewer rows, so that a chunk of 64 to 256 rows still spreads over enough SMs:
 // on two H200s, 4 chunks of 64 q/k/v rows went from 78 to 65 us a layer (lamina-bench-data-plane).
 // Its rate over NVLink stayed 0.80 of the copy engine's whatever the rows, threads or loads in
 // flight per block.
 constexpr int64_t kSendRowsPerBlock = 2;
-// ReceiveRows' limit: its blocks spin while they wait, so they stay a small share of the GPU.
+// ReceiveRows' limit and rows a block: its blocks spin while they wait, so they stay a small share
+// of the GPU. Up to 512 rows in one launch, saving the scatter's launch, gained nothing.
 constexpr int64_t kReceiveRowsMax = 128;
+constexpr int64_t kReceiveRowsPerBlock = 4;
 
 // Copies rows first .. first + rows_per_block (of `count`) of `cols` elements: src row
 // (src_rows ? src_rows[i] : i) to dst row (dst_rows ? dst_rows[i] : i). Each thread issues kBatch
@@ -52,7 +57,7 @@ __device__ void CopyBlockRows(const T* __restrict__ src, int64_t src_stride, con
 // Both copies: float4 when every row start is 16-byte aligned, else floats.
 __device__ void CopyBlockRows(bool vectorized, const float* src, int64_t src_stride, const int32_t* src_rows,
                               float* dst, int64_t dst_stride, const int32_t* dst_rows, int64_t first, int64_t count,
-                              int64_t cols, int64_t rows_per_block = kRowsPerBlock) {
+                              int64_t cols, int64_t rows_per_block) {
   if (first >= count) return;
   if (vectorized) {
     CopyBlockRows(reinterpret_cast<const float4*>(src), src_stride / 4, src_rows, reinterpret_cast<float4*>(dst),
@@ -88,20 +93,21 @@ __global__ void ReceiveRowsKernel(const uint64_t* flag, uint64_t value, int64_t 
                                   int64_t count, int64_t cols, float* dst, int64_t dst_stride, bool vectorized) {
   if (threadIdx.x == 0) SpinOnFlag(flag, value, timeout_ns, error, code);
   __syncthreads();
-  CopyBlockRows(vectorized, src, src_stride, nullptr, dst, dst_stride, rows, blockIdx.x * kRowsPerBlock, count, cols);
+  CopyBlockRows(vectorized, src, src_stride, nullptr, dst, dst_stride, rows, blockIdx.x * kReceiveRowsPerBlock, count,
+                cols, kReceiveRowsPerBlock);
 }
 
 // ScatterRows (dst_rows set) and GatherRows (src_rows set).
 __global__ void CopyRowsKernel(const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count,
                                int64_t cols, float* dst, int64_t dst_stride, const int32_t* dst_rows, bool vectorized) {
-  CopyBlockRows(vectorized, src, src_stride, src_rows, dst, dst_stride, dst_rows, blockIdx.x * kRowsPerBlock, count,
-                cols);
+  CopyBlockRows(vectorized, src, src_stride, src_rows, dst, dst_stride, dst_rows, blockIdx.x * kCopyRowsPerBlock, count,
+                cols, kCopyRowsPerBlock);
 }
 
 absl::Status CopyRows(const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count, int64_t cols,
                       float* dst, int64_t dst_stride, const int32_t* dst_rows, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  const int64_t blocks = (count + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int64_t blocks = (count + kCopyRowsPerBlock - 1) / kCopyRowsPerBlock;
   CopyRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       src, src_stride, src_rows, count, cols, dst, dst_stride, dst_rows,
       Vectorized(src, src_stride, cols, dst, dst_stride));
@@ -157,7 +163,7 @@ absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_n
   if (count < 1 || count > kReceiveRowsMax || cols < 0) {
     return absl::InvalidArgumentError(absl::StrCat("ReceiveRows: ", count, " rows (1 to ", kReceiveRowsMax, ")"));
   }
-  const int64_t blocks = (count + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int64_t blocks = (count + kReceiveRowsPerBlock - 1) / kReceiveRowsPerBlock;
   ReceiveRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       flag, value, timeout_ns, error, code, src, src_stride, rows, count, cols, dst, dst_stride,
       Vectorized(src, src_stride, cols, dst, dst_stride));
