@@ -96,7 +96,7 @@ TEST_P(DataPlaneRowsTest, ReceiveRowsWaitsThenScattersInOneLaunch) {
   const int64_t cols = GetParam();
   const int64_t out_rows = 11;
   const std::vector<int32_t> dest = {9, 2, 0, 7, 4, 10};  // where each received row belongs
-  const int64_t n = static_cast<int64_t>(dest.size());  // two blocks' worth
+  const int64_t n = static_cast<int64_t>(dest.size());  // a block each
   std::vector<float> rows(n * cols);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i) * 0.25f + 3.f;
   auto d_rows = Upload(rows);
