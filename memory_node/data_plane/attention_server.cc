@@ -265,7 +265,7 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       }
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceStore(pieces, scratch->lane.get()));
-      scratch->begun = {true, step, 0, 1, std::move(pieces)};
+      scratch->begun = {true, step, 0, 1, std::move(pieces), {}};
       return absl::OkStatus();
     }
     default: {  // kEndDecode
