@@ -15,47 +15,11 @@
 #include "gtest/gtest.h"
 #include "lamina/v1/generation.grpc.pb.h"
 #include "tests/integration/cluster_harness.h"
+#include "tests/integration/requests_in_flight.h"
 #include "tests/support/golden.h"
 
 namespace lamina::testing {
 namespace {
-
-struct Outcome {
-  absl::Status status;
-  std::vector<int32_t> ids;
-  std::string text;
-  lamina::v1::FinishReason finish = lamina::v1::FINISH_REASON_UNSPECIFIED;
-};
-
-Outcome Generate(cli::ClusterClient& client, const lamina::v1::GenerateRequest& request) {
-  Outcome o;
-  o.status = client.Generate(request, [&](const lamina::v1::GenerateResponse& r) {
-    o.ids.insert(o.ids.end(), r.token_ids().begin(), r.token_ids().end());
-    o.text += r.text();
-    if (r.finish_reason() != lamina::v1::FINISH_REASON_UNSPECIFIED) o.finish = r.finish_reason();
-  });
-  return o;
-}
-
-// Sends every request at once, each on its own thread; the outcomes in request order.
-std::vector<Outcome> GenerateConcurrently(cli::ClusterClient& client,
-                                          const std::vector<lamina::v1::GenerateRequest>& requests) {
-  std::vector<Outcome> outcomes(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] { outcomes[i] = Generate(client, requests[i]); });
-  }
-  for (auto& t : threads) t.join();
-  return outcomes;
-}
-
-lamina::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_tokens) {
-  lamina::v1::GenerateRequest r;
-  for (int32_t id : ids) r.mutable_token_ids()->add_ids(id);
-  r.set_max_tokens(max_tokens);
-  r.set_ignore_eos(true);
-  return r;
-}
 
 // Greedy ids from single-process mode, the reference for the cluster.
 std::vector<int32_t> SingleProcess(LocalCluster& local, const std::vector<int32_t>& prompt, int max_tokens) {
@@ -170,21 +134,13 @@ TEST(ClusterTest, KillingAMemoryNodeFailsOnlyItsSequencesAndTheSurvivorServesNew
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
   const std::vector<int32_t> expected = SingleProcess(**local, prompt, 600);
 
-  std::vector<Outcome> outcomes(8);
-  std::vector<absl::Time> ended(8);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i) {
-    threads.emplace_back([&, i] {
-      outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 600));
-      ended[i] = absl::Now();
-    });
-  }
+  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
   absl::SleepFor(absl::Milliseconds(400));  // mid-run
   auto pid = (*cluster)->NodePid("memory-1");
   ASSERT_TRUE(pid.ok()) << pid.status();
   const absl::Time killed = absl::Now();
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  for (auto& t : threads) t.join();
+  const std::vector<Outcome> outcomes = requests.Join();
 
   int failed = 0, succeeded = 0;
   for (int i = 0; i < 8; ++i) {
@@ -195,7 +151,7 @@ TEST(ClusterTest, KillingAMemoryNodeFailsOnlyItsSequencesAndTheSurvivorServesNew
       ++failed;
       EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
       EXPECT_NE(std::string(outcomes[i].status.message()).find("memory-1"), std::string::npos) << outcomes[i].status;
-      EXPECT_LT(ended[i] - killed, absl::Seconds(5)) << "failed requests must end within a few seconds";
+      EXPECT_LT(outcomes[i].ended - killed, absl::Seconds(5)) << "failed requests must end within a few seconds";
     }
   }
   EXPECT_GT(failed, 0);
@@ -464,22 +420,13 @@ TEST(ClusterTest, AHungComputeNodeEndsItsRequestsAndTheClusterRecoversWhenItCome
   auto pid = (*cluster)->NodePid("compute-0");
   ASSERT_TRUE(pid.ok()) << pid.status();
   const std::vector<int32_t> prompt = {1021, 841, 68, 391, 697};
-  std::vector<Outcome> outcomes(4);
-  std::vector<absl::Time> ended(4);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&, i] {
-      outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 900));
-      ended[i] = absl::Now();
-    });
-  }
+  RequestsInFlight requests((*cluster)->client(), std::vector(4, IdsRequest(prompt, 900)));
   absl::SleepFor(absl::Milliseconds(300));
   const absl::Time stopped = absl::Now();
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGSTOP), 0);  // hung, not dead: its sockets stay open
-  for (auto& t : threads) t.join();
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
-    EXPECT_LT(ended[i] - stopped, absl::Seconds(6)) << "no request waits forever on a hung node";
+  for (const Outcome& o : requests.Join()) {
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+    EXPECT_LT(o.ended - stopped, absl::Seconds(6)) << "no request waits forever on a hung node";
   }
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGCONT), 0);
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -592,16 +539,12 @@ TEST(ClusterTest, KillingOneOfTwoComputeNodesFailsOnlyItsBatchAndTheOtherServesN
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
   const std::vector<int32_t> expected = SingleProcess(**local, prompt, 600);
 
-  std::vector<Outcome> outcomes(8);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i) {
-    threads.emplace_back([&, i] { outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 600)); });
-  }
+  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
   absl::SleepFor(absl::Milliseconds(400));  // mid-run, both batches full
   auto pid = (*cluster)->NodePid("compute-1");
   ASSERT_TRUE(pid.ok()) << pid.status();
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  for (auto& t : threads) t.join();
+  const std::vector<Outcome> outcomes = requests.Join();
 
   int failed = 0, succeeded = 0;
   for (const Outcome& o : outcomes) {
@@ -639,26 +582,18 @@ TEST(ClusterTest, KillingARotatingComputeNodeEndsItsBatchesPromptlyNamingIt) {
   ASSERT_TRUE(local.ok());
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
 
-  std::vector<Outcome> outcomes(6);
-  std::vector<absl::Time> ended(6);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 6; ++i) {
-    threads.emplace_back([&, i] {
-      outcomes[i] = Generate((*cluster)->client(), IdsRequest(prompt, 2000));
-      ended[i] = absl::Now();
-    });
-  }
+  RequestsInFlight requests((*cluster)->client(), std::vector(6, IdsRequest(prompt, 2000)));
   absl::SleepFor(absl::Milliseconds(400));  // mid-run, all three batches rotating
   auto pid = (*cluster)->NodePid("compute-1");
   ASSERT_TRUE(pid.ok()) << pid.status();
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
   const absl::Time killed = absl::Now();
-  for (auto& t : threads) t.join();
+  const std::vector<Outcome> outcomes = requests.Join();
   for (int i = 0; i < 6; ++i) {
     ASSERT_FALSE(outcomes[i].status.ok()) << "request " << i << " outlived the compute node it ran through";
     EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
     EXPECT_NE(std::string(outcomes[i].status.message()).find("compute-1"), std::string::npos) << outcomes[i].status;
-    EXPECT_LT(ended[i] - killed, absl::Seconds(10)) << "request " << i;
+    EXPECT_LT(outcomes[i].ended - killed, absl::Seconds(10)) << "request " << i;
   }
   const absl::Time asked = absl::Now();
   const Outcome after = Generate((*cluster)->client(), IdsRequest(prompt, 8));

@@ -9,9 +9,7 @@
 
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -20,18 +18,11 @@
 #include "common/cuda/device.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
+#include "tests/integration/requests_in_flight.h"
 #include "tests/support/golden.h"
 
 namespace lamina::testing {
 namespace {
-
-lamina::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_tokens) {
-  lamina::v1::GenerateRequest r;
-  for (int32_t id : ids) r.mutable_token_ids()->add_ids(id);
-  r.set_max_tokens(max_tokens);
-  r.set_ignore_eos(true);
-  return r;
-}
 
 class GpuClusterTest : public ::testing::TestWithParam<std::string> {};
 
@@ -75,31 +66,21 @@ TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
     requests.push_back(IdsRequest(prompt["ids"].get<std::vector<int32_t>>(), 48));
     expected.push_back(prompt["greedy_ids"].get<std::vector<int32_t>>());
   }
-  std::vector<absl::Status> statuses(requests.size());
-  std::vector<std::vector<int32_t>> outputs(requests.size());
-  std::vector<std::thread> threads;
+  const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
   for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] {
-      statuses[i] = (*cluster)->client().Generate(requests[i], [&](const lamina::v1::GenerateResponse& r) {
-        outputs[i].insert(outputs[i].end(), r.token_ids().begin(), r.token_ids().end());
-      });
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (statuses[i].ok()) continue;
-    ADD_FAILURE() << "request " << i << ": " << statuses[i] << "\ncompute-0's log:\n"
+    if (outcomes[i].status.ok()) continue;
+    ADD_FAILURE() << "request " << i << ": " << outcomes[i].status << "\ncompute-0's log:\n"
                   << (*cluster)->NodeLog("compute-0") << "\nmemory-0's log:\n"
                   << (*cluster)->NodeLog("memory-0");
     return;
   }
   int agreeing = 0, total = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_TRUE(statuses[i].ok()) << "request " << i << ": " << statuses[i];
-    ASSERT_EQ(outputs[i].size(), 48u) << "request " << i;
-    for (int t = 0; t < 4; ++t) EXPECT_EQ(outputs[i][t], expected[i][t]) << "request " << i << " token " << t;
+    const std::vector<int32_t>& got = outcomes[i].ids;
+    ASSERT_EQ(got.size(), 48u) << "request " << i;
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(got[t], expected[i][t]) << "request " << i << " token " << t;
     size_t same = 0;
-    while (same < 48 && outputs[i][same] == expected[i][same]) ++same;
+    while (same < 48 && got[same] == expected[i][same]) ++same;
     agreeing += static_cast<int>(same);
     total += 48;
   }
@@ -136,61 +117,36 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
   const std::vector<int32_t> expected = prompt["greedy_ids"].get<std::vector<int32_t>>();
   const int kTokens = 900;
 
-  std::mutex mu;
-  std::vector<absl::Status> statuses(8);
-  std::vector<std::vector<int32_t>> outputs(8);
-  std::vector<absl::Time> ended(8);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i) {
-    threads.emplace_back([&, i] {
-      absl::Status status =
-          (*cluster)->client().Generate(IdsRequest(ids, kTokens), [&](const lamina::v1::GenerateResponse& r) {
-            std::lock_guard<std::mutex> lock(mu);
-            outputs[i].insert(outputs[i].end(), r.token_ids().begin(), r.token_ids().end());
-          });
-      std::lock_guard<std::mutex> lock(mu);
-      statuses[i] = status;
-      ended[i] = absl::Now();
-    });
-  }
+  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(ids, kTokens)));
   // Mid-run: every request is decoding.
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < give_up) {
-    std::lock_guard<std::mutex> lock(mu);
-    bool all = true;
-    for (const auto& out : outputs) all = all && out.size() >= 16;
-    if (all) break;
-  }
+  requests.AwaitTokens(16, absl::Seconds(60));
   auto pid = (*cluster)->NodePid("memory-1");
   ASSERT_TRUE(pid.ok()) << pid.status();
   const absl::Time killed = absl::Now();
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  for (auto& t : threads) t.join();
+  const std::vector<Outcome> outcomes = requests.Join();
 
   int failed = 0, succeeded = 0;
   for (int i = 0; i < 8; ++i) {
-    if (statuses[i].ok()) {
+    const Outcome& o = outcomes[i];
+    if (o.status.ok()) {
       ++succeeded;
-      ASSERT_EQ(outputs[i].size(), static_cast<size_t>(kTokens)) << "request " << i;
-      for (int t = 0; t < 4; ++t) EXPECT_EQ(outputs[i][t], expected[t]) << "request " << i << " token " << t;
+      ASSERT_EQ(o.ids.size(), static_cast<size_t>(kTokens)) << "request " << i;
+      for (int t = 0; t < 4; ++t) EXPECT_EQ(o.ids[t], expected[t]) << "request " << i << " token " << t;
     } else {
       ++failed;
-      EXPECT_EQ(statuses[i].code(), absl::StatusCode::kUnavailable) << statuses[i];
-      EXPECT_NE(statuses[i].message().find("memory-1"), absl::string_view::npos) << statuses[i];
-      EXPECT_LT(ended[i] - killed, absl::Seconds(20)) << "failed requests must end within the link's timeout";
+      EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+      EXPECT_NE(o.status.message().find("memory-1"), absl::string_view::npos) << o.status;
+      EXPECT_LT(o.ended - killed, absl::Seconds(20)) << "failed requests must end within the link's timeout";
     }
   }
   EXPECT_GT(failed, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0");
   EXPECT_GT(succeeded, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0");
 
-  std::vector<int32_t> after;
-  const absl::Status again = (*cluster)->client().Generate(
-      IdsRequest(ids, 16), [&](const lamina::v1::GenerateResponse& r) {
-        after.insert(after.end(), r.token_ids().begin(), r.token_ids().end());
-      });
-  ASSERT_TRUE(again.ok()) << again << "\ncompute-0's log:\n" << (*cluster)->NodeLog("compute-0");
-  ASSERT_EQ(after.size(), 16u);
-  for (int t = 0; t < 4; ++t) EXPECT_EQ(after[t], expected[t]) << "token " << t;
+  const Outcome after = Generate((*cluster)->client(), IdsRequest(ids, 16));
+  ASSERT_TRUE(after.status.ok()) << after.status << "\ncompute-0's log:\n" << (*cluster)->NodeLog("compute-0");
+  ASSERT_EQ(after.ids.size(), 16u);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(after.ids[t], expected[t]) << "token " << t;
 }
 
 // A transport this machine lacks (rdma: our GPU machines have no RDMA NIC) is passed over, saying
@@ -264,24 +220,15 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
       options.transport = transport;
       auto cluster = ClusterHarness::Start(options);
       ASSERT_TRUE(cluster.ok()) << cluster.status();
-      std::vector<absl::Status> statuses(requests.size());
-      outputs[name].resize(requests.size());
-      std::vector<std::thread> threads;
+      const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
       for (size_t i = 0; i < requests.size(); ++i) {
-        threads.emplace_back([&, i] {
-          statuses[i] = (*cluster)->client().Generate(requests[i], [&](const lamina::v1::GenerateResponse& r) {
-            outputs[name][i].insert(outputs[name][i].end(), r.token_ids().begin(), r.token_ids().end());
-          });
-        });
-      }
-      for (auto& t : threads) t.join();
-      for (size_t i = 0; i < requests.size(); ++i) {
-        ASSERT_TRUE(statuses[i].ok()) << "request " << i << ": " << statuses[i] << "\ncompute-0's log:\n"
+        ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status << "\ncompute-0's log:\n"
                                       << (*cluster)->NodeLog("compute-0") << "\nmemory-0's log:\n"
                                       << (*cluster)->NodeLog("memory-0") << "\nmemory-1's log:\n"
                                       << (*cluster)->NodeLog("memory-1") << "\ncoordinator's log:\n"
                                       << (*cluster)->NodeLog("coordinator");
-        ASSERT_EQ(outputs[name][i].size(), static_cast<size_t>(requests[i].max_tokens())) << "request " << i;
+        ASSERT_EQ(outcomes[i].ids.size(), static_cast<size_t>(requests[i].max_tokens())) << "request " << i;
+        outputs[name].push_back(outcomes[i].ids);
       }
       if (mode == "rotational" && compute_nodes == 2) {
         // The batches moved between the compute nodes' GPUs directly, not through host memory.
@@ -335,31 +282,9 @@ TEST(GpuPipeliningTest, KillingARotatingComputeNodeEndsItsBatchesAndTheOtherStay
   const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
   const std::vector<int32_t> ids = golden["prompts"][0]["ids"].get<std::vector<int32_t>>();
 
-  std::mutex mu;
-  std::vector<absl::Status> statuses(6);
-  std::vector<size_t> tokens(6, 0);
-  std::vector<absl::Time> ended(6);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 6; ++i) {
-    threads.emplace_back([&, i] {
-      absl::Status status = (*cluster)->client().Generate(
-          IdsRequest(ids, 2000), [&](const lamina::v1::GenerateResponse& r) {
-            std::lock_guard<std::mutex> lock(mu);
-            tokens[i] += static_cast<size_t>(r.token_ids().size());
-          });
-      std::lock_guard<std::mutex> lock(mu);
-      statuses[i] = status;
-      ended[i] = absl::Now();
-    });
-  }
+  RequestsInFlight requests((*cluster)->client(), std::vector(6, IdsRequest(ids, 2000)));
   // Mid-run: every request is decoding, its batch rotating.
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < give_up) {
-    std::lock_guard<std::mutex> lock(mu);
-    bool all = true;
-    for (size_t n : tokens) all = all && n >= 16;
-    if (all) break;
-  }
+  requests.AwaitTokens(16, absl::Seconds(60));
   const std::string before = (*cluster)->NodeLog("compute-0");
   ASSERT_NE(before.find("GPU to GPU"), std::string::npos) << before;
   auto dead = (*cluster)->NodePid("compute-1");
@@ -367,12 +292,13 @@ TEST(GpuPipeliningTest, KillingARotatingComputeNodeEndsItsBatchesAndTheOtherStay
   ASSERT_TRUE(dead.ok() && survivor.ok());
   const absl::Time killed = absl::Now();
   ASSERT_EQ(::kill(static_cast<pid_t>(*dead), SIGKILL), 0);
-  for (auto& t : threads) t.join();
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_FALSE(statuses[i].ok()) << "request " << i << " outlived the compute node it ran through";
-    EXPECT_EQ(statuses[i].code(), absl::StatusCode::kUnavailable) << statuses[i];
-    EXPECT_NE(statuses[i].message().find("compute-1"), absl::string_view::npos) << statuses[i];
-    EXPECT_LT(ended[i] - killed, absl::Seconds(10)) << "request " << i;
+  const std::vector<Outcome> outcomes = requests.Join();
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const Outcome& o = outcomes[i];
+    ASSERT_FALSE(o.status.ok()) << "request " << i << " outlived the compute node it ran through";
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+    EXPECT_NE(o.status.message().find("compute-1"), absl::string_view::npos) << o.status;
+    EXPECT_LT(o.ended - killed, absl::Seconds(10)) << "request " << i;
   }
   absl::SleepFor(absl::Seconds(2));
   EXPECT_EQ(::kill(static_cast<pid_t>(*survivor), 0), 0) << "compute-0 died with compute-1";
