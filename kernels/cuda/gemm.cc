@@ -27,6 +27,7 @@ struct Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo;
+  bool reused = false;  // algo was prepared for another row count
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -47,9 +48,7 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(const Key& key) {
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second.get();
+absl::StatusOr<std::unique_ptr<Gemm::Plan>> Gemm::Describe(const Key& key) const {
   const auto [m, n, k, bias, accumulate] = key;
   auto plan = std::make_unique<Plan>();
   LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -70,7 +69,11 @@ absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(const Key& key) {
   LAMINA_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, k, n, k));
   LAMINA_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, k, m, k));
   LAMINA_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, n, m, n));
+  return plan;
+}
 
+absl::Status Gemm::AskForAlgorithm(const Key& key, Plan* plan) {
+  ++algorithm_queries_;
   cublasLtMatmulPreference_t preference = nullptr;
   LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
   const size_t workspace = workspace_.bytes();
@@ -83,13 +86,57 @@ absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(const Key& key) {
   cublasLtMatmulPreferenceDestroy(preference);
   LAMINA_RETURN_IF_ERROR(LtStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0) {
+    const auto [m, n, k, bias, accumulate] = key;
     return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for a bf16 GEMM of m=", m, " n=", n,
                                                  " k=", k));
   }
   plan->algo = result.algo;
+  return absl::OkStatus();
+}
+
+bool Gemm::ReusePrepared(const Key& key, Plan* plan) const {
+  const auto [m, n, k, bias, accumulate] = key;
+  auto shape = prepared_.find(ShapeKey{n, k, bias, accumulate});
+  if (shape == prepared_.end() || shape->second.empty()) return false;
+  auto above = shape->second.lower_bound(m);
+  const Plan* prepared = above != shape->second.end() ? above->second : shape->second.rbegin()->second;
+  cublasLtMatmulHeuristicResult_t check;
+  if (cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c, &prepared->algo, &check) !=
+          CUBLAS_STATUS_SUCCESS ||
+      check.workspaceSize > workspace_.bytes()) {
+    return false;
+  }
+  plan->algo = prepared->algo;
+  plan->reused = true;
+  return true;
+}
+
+absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, Describe(key));
+  if (!ReusePrepared(key, plan.get())) LAMINA_RETURN_IF_ERROR(AskForAlgorithm(key, plan.get()));
   Plan* raw = plan.get();
   plans_.emplace(key, std::move(plan));
   return raw;
+}
+
+absl::Status Gemm::Prepare(const std::vector<GemmShape>& shapes, int64_t max_rows) {
+  for (const GemmShape& s : shapes) {
+    std::map<int64_t, const Plan*>& rows = prepared_[ShapeKey{s.n, s.k, s.bias, s.accumulate}];
+    for (int64_t m = 2 * kSmallBatchRows; m < 2 * max_rows; m *= 2) {
+      const Key key{m, s.n, s.k, s.bias, s.accumulate};
+      auto it = plans_.find(key);
+      if (it == plans_.end()) {
+        LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, Describe(key));
+        // No algorithm at this size: the other sizes serve it, or a Run asks again.
+        if (!AskForAlgorithm(key, plan.get()).ok()) continue;
+        it = plans_.emplace(key, std::move(plan)).first;
+      }
+      rows[m] = it->second.get();
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* out, int64_t m, int64_t n, int64_t k,
@@ -105,9 +152,18 @@ absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* o
   }
   const float alpha = 1.f;
   const float beta = accumulate ? 1.f : 0.f;
-  LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, out, plan->c,
-                                           out, plan->c, &plan->algo, workspace_.data(), workspace_.bytes(), stream));
-  return absl::OkStatus();
+  auto multiply = [&] {
+    return cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, out, plan->c, out, plan->c,
+                          &plan->algo, workspace_.data(), workspace_.bytes(), stream);
+  };
+  cublasStatus_t status = multiply();
+  if (status != CUBLAS_STATUS_SUCCESS && plan->reused) {
+    // cuBLASLt passed the reused algorithm but refused to run it: ask for one of this shape's own.
+    plan->reused = false;
+    LAMINA_RETURN_IF_ERROR(AskForAlgorithm(Key{m, n, k, bias != nullptr, accumulate}, plan));
+    status = multiply();
+  }
+  return LtStatus(status, "cublasLtMatmul");
 }
 
 }  // namespace lamina::kernels::cuda

@@ -3,6 +3,13 @@
 // A plan (descriptors and the chosen algorithm) is made once per shape and reused. Up to
 // kSmallBatchRows rows go to SmallBatchGemm instead (small_batch_gemm.h), which streams the
 // weights closer to the read rate than cuBLAS does there.
+//
+// Asking cuBLASLt for an algorithm may load kernels into the CUDA context (cuLibraryLoadData), and
+// a load waits until the context's running kernels end. On a compute node whose device links have
+// waits spinning on the GPU, that wait may never end on its own: on two H200s, two rotating compute
+// nodes each sat in such a load while their spinning waits waited for the other's hand-overs, until
+// the waits timed out. Prepare() therefore asks for every algorithm a node will need before it
+// serves, and a later shape reuses a prepared algorithm rather than ask again.
 // Thread-compatible: one caller at a time per Gemm.
 #ifndef LAMINA_KERNELS_CUDA_GEMM_H_
 #define LAMINA_KERNELS_CUDA_GEMM_H_
@@ -14,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/cuda/device_buffer.h"
@@ -24,6 +32,14 @@ namespace lamina::kernels::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// The part of a product's shape that does not change with the number of rows.
+struct GemmShape {
+  int64_t n = 0;
+  int64_t k = 0;
+  bool bias = false;
+  bool accumulate = false;
+};
+
 class Gemm {
  public:
   static absl::StatusOr<std::unique_ptr<Gemm>> Create();
@@ -33,19 +49,39 @@ class Gemm {
   absl::Status Run(const bf16* x, const bf16* w, const float* bias, float* out, int64_t m, int64_t n, int64_t k,
                    bool accumulate, cudaStream_t stream);
 
+  // Plans each of `shapes` now for every power-of-two row count above kSmallBatchRows, up to
+  // `max_rows` rounded up. Afterwards a Run of a prepared shape with another row count uses the
+  // algorithm planned for the next larger one (the largest, past `max_rows`), once cuBLASLt has
+  // checked that it supports the actual shape (cublasLtMatmulAlgoCheck); only where it does not is
+  // cuBLASLt asked again. A power of two for which cuBLASLt has no algorithm is left out.
+  absl::Status Prepare(const std::vector<GemmShape>& shapes, int64_t max_rows);
+
+  // How many times cuBLASLt has been asked for an algorithm (Prepare's included).
+  int64_t algorithm_queries() const { return algorithm_queries_; }
+
   // false: every shape through cuBLASLt (for benchmarks that compare the two).
   void set_use_small_batch(bool use) { use_small_batch_ = use; }
 
  private:
   struct Plan;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // m, n, k, bias, accumulate
+  using ShapeKey = std::tuple<int64_t, int64_t, bool, bool>;       // n, k, bias, accumulate
   Gemm() = default;
   absl::StatusOr<Plan*> PlanFor(const Key& key);
+  // A plan's descriptors for `key`, with no algorithm yet.
+  absl::StatusOr<std::unique_ptr<Plan>> Describe(const Key& key) const;
+  // Sets plan->algo from cuBLASLt's heuristic.
+  absl::Status AskForAlgorithm(const Key& key, Plan* plan);
+  // Sets plan->algo to the prepared algorithm nearest above key's rows, if cuBLASLt supports it
+  // for key's shape; false when there is none.
+  bool ReusePrepared(const Key& key, Plan* plan) const;
 
   cublasLtContext* handle_ = nullptr;
   ::lamina::cuda::DeviceBuffer workspace_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::map<ShapeKey, std::map<int64_t, const Plan*>> prepared_;  // by shape, then rows
   bool use_small_batch_ = true;
+  int64_t algorithm_queries_ = 0;
 };
 
 }  // namespace lamina::kernels::cuda

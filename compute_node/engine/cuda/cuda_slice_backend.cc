@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
@@ -22,6 +23,21 @@ constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 25
 constexpr int64_t kLargestBucket = kBuckets[sizeof(kBuckets) / sizeof(kBuckets[0]) - 1];
 
 // The padded size a batch of n tokens runs at as graphs; 0 above the largest bucket.
+// Rows up to which the products' algorithms are chosen when a backend is made (Gemm::Prepare):
+// past a step's usual token budget; larger steps reuse the largest.
+constexpr int64_t kPreparedRows = 16384;
+
+// The shapes of the slices' products (PreAttention, PostAttention, FinalNormAndHead).
+std::vector<kc::GemmShape> ProductShapes(const CudaModelWeights& w) {
+  const ModelConfig& c = w.config;
+  const bool qkv_bias = !w.layers.empty() && w.layers[0].qkv_bias.bytes() > 0;
+  return {{c.qkv_size(), c.hidden_size, qkv_bias, false},
+          {c.hidden_size, c.q_size(), false, true},
+          {2 * c.intermediate_size, c.hidden_size, false, false},
+          {c.hidden_size, c.intermediate_size, false, true},
+          {c.vocab_size, c.hidden_size, false, false}};
+}
+
 int64_t GraphBucket(int64_t n) {
   for (int64_t b : kBuckets) {
     if (n <= b) return b;
@@ -37,6 +53,9 @@ absl::StatusOr<std::unique_ptr<CudaSliceBackend>> CudaSliceBackend::Create(const
   std::unique_ptr<CudaSliceBackend> b(new CudaSliceBackend(weights, device, graphs));
   LAMINA_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
   LAMINA_ASSIGN_OR_RETURN(b->gemm_, kc::Gemm::Create());
+  // Every algorithm the products will need, chosen now: later, a device link's waits may be
+  // spinning on the GPU, and choosing one may load kernels, which waits for them (gemm.h).
+  LAMINA_RETURN_IF_ERROR(b->gemm_->Prepare(ProductShapes(*weights), kPreparedRows));
   return b;
 }
 

@@ -190,6 +190,36 @@ TEST_F(CudaParityTest, GemmWithBiasAndAccumulate) {
   }
 }
 
+// After Prepare, products of the prepared shapes at any row count reuse the algorithms chosen
+// for the powers of two (checked by cuBLASLt for the actual shape), so cuBLASLt is not asked again:
+// asking may load kernels, which waits for the GPU to idle (gemm.h). The results still match.
+TEST_F(CudaParityTest, PreparedGemmReusesItsAlgorithmsAtOtherRowCounts) {
+  auto gemm = cuda::Gemm::Create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  const int64_t n = 384, k = 4096;
+  ASSERT_TRUE((*gemm)->Prepare({{n, k, true, false}, {n, k, false, true}}, 64).ok());
+  const int64_t prepared = (*gemm)->algorithm_queries();
+  EXPECT_EQ(prepared, 2 * 5);  // rows 4, 8, 16, 32 and 64, for each shape
+  for (const int64_t m : {3, 7, 24, 33, 64, 100}) {
+    SCOPED_TRACE(m);
+    const std::vector<float> x = RoundBf16(Random(m * k)), w = RoundBf16(Random(n * k, 0.05f));
+    const std::vector<float> bias = Random(n), initial = Random(m * n);
+    std::vector<float> want(m * n), plain(m * n), accumulated = initial;
+    cpu::Matmul(x.data(), w.data(), bias.data(), want.data(), m, n, k);
+    cpu::Matmul(x.data(), w.data(), nullptr, plain.data(), m, n, k);
+    cpu::AddInPlace(accumulated.data(), plain.data(), accumulated.size());
+    DeviceBuffer d_x = Upload(ToBf16(x)), d_w = Upload(ToBf16(w)), d_b = Upload(bias);
+    DeviceBuffer d_out = Upload(initial), d_acc = Upload(initial);
+    ASSERT_TRUE((*gemm)->Run(d_x.as<bf16>(), d_w.as<bf16>(), d_b.as<float>(), d_out.as<float>(), m, n, k, false,
+                             nullptr).ok());
+    ASSERT_TRUE((*gemm)->Run(d_x.as<bf16>(), d_w.as<bf16>(), nullptr, d_acc.as<float>(), m, n, k, true, nullptr)
+                    .ok());
+    ExpectNear(Download<float>(d_out, want.size()), want, 1e-4f, 1e-4f, "prepared gemm with bias");
+    ExpectNear(Download<float>(d_acc, want.size()), accumulated, 1e-4f, 1e-4f, "prepared gemm accumulate");
+  }
+  EXPECT_EQ((*gemm)->algorithm_queries(), prepared);
+}
+
 struct AttentionCase {
   int64_t q_heads, kv_heads, head_dim;
   std::vector<int64_t> contexts;  // one per sequence
