@@ -262,6 +262,50 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
   }
 }
 
+// Rotation over two compute nodes on GPUs with Llama-3.1-8B's shape (random weights) and prompts
+// of many lengths, so that the prefills' products come in many row counts. Each compute node's
+// waits spin on the other's hand-overs; before the products' algorithms were all chosen at
+// start-up (kernels/cuda/gemm.h), cuBLASLt loaded kernels for a new row count mid-step, the load
+// waited for those waits, and 9 of 11 such runs on two H200s stalled until requests failed.
+TEST(GpuPipeliningTest, RotationOverTwoComputeNodesServesPromptsOfManyLengths) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const int gpus = static_cast<int>(GpuNames().size());
+  auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
+  ClusterOptions options;
+  options.model = std::string(LAMINA_SOURCE_DIR) + "/deploy/models/llama-3.1-8b-shape";
+  options.random_weights_seed = 5;
+  options.pipelining = "rotational";
+  options.compute_nodes = 2;
+  options.compute_devices = {gpu(0), gpu(gpus > 2 ? 1 : 0)};
+  options.memory_devices = {gpu(gpus - 1), gpu(gpus - 1)};
+  options.transport = "auto";
+  options.prefix_caching = false;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<lamina::v1::GenerateRequest> requests;
+  uint32_t state = 7;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> ids(40 + 7 * i);
+    for (int32_t& id : ids) {
+      state = state * 1664525u + 1013904223u;
+      id = static_cast<int32_t>(state % 100000);
+    }
+    requests.push_back(IdsRequest(ids, 8));
+  }
+  const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status << "\ncompute-0's log:\n"
+                                         << (*cluster)->NodeLog("compute-0") << "\ncompute-1's log:\n"
+                                         << (*cluster)->NodeLog("compute-1");
+    EXPECT_EQ(outcomes[i].ids.size(), 8u) << "request " << i;
+  }
+  for (const char* node : {"compute-0", "compute-1"}) {
+    const std::string log = (*cluster)->NodeLog(node);
+    EXPECT_NE(log.find("GPU to GPU"), std::string::npos) << node << "'s log:\n" << log;
+  }
+}
+
 // Rotation over two compute nodes on GPUs, each batch handed over GPU to GPU: killing one ends
 // every batch promptly, naming it (as on the CPU), and the survivor stays up. Its waits queued on
 // the dead node's hand-overs give up after the step timeout, and its writes into the dead node's
