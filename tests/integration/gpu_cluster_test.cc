@@ -262,6 +262,20 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
   }
 }
 
+// `rotational` over two compute nodes, on GPUs 0 and 1 with the memory nodes on the last GPU where
+// there are three or more, else the compute nodes on GPU 0 and the memory nodes on the last.
+ClusterOptions RotationOverTwoComputeNodes() {
+  const int gpus = static_cast<int>(GpuNames().size());
+  auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
+  ClusterOptions options;
+  options.pipelining = "rotational";
+  options.compute_nodes = 2;
+  options.compute_devices = {gpu(0), gpu(gpus > 2 ? 1 : 0)};
+  options.memory_devices = {gpu(gpus - 1), gpu(gpus - 1)};
+  options.transport = "auto";
+  return options;
+}
+
 // Rotation over two compute nodes on GPUs with Llama-3.1-8B's shape (random weights) and prompts
 // of many lengths, so that the prefills' products come in many row counts. Each compute node's
 // waits spin on the other's hand-overs; before the products' algorithms were all chosen at
@@ -270,16 +284,9 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
 TEST(GpuPipeliningTest, RotationOverTwoComputeNodesServesPromptsOfManyLengths) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
-  const int gpus = static_cast<int>(GpuNames().size());
-  auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
-  ClusterOptions options;
+  ClusterOptions options = RotationOverTwoComputeNodes();
   options.model = std::string(LAMINA_SOURCE_DIR) + "/deploy/models/llama-3.1-8b-shape";
   options.random_weights_seed = 5;
-  options.pipelining = "rotational";
-  options.compute_nodes = 2;
-  options.compute_devices = {gpu(0), gpu(gpus > 2 ? 1 : 0)};
-  options.memory_devices = {gpu(gpus - 1), gpu(gpus - 1)};
-  options.transport = "auto";
   options.prefix_caching = false;
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -313,14 +320,7 @@ TEST(GpuPipeliningTest, RotationOverTwoComputeNodesServesPromptsOfManyLengths) {
 TEST(GpuPipeliningTest, KillingARotatingComputeNodeEndsItsBatchesAndTheOtherStaysUp) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
-  const int gpus = static_cast<int>(GpuNames().size());
-  auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
-  ClusterOptions options;
-  options.pipelining = "rotational";
-  options.compute_nodes = 2;
-  options.compute_devices = {gpu(0), gpu(gpus > 2 ? 1 : 0)};
-  options.memory_devices = {gpu(gpus - 1), gpu(gpus - 1)};
-  options.transport = "auto";
+  const ClusterOptions options = RotationOverTwoComputeNodes();
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
