@@ -22,7 +22,6 @@ namespace kc = kernels::cuda;
 constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
 constexpr int64_t kLargestBucket = kBuckets[sizeof(kBuckets) / sizeof(kBuckets[0]) - 1];
 
-// The padded size a batch of n tokens runs at as graphs; 0 above the largest bucket.
 // Rows up to which the products' algorithms are chosen when a backend is made (Gemm::Prepare):
 // past a step's usual token budget; larger steps reuse the largest.
 constexpr int64_t kPreparedRows = 16384;
@@ -38,6 +37,7 @@ std::vector<kc::GemmShape> ProductShapes(const CudaModelWeights& w) {
           {c.vocab_size, c.hidden_size, false, false}};
 }
 
+// The padded size a batch of n tokens runs at as graphs; 0 above the largest bucket.
 int64_t GraphBucket(int64_t n) {
   for (int64_t b : kBuckets) {
     if (n <= b) return b;
