@@ -145,7 +145,8 @@ absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* o
   if (use_small_batch_ && SmallBatchGemmApplies(x, w, m, k)) {
     return SmallBatchGemm(x, w, bias, out, m, n, k, accumulate, stream);
   }
-  LAMINA_ASSIGN_OR_RETURN(Plan * plan, PlanFor(Key{m, n, k, bias != nullptr, accumulate}));
+  const Key key{m, n, k, bias != nullptr, accumulate};
+  LAMINA_ASSIGN_OR_RETURN(Plan * plan, PlanFor(key));
   if (bias) {
     LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                              sizeof(bias)));
@@ -160,7 +161,7 @@ absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* o
   if (status != CUBLAS_STATUS_SUCCESS && plan->reused) {
     // cuBLASLt passed the reused algorithm but refused to run it: ask for one of this shape's own.
     plan->reused = false;
-    LAMINA_RETURN_IF_ERROR(AskForAlgorithm(Key{m, n, k, bias != nullptr, accumulate}, plan));
+    LAMINA_RETURN_IF_ERROR(AskForAlgorithm(key, plan));
     status = multiply();
   }
   return LtStatus(status, "cublasLtMatmul");
