@@ -2,7 +2,11 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
 #include "common/status/status_macros.h"
 #include "kernels/cuda/small_batch_gemm.h"
 
@@ -136,7 +140,66 @@ absl::Status Gemm::Prepare(const std::vector<GemmShape>& shapes, int64_t max_row
       rows[m] = it->second.get();
     }
   }
+  for (const GemmShape& s : shapes) LAMINA_RETURN_IF_ERROR(RunPreparedOnce(s));
   return absl::OkStatus();
+}
+
+absl::Status Gemm::RunPreparedOnce(const GemmShape& s) {
+  const std::map<int64_t, const Plan*>& rows = prepared_[ShapeKey{s.n, s.k, s.bias, s.accumulate}];
+  ::lamina::cuda::DeviceBuffer scratch_w, bias;
+  LAMINA_ASSIGN_OR_RETURN(::lamina::cuda::Stream stream, ::lamina::cuda::Stream::Create());
+  for (const auto& [own_rows, plan] : rows) {
+    std::vector<uint64_t> id = {s.bias, s.accumulate};
+    id.insert(id.end(), std::begin(plan->algo.data), std::end(plan->algo.data));
+    if (std::find(algorithms_run_.begin(), algorithms_run_.end(), id) != algorithms_run_.end()) continue;
+    // The fewest prepared rows the algorithm supports (rows ascend, and its own rows support it).
+    int64_t m = own_rows;
+    for (const auto& [fewer, candidate] : rows) {
+      cublasLtMatmulHeuristicResult_t check;
+      if (cublasLtMatmulAlgoCheck(handle_, candidate->desc, candidate->a, candidate->b, candidate->c, candidate->c,
+                                  &plan->algo, &check) == CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= workspace_.bytes()) {
+        m = fewer;
+        break;
+      }
+    }
+    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<Plan> trial, Describe(Key{m, s.n, s.k, s.bias, s.accumulate}));
+    trial->algo = plan->algo;
+    const bf16* w = s.weights;
+    if (w == nullptr) {
+      if (scratch_w.bytes() == 0) {
+        LAMINA_ASSIGN_OR_RETURN(scratch_w, ::lamina::cuda::DeviceBuffer::Create(s.n * s.k * sizeof(bf16)));
+        LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch_w.data(), 0, scratch_w.bytes(), stream.get()));
+      }
+      w = scratch_w.as<bf16>();
+    }
+    if (s.bias && bias.bytes() == 0) {
+      LAMINA_ASSIGN_OR_RETURN(bias, ::lamina::cuda::DeviceBuffer::Create(s.n * sizeof(float)));
+      LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(bias.data(), 0, bias.bytes(), stream.get()));
+    }
+    LAMINA_ASSIGN_OR_RETURN(auto x, ::lamina::cuda::DeviceBuffer::Create(m * s.k * sizeof(bf16)));
+    LAMINA_ASSIGN_OR_RETURN(auto out, ::lamina::cuda::DeviceBuffer::Create(m * s.n * sizeof(float)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x.data(), 0, x.bytes(), stream.get()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out.data(), 0, out.bytes(), stream.get()));
+    LAMINA_RETURN_IF_ERROR(Multiply(*trial, x.as<bf16>(), w, bias.as<float>(), out.as<float>(), s.accumulate,
+                                    stream.get()));
+    LAMINA_RETURN_IF_ERROR(stream.Synchronize());
+    algorithms_run_.push_back(std::move(id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Gemm::Multiply(const Plan& plan, const bf16* x, const bf16* w, const float* bias, float* out,
+                            bool accumulate, cudaStream_t stream) {
+  if (bias) {
+    LAMINA_LT_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  const float alpha = 1.f;
+  const float beta = accumulate ? 1.f : 0.f;
+  return LtStatus(cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c, out, plan.c,
+                                 &plan.algo, workspace_.data(), workspace_.bytes(), stream),
+                  "cublasLtMatmul");
 }
 
 absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* out, int64_t m, int64_t n, int64_t k,
@@ -147,24 +210,14 @@ absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* o
   }
   const Key key{m, n, k, bias != nullptr, accumulate};
   LAMINA_ASSIGN_OR_RETURN(Plan * plan, PlanFor(key));
-  if (bias) {
-    LAMINA_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                             sizeof(bias)));
-  }
-  const float alpha = 1.f;
-  const float beta = accumulate ? 1.f : 0.f;
-  auto multiply = [&] {
-    return cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, out, plan->c, out, plan->c,
-                          &plan->algo, workspace_.data(), workspace_.bytes(), stream);
-  };
-  cublasStatus_t status = multiply();
-  if (status != CUBLAS_STATUS_SUCCESS && plan->reused) {
+  absl::Status status = Multiply(*plan, x, w, bias, out, accumulate, stream);
+  if (!status.ok() && plan->reused) {
     // cuBLASLt passed the reused algorithm but refused to run it: ask for one of this shape's own.
     plan->reused = false;
     LAMINA_RETURN_IF_ERROR(AskForAlgorithm(key, plan));
-    status = multiply();
+    status = Multiply(*plan, x, w, bias, out, accumulate, stream);
   }
-  return LtStatus(status, "cublasLtMatmul");
+  return status;
 }
 
 }  // namespace lamina::kernels::cuda

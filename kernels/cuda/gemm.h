@@ -8,8 +8,10 @@
 // a load waits until the context's running kernels end. On a compute node whose device links have
 // waits spinning on the GPU, that wait may never end on its own: on two H200s, two rotating compute
 // nodes each sat in such a load while their spinning waits waited for the other's hand-overs, until
-// the waits timed out. Prepare() therefore asks for every algorithm a node will need before it
-// serves, and a later shape reuses a prepared algorithm rather than ask again.
+// the waits timed out. Running an algorithm for the first time loads its kernels too (seen the same
+// way after the asking was moved to start-up). Prepare() therefore asks for every algorithm a node
+// will need, and runs each once, before the node serves; a later shape reuses a prepared algorithm
+// rather than ask again.
 // Thread-compatible: one caller at a time per Gemm.
 #ifndef LAMINA_KERNELS_CUDA_GEMM_H_
 #define LAMINA_KERNELS_CUDA_GEMM_H_
@@ -38,6 +40,8 @@ struct GemmShape {
   int64_t k = 0;
   bool bias = false;
   bool accumulate = false;
+  // The weights [n, k] the product will run with, for Prepare's trial runs; null: zeroed scratch.
+  const bf16* weights = nullptr;
 };
 
 class Gemm {
@@ -54,10 +58,14 @@ class Gemm {
   // algorithm planned for the next larger one (the largest, past `max_rows`), once cuBLASLt has
   // checked that it supports the actual shape (cublasLtMatmulAlgoCheck); only where it does not is
   // cuBLASLt asked again. A power of two for which cuBLASLt has no algorithm is left out.
+  // Then runs each distinct algorithm chosen once, at the fewest rows it supports, on zeroed inputs
+  // (`weights`, or scratch), and waits for the runs: their kernels are loaded when this returns.
   absl::Status Prepare(const std::vector<GemmShape>& shapes, int64_t max_rows);
 
   // How many times cuBLASLt has been asked for an algorithm (Prepare's included).
   int64_t algorithm_queries() const { return algorithm_queries_; }
+  // How many distinct algorithms Prepare has run.
+  int64_t algorithms_run() const { return static_cast<int64_t>(algorithms_run_.size()); }
 
   // false: every shape through cuBLASLt (for benchmarks that compare the two).
   void set_use_small_batch(bool use) { use_small_batch_ = use; }
@@ -75,11 +83,16 @@ class Gemm {
   // Sets plan->algo to the prepared algorithm nearest above key's rows, if cuBLASLt supports it
   // for key's shape; false when there is none.
   bool ReusePrepared(const Key& key, Plan* plan) const;
+  // Runs each prepared algorithm of `shape` not run before, once (Prepare).
+  absl::Status RunPreparedOnce(const GemmShape& shape);
+  absl::Status Multiply(const Plan& plan, const bf16* x, const bf16* w, const float* bias, float* out,
+                        bool accumulate, cudaStream_t stream);
 
   cublasLtContext* handle_ = nullptr;
   ::lamina::cuda::DeviceBuffer workspace_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<ShapeKey, std::map<int64_t, const Plan*>> prepared_;  // by shape, then rows
+  std::vector<std::vector<uint64_t>> algorithms_run_;                // bias, accumulate, then the algorithm
   bool use_small_batch_ = true;
   int64_t algorithm_queries_ = 0;
 };

@@ -26,15 +26,20 @@ constexpr int64_t kLargestBucket = kBuckets[sizeof(kBuckets) / sizeof(kBuckets[0
 // past a step's usual token budget; larger steps reuse the largest.
 constexpr int64_t kPreparedRows = 16384;
 
-// The shapes of the slices' products (PreAttention, PostAttention, FinalNormAndHead).
+// The shapes of the slices' products (PreAttention, PostAttention, FinalNormAndHead), with the
+// weights they run with.
 std::vector<kc::GemmShape> ProductShapes(const CudaModelWeights& w) {
   const ModelConfig& c = w.config;
-  const bool qkv_bias = !w.layers.empty() && w.layers[0].qkv_bias.bytes() > 0;
-  return {{c.qkv_size(), c.hidden_size, qkv_bias, false},
-          {c.hidden_size, c.q_size(), false, true},
-          {2 * c.intermediate_size, c.hidden_size, false, false},
-          {c.hidden_size, c.intermediate_size, false, true},
-          {c.vocab_size, c.hidden_size, false, false}};
+  const CudaLayerWeights* first = w.layers.empty() ? nullptr : &w.layers[0];
+  const bool qkv_bias = first != nullptr && first->qkv_bias.bytes() > 0;
+  auto of = [first](cuda::DeviceBuffer CudaLayerWeights::*member) {
+    return first == nullptr ? nullptr : (first->*member).as<bf16>();
+  };
+  return {{c.qkv_size(), c.hidden_size, qkv_bias, false, of(&CudaLayerWeights::qkv)},
+          {c.hidden_size, c.q_size(), false, true, of(&CudaLayerWeights::o_proj)},
+          {2 * c.intermediate_size, c.hidden_size, false, false, of(&CudaLayerWeights::gate_up)},
+          {c.hidden_size, c.intermediate_size, false, true, of(&CudaLayerWeights::down)},
+          {c.vocab_size, c.hidden_size, false, false, w.head()}};
 }
 
 // The padded size a batch of n tokens runs at as graphs; 0 above the largest bucket.
@@ -53,8 +58,9 @@ absl::StatusOr<std::unique_ptr<CudaSliceBackend>> CudaSliceBackend::Create(const
   std::unique_ptr<CudaSliceBackend> b(new CudaSliceBackend(weights, device, graphs));
   LAMINA_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
   LAMINA_ASSIGN_OR_RETURN(b->gemm_, kc::Gemm::Create());
-  // Every algorithm the products will need, chosen now: later, a device link's waits may be
-  // spinning on the GPU, and choosing one may load kernels, which waits for them (gemm.h).
+  // Every algorithm the products will need, chosen and run once now: later, a device link's waits
+  // may be spinning on the GPU, and choosing or first running one loads kernels, which waits for
+  // them (gemm.h).
   LAMINA_RETURN_IF_ERROR(b->gemm_->Prepare(ProductShapes(*weights), kPreparedRows));
   return b;
 }
