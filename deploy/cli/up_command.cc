@@ -14,6 +14,7 @@
 #include "common/flags/flags.h"
 #include "common/process/child_process.h"
 #include "common/status/status_macros.h"
+#include "common/topology/shared_gpus.h"
 #include "common/topology/topology.h"
 #include "deploy/cli/cluster_client.h"
 
@@ -115,6 +116,9 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
   if (!ports.ok()) {
     *exit_code = 2;
     return ports;
+  }
+  for (const std::string& warning : SharedGpuWarnings(topology)) {
+    std::fprintf(stderr, "lamina up: warning: %s\n", warning.c_str());
   }
   const std::string bin = ProgramDir();
   for (const char* program : {"lamina-coordinator", "lamina-compute-node", "lamina-memory-node"}) {
