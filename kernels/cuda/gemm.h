@@ -60,6 +60,7 @@ class Gemm {
   // cuBLASLt asked again. A power of two for which cuBLASLt has no algorithm is left out.
   // Then runs each distinct algorithm chosen once, at the fewest rows it supports, on zeroed inputs
   // (`weights`, or scratch), and waits for the runs: their kernels are loaded when this returns.
+  // May be called again, for other shapes or other limits.
   absl::Status Prepare(const std::vector<GemmShape>& shapes, int64_t max_rows);
 
   // How many times cuBLASLt has been asked for an algorithm (Prepare's included).

@@ -23,12 +23,14 @@ constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 25
 constexpr int64_t kLargestBucket = kBuckets[sizeof(kBuckets) / sizeof(kBuckets[0]) - 1];
 
 // Rows up to which the products' algorithms are chosen when a backend is made (Gemm::Prepare):
-// past a step's usual token budget; larger steps reuse the largest.
+// past a step's usual token budget; larger steps reuse the largest. The LM head runs on the rows
+// sampled in a step (at most the batch), or on every row (LogitsForAllRows), which then reuses
+// the largest; its smaller limit also bounds Prepare's trial run of it (rows × vocabulary floats).
 constexpr int64_t kPreparedRows = 16384;
+constexpr int64_t kPreparedHeadRows = 1024;
 
-// The shapes of the slices' products (PreAttention, PostAttention, FinalNormAndHead), with the
-// weights they run with.
-std::vector<kc::GemmShape> ProductShapes(const CudaModelWeights& w) {
+// The shapes of the layers' products (PreAttention, PostAttention), with the weights they run with.
+std::vector<kc::GemmShape> LayerProductShapes(const CudaModelWeights& w) {
   const ModelConfig& c = w.config;
   const CudaLayerWeights* first = w.layers.empty() ? nullptr : &w.layers[0];
   const bool qkv_bias = first != nullptr && first->qkv_bias.bytes() > 0;
@@ -38,8 +40,12 @@ std::vector<kc::GemmShape> ProductShapes(const CudaModelWeights& w) {
   return {{c.qkv_size(), c.hidden_size, qkv_bias, false, of(&CudaLayerWeights::qkv)},
           {c.hidden_size, c.q_size(), false, true, of(&CudaLayerWeights::o_proj)},
           {2 * c.intermediate_size, c.hidden_size, false, false, of(&CudaLayerWeights::gate_up)},
-          {c.hidden_size, c.intermediate_size, false, true, of(&CudaLayerWeights::down)},
-          {c.vocab_size, c.hidden_size, false, false, w.head()}};
+          {c.hidden_size, c.intermediate_size, false, true, of(&CudaLayerWeights::down)}};
+}
+
+// The LM head's product (FinalNormAndHead).
+kc::GemmShape HeadShape(const CudaModelWeights& w) {
+  return {w.config.vocab_size, w.config.hidden_size, false, false, w.head()};
 }
 
 // The padded size a batch of n tokens runs at as graphs; 0 above the largest bucket.
@@ -61,7 +67,8 @@ absl::StatusOr<std::unique_ptr<CudaSliceBackend>> CudaSliceBackend::Create(const
   // Every algorithm the products will need, chosen and run once now: later, a device link's waits
   // may be spinning on the GPU, and choosing or first running one loads kernels, which waits for
   // them (gemm.h).
-  LAMINA_RETURN_IF_ERROR(b->gemm_->Prepare(ProductShapes(*weights), kPreparedRows));
+  LAMINA_RETURN_IF_ERROR(b->gemm_->Prepare(LayerProductShapes(*weights), kPreparedRows));
+  LAMINA_RETURN_IF_ERROR(b->gemm_->Prepare({HeadShape(*weights)}, kPreparedHeadRows));
   return b;
 }
 
