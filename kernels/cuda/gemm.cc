@@ -98,18 +98,20 @@ absl::Status Gemm::AskForAlgorithm(const Key& key, Plan* plan) {
   return absl::OkStatus();
 }
 
+bool Gemm::Supports(const Plan& plan, const Plan& chosen) const {
+  cublasLtMatmulHeuristicResult_t check;
+  return cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, &chosen.algo, &check) ==
+             CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= workspace_.bytes();
+}
+
 bool Gemm::ReusePrepared(const Key& key, Plan* plan) const {
   const auto [m, n, k, bias, accumulate] = key;
   auto shape = prepared_.find(ShapeKey{n, k, bias, accumulate});
   if (shape == prepared_.end() || shape->second.empty()) return false;
   auto above = shape->second.lower_bound(m);
   const Plan* prepared = above != shape->second.end() ? above->second : shape->second.rbegin()->second;
-  cublasLtMatmulHeuristicResult_t check;
-  if (cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c, &prepared->algo, &check) !=
-          CUBLAS_STATUS_SUCCESS ||
-      check.workspaceSize > workspace_.bytes()) {
-    return false;
-  }
+  if (!Supports(*plan, *prepared)) return false;
   plan->algo = prepared->algo;
   plan->reused = true;
   return true;
@@ -152,19 +154,16 @@ absl::Status Gemm::RunPreparedOnce(const GemmShape& s) {
     std::vector<uint64_t> id = {s.bias, s.accumulate};
     id.insert(id.end(), std::begin(plan->algo.data), std::end(plan->algo.data));
     if (std::find(algorithms_run_.begin(), algorithms_run_.end(), id) != algorithms_run_.end()) continue;
-    // The fewest prepared rows the algorithm supports (rows ascend, and its own rows support it).
+    // At the fewest prepared rows the algorithm supports (rows ascend, and its own rows support it).
     int64_t m = own_rows;
+    const Plan* at = plan;
     for (const auto& [fewer, candidate] : rows) {
-      cublasLtMatmulHeuristicResult_t check;
-      if (cublasLtMatmulAlgoCheck(handle_, candidate->desc, candidate->a, candidate->b, candidate->c, candidate->c,
-                                  &plan->algo, &check) == CUBLAS_STATUS_SUCCESS &&
-          check.workspaceSize <= workspace_.bytes()) {
+      if (Supports(*candidate, *plan)) {
         m = fewer;
+        at = candidate;
         break;
       }
     }
-    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<Plan> trial, Describe(Key{m, s.n, s.k, s.bias, s.accumulate}));
-    trial->algo = plan->algo;
     const bf16* w = s.weights;
     if (w == nullptr) {
       if (scratch_w.bytes() == 0) {
@@ -181,16 +180,16 @@ absl::Status Gemm::RunPreparedOnce(const GemmShape& s) {
     LAMINA_ASSIGN_OR_RETURN(auto out, ::lamina::cuda::DeviceBuffer::Create(m * s.n * sizeof(float)));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x.data(), 0, x.bytes(), stream.get()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out.data(), 0, out.bytes(), stream.get()));
-    LAMINA_RETURN_IF_ERROR(Multiply(*trial, x.as<bf16>(), w, bias.as<float>(), out.as<float>(), s.accumulate,
-                                    stream.get()));
+    LAMINA_RETURN_IF_ERROR(Multiply(*at, *plan, x.as<bf16>(), w, bias.as<float>(), out.as<float>(),
+                                    s.accumulate, stream.get()));
     LAMINA_RETURN_IF_ERROR(stream.Synchronize());
     algorithms_run_.push_back(std::move(id));
   }
   return absl::OkStatus();
 }
 
-absl::Status Gemm::Multiply(const Plan& plan, const bf16* x, const bf16* w, const float* bias, float* out,
-                            bool accumulate, cudaStream_t stream) {
+absl::Status Gemm::Multiply(const Plan& plan, const Plan& chosen, const bf16* x, const bf16* w, const float* bias,
+                            float* out, bool accumulate, cudaStream_t stream) {
   if (bias) {
     LAMINA_LT_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -198,7 +197,7 @@ absl::Status Gemm::Multiply(const Plan& plan, const bf16* x, const bf16* w, cons
   const float alpha = 1.f;
   const float beta = accumulate ? 1.f : 0.f;
   return LtStatus(cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c, out, plan.c,
-                                 &plan.algo, workspace_.data(), workspace_.bytes(), stream),
+                                 &chosen.algo, workspace_.data(), workspace_.bytes(), stream),
                   "cublasLtMatmul");
 }
 
@@ -210,12 +209,12 @@ absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* o
   }
   const Key key{m, n, k, bias != nullptr, accumulate};
   LAMINA_ASSIGN_OR_RETURN(Plan * plan, PlanFor(key));
-  absl::Status status = Multiply(*plan, x, w, bias, out, accumulate, stream);
+  absl::Status status = Multiply(*plan, *plan, x, w, bias, out, accumulate, stream);
   if (!status.ok() && plan->reused) {
     // cuBLASLt passed the reused algorithm but refused to run it: ask for one of this shape's own.
     plan->reused = false;
     LAMINA_RETURN_IF_ERROR(AskForAlgorithm(key, plan));
-    status = Multiply(*plan, x, w, bias, out, accumulate, stream);
+    status = Multiply(*plan, *plan, x, w, bias, out, accumulate, stream);
   }
   return status;
 }

@@ -81,13 +81,17 @@ class Gemm {
   absl::StatusOr<std::unique_ptr<Plan>> Describe(const Key& key) const;
   // Sets plan->algo from cuBLASLt's heuristic.
   absl::Status AskForAlgorithm(const Key& key, Plan* plan);
+  // Whether cuBLASLt runs `chosen`'s algorithm for `plan`'s shape within the workspace
+  // (cublasLtMatmulAlgoCheck).
+  bool Supports(const Plan& plan, const Plan& chosen) const;
   // Sets plan->algo to the prepared algorithm nearest above key's rows, if cuBLASLt supports it
   // for key's shape; false when there is none.
   bool ReusePrepared(const Key& key, Plan* plan) const;
   // Runs each prepared algorithm of `shape` not run before, once (Prepare).
   absl::Status RunPreparedOnce(const GemmShape& shape);
-  absl::Status Multiply(const Plan& plan, const bf16* x, const bf16* w, const float* bias, float* out,
-                        bool accumulate, cudaStream_t stream);
+  // out = x · wᵀ with `plan`'s descriptors and `chosen`'s algorithm.
+  absl::Status Multiply(const Plan& plan, const Plan& chosen, const bf16* x, const bf16* w, const float* bias,
+                        float* out, bool accumulate, cudaStream_t stream);
 
   cublasLtContext* handle_ = nullptr;
   ::lamina::cuda::DeviceBuffer workspace_;
