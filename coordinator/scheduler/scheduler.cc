@@ -634,12 +634,17 @@ void Scheduler::Loop() {
   FailEverything(absl::UnavailableError("the coordinator is shutting down"));
 }
 
+absl::Status Scheduler::DeadComputeNodeError() const {
+  const std::string dead_node = batch_->DeadComputeNode(*membership_);
+  if (dead_node.empty()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "compute node '", dead_node, "' is not alive",
+      batch_->rotation_replicas > 0 ? " (rotational pipelining runs every batch through every compute node)" : ""));
+}
+
 void Scheduler::Prepare() {
   EndDeadAndCancelled();
-  if (const std::string dead_node = batch_->DeadComputeNode(*membership_); !dead_node.empty()) {
-    const absl::Status dead = absl::UnavailableError(absl::StrCat(
-        "compute node '", dead_node, "' is not alive",
-        batch_->rotation_replicas > 0 ? " (rotational pipelining runs every batch through every compute node)" : ""));
+  if (const absl::Status dead = DeadComputeNodeError(); !dead.ok()) {
     FailAll(dead);
     FailPreempted(dead);
     // Queued requests wait for a batch on live compute nodes; with none left they fail.
@@ -694,7 +699,10 @@ void Scheduler::Collect() {
                                                  "' did not finish an iteration in ", topology_.step_timeout_ms, " ms"));
   }
   if (!result.ok()) {
-    FailAll(result.status());
+    // A node's death aborts the step on every compute node of the batch: name the dead one, not a
+    // survivor whose stream was cancelled.
+    const absl::Status dead = DeadComputeNodeError();
+    FailAll(dead.ok() ? result.status() : dead);
     return;
   }
   if (result->error_code() != 0) {

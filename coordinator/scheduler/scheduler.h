@@ -144,6 +144,8 @@ class Scheduler {
   };
 
   void Loop();
+  // Unavailable naming the current batch's first compute node that is not alive; OK when all are.
+  absl::Status DeadComputeNodeError() const;
   // Sends the current batch's next plan, if it has work.
   void Prepare();
   // Waits for the current batch's step and applies its result.
