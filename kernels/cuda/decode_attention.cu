@@ -85,15 +85,32 @@ __device__ void ArriveAndFinish(const DecodeLink& link, uint32_t blocks) {
 }
 
 // Each lane's 8 dims of the group's kG query heads, pre-scaled. Through L2: with a link the rows
-// were just written by a peer GPU.
+// were just written by a peer GPU. Two 16-byte loads a head where the rows allow: scalar loads
+// fetch each 32-byte sector from L2 eight times over. Not at head_dim 32, where ptxas spilled with
+// them (at 6 query heads a kv head).
 template <int kDim, int kG>
 __device__ __forceinline__ void LoadQuery(const float* q, int64_t q_stride, int seq, int kv_head, int lane,
                                           float q_scale, float (&qr)[kG][8]) {
+  const float* src = q + seq * q_stride + kv_head * kG * kDim + lane * 8;
+  if (kDim >= 64 && (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (q_stride & 3) == 0) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      const float4 lo = __ldcg(reinterpret_cast<const float4*>(src + g * kDim));
+      const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + g * kDim + 4));
+      qr[g][0] = lo.x, qr[g][1] = lo.y, qr[g][2] = lo.z, qr[g][3] = lo.w;
+      qr[g][4] = hi.x, qr[g][5] = hi.y, qr[g][6] = hi.z, qr[g][7] = hi.w;
+    }
+  } else {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qr[g][i] = __ldcg(src + g * kDim + i);
+    }
+  }
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
-    const float* src = q + seq * q_stride + (kv_head * kG + g) * kDim + lane * 8;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) qr[g][i] = __ldcg(src + i) * q_scale;
+    for (int i = 0; i < 8; ++i) qr[g][i] *= q_scale;
   }
 }
 

@@ -261,25 +261,32 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
     cpu::DecodeAttention(shape, q.data(), q_stride, keys.data(), values.data(), kv_size, slots.data(), begin64.data(),
                          want.data(), q_size, seqs);
 
-    DeviceBuffer d_q = Upload(q), d_k = Upload(ToBf16(keys)), d_v = Upload(ToBf16(values));
+    // The queries 16-byte aligned (read in vectors), and one float past that (read in scalars).
+    std::vector<float> q_shifted = {0.f};
+    q_shifted.insert(q_shifted.end(), q.begin(), q.end());
+    DeviceBuffer d_q = Upload(q), d_q_shifted = Upload(q_shifted);
+    DeviceBuffer d_k = Upload(ToBf16(keys)), d_v = Upload(ToBf16(values));
     DeviceBuffer d_slots = Upload(slots), d_begin = Upload(begin32);
     const int64_t longest = *std::max_element(c.contexts.begin(), c.contexts.end());
     // The planner's picks for a small and a large GPU, then a block and a warp per (sequence, kv
     // head) whatever the context.
     cuda::DecodePlan block_each, warp_each;
     warp_each.warp_per_head = true;
-    for (const cuda::DecodePlan& plan :
-         {cuda::PlanDecode(shape, seqs, longest, 1), cuda::PlanDecode(shape, seqs, longest, 132), block_each,
-          warp_each}) {
-      DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
-      DeviceBuffer d_work = *DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float));
-      ASSERT_TRUE(cuda::DecodeAttention(shape, plan, d_q.as<float>(), q_stride, d_k.as<bf16>(), d_v.as<bf16>(),
-                                        d_slots.as<int32_t>(), d_begin.as<int32_t>(), d_out.as<float>(), q_size, seqs,
-                                        d_work.as<float>(), nullptr).ok());
-      ExpectNear(Download<float>(d_out, want.size()), want, 2e-4f, 2e-3f,
-                 "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
-                     " dim " + std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
-                     (plan.warp_per_head ? " warp per head" : ""));
+    for (const float* d_queries : {d_q.as<float>(), d_q_shifted.as<float>() + 1}) {
+      for (const cuda::DecodePlan& plan :
+           {cuda::PlanDecode(shape, seqs, longest, 1), cuda::PlanDecode(shape, seqs, longest, 132), block_each,
+            warp_each}) {
+        DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
+        DeviceBuffer d_work = *DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float));
+        ASSERT_TRUE(cuda::DecodeAttention(shape, plan, d_queries, q_stride, d_k.as<bf16>(), d_v.as<bf16>(),
+                                          d_slots.as<int32_t>(), d_begin.as<int32_t>(), d_out.as<float>(), q_size,
+                                          seqs, d_work.as<float>(), nullptr).ok());
+        ExpectNear(Download<float>(d_out, want.size()), want, 2e-4f, 2e-3f,
+                   "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
+                       " dim " + std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
+                       (plan.warp_per_head ? " warp per head" : "") +
+                       (d_queries == d_q.as<float>() ? "" : " queries not 16-byte aligned"));
+      }
     }
   }
 }
