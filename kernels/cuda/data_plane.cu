@@ -79,9 +79,11 @@ bool Vectorized(const float* src, int64_t src_stride, int64_t cols, const float*
 __global__ void SendRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                                float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
                                uint32_t* arrivals, bool vectorized) {
+  // Only earlier work on the stream sets the error word: read it now, while the rows are copied.
+  const bool failed = threadIdx.x == 0 && ErrorSet(error);
   CopyBlockRows(vectorized, src, src_stride, rows, dst, dst_stride, nullptr, blockIdx.x * kSendRowsPerBlock, count, cols,
                 kSendRowsPerBlock);
-  ArriveAndRaise(arrivals, gridDim.x, flag, value, error);
+  ArriveAndRaise(arrivals, gridDim.x, flag, value, error, &failed);
 }
 
 template <bool kExact>
@@ -90,14 +92,18 @@ __global__ void WaitFlagKernel(const uint64_t* flag, uint64_t value, int64_t tim
   SpinOnFlag<kExact>(flag, value, timeout_ns, error, code);
 }
 
-// Thread 0 of each block waits; the barrier then releases the block's copy.
+// A block a row. Thread 0 of each block waits; the barrier then releases the block's copy. The
+// row's place in `dst` is read before the wait, so that it is not on the path.
+static_assert(kReceiveRowsPerBlock == 1, "ReceiveRowsKernel reads one destination row a block ahead");
 __global__ void ReceiveRowsKernel(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
                                   uint32_t code, const float* src, int64_t src_stride, const int32_t* rows,
                                   int64_t count, int64_t cols, float* dst, int64_t dst_stride, bool vectorized) {
+  const int64_t row = blockIdx.x;
+  const int64_t to = rows ? rows[row] : row;
   if (threadIdx.x == 0) SpinOnFlag(flag, value, timeout_ns, error, code);
   __syncthreads();
-  CopyBlockRows(vectorized, src, src_stride, nullptr, dst, dst_stride, rows, blockIdx.x * kReceiveRowsPerBlock, count,
-                cols, kReceiveRowsPerBlock);
+  CopyBlockRows(vectorized, src + row * src_stride, src_stride, nullptr, dst + to * dst_stride, dst_stride, nullptr, 0,
+                1, cols, 1);
 }
 
 // ScatterRows (dst_rows set) and GatherRows (src_rows set).

@@ -44,13 +44,21 @@ __device__ inline void SpinOnFlag(const uint64_t* flag, uint64_t value, int64_t 
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
+// Whether the error word is set (false for a null one).
+__device__ inline bool ErrorSet(const uint32_t* error) {
+  return error != nullptr && *const_cast<volatile const uint32_t*>(error) != 0;
+}
+
 // Called by every thread of a block once its writes are done: the last of `blocks` blocks to get
-// here sets *flag = value (release, system scope), unless *error is set. Only thread 0 fences,
-// after the barrier (fences are cumulative), as NVSHMEM's block-scoped put-with-signal does; a
-// lone block needs no more than the release store itself. `arrivals` is a zeroed device word,
-// left zeroed. True in thread 0 of the last block, false elsewhere.
+// here sets *flag = value (release, system scope), unless the error word is set. Only thread 0
+// fences, after the barrier (fences are cumulative), as NVSHMEM's block-scoped put-with-signal
+// does; a lone block needs no more than the release store itself. `arrivals` is a zeroed device
+// word, left zeroed. True in thread 0 of the last block, false elsewhere.
+//
+// `error_read`: ErrorSet(error) as thread 0 read it at the start of the launch, for launches in
+// which no block sets the error word, so that the read is off the path; null reads it here.
 __device__ inline bool ArriveAndRaise(uint32_t* arrivals, uint32_t blocks, uint64_t* flag, uint64_t value,
-                                      const uint32_t* error) {
+                                      const uint32_t* error, const bool* error_read = nullptr) {
   __syncthreads();
   if (threadIdx.x != 0) return false;
   if (blocks > 1) {
@@ -60,7 +68,7 @@ __device__ inline bool ArriveAndRaise(uint32_t* arrivals, uint32_t blocks, uint6
     if (before + 1 != blocks) return false;
     *arrivals = 0;
   }
-  if (error == nullptr || *const_cast<volatile const uint32_t*>(error) == 0) StoreRelease(flag, value);
+  if (!(error_read != nullptr ? *error_read : ErrorSet(error))) StoreRelease(flag, value);
   return true;
 }
 
