@@ -63,12 +63,21 @@ absl::Status Stream::Synchronize() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Event> Event::Create() {
+absl::StatusOr<Event> Event::CreateWithFlags(unsigned flags) {
   cudaEvent_t e = nullptr;
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, flags));
   Event event;
   event.event_.reset(e);
   return event;
+}
+
+absl::StatusOr<Event> Event::Create() { return CreateWithFlags(cudaEventDefault); }
+
+absl::StatusOr<Event> Event::CreateForOrdering() { return CreateWithFlags(cudaEventDisableTiming); }
+
+absl::Status Event::HoldUntilDone(cudaStream_t stream) const {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, event_.get(), 0));
+  return absl::OkStatus();
 }
 
 absl::Status Event::Record(cudaStream_t stream) const {

@@ -87,12 +87,17 @@ class Stream {
 class Event {
  public:
   static absl::StatusOr<Event> Create();
+  // Without timing: cheaper to record and wait on, for ordering one stream after another.
+  static absl::StatusOr<Event> CreateForOrdering();
   cudaEvent_t get() const { return event_.get(); }
   absl::Status Record(cudaStream_t stream) const;
+  // Holds `stream` until the work recorded before this event is done.
+  absl::Status HoldUntilDone(cudaStream_t stream) const;
   // Milliseconds from `start` to this event; both must have completed.
   absl::StatusOr<float> ElapsedSince(const Event& start) const;
 
  private:
+  static absl::StatusOr<Event> CreateWithFlags(unsigned flags);
   struct Destroy {
     void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
   };

@@ -117,6 +117,9 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape.max_rows * shape.q_size, shape.max_chunks));
     LAMINA_ASSIGN_OR_RETURN(end->rows_, LinkRows::Create("cuda_ipc", shape.max_rows, device));
     LAMINA_ASSIGN_OR_RETURN(end->offer_, end->local_.Export(shape.max_rows, shape.max_chunks));
+    LAMINA_ASSIGN_OR_RETURN(end->receives_, cuda::Stream::Create());
+    LAMINA_ASSIGN_OR_RETURN(end->sending_, cuda::Event::CreateForOrdering());
+    LAMINA_ASSIGN_OR_RETURN(end->received_, cuda::Event::CreateForOrdering());
     return end;
   }
 
@@ -134,29 +137,36 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, const float* qkv, int64_t qkv_stride,
                          GpuStream stream) override {
     const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
+    if (chunks > 1 && chunk == 0) {
+      // The layer's receives start after everything queued so far (they overwrite `out`).
+      LAMINA_RETURN_IF_ERROR(sending_.Record(stream));
+      LAMINA_RETURN_IF_ERROR(sending_.HoldUntilDone(receives_.get()));
+    }
     return kc::SendRows(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                         remote_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size,
                         remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer), local_.error.as<uint32_t>(),
                         local_.arrivals.as<uint32_t>() + chunk, stream);
   }
 
+  // With several chunks the receives run on a stream of their own, so that a chunk's outputs are
+  // scattered into `out` while the later chunks are still being sent; `stream` waits for them
+  // after the last chunk.
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, float* out, int64_t out_stride,
                             GpuStream stream) override {
-    const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
-    if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
-      return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
-                             absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
-                             local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
-                             rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
-    }
-    LAMINA_RETURN_IF_ERROR(kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
-                                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(),
-                                        kReceiveTimedOut, stream));
-    return kc::ScatterRows(local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
-                           rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
+    if (chunks == 1) return QueueReceiveOn(step, layer, chunk, chunks, out, out_stride, stream);
+    LAMINA_RETURN_IF_ERROR(QueueReceiveOn(step, layer, chunk, chunks, out, out_stride, receives_.get()));
+    if (chunk + 1 < chunks) return absl::OkStatus();
+    LAMINA_RETURN_IF_ERROR(received_.Record(receives_.get()));
+    return received_.HoldUntilDone(stream);
   }
 
-  absl::Status TakeStepStatus() override { return local_.TakeStatus("attention outputs", shape_.timeout); }
+  absl::Status TakeStepStatus() override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    // Normally idle by now, as the caller's stream waited for it; not after a step that failed
+    // while it was being queued.
+    LAMINA_RETURN_IF_ERROR(receives_.Synchronize());
+    return local_.TakeStatus("attention outputs", shape_.timeout);
+  }
 
   bool can_send_rows() const override { return true; }
   absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
@@ -180,12 +190,31 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
  private:
   CudaIpcComputeEnd(const LinkShape& shape, int device) : shape_(shape), device_(device) {}
 
+  // The chunk's wait and scatter, on `stream`.
+  absl::Status QueueReceiveOn(uint64_t step, int64_t layer, int chunk, int chunks, float* out, int64_t out_stride,
+                              GpuStream stream) {
+    const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
+    if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
+      return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
+                             absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
+                             local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
+                             rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
+    }
+    LAMINA_RETURN_IF_ERROR(kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
+                                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(),
+                                        kReceiveTimedOut, stream));
+    return kc::ScatterRows(local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
+                           rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
+  }
+
   LinkShape shape_;
   int device_;
   Local local_;   // receives attention outputs [max_rows, q_size]
   Remote remote_;
   LinkRows rows_;  // the batch row of each row sent
   std::string offer_;
+  cuda::Stream receives_;          // a layer's receives, when it travels in several chunks
+  cuda::Event sending_, received_;  // the layer's sends start; its receives are done
 };
 
 class CudaIpcMemoryEnd : public MemoryLinkEnd {
