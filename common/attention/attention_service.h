@@ -96,6 +96,11 @@ class DeviceDecode {
   // The step's outcome at every memory node; call it after every successful Begin, once the
   // stream's work is done (or abandoned).
   virtual absl::Status EndDeviceDecode() = 0;
+  // EndDeviceDecode for a step that this node abandoned partway because its own inputs never came
+  // (under rotation, a hand-over from another compute node gave up): it sent the memory nodes
+  // nothing after that, so their waits that gave up are its doing and they are not reported
+  // failed. Other errors (a connection lost) still are.
+  virtual absl::Status AbandonDeviceDecode() = 0;
 
   // A prefill's k/v the same way, GPU to GPU. `prompts` lists each prompt's rows in the prefill
   // batch, in order. CanStoreOnDevice: whether every memory node involved has a link that carries

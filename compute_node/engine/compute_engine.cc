@@ -144,11 +144,13 @@ absl::Status ComputeEngine::RunSlices(SliceBackend& b, absl::Span<const int32_t>
   sends_on_device_ = handoff_->SendsOnDevice(rows);
   receives_on_device_ = handoff_->ReceivesOnDevice(rows);
   positions_set_ = false;
+  handover_gave_up_ = false;
   absl::Status status = RunOwnedSlices(b, tokens, positions, attention, last);
   // The next node's inputs and this pass's outcome are in the queued work: see it done. A wait
   // for a hand-over that gave up comes first, as what followed it ran on noise.
   absl::Status synced = b.Synchronize();
   absl::Status handed = handoff_->TakeDeviceStatus();
+  handover_gave_up_ = !handed.ok();
   if (!handed.ok()) return handed;
   return status.ok() ? synced : status;
 }
@@ -301,7 +303,12 @@ absl::Status ComputeEngine::DecodeRotatingOnDevice(SliceBackend& b, DeviceDecode
   }, last);
   if (layers.empty()) return status;
   // RunSlices saw the queued work done. The memory nodes' outcome comes first: after a timed-out
-  // wait the outputs are noise.
+  // wait the outputs are noise. But after a hand-over that gave up, this node sent them nothing
+  // more: that is the cause, and they are not at fault.
+  if (handover_gave_up_) {
+    device->AbandonDeviceDecode().IgnoreError();
+    return status;
+  }
   absl::Status end = device->EndDeviceDecode();
   return end.ok() ? status : end;
 }

@@ -130,6 +130,8 @@ class ComputeEngine {
   bool sends_on_device_ = false;
   bool receives_on_device_ = false;
   bool positions_set_ = false;
+  // Whether the last pass's wait for a hand-over from another compute node gave up.
+  bool handover_gave_up_ = false;
 };
 
 }  // namespace lamina

@@ -497,7 +497,7 @@ absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, 
   return absl::OkStatus();
 }
 
-absl::Status RemoteAttention::EndDeviceDecode() {
+absl::Status RemoteAttention::EndDeviceStep(bool abandoned) {
   ScopedPause waiting(computing_);
   ++next_tag_;
   absl::Status first_error;
@@ -513,10 +513,16 @@ absl::Status RemoteAttention::EndDeviceDecode() {
       size_t size;
       status = AwaitReply(node, &data, &size);
     }
-    // A wait that gave up on either side: the node is not serving the step.
+    // A wait that gave up on either side: the node is not serving the step, unless this node
+    // stopped sending to it.
     absl::Status local = node->link ? node->link->TakeStepStatus() : absl::OkStatus();
-    if (status.ok() && !local.ok()) status = Failed(node, local);
-    if (!status.ok() && absl::IsDeadlineExceeded(status)) status = Failed(node, status);
+    const bool link_failed = status.ok() && !local.ok();
+    if (link_failed) status = local;
+    if (abandoned && absl::IsDeadlineExceeded(status)) {
+      Drop(node);
+      continue;
+    }
+    if (link_failed || absl::IsDeadlineExceeded(status)) status = Failed(node, status);
     if (!status.ok() && first_error.ok()) first_error = status;
   }
   step_nodes_.clear();

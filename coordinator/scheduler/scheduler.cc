@@ -698,11 +698,15 @@ void Scheduler::Collect() {
     result = absl::UnavailableError(absl::StrCat("compute node '", absl::StrJoin(batch_->compute_nodes, "', '"),
                                                  "' did not finish an iteration in ", topology_.step_timeout_ms, " ms"));
   }
+  const bool failed = !result.ok() || result->error_code() != 0;
+  if (const absl::Status dead = DeadComputeNodeError(); failed && !dead.ok()) {
+    // A compute node's death fails the step everywhere in its batch: the others' streams are
+    // cancelled, and their waits on it give up. Name the dead node, and blame no memory node.
+    FailAll(dead);
+    return;
+  }
   if (!result.ok()) {
-    // A node's death aborts the step on every compute node of the batch: name the dead one, not a
-    // survivor whose stream was cancelled.
-    const absl::Status dead = DeadComputeNodeError();
-    FailAll(dead.ok() ? result.status() : dead);
+    FailAll(result.status());
     return;
   }
   if (result->error_code() != 0) {
