@@ -5,21 +5,19 @@
 
 #include <cstdint>
 
-#include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/data_plane.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace lamina::cuda {
 namespace {
 
-class StreamClockTest : public ::testing::Test {
+class StreamClockTest : public ::lamina::testing::DataPlaneGpuTest {
  protected:
   void SetUp() override {
-    const std::string reason = NoGpuReason();
-    if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    ASSERT_TRUE(kernels::cuda::PreloadDataPlaneKernels().ok());
+    DataPlaneGpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     auto stream = Stream::Create();
     ASSERT_TRUE(stream.ok());
     stream_ = *std::move(stream);

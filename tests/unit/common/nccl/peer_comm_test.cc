@@ -13,10 +13,14 @@
 #include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
+#include "tests/support/cuda_test_util.h"
 #include "kernels/cuda/data_plane.h"
 
 namespace lamina::nccl {
 namespace {
+
+using testing::DownloadFrom;
+using testing::UploadTo;
 
 class PeerCommTest : public ::testing::Test {
  protected:
@@ -45,22 +49,6 @@ class PeerCommTest : public ::testing::Test {
   std::unique_ptr<PeerComm> rank0_, rank1_;
 };
 
-cuda::DeviceBuffer OnGpu(int device, const std::vector<float>& values) {
-  EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
-  auto buffer = cuda::DeviceBuffer::Create(values.size() * sizeof(float));
-  EXPECT_TRUE(buffer.ok());
-  EXPECT_EQ(cudaMemcpy(buffer->data(), values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return *std::move(buffer);
-}
-
-std::vector<float> ToHost(int device, const cuda::DeviceBuffer& buffer, size_t count) {
-  EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
-  std::vector<float> values(count);
-  EXPECT_EQ(cudaMemcpy(values.data(), buffer.data(), count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  return values;
-}
-
 TEST_F(PeerCommTest, FloatsCrossBothWays) {
   ASSERT_NO_FATAL_FAILURE(Join(absl::Seconds(10)));
   const size_t n = 3000;
@@ -69,8 +57,8 @@ TEST_F(PeerCommTest, FloatsCrossBothWays) {
     out[i] = static_cast<float>(i) * 0.5f;
     back[i] = -static_cast<float>(i);
   }
-  auto send0 = OnGpu(0, out), recv0 = OnGpu(0, std::vector<float>(n, 0.f));
-  auto send1 = OnGpu(1, back), recv1 = OnGpu(1, std::vector<float>(n, 0.f));
+  auto send0 = UploadTo(0, out), recv0 = UploadTo(0, std::vector<float>(n, 0.f));
+  auto send1 = UploadTo(1, back), recv1 = UploadTo(1, std::vector<float>(n, 0.f));
   cudaSetDevice(0);
   auto stream0 = cuda::Stream::Create();
   cudaSetDevice(1);
@@ -85,14 +73,14 @@ TEST_F(PeerCommTest, FloatsCrossBothWays) {
   ASSERT_TRUE(rank1_->Send(send1.as<float>(), n, stream1->get()).ok());
   ASSERT_TRUE(stream0->Synchronize().ok());
   ASSERT_TRUE(stream1->Synchronize().ok());
-  EXPECT_EQ(ToHost(1, recv1, n), out);
-  EXPECT_EQ(ToHost(0, recv0, n), back);
+  EXPECT_EQ(DownloadFrom<float>(1, recv1.data(), n), out);
+  EXPECT_EQ(DownloadFrom<float>(0, recv0.data(), n), back);
   EXPECT_TRUE(rank0_->health().ok()) << rank0_->health();
 }
 
 TEST_F(PeerCommTest, AnUnmatchedReceiveIsAbortedAfterTheTimeout) {
   ASSERT_NO_FATAL_FAILURE(Join(absl::Milliseconds(300)));
-  auto recv0 = OnGpu(0, std::vector<float>(16, 0.f));
+  auto recv0 = UploadTo(0, std::vector<float>(16, 0.f));
   cudaSetDevice(0);
   auto stream0 = cuda::Stream::Create();
   ASSERT_TRUE(stream0.ok());

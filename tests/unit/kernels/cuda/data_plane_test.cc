@@ -8,39 +8,38 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace lamina::kernels::cuda {
 namespace {
 
-template <typename T>
-lamina::cuda::DeviceBuffer Upload(const std::vector<T>& host) {
-  auto buffer = lamina::cuda::DeviceBuffer::Create(host.size() * sizeof(T));
-  EXPECT_TRUE(buffer.ok());
-  EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return *std::move(buffer);
-}
+using ::lamina::testing::DataPlaneGpuTest;
+using ::lamina::testing::Download;
+using ::lamina::testing::Upload;
 
-template <typename T>
-std::vector<T> Download(const lamina::cuda::DeviceBuffer& buffer, size_t count) {
-  std::vector<T> host(count);
-  EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
+// What both ends of a hop on one GPU need: a pinned error word (zeroed) and a stream each.
+struct TwoEnds {
+  lamina::cuda::PinnedBuffer error;
+  lamina::cuda::Stream receiver, sender;
 
-class DataPlaneKernelsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = NoGpuReason();
-    if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    // As a link does when it opens: a lazily loaded kernel's first launch could otherwise wait for
-    // the spinning WaitFlag to end.
-    ASSERT_TRUE(PreloadDataPlaneKernels().ok());
+  static TwoEnds Create() {
+    TwoEnds ends;
+    auto error = lamina::cuda::PinnedBuffer::Create(sizeof(uint32_t));
+    auto receiver = lamina::cuda::Stream::Create();
+    auto sender = lamina::cuda::Stream::Create();
+    EXPECT_TRUE(error.ok() && receiver.ok() && sender.ok());
+    ends.error = std::move(*error);
+    *ends.error.as<uint32_t>() = 0;
+    ends.receiver = std::move(*receiver);
+    ends.sender = std::move(*sender);
+    return ends;
   }
+  uint32_t* error_word() const { return error.as<uint32_t>(); }
 };
+
+using DataPlaneKernelsTest = DataPlaneGpuTest;
 
 class DataPlaneRowsTest : public DataPlaneKernelsTest, public ::testing::WithParamInterface<int64_t> {};
 
@@ -57,25 +56,20 @@ TEST_P(DataPlaneRowsTest, RowsArriveBehindTheirFlag) {
   auto d_out = Upload(std::vector<float>(src_rows * cols, -1.f));
   auto d_flag = Upload(std::vector<uint64_t>{0});
   auto d_arrivals = Upload(std::vector<uint32_t>{0});
-  auto error = lamina::cuda::PinnedBuffer::Create(sizeof(uint32_t));
-  ASSERT_TRUE(error.ok());
-  *error->as<uint32_t>() = 0;
-  auto receiver = lamina::cuda::Stream::Create();
-  auto sender = lamina::cuda::Stream::Create();
-  ASSERT_TRUE(receiver.ok() && sender.ok());
+  TwoEnds ends = TwoEnds::Create();
 
   // The receiver's wait is queued first, as a memory node queues a step's layers ahead.
-  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 3, 5'000'000'000, error->as<uint32_t>(), 1, receiver->get()).ok());
+  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 3, 5'000'000'000, ends.error_word(), 1, ends.receiver.get()).ok());
   ASSERT_TRUE(ScatterRows(d_received.as<float>(), cols, d_picked.as<int32_t>(), n, cols, d_out.as<float>(), cols,
-                          receiver->get())
+                          ends.receiver.get())
                   .ok());
   ASSERT_TRUE(SendRows(d_src.as<float>(), cols, d_picked.as<int32_t>(), n, cols, d_received.as<float>(), cols,
-                       d_flag.as<uint64_t>(), 3, nullptr, d_arrivals.as<uint32_t>(), sender->get())
+                       d_flag.as<uint64_t>(), 3, nullptr, d_arrivals.as<uint32_t>(), ends.sender.get())
                   .ok());
-  ASSERT_TRUE(sender->Synchronize().ok());
-  ASSERT_TRUE(receiver->Synchronize().ok());
+  ASSERT_TRUE(ends.sender.Synchronize().ok());
+  ASSERT_TRUE(ends.receiver.Synchronize().ok());
 
-  EXPECT_EQ(*error->as<uint32_t>(), 0u);
+  EXPECT_EQ(*ends.error_word(), 0u);
   EXPECT_EQ(Download<uint64_t>(d_flag, 1)[0], 3u);
   EXPECT_EQ(Download<uint32_t>(d_arrivals, 1)[0], 0u) << "the block counter is left zeroed for the next send";
   const std::vector<float> received = Download<float>(d_received, n * cols);
@@ -105,24 +99,19 @@ TEST_P(DataPlaneRowsTest, ReceiveRowsWaitsThenScattersInOneLaunch) {
   auto d_out = Upload(std::vector<float>(out_rows * cols, -1.f));
   auto d_flag = Upload(std::vector<uint64_t>{0});
   auto d_arrivals = Upload(std::vector<uint32_t>{0});
-  auto error = lamina::cuda::PinnedBuffer::Create(sizeof(uint32_t));
-  ASSERT_TRUE(error.ok());
-  *error->as<uint32_t>() = 0;
-  auto receiver = lamina::cuda::Stream::Create();
-  auto sender = lamina::cuda::Stream::Create();
-  ASSERT_TRUE(receiver.ok() && sender.ok());
+  TwoEnds ends = TwoEnds::Create();
 
   // Queued ahead of the rows, as the compute node queues a layer's receive.
-  ASSERT_TRUE(ReceiveRows(d_flag.as<uint64_t>(), 4, 5'000'000'000, error->as<uint32_t>(), 1, d_received.as<float>(),
-                          cols, d_dest.as<int32_t>(), n, cols, d_out.as<float>(), cols, receiver->get())
+  ASSERT_TRUE(ReceiveRows(d_flag.as<uint64_t>(), 4, 5'000'000'000, ends.error_word(), 1, d_received.as<float>(),
+                          cols, d_dest.as<int32_t>(), n, cols, d_out.as<float>(), cols, ends.receiver.get())
                   .ok());
   ASSERT_TRUE(SendRows(d_rows.as<float>(), cols, nullptr, n, cols, d_received.as<float>(), cols,
-                       d_flag.as<uint64_t>(), 4, nullptr, d_arrivals.as<uint32_t>(), sender->get())
+                       d_flag.as<uint64_t>(), 4, nullptr, d_arrivals.as<uint32_t>(), ends.sender.get())
                   .ok());
-  ASSERT_TRUE(sender->Synchronize().ok());
-  ASSERT_TRUE(receiver->Synchronize().ok());
+  ASSERT_TRUE(ends.sender.Synchronize().ok());
+  ASSERT_TRUE(ends.receiver.Synchronize().ok());
 
-  EXPECT_EQ(*error->as<uint32_t>(), 0u);
+  EXPECT_EQ(*ends.error_word(), 0u);
   const std::vector<float> out = Download<float>(d_out, out_rows * cols);
   for (int64_t r = 0; r < out_rows; ++r) {
     const auto at = std::find(dest.begin(), dest.end(), r);
@@ -172,21 +161,18 @@ TEST_F(DataPlaneKernelsTest, AWaitGivesUpAndTheFailedStepKeepsItsFlagsDown) {
   auto d_peer_flag = Upload(std::vector<uint64_t>{0});
   auto d_arrivals = Upload(std::vector<uint32_t>{0});
   auto d_rows = Upload(std::vector<float>(64, 1.f));
-  auto error = lamina::cuda::PinnedBuffer::Create(sizeof(uint32_t));
-  ASSERT_TRUE(error.ok());
-  *error->as<uint32_t>() = 0;
-  auto stream = lamina::cuda::Stream::Create();
-  ASSERT_TRUE(stream.ok());
+  TwoEnds ends = TwoEnds::Create();  // one stream does here
+  const cudaStream_t stream = ends.sender.get();
   // A flag already at or past the value passes at once; one that never comes gives up after 2 ms.
-  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 5, 2'000'000, error->as<uint32_t>(), 7, stream->get()).ok());
-  ASSERT_TRUE(stream->Synchronize().ok());
-  EXPECT_EQ(*error->as<uint32_t>(), 0u);
-  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 6, 2'000'000, error->as<uint32_t>(), 7, stream->get()).ok());
+  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 5, 2'000'000, ends.error_word(), 7, stream).ok());
+  ASSERT_TRUE(ends.sender.Synchronize().ok());
+  EXPECT_EQ(*ends.error_word(), 0u);
+  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 6, 2'000'000, ends.error_word(), 7, stream).ok());
   ASSERT_TRUE(SendRows(d_rows.as<float>(), 8, nullptr, 8, 8, d_rows.as<float>(), 8, d_peer_flag.as<uint64_t>(), 9,
-                       error->as<uint32_t>(), d_arrivals.as<uint32_t>(), stream->get())
+                       ends.error_word(), d_arrivals.as<uint32_t>(), stream)
                   .ok());
-  ASSERT_TRUE(stream->Synchronize().ok());
-  EXPECT_EQ(*error->as<uint32_t>(), 7u);
+  ASSERT_TRUE(ends.sender.Synchronize().ok());
+  EXPECT_EQ(*ends.error_word(), 7u);
   EXPECT_EQ(Download<uint64_t>(d_peer_flag, 1)[0], 0u) << "a failed step must not tell the peer its rows are there";
 }
 

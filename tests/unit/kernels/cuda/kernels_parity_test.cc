@@ -24,11 +24,14 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/sampling.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace lamina::kernels {
 namespace {
 
 using ::lamina::cuda::DeviceBuffer;
+using ::lamina::testing::Download;
+using ::lamina::testing::Upload;
 using bf16 = __nv_bfloat16;
 
 class CudaParityTest : public ::testing::Test {
@@ -53,20 +56,6 @@ class CudaParityTest : public ::testing::Test {
     std::vector<bf16> out(v.size());
     for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16(v[i]);
     return out;
-  }
-  template <typename T>
-  static DeviceBuffer Upload(const std::vector<T>& host) {
-    auto buffer = DeviceBuffer::Create(std::max<size_t>(1, host.size() * sizeof(T)));
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
-    EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    return std::move(*buffer);
-  }
-  template <typename T>
-  static std::vector<T> Download(const DeviceBuffer& buffer, size_t n) {
-    std::vector<T> host(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
   }
   static std::vector<float> DownloadBf16(const DeviceBuffer& buffer, size_t n) {
     std::vector<bf16> raw = Download<bf16>(buffer, n);

@@ -13,33 +13,19 @@
 #include <string>
 #include <vector>
 
-#include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace lamina::kernels::cuda {
 namespace {
 
 using ::lamina::cuda::DeviceBuffer;
 using ::lamina::cuda::PinnedBuffer;
-
-template <typename T>
-DeviceBuffer Upload(const std::vector<T>& host) {
-  auto buffer = DeviceBuffer::Create(std::max<size_t>(1, host.size() * sizeof(T)));
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return std::move(*buffer);
-}
-
-template <typename T>
-std::vector<T> Download(const DeviceBuffer& buffer, size_t n) {
-  std::vector<T> host(n);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
+using ::lamina::testing::Download;
+using ::lamina::testing::Upload;
 
 std::vector<uint16_t> Bits(const std::vector<bf16>& v) {
   std::vector<uint16_t> out(v.size());
@@ -69,13 +55,11 @@ std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, int64_t
 
 // One decode step's inputs: a pool with scattered slots, each sequence's last slot its write slot,
 // and the q/k/v rows of the new tokens.
-class LinkedDecodeTest : public ::testing::Test {
+class LinkedDecodeTest : public ::lamina::testing::DataPlaneGpuTest {
  protected:
   void SetUp() override {
-    const std::string reason = NoGpuReason();
-    if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    ASSERT_TRUE(PreloadDataPlaneKernels().ok());
+    DataPlaneGpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     auto error = PinnedBuffer::Create(sizeof(uint32_t));
     ASSERT_TRUE(error.ok());
     error_ = std::move(*error);

@@ -15,26 +15,15 @@
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
 #include "memory_node/attention/kv_backend.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace lamina {
 namespace {
 
 using cuda::DeviceBuffer;
-
-template <typename T>
-DeviceBuffer Upload(const std::vector<T>& host) {
-  auto buffer = DeviceBuffer::Create(host.size() * sizeof(T));
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return std::move(*buffer);
-}
-
-template <typename T>
-std::vector<T> Download(const void* device, size_t n) {
-  std::vector<T> host(n);
-  EXPECT_EQ(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
+using testing::Download;
+using testing::Peek;
+using testing::Upload;
 
 TEST(CudaKvLaneTest, LinkedChunkMatchesUnlinkedAndBothCountTheirDeviceTime) {
   const std::string reason = NoGpuReason();
@@ -126,11 +115,11 @@ TEST(CudaKvLaneTest, LinkedChunksRunSideBySide) {
   // Chunk 1 finishes while chunk 0, queued before it, still waits for its rows.
   bool chunk1_done = false;
   for (int i = 0; i < 2000 && !chunk1_done; ++i) {
-    chunk1_done = Download<uint64_t>(done.data(), 2)[1] == 7;
+    chunk1_done = Peek<uint64_t>(done.data(), 2)[1] == 7;
     if (!chunk1_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_TRUE(chunk1_done) << "chunk 1 waited for chunk 0";
-  EXPECT_EQ(Download<uint64_t>(done.data(), 2)[0], 0u) << "chunk 0 ran before its rows arrived";
+  EXPECT_EQ(Peek<uint64_t>(done.data(), 2)[0], 0u) << "chunk 0 ran before its rows arrived";
   const uint64_t arrived = 1;
   ASSERT_EQ(cudaMemcpy(ready.as<uint64_t>(), &arrived, sizeof(arrived), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_TRUE((*lane)->Synchronize().ok());

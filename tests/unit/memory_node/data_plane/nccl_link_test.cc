@@ -11,30 +11,18 @@
 #include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
+#include "tests/support/cuda_test_util.h"
 #include "memory_node/data_plane/device_link.h"
 
 namespace lamina {
 namespace {
 
+using testing::DownloadFrom;
+using testing::UploadTo;
+
 int GpuCount() {
   int gpus = 0;
   return cudaGetDeviceCount(&gpus) == cudaSuccess ? gpus : 0;
-}
-
-cuda::DeviceBuffer OnGpu(int device, const std::vector<float>& values) {
-  EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
-  auto buffer = cuda::DeviceBuffer::Create(values.size() * sizeof(float));
-  EXPECT_TRUE(buffer.ok());
-  EXPECT_EQ(cudaMemcpy(buffer->data(), values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return *std::move(buffer);
-}
-
-std::vector<float> ToHost(int device, const void* data, size_t count) {
-  EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
-  std::vector<float> values(count);
-  EXPECT_EQ(cudaMemcpy(values.data(), data, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  return values;
 }
 
 TEST(NcclLinkTest, PickedRowsTravelPackedAndOutputsReturnToTheirRows) {
@@ -55,13 +43,13 @@ TEST(NcclLinkTest, PickedRowsTravelPackedAndOutputsReturnToTheirRows) {
 
   std::vector<float> qkv(batch * stride);
   for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(i) + 0.5f;
-  auto d_qkv = OnGpu(0, qkv);
-  auto d_out = OnGpu(0, std::vector<float>(batch * out_stride, -1.f));
+  auto d_qkv = UploadTo(0, qkv);
+  auto d_out = UploadTo(0, std::vector<float>(batch * out_stride, -1.f));
   cudaSetDevice(0);
   auto compute_stream = cuda::Stream::Create();
   cudaSetDevice(1);
   auto memory_stream = cuda::Stream::Create();
-  auto d_attention = OnGpu(1, std::vector<float>(shape.max_rows * shape.q_size, 0.f));
+  auto d_attention = UploadTo(1, std::vector<float>(shape.max_rows * shape.q_size, 0.f));
   ASSERT_TRUE(compute_stream.ok() && memory_stream.ok());
 
   ASSERT_TRUE((*compute)->SetRows(rows).ok());
@@ -83,13 +71,13 @@ TEST(NcclLinkTest, PickedRowsTravelPackedAndOutputsReturnToTheirRows) {
   EXPECT_TRUE((*compute)->TakeStepStatus().ok());
   EXPECT_TRUE(far.TakeStepStatus().ok());
 
-  const std::vector<float> received = ToHost(1, far.received(), 2 * shape.qkv_size);
+  const std::vector<float> received = DownloadFrom<float>(1, far.received(), 2 * shape.qkv_size);
   for (size_t i = 0; i < rows.size(); ++i) {
     for (int64_t c = 0; c < shape.qkv_size; ++c) {
       ASSERT_EQ(received[i * shape.qkv_size + c], qkv[rows[i] * stride + c]) << i << "," << c;
     }
   }
-  const std::vector<float> out = ToHost(0, d_out.data(), batch * out_stride);
+  const std::vector<float> out = DownloadFrom<float>(0, d_out.data(), batch * out_stride);
   for (int64_t r = 0; r < batch; ++r) {
     for (int64_t c = 0; c < out_stride; ++c) {
       const bool written = r != 1 && c < shape.q_size;
