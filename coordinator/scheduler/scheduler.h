@@ -32,7 +32,9 @@
 //   4. sends one plan to the batch's compute node: prefill for new sequences, decode for the others.
 // Collecting a result streams each sampled token to its request and retires the finished ones.
 // A step that fails because memory nodes are unreachable marks them dead and runs again without
-// their sequences; one that fails at the compute node ends the batch with UNAVAILABLE.
+// their sequences; one that fails at the compute node ends the batch with UNAVAILABLE. When a
+// compute node of the batch has died (or, under rotation, one replica's stream broke), that comes
+// first: the others' failures, and the memory nodes they report unreachable, follow from it.
 // Thread-safe: Submit and the stats may be called from any thread.
 #ifndef LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_
 #define LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_
