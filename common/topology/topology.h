@@ -79,6 +79,10 @@ struct Topology {
   // H200s two batches gave 1.05x the tokens/s at 8 requests in flight and 1.45-1.72x from 32 on.
   std::string pipelining = "auto";
   int rotational_above = 80;
+  // With several batches in flight, send each batch's step a share of a layer's time after the
+  // others' (coordinator/scheduler/step_stagger.h), so that batches meeting on one compute node
+  // take their slices in turn. Off by default until measured.
+  bool stagger = false;
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour
 

@@ -43,6 +43,7 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
     }
   }
   batch_ = batches_[0].get();
+  if (topology.stagger) stagger_ = std::make_unique<StepStagger>(static_cast<int>(batches_.size()), config.num_layers);
   loop_ = std::thread([this] { Loop(); });
   watchdog_ = std::thread([this] { Watchdog(); });
 }
@@ -658,7 +659,12 @@ void Scheduler::Prepare() {
   if (batch_->running.empty()) return;
 
   batch_->plan = BuildPlan();
+  if (stagger_) {
+    const absl::Duration hold = stagger_->Hold(batch_->index, absl::Now());
+    if (hold > absl::ZeroDuration()) absl::SleepFor(hold);
+  }
   batch_->step_start = absl::Now();
+  if (stagger_) stagger_->Sent(batch_->index, batch_->step_start);
   batch_->step_started_ms = absl::ToUnixMillis(batch_->step_start);
   for (const std::unique_ptr<ComputeClient>& compute : batch_->computes) compute->Send(batch_->plan);
   batch_->in_flight = true;
@@ -695,6 +701,7 @@ void Scheduler::Collect() {
     std::lock_guard<std::mutex> lock(mu_);
     iteration_seconds_ += absl::ToDoubleSeconds(absl::Now() - batch_->step_start);
     if (result.ok() && result->error_code() == 0) {
+      if (stagger_ && plan.prefill_size() == 0) stagger_->DecodeStepTook(absl::Now() - batch_->step_start);
       ++iterations_;
       decoded_sequences_ += plan.decode_size();
       for (const auto& item : plan.prefill()) prefilled_tokens_ += item.tokens_size();

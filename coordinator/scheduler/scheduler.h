@@ -59,6 +59,7 @@
 #include "coordinator/scheduler/node_clients.h"
 #include "coordinator/scheduler/prefix_cache.h"
 #include "coordinator/scheduler/request.h"
+#include "coordinator/scheduler/step_stagger.h"
 #include "coordinator/sequence/text_stream.h"
 
 namespace lamina {
@@ -212,6 +213,8 @@ class Scheduler {
   // per-batch steps above (admission, preemption, plans, results, failures) act on it.
   std::vector<std::unique_ptr<Batch>> batches_;
   Batch* batch_ = nullptr;
+  // With the topology's scheduler.stagger, when each batch may send its next step.
+  std::unique_ptr<StepStagger> stagger_;
   uint64_t admissions_ = 0;
   std::thread watchdog_;
   SequenceId next_seq_id_ = 1;

@@ -30,6 +30,7 @@ struct ClusterOptions {
   std::optional<int64_t> random_weights_seed;  // set: `weights: random` with this seed
   std::string pipelining = "none";             // the topology's `pipelining`
   int rotational_above = 128;                  // and its `scheduler.rotational_above`
+  bool stagger = false;                        // and its `scheduler.stagger`
   int compute_nodes = 1;
   std::optional<int64_t> chunk_rows;  // set: the compute nodes' `chunk_rows`
 };

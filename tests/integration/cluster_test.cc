@@ -469,7 +469,8 @@ TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
 // requests give the same tokens under `none` (one batch), `fixed` (a batch on each of two compute
 // nodes), `rotational` on one compute node (two batches alternating on it) and `rotational` over
 // two and three compute nodes (three and four batches, each batch's slices moving from node to
-// node), greedy and seeded sampling alike; in `fixed` and over several nodes every node works.
+// node), with and without steps staggered, greedy and seeded sampling alike; in `fixed` and over
+// several nodes every node works.
 TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok()) << local.status();
@@ -486,13 +487,26 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
     }
     requests.push_back(r);
   }
+  struct Mode {
+    std::string pipelining;
+    int compute_nodes;
+    bool stagger = false;
+  };
   std::map<std::string, std::vector<std::vector<int32_t>>> outputs;
-  for (const auto& [mode, compute_nodes] : std::vector<std::pair<std::string, int>>{
-           {"none", 1}, {"fixed", 2}, {"rotational", 1}, {"rotational", 2}, {"rotational", 3}}) {
-    SCOPED_TRACE(absl::StrCat(mode, " on ", compute_nodes, " compute nodes"));
+  for (const Mode& m : std::vector<Mode>{{"none", 1},
+                                         {"fixed", 2},
+                                         {"rotational", 1},
+                                         {"rotational", 1, /*stagger=*/true},
+                                         {"rotational", 2},
+                                         {"rotational", 3},
+                                         {"rotational", 3, /*stagger=*/true}}) {
+    const std::string& mode = m.pipelining;
+    const int compute_nodes = m.compute_nodes;
+    SCOPED_TRACE(absl::StrCat(mode, " on ", compute_nodes, " compute nodes", m.stagger ? ", staggered" : ""));
     ClusterOptions options;
     options.pipelining = mode;
     options.compute_nodes = compute_nodes;
+    options.stagger = m.stagger;
     options.max_batch = 4;  // several iterations' worth of admissions per batch
     auto cluster = ClusterHarness::Start(options);
     ASSERT_TRUE(cluster.ok()) << mode << ": " << cluster.status();
@@ -500,7 +514,7 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_TRUE(outcomes[i].status.ok()) << mode << " request " << i << ": " << outcomes[i].status;
       ASSERT_EQ(outcomes[i].ids.size(), static_cast<size_t>(requests[i].max_tokens())) << mode << " request " << i;
-      outputs[absl::StrCat(mode, compute_nodes)].push_back(outcomes[i].ids);
+      outputs[absl::StrCat(mode, compute_nodes, m.stagger ? " staggered" : "")].push_back(outcomes[i].ids);
     }
     if (compute_nodes > 1) {
       auto status = (*cluster)->client().Status(absl::Seconds(5));
@@ -520,7 +534,8 @@ TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
       std::vector<int32_t> prompt(requests[i].token_ids().ids().begin(), requests[i].token_ids().ids().end());
       EXPECT_EQ(outputs["none1"][i], SingleProcess(**local, prompt, requests[i].max_tokens())) << "request " << i;
     }
-    for (const char* mode : {"fixed2", "rotational1", "rotational2", "rotational3"}) {
+    for (const char* mode : {"fixed2", "rotational1", "rotational1 staggered", "rotational2", "rotational3",
+                             "rotational3 staggered"}) {
       EXPECT_EQ(outputs[mode][i], outputs["none1"][i]) << mode << ", request " << i;
     }
   }

@@ -65,6 +65,19 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
               "local-cpu.yaml:8: coordinator.extra: unknown field");
 }
 
+TEST(TopologyTest, StaggeringStepsIsASchedulerChoiceOffByDefault) {
+  const std::string original = Original();
+  auto plain = ParseTopology(original, kPath);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->stagger);
+  auto staggered =
+      ParseTopology(absl::StrReplaceAll(original, {{"  max_batch: 64\n", "  max_batch: 64\n  stagger: true\n"}}), kPath);
+  ASSERT_TRUE(staggered.ok()) << staggered.status();
+  EXPECT_TRUE(staggered->stagger);
+  ExpectError(absl::StrReplaceAll(original, {{"  max_batch: 64\n", "  max_batch: 64\n  stagger: sometimes\n"}}),
+              "local-cpu.yaml:11: scheduler.stagger");
+}
+
 TEST(TopologyTest, GpuBusyTimingIsAComputeNodeChoiceOffByDefault) {
   const std::string original = Original();
   auto plain = ParseTopology(original, kPath);
