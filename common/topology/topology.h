@@ -81,7 +81,8 @@ struct Topology {
   int rotational_above = 80;
   // With several batches in flight, send each batch's step a share of a layer's time after the
   // others' (coordinator/scheduler/step_stagger.h), so that batches meeting on one compute node
-  // take their slices in turn. Off by default until measured.
+  // take their slices in turn. Off by default: with two batches on one H200 it gained nothing
+  // measurable (deploy/experiments/results/README.md, h200x2-stagger).
   bool stagger = false;
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour
