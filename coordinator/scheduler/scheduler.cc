@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
+#include "coordinator/scheduler/replica_results.h"
 
 namespace lamina {
 namespace {
@@ -673,23 +674,7 @@ void Scheduler::Prepare() {
 absl::StatusOr<lamina::v1::StepResult> Scheduler::ReceiveResult() {
   std::vector<absl::StatusOr<lamina::v1::StepResult>> results;
   for (const std::unique_ptr<ComputeClient>& compute : batch_->computes) results.push_back(compute->Receive());
-  // Under rotation every replica answers. A replica that could not answer (its stream broke: the
-  // node may have died) comes first, as the others' failures may follow from it: their waits on
-  // its hand-overs give up, and so do the memory nodes' waits on them, which they then report
-  // unreachable. Then a failure naming unreachable memory nodes (the step then runs again without
-  // them), then any other failure; otherwise the tokens come from the replica that ran the last
-  // slice.
-  for (const auto& result : results) {
-    if (!result.ok()) return result;
-  }
-  for (const auto& result : results) {
-    if (result->failed_memory_nodes_size() > 0) return result;
-  }
-  for (const auto& result : results) {
-    if (result->error_code() != 0) return result;
-  }
-  const int64_t last_slice = config_.num_layers;  // runs on replica (batch + last slice) mod R
-  return results[batch_->rotation_replicas > 0 ? (batch_->index + last_slice) % batch_->rotation_replicas : 0];
+  return MergeReplicaResults(results, batch_->index, batch_->rotation_replicas, config_.num_layers);
 }
 
 void Scheduler::Collect() {

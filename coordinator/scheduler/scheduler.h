@@ -153,7 +153,8 @@ class Scheduler {
   void Prepare();
   // Waits for the current batch's step and applies its result.
   void Collect();
-  // The current batch's step result, from its one compute node or merged from its replicas'.
+  // The current batch's step result, from its one compute node or merged from its replicas'
+  // (MergeReplicaResults).
   absl::StatusOr<lamina::v1::StepResult> ReceiveResult();
   void Watchdog();
   void EndDeadAndCancelled();

@@ -1,0 +1,70 @@
+// MergeReplicaResults: which replica's answer a rotating batch's step takes. A broken stream comes
+// before a report of unreachable memory nodes (which may follow from it), that before other
+// failures, and a step that succeeded everywhere takes the tokens of the replica that ran the
+// last slice.
+#include "coordinator/scheduler/replica_results.h"
+
+#include "gtest/gtest.h"
+
+namespace lamina {
+namespace {
+
+using Results = std::vector<absl::StatusOr<lamina::v1::StepResult>>;
+
+lamina::v1::StepResult Tokens(int32_t token) {
+  lamina::v1::StepResult r;
+  r.add_tokens()->set_token(token);
+  return r;
+}
+
+lamina::v1::StepResult Failed(const std::string& message, const std::string& memory_node = "") {
+  lamina::v1::StepResult r;
+  r.set_error_code(static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded));
+  r.set_error_message(message);
+  if (!memory_node.empty()) r.add_failed_memory_nodes(memory_node);
+  return r;
+}
+
+TEST(ReplicaResultsTest, OneComputeNodeAnswersAlone) {
+  auto merged = MergeReplicaResults(Results{Tokens(7)}, /*batch=*/0, /*replicas=*/0, /*num_layers=*/32);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->tokens(0).token(), 7);
+}
+
+TEST(ReplicaResultsTest, TheReplicaThatRanTheLastSliceGivesTheTokens) {
+  // Slice k of batch j runs on replica (j + k) mod R; the last slice is k = num_layers.
+  const Results results = {Tokens(100), Tokens(101), Tokens(102)};
+  EXPECT_EQ(MergeReplicaResults(results, 0, 3, 32)->tokens(0).token(), 102);  // 32 mod 3 = 2
+  EXPECT_EQ(MergeReplicaResults(results, 1, 3, 32)->tokens(0).token(), 100);  // 33 mod 3 = 0
+  EXPECT_EQ(MergeReplicaResults(Results{Tokens(100), Tokens(101)}, 1, 2, 32)->tokens(0).token(), 101);
+}
+
+TEST(ReplicaResultsTest, ABrokenStreamComesBeforeMemoryNodesReportedUnreachable) {
+  // compute-1 died: its stream broke, and compute-0's waits on it gave up, so compute-0 reports
+  // the memory nodes it was waiting with as unreachable. The broken stream is the cause.
+  const Results results = {Failed("q/k/v did not arrive", "memory-0"),
+                           absl::UnavailableError("compute node 'compute-1': stream closed")};
+  auto merged = MergeReplicaResults(results, 0, 2, 32);
+  ASSERT_FALSE(merged.ok());
+  EXPECT_NE(merged.status().message().find("compute-1"), std::string::npos) << merged.status();
+}
+
+TEST(ReplicaResultsTest, UnreachableMemoryNodesComeBeforeOtherFailures) {
+  const Results results = {Failed("out of memory"), Failed("memory node unreachable", "memory-1")};
+  auto merged = MergeReplicaResults(results, 0, 2, 32);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  ASSERT_EQ(merged->failed_memory_nodes_size(), 1);
+  EXPECT_EQ(merged->failed_memory_nodes(0), "memory-1");
+
+  auto other = MergeReplicaResults(Results{Tokens(1), Failed("out of memory")}, 0, 2, 32);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->error_message(), "out of memory") << "a failure anywhere fails the step";
+}
+
+TEST(ReplicaResultsTest, NoResultsOrTooFewAreInternalErrors) {
+  EXPECT_EQ(MergeReplicaResults(Results{}, 0, 0, 32).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(MergeReplicaResults(Results{Tokens(1)}, 0, 3, 32).status().code(), absl::StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace lamina
