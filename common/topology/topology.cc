@@ -70,7 +70,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
            {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads", "kind",
-            "gpu_busy_timing", "chunk_rows"});
+            "gpu_busy_timing", "chunk_rows", "line_rows"});
   LAMINA_RETURN_IF_ERROR(f.CheckShape());
   NodeSpec spec;
   spec.line = node.Mark().line + 1;
@@ -103,12 +103,13 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     spec.data_port = static_cast<int>(data_port);
     LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
     LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
-    for (const char* field : {"gpu_busy_timing", "chunk_rows"}) {
+    for (const char* field : {"gpu_busy_timing", "chunk_rows", "line_rows"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only compute nodes have this field");
     }
   } else {
     LAMINA_ASSIGN_OR_RETURN(spec.gpu_busy_timing, f.Bool("gpu_busy_timing", false));
     LAMINA_ASSIGN_OR_RETURN(spec.chunk_rows, f.Integer("chunk_rows", &kDefaultChunkRows, 0, int64_t{1} << 20));
+    LAMINA_ASSIGN_OR_RETURN(spec.line_rows, f.Integer("line_rows", &kDefaultLineRows, 0, kMostLineRows));
     // Compute nodes: where the previous replica hands batches over under rotational pipelining.
     LAMINA_ASSIGN_OR_RETURN(int64_t data_port, f.Integer("data_port", &zero, 1, 65535));
     spec.data_port = static_cast<int>(data_port);

@@ -22,6 +22,11 @@ inline constexpr int kMaxDataPlaneChunks = 4;
 // chunks of 128 or more rows hid 0.3-0.5 of the transfer behind attention, and chunks of 32 cost
 // more time than they hid.
 inline constexpr int64_t kDefaultChunkRows = 128;
+// Over cuda_ipc, decode chunks of at most this many rows travel as lines (kernels/cuda/line.h);
+// see tests/bench/RESULTS.md for the measurement behind it. At most kMostLineRows, the rows one
+// receiving launch takes.
+inline constexpr int64_t kDefaultLineRows = 8;
+inline constexpr int64_t kMostLineRows = 32;
 
 struct NodeSpec {
   std::string name;
@@ -45,6 +50,9 @@ struct NodeSpec {
   // kMaxDataPlaneChunks mini-batches of at least this many rows (communication-attention
   // overlap); 0 sends one.
   int64_t chunk_rows = kDefaultChunkRows;
+  // Compute nodes: over cuda_ipc, a decode chunk of 1 to this many rows travels as lines, which
+  // the receiver polls, rather than rows behind a flag; 0 never.
+  int64_t line_rows = kDefaultLineRows;
   // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost
   // reports charge for it. Defaults to "cpu" on the CPU and to nothing on a GPU.
   std::string price_kind;

@@ -67,6 +67,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     if (device.is_cuda) {
       attentions.back()->EnableDeviceLinks(device.index, topology.max_batch, device_transports, kMaxDataPlaneChunks,
                                            spec->chunk_rows);
+      attentions.back()->set_line_rows(spec->line_rows);
     }
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool));
     engines.push_back(std::move(engine));

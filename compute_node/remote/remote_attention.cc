@@ -294,8 +294,9 @@ void RemoteAttention::EnableDeviceLinks(int device, int64_t max_rows,
 }
 
 absl::Status RemoteAttention::OpenLink(Node* node, const std::string& transport) {
-  const LinkShape shape{shape_.num_layers, shape_.q_size + 2 * shape_.kv_size, shape_.q_size, max_rows_,
-                        max_chunks_, timeout_};
+  LinkShape shape{shape_.num_layers, shape_.q_size + 2 * shape_.kv_size, shape_.q_size, max_rows_,
+                  max_chunks_, timeout_};
+  shape.line_rows = std::min(line_rows_, max_rows_);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeLinkEnd> end, CreateComputeLinkEnd(transport, shape, device_));
   ++next_tag_;
   node->send.clear();

@@ -59,6 +59,9 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // to the first while the rest are in flight.
   void EnableDeviceLinks(int device, int64_t max_rows, std::map<std::string, std::vector<std::string>> transports,
                          int max_chunks = 1, int64_t chunk_rows = 32);
+  // Over cuda_ipc, a chunk of 1 to `rows` rows travels as lines (kernels/cuda/line.h) rather than
+  // rows behind a flag (LinkShape::line_rows); 0: never. For links opened after the call.
+  void set_line_rows(int64_t rows) { line_rows_ = rows; }
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   // Sends the rows and returns: up to kMaxPendingStores stores per node are in flight, and their
@@ -162,6 +165,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   int64_t max_rows_ = 0;
   int max_chunks_ = 1;
   int64_t chunk_rows_ = 32;
+  int64_t line_rows_ = 0;
   uint64_t device_step_ = 0;
   std::vector<Node*> step_nodes_;  // the nodes of the device step in flight
 };

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cuda/line.h"
 
 namespace lamina::kernels::cuda {
 
@@ -76,6 +77,18 @@ struct DecodeLink {
   // is set. `done` and `out` may be a peer GPU's memory (mapped through CUDA IPC).
   uint64_t* done = nullptr;
   uint64_t done_value = 0;
+  // Lines (line.h) for a hop of a few rows, each side on its own:
+  //  - with `lines`, the inputs arrive as lines tagged `line_tag`, mirroring the floats from
+  //    `lines_mirror` on, among which q, k and v lie; each block polls the lines of what it reads
+  //    and writes their floats into place before reading them (so other blocks may write the same
+  //    values there too), instead of waiting on `ready` (null then), giving up as its wait would;
+  //  - with `out_lines`, the outputs are written as lines tagged `line_tag`, mirroring `out` from
+  //    its start, instead of into `out`. The done flag is raised all the same.
+  // Not with a warp_per_head plan.
+  const Line* lines = nullptr;
+  const float* lines_mirror = nullptr;
+  Line* out_lines = nullptr;
+  uint32_t line_tag = 0;
   // Zeroed device words, LinkedDecodeCounters() of them; the launch leaves them zeroed.
   uint32_t* counters = nullptr;
   // Optional, two device words that launches running side by side may share: busy_ns[0] grows by

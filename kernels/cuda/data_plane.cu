@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/flags.cuh"
+#include "kernels/cuda/lines.cuh"
 
 namespace lamina::kernels::cuda {
 namespace {
@@ -106,6 +107,56 @@ __global__ void ReceiveRowsKernel(const uint64_t* flag, uint64_t value, int64_t 
                 1, cols, 1);
 }
 
+// A block a row: src row (rows ? rows[row] : row) as lines. Each thread reads the error word
+// alongside its first loads (only earlier work on the stream sets it) and writes nothing once set.
+__global__ void SendLinesKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t cols, Line* dst,
+                                int64_t dst_stride, uint32_t tag, const uint32_t* error, bool vectorized) {
+  const bool failed = ErrorSet(error);
+  const int64_t row = blockIdx.x;
+  const float* from = src + (rows ? rows[row] : row) * src_stride;
+  Line* to = dst + row * dst_stride / 2;
+  const int lines = static_cast<int>(cols / 2);
+  for (int base = threadIdx.x; base < lines; base += blockDim.x * kBatch) {
+    float2 values[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int item = base + b * blockDim.x;
+      if (item >= lines) continue;
+      values[b] = vectorized ? __ldcg(reinterpret_cast<const float2*>(from) + item)
+                             : make_float2(__ldcg(from + 2 * item), __ldcg(from + 2 * item + 1));
+    }
+    if (failed) return;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int item = base + b * blockDim.x;
+      if (item < lines) StoreLine(to + item, values[b].x, values[b].y, tag);
+    }
+  }
+}
+
+// A block a row: polls the row's lines and writes their floats to dst row (rows ? rows[row] :
+// row), read before polling so that it is not on the path.
+__global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
+                                   uint32_t* error, uint32_t code, const int32_t* rows, int64_t cols, float* dst,
+                                   int64_t dst_stride, bool vectorized) {
+  const int64_t row = blockIdx.x;
+  float* to = dst + (rows ? rows[row] : row) * dst_stride;
+  LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
+  const Line* from = src + row * src_stride / 2;
+  const int lines = static_cast<int>(cols / 2);
+  for (int item = threadIdx.x; item < lines; item += blockDim.x) {
+    const float2 values = PollLine(from + item, tag, poll);
+    if (vectorized) {
+      reinterpret_cast<float2*>(to)[item] = values;
+    } else {
+      to[2 * item] = values.x;
+      to[2 * item + 1] = values.y;
+    }
+  }
+}
+
+bool Aligned8(const float* p, int64_t stride) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0 && stride % 2 == 0; }
+
 // ScatterRows (dst_rows set) and GatherRows (src_rows set).
 __global__ void CopyRowsKernel(const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count,
                                int64_t cols, float* dst, int64_t dst_stride, const int32_t* dst_rows, bool vectorized) {
@@ -161,6 +212,8 @@ absl::Status PreloadDataPlaneKernels() {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitFlagKernel<true>));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ReceiveRowsKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, CopyRowsKernel));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, SendLinesKernel));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ReceiveLinesKernel));
   return absl::OkStatus();
 }
 
@@ -176,6 +229,32 @@ absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_n
   ReceiveRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       flag, value, timeout_ns, error, code, src, src_stride, rows, count, cols, dst, dst_stride,
       Vectorized(src, src_stride, cols, dst, dst_stride));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                       Line* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream) {
+  if (count < 0 || cols < 0 || cols % 2 != 0 || dst_stride % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SendLines: ", count, " rows of ", cols, " floats, ", dst_stride,
+                                                   " a row (lines need an even number)"));
+  }
+  if (count == 0) return absl::OkStatus();
+  SendLinesKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(src, src_stride, rows, cols, dst, dst_stride,
+                                                                           tag, error, Aligned8(src, src_stride));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
+                          uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
+                          int64_t dst_stride, cudaStream_t stream) {
+  if (count < 1 || count > kReceiveRowsMax || cols < 0 || cols % 2 != 0 || src_stride % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ReceiveLines: ", count, " rows (1 to ", kReceiveRowsMax, ") of ",
+                                                   cols, " floats, ", src_stride, " a row (lines need an even number)"));
+  }
+  ReceiveLinesKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
+      src, src_stride, tag, timeout_ns, error, code, rows, cols, dst, dst_stride, Aligned8(dst, dst_stride));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/line.h"
 
 namespace lamina::kernels::cuda {
 
@@ -48,6 +49,21 @@ absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_n
                          const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          float* dst, int64_t dst_stride, cudaStream_t stream);
 int64_t ReceiveRowsMaxCount();
+
+// Lines (line.h), for hops of a few rows: dst mirrors [count, dst_stride] floats, and its row i
+// gets src row (rows ? rows[i] : i) as lines tagged `tag`, with no flag after them. Nothing is
+// written when *error != 0 (error may be null). `dst` may be a peer GPU's memory. cols and
+// dst_stride must be even.
+absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                       Line* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream);
+
+// Polls the lines of `count` rows (1 to ReceiveRowsMaxCount()) mirroring [count, src_stride]
+// floats until each is tagged `tag`, and writes row i into dst row (rows ? rows[i] : i). A poll
+// gives up after `timeout_ns` as WaitFlag does (setting *error = code), and once *error is set
+// later polls pass at once. cols and src_stride must be even.
+absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
+                          uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
+                          int64_t dst_stride, cudaStream_t stream);
 
 // Loads the kernels above now. With lazy module loading (CUDA's default) a kernel's first launch
 // may wait for the whole device to be idle, which never happens while a WaitFlag queued ahead

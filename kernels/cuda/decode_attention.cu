@@ -15,13 +15,17 @@
 // The linked variant (LinkedDecodeAttention) is the same kernel with its data-plane hop folded in:
 // one thread per block waits for the inputs' flag, the split holding a sequence's new token stores
 // its k/v first, the last split of a (sequence, kv head) to finish merges the splits itself, and
-// the last block to write its outputs raises the done flag. One launch per layer, no host.
+// the last block to write its outputs raises the done flag. One launch per layer, no host. For a
+// hop of a few rows it may take its inputs and give its outputs as lines (line.h) instead: each
+// block polls the lines of the floats it reads, and writes its outputs as lines, with no flag or
+// fence in between.
 #include <cfloat>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/flags.cuh"
+#include "kernels/cuda/lines.cuh"
 
 namespace lamina::kernels::cuda {
 namespace {
@@ -42,6 +46,42 @@ __device__ void WaitForInputs(const DecodeLink& link) {
     SpinOnFlag(link.ready, link.ready_value, link.timeout_ns, link.error, link.error_code);
   }
   __syncthreads();
+}
+
+// A linked launch's inputs as lines (DecodeLink::lines): the block polls the lines of the floats
+// it reads, `count` floats from `at` (an even count and offset), and writes them into place.
+__device__ void PutLines(const DecodeLink& link, const float* at, int count, LinePoll& poll) {
+  float* place = const_cast<float*>(at);
+  for (int i = 2 * threadIdx.x; i < count; i += 2 * kThreads) {
+    const float2 values = PollLine(LineOf(link.lines, link.lines_mirror, at + i), link.line_tag, poll);
+    place[i] = values.x;
+    place[i + 1] = values.y;
+  }
+}
+
+// The block's inputs as lines: the query heads of its kv head, and the new token's k and v for it.
+// The barrier makes them visible to the block's loads. True when any of the block's polls gave up
+// or the step had failed already.
+template <int kDim, int kG>
+__device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head) {
+  LinePoll poll = LinePoll::Begin(link.timeout_ns, link.error, link.error_code);
+  PutLines(link, q + seq * q_stride + kv_head * kG * kDim, kG * kDim, poll);
+  PutLines(link, link.k + seq * link.kv_stride + kv_head * kDim, kDim, poll);
+  PutLines(link, link.v + seq * link.kv_stride + kv_head * kDim, kDim, poll);
+  return __syncthreads_or(poll.failed) != 0;
+}
+
+// Output value `i` (even) and the next one of a row of `out`, where the launch writes them: as a
+// line when out_lines is set, unless `failed` (a wait of the step gave up: the peer must not take
+// the garbage for outputs, as the done flag that plain outputs wait on stays down then).
+__device__ __forceinline__ void PutOutputPair(const DecodeLink* link, bool failed, float* out, int64_t i, float first,
+                                              float second) {
+  if (link != nullptr && link->out_lines != nullptr) {
+    if (!failed) StoreLine(link->out_lines + i / 2, first, second, link->line_tag);
+  } else {
+    out[i] = first;
+    out[i + 1] = second;
+  }
 }
 
 __device__ __forceinline__ void Unpack8(const uint4& raw, float* f) {
@@ -226,8 +266,16 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
   const int64_t head_offset = static_cast<int64_t>(kv_head) * kDim + lane * 8;
   const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
 
+  // Whether a wait of the step gave up, as this block knows it before attending.
+  bool failed = false;
   if (kLinked) {
-    WaitForInputs(link);
+    if (link.lines != nullptr) {
+      failed = ReceiveInputLines<kDim, kG>(link, q, q_stride, seq, kv_head);
+    } else {
+      WaitForInputs(link);
+      // Only output lines need it; the load stays in flight while the block attends.
+      failed = link.out_lines != nullptr && ErrorSet(link.error);
+    }
     const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
     if (link.busy_ns != nullptr && first_block && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
     // The new token is the context's last; the split attending to it stores it first. The barrier
@@ -261,26 +309,30 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
     for (int i = 0; i < 8; ++i) shared_acc[group][g][lane * 8 + i] = acc[g][i];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kG * kDim; idx += kThreads) {
+  // Each thread takes two neighbouring dims of a head, so that an output line holds both.
+  for (int idx = 2 * threadIdx.x; idx < kG * kDim; idx += 2 * kThreads) {
     const int g = idx / kDim;
     const int d = idx % kDim;
     float m = -INFINITY;
     for (int j = 0; j < kGroups; ++j) m = fmaxf(m, shared_max[j][g]);
     float sum = 0.f;
-    float o = 0.f;
+    float o[2] = {0.f, 0.f};
     if (m != -INFINITY) {
       for (int j = 0; j < kGroups; ++j) {
         const float w = exp2f(shared_max[j][g] - m);
         sum += shared_sum[j][g] * w;
-        o += shared_acc[j][g][d] * w;
+        o[0] += shared_acc[j][g][d] * w;
+        o[1] += shared_acc[j][g][d + 1] * w;
       }
     }
     const int head = kv_head * kG + g;
+    const float first = sum > 0.f ? o[0] / sum : 0.f, second = sum > 0.f ? o[1] / sum : 0.f;
     if (splits == 1) {
-      out[seq * out_stride + head * kDim + d] = sum > 0.f ? o / sum : 0.f;
+      PutOutputPair(kLinked ? &link : nullptr, failed, out, seq * out_stride + head * kDim + d, first, second);
     } else {
       const int64_t row = (static_cast<int64_t>(seq) * num_kv_heads * kG + head) * splits + split;
-      partial_out[row * kDim + d] = sum > 0.f ? o / sum : 0.f;
+      partial_out[row * kDim + d] = first;
+      partial_out[row * kDim + d + 1] = second;
       if (d == 0) partial_lse[row] = sum > 0.f ? m + log2f(sum) : -INFINITY;
     }
   }
@@ -300,11 +352,15 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int idx = threadIdx.x; idx < kG * kDim; idx += kThreads) {
+    // Another split's wait may have given up: its arrival came after it set the error word.
+    if (link.out_lines != nullptr) failed = failed || ErrorSet(link.error);
+    for (int idx = 2 * threadIdx.x; idx < kG * kDim; idx += 2 * kThreads) {
       const int head = kv_head * kG + idx / kDim;
       const int d = idx % kDim;
       const int64_t row0 = (static_cast<int64_t>(seq) * num_kv_heads * kG + head) * splits;
-      out[seq * out_stride + head * kDim + d] = MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d);
+      PutOutputPair(&link, failed, out, seq * out_stride + head * kDim + d,
+                    MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d),
+                    MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d + 1));
     }
   }
   ArriveAndFinish(link, writers);
@@ -350,8 +406,16 @@ __global__ void __launch_bounds__(kThreads) WarpDecodeKernel(
   const int end = slot_begin[seq + 1];
   if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
 
+  // Whether a wait of the step gave up, as this block knows it before attending.
+  bool failed = false;
   if (kLinked) {
-    WaitForInputs(link);
+    if (link.lines != nullptr) {
+      failed = ReceiveInputLines<kDim, kG>(link, q, q_stride, seq, kv_head);
+    } else {
+      WaitForInputs(link);
+      // Only output lines need it; the load stays in flight while the block attends.
+      failed = link.out_lines != nullptr && ErrorSet(link.error);
+    }
     if (link.busy_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
     // The warp's own stores, ordered before its loads by __syncwarp.
     if (active) StoreNewToken<kDim>(link, k_cache, v_cache, seq, kv_head, slot_stride, threadIdx.x % 32, 32);
@@ -558,6 +622,18 @@ absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan
     return absl::InvalidArgumentError(
         "linked decode attention: k, v, write_slots, error, done and counters are required, and busy_start with "
         "busy_ns");
+  }
+  if ((link.lines != nullptr || link.out_lines != nullptr) && plan.warp_per_head) {
+    return absl::InvalidArgumentError("linked decode attention: lines with a warp-per-head plan");
+  }
+  if (link.lines != nullptr && (link.lines_mirror == nullptr || link.ready != nullptr || q_stride % 2 != 0 ||
+                                link.kv_stride % 2 != 0 || (q - link.lines_mirror) % 2 != 0 ||
+                                (link.k - link.lines_mirror) % 2 != 0 || (link.v - link.lines_mirror) % 2 != 0)) {
+    return absl::InvalidArgumentError(
+        "linked decode attention: input lines need lines_mirror, no ready flag, and q, k and v at even floats");
+  }
+  if (link.out_lines != nullptr && out_stride % 2 != 0) {
+    return absl::InvalidArgumentError("linked decode attention: output lines need an even out_stride");
   }
   return Dispatch(shape, plan, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, num_seqs,
                   workspace, &link, stream);

@@ -22,8 +22,10 @@ namespace {
 using bf16 = __nv_bfloat16;
 namespace kc = kernels::cuda;
 
-// The largest linked attention launch that waits for its rows in every block (QueueLinkedChunk).
+// The largest linked attention launch that waits for its rows in every block (QueueLinkedChunk):
+// on a flag, and polling lines, where each block reads lines of its own.
 constexpr int64_t kMostWaitingBlocks = 16;
+constexpr int64_t kMostPollingBlocks = 64;
 
 class CudaKvBackend : public KvBackend {
  public:
@@ -299,9 +301,19 @@ class CudaKvLane : public DeviceKvLane {
     // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
     // queued ahead instead, which also keeps their blocks from crowding out other lanes' work.
+    link.out_lines = hop.out_lines;
+    link.line_tag = hop.line_tag;
     const kc::DecodePlan& plan = side_by_side_plans_[chunk];
     const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
-    if (blocks > kMostWaitingBlocks) {
+    if (hop.lines != nullptr && blocks > kMostPollingBlocks) {
+      // The rows' lines are polled ahead and put in place, as the flag is waited on below.
+      LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns, hop.error,
+                                              hop.error_code, nullptr, r.count, layout.row_stride, hop.lines_mirror,
+                                              layout.row_stride, stream));
+    } else if (hop.lines != nullptr) {
+      link.lines = hop.lines;
+      link.lines_mirror = hop.lines_mirror;
+    } else if (blocks > kMostWaitingBlocks) {
       LAMINA_RETURN_IF_ERROR(
           kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
       link.ready = nullptr;

@@ -3,7 +3,9 @@
 // writes rows into the peer's receive buffer with a kernel (SendRows), whose last block raises the
 // chunk's flag in the peer's memory; the receiver has a WaitFlag kernel queued ahead on its stream,
 // spinning on that flag in its own memory. Flags only grow: a step's layer expects
-// step * num_layers + layer + 1.
+// step * num_layers + layer + 1. A decode chunk of a few rows (up to LinkShape::line_rows) goes as
+// lines instead (kernels/cuda/line.h), into a lines buffer that each end also exports, tagged
+// LineTag of the same value: no flag, and the receiver polls the lines themselves.
 #include <cuda_runtime_api.h>
 
 #include <vector>
@@ -36,21 +38,26 @@ uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
 // a PCIe round trip to each hop. The host reads it once per step.
 struct Local {
   cuda::DeviceBuffer receive;   // float [max_rows, row floats]
+  cuda::DeviceBuffer lines;     // Line [line_rows, row floats / 2], zeroed (no tag is 0)
   cuda::DeviceBuffer flags;     // uint64 [max_chunks], the peer raises them
   cuda::DeviceBuffer arrivals;  // uint32 [max_chunks]
   cuda::DeviceBuffer error;     // uint32
   int device = 0;
 
-  // On the current device.
-  static absl::StatusOr<Local> Create(int64_t receive_floats, int chunks) {
+  // On the current device, for rows of `row_floats`.
+  static absl::StatusOr<Local> Create(const LinkShape& shape, int64_t row_floats) {
     LAMINA_RETURN_IF_ERROR(kc::PreloadDataPlaneKernels());
     Local l;
     LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&l.device));
-    LAMINA_ASSIGN_OR_RETURN(l.receive, cuda::DeviceBuffer::Create(std::max<int64_t>(1, receive_floats) * sizeof(float)));
-    LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(chunks * sizeof(uint64_t)));
-    LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(chunks * sizeof(uint32_t)));
+    LAMINA_ASSIGN_OR_RETURN(
+        l.receive, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_rows * row_floats) * sizeof(float)));
+    LAMINA_ASSIGN_OR_RETURN(
+        l.lines, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.line_rows * row_floats / 2) * sizeof(kc::Line)));
+    LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint64_t)));
+    LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint32_t)));
     LAMINA_ASSIGN_OR_RETURN(l.error, cuda::DeviceBuffer::Create(sizeof(uint32_t)));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.error.data(), 0, sizeof(uint32_t)));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.lines.data(), 0, l.lines.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.flags.data(), 0, l.flags.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.arrivals.data(), 0, l.arrivals.bytes()));
     // The legacy stream: the nodes' streams are non-blocking, and other links' waits may spin.
@@ -58,15 +65,18 @@ struct Local {
     return l;
   }
 
-  // The handles of the receive buffer and the flags, as one message.
-  absl::StatusOr<std::string> Export(int64_t max_rows, int max_chunks) const {
+  // The shape and the handles of the receive buffer, the lines and the flags, as one message.
+  absl::StatusOr<std::string> Export(const LinkShape& shape) const {
     LAMINA_ASSIGN_OR_RETURN(std::string receive_handle, cuda::ExportIpcHandle(receive.data()));
+    LAMINA_ASSIGN_OR_RETURN(std::string lines_handle, cuda::ExportIpcHandle(lines.data()));
     LAMINA_ASSIGN_OR_RETURN(std::string flags_handle, cuda::ExportIpcHandle(flags.data()));
     std::vector<uint8_t> bytes;
     WireWriter w(&bytes);
-    w.Put<int64_t>(max_rows);
-    w.Put<int32_t>(max_chunks);
+    w.Put<int64_t>(shape.max_rows);
+    w.Put<int32_t>(shape.max_chunks);
+    w.Put<int64_t>(shape.line_rows);
     w.PutString(receive_handle);
+    w.PutString(lines_handle);
     w.PutString(flags_handle);
     return std::string(bytes.begin(), bytes.end());
   }
@@ -83,40 +93,61 @@ struct Local {
   }
 };
 
-// The peer's receive buffer and flags, mapped here.
+// The peer's receive buffer, lines and flags, mapped here.
 struct Remote {
   cuda::IpcMapping receive;
+  cuda::IpcMapping lines;
   cuda::IpcMapping flags;
+  int64_t line_rows = 0;  // as the peer exported them
 
+  // Refuses buffers for another number of rows or chunks than `shape`'s; the line rows are the
+  // caller's to check.
   static absl::StatusOr<Remote> Open(const std::string& exported, const LinkShape& shape) {
     WireReader r(reinterpret_cast<const uint8_t*>(exported.data()), exported.size());
     int64_t max_rows;
     int32_t max_chunks;
-    std::string receive_handle, flags_handle;
+    Remote remote;
+    std::string receive_handle, lines_handle, flags_handle;
     LAMINA_RETURN_IF_ERROR(r.Get(&max_rows));
     LAMINA_RETURN_IF_ERROR(r.Get(&max_chunks));
+    LAMINA_RETURN_IF_ERROR(r.Get(&remote.line_rows));
     LAMINA_RETURN_IF_ERROR(r.GetString(&receive_handle));
+    LAMINA_RETURN_IF_ERROR(r.GetString(&lines_handle));
     LAMINA_RETURN_IF_ERROR(r.GetString(&flags_handle));
     if (max_rows != shape.max_rows || max_chunks != shape.max_chunks) {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the peer's buffers are for ", max_rows, " rows in ",
                                                      max_chunks, " chunks, not ", shape.max_rows, " in ",
                                                      shape.max_chunks));
     }
-    Remote remote;
+    if (remote.line_rows < 0 || remote.line_rows > std::min(max_rows, kc::ReceiveRowsMaxCount())) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: lines for ", remote.line_rows, " rows (0 to ",
+                                                     std::min(max_rows, kc::ReceiveRowsMaxCount()), ")"));
+    }
     LAMINA_ASSIGN_OR_RETURN(remote.receive, cuda::IpcMapping::Open(receive_handle));
+    LAMINA_ASSIGN_OR_RETURN(remote.lines, cuda::IpcMapping::Open(lines_handle));
     LAMINA_ASSIGN_OR_RETURN(remote.flags, cuda::IpcMapping::Open(flags_handle));
     return remote;
   }
 };
 
+// Whether a decode chunk of `rows` rows travels as lines.
+bool AsLines(const LinkShape& shape, int64_t rows) { return rows >= 1 && rows <= shape.line_rows; }
+
 class CudaIpcComputeEnd : public ComputeLinkEnd {
  public:
   static absl::StatusOr<std::unique_ptr<CudaIpcComputeEnd>> Create(const LinkShape& shape, int device) {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    if (shape.line_rows < 0 || shape.line_rows > std::min(shape.max_rows, kc::ReceiveRowsMaxCount()) ||
+        shape.qkv_size % 2 != 0 || shape.q_size % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: lines for ", shape.line_rows, " rows (0 to ",
+                                                     std::min(shape.max_rows, kc::ReceiveRowsMaxCount()),
+                                                     ") of ", shape.qkv_size, " and ", shape.q_size,
+                                                     " floats (even numbers)"));
+    }
     std::unique_ptr<CudaIpcComputeEnd> end(new CudaIpcComputeEnd(shape, device));
-    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape.max_rows * shape.q_size, shape.max_chunks));
+    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape, shape.q_size));
     LAMINA_ASSIGN_OR_RETURN(end->rows_, LinkRows::Create("cuda_ipc", shape.max_rows, device));
-    LAMINA_ASSIGN_OR_RETURN(end->offer_, end->local_.Export(shape.max_rows, shape.max_chunks));
+    LAMINA_ASSIGN_OR_RETURN(end->offer_, end->local_.Export(shape));
     LAMINA_ASSIGN_OR_RETURN(end->receives_, cuda::Stream::Create());
     LAMINA_ASSIGN_OR_RETURN(end->sending_, cuda::Event::CreateForOrdering());
     LAMINA_ASSIGN_OR_RETURN(end->received_, cuda::Event::CreateForOrdering());
@@ -129,6 +160,10 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   absl::Status Accept(const std::string& answer) override {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     LAMINA_ASSIGN_OR_RETURN(remote_, Remote::Open(answer, shape_));
+    if (remote_.line_rows != shape_.line_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the memory end took lines for ", remote_.line_rows,
+                                                     " rows, not the ", shape_.line_rows, " offered"));
+    }
     return absl::OkStatus();
   }
 
@@ -141,6 +176,11 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
       // The layer's receives start after everything queued so far (they overwrite `out`).
       LAMINA_RETURN_IF_ERROR(sending_.Record(stream));
       LAMINA_RETURN_IF_ERROR(sending_.HoldUntilDone(receives_.get()));
+    }
+    if (AsLines(shape_, r.count)) {
+      return kc::SendLines(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
+                           remote_.lines.as<kc::Line>() + r.first * shape_.qkv_size / 2, shape_.qkv_size,
+                           kc::LineTag(FlagValue(shape_, step, layer)), local_.error.as<uint32_t>(), stream);
     }
     return kc::SendRows(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                         remote_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size,
@@ -194,6 +234,12 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   absl::Status QueueReceiveOn(uint64_t step, int64_t layer, int chunk, int chunks, float* out, int64_t out_stride,
                               GpuStream stream) {
     const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
+    if (AsLines(shape_, r.count)) {
+      return kc::ReceiveLines(local_.lines.as<kc::Line>() + r.first * shape_.q_size / 2, shape_.q_size,
+                              kc::LineTag(FlagValue(shape_, step, layer)), absl::ToInt64Nanoseconds(shape_.timeout),
+                              local_.error.as<uint32_t>(), kReceiveTimedOut, rows_.device_rows() + r.first, r.count,
+                              shape_.q_size, out, out_stride, stream);
+    }
     if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
       return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
                              absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
@@ -223,10 +269,14 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
                                                                                       int device,
                                                                                       const std::string& offer) {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    std::unique_ptr<CudaIpcMemoryEnd> end(new CudaIpcMemoryEnd(shape));
-    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape.max_rows * shape.qkv_size, shape.max_chunks));
-    LAMINA_ASSIGN_OR_RETURN(end->remote_, Remote::Open(offer, shape));
-    LAMINA_ASSIGN_OR_RETURN(std::string answer, end->local_.Export(shape.max_rows, shape.max_chunks));
+    LAMINA_ASSIGN_OR_RETURN(Remote remote, Remote::Open(offer, shape));
+    // The compute end picks how many rows travel as lines.
+    LinkShape adopted = shape;
+    adopted.line_rows = remote.line_rows;
+    std::unique_ptr<CudaIpcMemoryEnd> end(new CudaIpcMemoryEnd(adopted));
+    end->remote_ = std::move(remote);
+    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(adopted, adopted.qkv_size));
+    LAMINA_ASSIGN_OR_RETURN(std::string answer, end->local_.Export(adopted));
     return std::make_pair(std::unique_ptr<MemoryLinkEnd>(std::move(end)), std::move(answer));
   }
 
@@ -263,6 +313,13 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
     hop.out_stride = shape_.q_size;
     hop.done = remote_.flags.as<uint64_t>() + chunk;
     hop.done_value = FlagValue(shape_, step, layer);
+    if (AsLines(shape_, r.count)) {
+      hop.ready = nullptr;
+      hop.lines = local_.lines.as<kc::Line>() + r.first * shape_.qkv_size / 2;
+      hop.lines_mirror = local_.receive.as<float>() + r.first * shape_.qkv_size;
+      hop.out_lines = remote_.lines.as<kc::Line>() + r.first * shape_.q_size / 2;
+      hop.line_tag = kc::LineTag(hop.done_value);
+    }
     return hop;
   }
 

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "kernels/cuda/line.h"
 
 struct CUstream_st;
 
@@ -45,6 +46,10 @@ struct LinkShape {
   int64_t max_rows = 0;  // the most rows one step sends to the memory node
   int max_chunks = 1;
   absl::Duration timeout = absl::Seconds(10);  // how long a queued wait may spin
+  // cuda_ipc: a decode chunk of 1 to line_rows rows travels as lines (kernels/cuda/line.h), which
+  // the receiver polls, instead of rows behind a flag; 0: never. The compute end's choice (at most
+  // kernels::cuda::ReceiveRowsMaxCount()), carried in its offer.
+  int64_t line_rows = 0;
 };
 
 struct RowRange {
@@ -116,6 +121,13 @@ struct DeviceHop {
   int64_t out_stride = 0;
   uint64_t* done = nullptr;  // raised to done_value once every output row is written
   uint64_t done_value = 0;
+  // Lines instead (ready is null then): the chunk's q/k/v arrive as `lines` tagged `line_tag`,
+  // mirroring the chunk's rows in received() from `lines_mirror` on, where the launch may write
+  // them; its outputs go back as `out_lines`, mirroring `out` (not written then).
+  const kernels::cuda::Line* lines = nullptr;
+  float* lines_mirror = nullptr;
+  kernels::cuda::Line* out_lines = nullptr;
+  uint32_t line_tag = 0;
 };
 
 // The memory node's end.

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/cuda/device_buffer.h"
+#include "common/topology/topology.h"
 #include "common/transport/transport.h"
 #include "compute_node/remote/remote_attention.h"
 #include "kernels/cuda/attention.h"
@@ -307,10 +308,16 @@ int Compute(const Options& o, const std::string& address) {
   for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
   RemoteAttention over_tcp(tcp.get(), {{"m", address}}, shape);
   RemoteAttention one_chunk(tcp.get(), {{"m", address}}, shape);
+  RemoteAttention as_lines(tcp.get(), {{"m", address}}, shape);
   RemoteAttention two_chunks(tcp.get(), {{"m", address}}, shape);
   RemoteAttention four_chunks(tcp.get(), {{"m", address}}, shape);
   RemoteAttention over_nccl(tcp.get(), {{"m", address}}, shape);
   one_chunk.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
+  one_chunk.set_line_rows(0);
+  as_lines.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
+  as_lines.set_line_rows(kernels::cuda::ReceiveRowsMaxCount());
+  two_chunks.set_line_rows(kDefaultLineRows);  // as compute nodes do by default
+  four_chunks.set_line_rows(kDefaultLineRows);
   two_chunks.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 2);
   four_chunks.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 4);
   over_nccl.EnableDeviceLinks(0, max_batch, {{"m", {"nccl"}}}, 1);
@@ -330,16 +337,16 @@ int Compute(const Options& o, const std::string& address) {
   for (int64_t context : o.contexts) {
     std::printf("context %lld: microseconds per layer (round trip incl. the memory node's store and attention)\n",
                 static_cast<long long>(context));
-    std::printf("%6s %9s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s %8s %10s\n", "batch", "KiB", "tcp",
-                "ipc paced", "ipc 1", "ipc 2 ch", "ipc 4 ch", "start", "nccl", "target", "ipc/tgt", "link use",
-                "nccl use", "hidden", "attn alone");
+    std::printf("%6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s %8s %10s\n", "batch", "KiB", "tcp",
+                "ipc paced", "ipc 1", "ipc lines", "ipc 2 ch", "ipc 4 ch", "start", "nccl", "target", "ipc/tgt",
+                "link use", "nccl use", "hidden", "attn alone");
     for (int64_t batch : o.batches) {
       std::vector<DecodeEntry> entries;
       std::vector<Reservation> reservations;
       for (int64_t i = 0; i < batch; ++i) {
         entries.push_back({next, static_cast<int32_t>(context - 1)});
         reservations.push_back({next, static_cast<int32_t>(context)});
-        for (RemoteAttention* r : {&over_tcp, &one_chunk, &two_chunks, &four_chunks, &over_nccl}) {
+        for (RemoteAttention* r : {&over_tcp, &one_chunk, &as_lines, &two_chunks, &four_chunks, &over_nccl}) {
           r->Assign(next, "m").IgnoreError();
         }
         ++next;
@@ -352,6 +359,9 @@ int Compute(const Options& o, const std::string& address) {
       const double t_tcp = TcpMicros(over_tcp, entries, b, o.layers, reps);
       const DeviceTiming paced = DeviceMicros(one_chunk, entries, b, o.layers, reps, false, stream->get());
       const DeviceTiming one = DeviceMicros(one_chunk, entries, b, o.layers, reps, true, stream->get());
+      const bool lines_apply = batch <= kernels::cuda::ReceiveRowsMaxCount();
+      const DeviceTiming lines =
+          lines_apply ? DeviceMicros(as_lines, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
       const DeviceTiming two = DeviceMicros(two_chunks, entries, b, o.layers, reps, true, stream->get());
       const DeviceTiming four = DeviceMicros(four_chunks, entries, b, o.layers, reps, true, stream->get());
       const double split_us = std::min(two.steady_us, four.steady_us);
@@ -360,11 +370,11 @@ int Compute(const Options& o, const std::string& address) {
       const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
       const double transfer_us = bytes / (rate * 1e9) * 1e6;
       const double target = 5.0 + transfer_us;
-      const double best = std::min(one.steady_us, split_us);
+      const double best = std::min({one.steady_us, split_us, lines_apply ? lines.steady_us : one.steady_us});
       const double alone = AttentionAloneMicros(peer, batch, context, o.layers, b.gate.as<uint64_t>());
-      std::printf("%6lld %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n",
-                  static_cast<long long>(batch), bytes / 1024, t_tcp, paced.steady_us, one.steady_us, two.steady_us,
-                  four.steady_us, one.start_us, over.steady_us, target, best / target, transfer_us / best,
+      std::printf("%6lld %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n",
+                  static_cast<long long>(batch), bytes / 1024, t_tcp, paced.steady_us, one.steady_us, lines.steady_us,
+                  two.steady_us, four.steady_us, one.start_us, over.steady_us, target, best / target, transfer_us / best,
                   nccl ? transfer_us / over.steady_us : 0.0, (one.steady_us - split_us) / transfer_us, alone);
       std::fflush(stdout);
       for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
@@ -373,7 +383,8 @@ int Compute(const Options& o, const std::string& address) {
   }
   std::printf("Per layer, in the steady state (the last three quarters of the layers). ipc paced: cuda_ipc in\n"
               "one chunk, the compute stream running as the host queues it; ipc 1, 2 ch and 4 ch (a layer in one\n"
-              "chunk, or up to 2 or 4 of at least 32 rows), nccl and attn alone: queued, the stream held until\n"
+              "chunk of rows behind a flag, or up to 2 or 4 of at least 32 rows), ipc lines (one chunk as\n"
+              "lines, up to 32 rows; -1 above), nccl and attn alone: queued, the stream held until\n"
               "both ends have queued the whole step, so the GPUs' time alone. start: what a queued step's first\n"
               "layers take beyond the steady rate, per step. ipc/tgt: the best queued cuda_ipc time over 5 us +\n"
               "bytes / link rate (target <= 1); link use: bytes / time / link rate, cuda_ipc's best and nccl's\n"

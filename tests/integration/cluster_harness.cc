@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
     absl::StrAppend(&yaml, "  - name: compute-", i, "\n    role: compute\n    device: ", device,
                     "\n    port: ", FreePort(), "\n    data_port: ", FreePort(), "\n");
     if (options.chunk_rows) absl::StrAppend(&yaml, "    chunk_rows: ", *options.chunk_rows, "\n");
+    if (options.line_rows) absl::StrAppend(&yaml, "    line_rows: ", *options.line_rows, "\n");
   }
   for (int i = 0; i < options.memory_nodes; ++i) {
     const std::string device = i < static_cast<int>(options.memory_devices.size()) ? options.memory_devices[i]

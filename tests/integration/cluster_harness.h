@@ -33,6 +33,7 @@ struct ClusterOptions {
   bool stagger = false;                        // and its `scheduler.stagger`
   int compute_nodes = 1;
   std::optional<int64_t> chunk_rows;  // set: the compute nodes' `chunk_rows`
+  std::optional<int64_t> line_rows;   // set: the compute nodes' `line_rows`
 };
 
 class ClusterHarness {

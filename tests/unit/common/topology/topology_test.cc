@@ -117,6 +117,29 @@ TEST(TopologyTest, ChunkRowsIsAComputeNodeChoiceWithAMeasuredDefault) {
               "nodes[1].chunk_rows: only compute nodes have this field");
 }
 
+TEST(TopologyTest, LineRowsIsAComputeNodeChoiceUpToWhatOneLaunchReceives) {
+  const std::string original = Original();
+  auto plain = ParseTopology(original, kPath);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->Find("compute-0")->line_rows, kDefaultLineRows);
+  auto with = [&](const std::string& line) {
+    return absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0",
+                                           "    device: cpu\n    " + line + "\n\n  - name: memory-0"}});
+  };
+  auto never = ParseTopology(with("line_rows: 0"), kPath);
+  ASSERT_TRUE(never.ok()) << never.status();
+  EXPECT_EQ(never->Find("compute-0")->line_rows, 0);
+  auto most = ParseTopology(with("line_rows: 32"), kPath);
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(most->Find("compute-0")->line_rows, 32);
+  ExpectError(with("line_rows: 33"), "nodes[0].line_rows");
+  ExpectError(with("line_rows: -1"), "nodes[0].line_rows");
+  ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
+                                              "    kv_capacity_tokens: 8192\n    line_rows: 4\n\n"
+                                              "  - name: memory-1"}}),
+              "nodes[1].line_rows: only compute nodes have this field");
+}
+
 TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
   const std::string original = Original();
   // memory-1, nodes[2], with its device and transport replaced.

@@ -1,6 +1,7 @@
 // The device-side data planes' kernels (kernels/cuda/data_plane.h) on one GPU, the two ends on two
 // streams: rows handed over behind a flag that a kernel queued ahead spins on, a wait that gives up
-// after its timeout, and a send that keeps its flag down once the step has failed. Across GPUs and
+// after its timeout, and a send that keeps its flag down once the step has failed; and the same
+// for lines (line.h), which carry their own tags instead of a flag. Across GPUs and
 // processes they run in tests/integration/gpu_cluster_test (cuda_ipc). Skips without a GPU.
 #include "kernels/cuda/data_plane.h"
 
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
 #include "tests/support/cuda_test_util.h"
@@ -125,6 +127,95 @@ TEST_P(DataPlaneRowsTest, ReceiveRowsWaitsThenScattersInOneLaunch) {
 // 12 and 1000: float4 copies; 13 and 1001: float copies; 1000 and 1001 take several batches of
 // loads per thread.
 INSTANTIATE_TEST_SUITE_P(Columns, DataPlaneRowsTest, ::testing::Values(12, 13, 1000, 1001));
+
+// Lines: cols and the source row's stride. (12, 12): float2 loads; (12, 13): floats, as the rows
+// are not 8-byte aligned; (1000, 1000): several batches of loads per thread.
+class DataPlaneLinesTest : public DataPlaneKernelsTest,
+                           public ::testing::WithParamInterface<std::pair<int64_t, int64_t>> {};
+
+TEST_P(DataPlaneLinesTest, LinesLandInTheirRowsAndStaleOnesDoNotPass) {
+  const auto [cols, stride] = GetParam();
+  const int64_t src_rows = 9, out_rows = 10;
+  const std::vector<int32_t> picked = {4, 1, 8, 0, 5};  // the batch rows sent, in order
+  const std::vector<int32_t> dest = {9, 2, 0, 7, 4};    // where each arriving row belongs
+  const int64_t n = static_cast<int64_t>(picked.size());
+  auto d_picked = Upload(picked);
+  auto d_dest = Upload(dest);
+  auto d_lines = Upload(std::vector<Line>(n * cols / 2, Line{}));
+  TwoEnds ends = TwoEnds::Create();
+  // Two hops through the same lines, the second with other values and the next tag.
+  for (uint32_t tag : {7u, 8u}) {
+    SCOPED_TRACE("tag " + std::to_string(tag));
+    std::vector<float> src(src_rows * stride);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.f * static_cast<float>(tag);
+    auto d_src = Upload(src);
+    auto d_out = Upload(std::vector<float>(out_rows * cols, -1.f));
+    // The receiver polls first, and meanwhile sees the lines of the hop before (or zeros).
+    ASSERT_TRUE(ReceiveLines(d_lines.as<Line>(), cols, tag, 5'000'000'000, ends.error_word(), 1,
+                             d_dest.as<int32_t>(), n, cols, d_out.as<float>(), cols, ends.receiver.get())
+                    .ok());
+    absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_TRUE(SendLines(d_src.as<float>(), stride, d_picked.as<int32_t>(), n, cols, d_lines.as<Line>(), cols, tag,
+                          nullptr, ends.sender.get())
+                    .ok());
+    ASSERT_TRUE(ends.sender.Synchronize().ok());
+    ASSERT_TRUE(ends.receiver.Synchronize().ok());
+    EXPECT_EQ(*ends.error_word(), 0u);
+    const std::vector<float> out = Download<float>(d_out, out_rows * cols);
+    for (int64_t r = 0; r < out_rows; ++r) {
+      const auto at = std::find(dest.begin(), dest.end(), r);
+      for (int64_t c = 0; c < cols; ++c) {
+        const float want = at == dest.end() ? -1.f : src[picked[at - dest.begin()] * stride + c];
+        ASSERT_EQ(out[r * cols + c], want) << r << "," << c;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DataPlaneLinesTest,
+                         ::testing::Values(std::make_pair(int64_t{12}, int64_t{12}),
+                                           std::make_pair(int64_t{12}, int64_t{13}),
+                                           std::make_pair(int64_t{1000}, int64_t{1000})));
+
+TEST_F(DataPlaneKernelsTest, LinesOfAFailedStepAreNotSentAndTheirPollsGiveUp) {
+  const int64_t cols = 8, n = 2;
+  auto d_src = Upload(std::vector<float>(n * cols, 2.5f));
+  auto d_lines = Upload(std::vector<Line>(n * cols / 2, Line{}));
+  auto d_out = Upload(std::vector<float>(n * cols, -1.f));
+  TwoEnds ends = TwoEnds::Create();
+  // A send once the step has failed writes nothing.
+  *ends.error_word() = 5;
+  ASSERT_TRUE(SendLines(d_src.as<float>(), cols, nullptr, n, cols, d_lines.as<Line>(), cols, 3, ends.error_word(),
+                        ends.sender.get())
+                  .ok());
+  ASSERT_TRUE(ends.sender.Synchronize().ok());
+  for (const Line& line : Download<Line>(d_lines, n * cols / 2)) ASSERT_EQ(line.first_tag, 0u);
+  // Lines that never come: the poll gives up after 2 ms and says so.
+  *ends.error_word() = 0;
+  ASSERT_TRUE(ReceiveLines(d_lines.as<Line>(), cols, 3, 2'000'000, ends.error_word(), 6, nullptr, n, cols,
+                           d_out.as<float>(), cols, ends.receiver.get())
+                  .ok());
+  ASSERT_TRUE(ends.receiver.Synchronize().ok());
+  EXPECT_EQ(*ends.error_word(), 6u);
+  // Once the error word is set, later polls pass at once rather than after their 10 s.
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(ReceiveLines(d_lines.as<Line>(), cols, 4, 10'000'000'000, ends.error_word(), 6, nullptr, n, cols,
+                           d_out.as<float>(), cols, ends.receiver.get())
+                  .ok());
+  ASSERT_TRUE(ends.receiver.Synchronize().ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST_F(DataPlaneKernelsTest, LinesRefuseOddRows) {
+  uint32_t* no_error = nullptr;
+  absl::Status status = SendLines(nullptr, 8, nullptr, 1, 7, nullptr, 8, 1, no_error, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("7 floats"), std::string::npos) << status;
+  status = ReceiveLines(nullptr, 9, 1, 1, no_error, 1, nullptr, 1, 8, nullptr, 8, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  status = ReceiveLines(nullptr, 8, 1, 1, no_error, 1, nullptr, ReceiveRowsMaxCount() + 1, 8, nullptr, 8, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
 
 TEST_F(DataPlaneKernelsTest, ReceiveRowsRefusesCountsOutsideItsRange) {
   uint32_t* no_error = nullptr;

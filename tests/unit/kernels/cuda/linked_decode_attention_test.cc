@@ -2,7 +2,7 @@
 // replaces on a memory node: the same outputs and the same pool, bit for bit, with and without
 // split contexts, and the hop around it: a wait queued ahead of rows that a SendRows on another
 // stream delivers later, a done flag raised once, counters left zeroed, a wait that times out and
-// keeps the done flag down. Skips without a GPU.
+// keeps the done flag down; and the same with lines (line.h) in and out. Skips without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -16,6 +16,7 @@
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention.h"
+#include "absl/time/clock.h"
 #include "kernels/cuda/data_plane.h"
 #include "tests/support/cuda_test_util.h"
 
@@ -244,6 +245,137 @@ TEST_F(LinkedDecodeTest, RefusesAnEmptyLaunchAndMissingLinkFields) {
   status = LinkedDecodeAttention(shape_, plan, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, nullptr,
                                  link, nullptr);
   EXPECT_NE(status.message().find("no sequences"), std::string::npos) << status;
+}
+
+
+// Plans a launch with lines takes (not a warp per head) whose grid stays within one wave, as it
+// must while the sender is on the same GPU: one split, and four.
+std::vector<DecodePlan> LinePlans(const AttentionShape& shape, int64_t seqs) {
+  DecodePlan one, four;
+  four.splits = 4;
+  four.workspace_floats = seqs * shape.num_q_heads * four.splits * (shape.head_dim + 1);
+  return {one, four};
+}
+
+// q/k/v arrive as lines that a sender on another stream writes after the launch has begun to poll;
+// the outputs leave as lines. Same outputs and pool as StoreKv + DecodeAttention, every output
+// line tagged, the done flag raised.
+TEST_F(LinkedDecodeTest, LinesInAndOutGiveTheSameOutputsAndPool) {
+  const std::vector<Case> cases = {
+      {32, 8, 128, {1, 2048, 33}},
+      {8, 4, 32, {257, 3}},
+  };
+  const uint32_t tag = 41;
+  for (const Case& c : cases) {
+    Build(c);
+    for (const DecodePlan& plan : LinePlans(shape_, seqs_)) {
+      SCOPED_TRACE(Name(c, plan));
+      std::vector<float> want;
+      std::vector<uint16_t> want_k;
+      Reference(plan, &want, &want_k);
+
+      DeviceBuffer source = std::move(d_qkv_);
+      d_qkv_ = Upload(std::vector<float>(seqs_ * row_, 0.f));  // where the lines are put in place
+      DeviceBuffer in_lines = Upload(std::vector<Line>(seqs_ * row_ / 2, Line{}));
+      DeviceBuffer out_lines = Upload(std::vector<Line>(seqs_ * q_size_ / 2, Line{}));
+      DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+      DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, -1.f));
+      DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+      DeviceBuffer unused_ready = Upload(std::vector<uint64_t>{0});
+      DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+      const int64_t n_counters = LinkedDecodeCounters(shape_, seqs_);
+      DeviceBuffer counters = Upload(std::vector<uint32_t>(n_counters, 0));
+      DecodeLink link = Link(unused_ready, 1, done, 2, counters);
+      link.ready = nullptr;
+      link.lines = in_lines.as<Line>();
+      link.lines_mirror = d_qkv_.as<float>();
+      link.out_lines = out_lines.as<Line>();
+      link.line_tag = tag;
+      auto receiver = lamina::cuda::Stream::Create();
+      auto sender = lamina::cuda::Stream::Create();
+      ASSERT_TRUE(receiver.ok() && sender.ok());
+      ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                        d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_,
+                                        seqs_, work.as<float>(), link, receiver->get())
+                      .ok());
+      absl::SleepFor(absl::Milliseconds(20));
+      ASSERT_TRUE(SendLines(source.as<float>(), row_, nullptr, seqs_, row_, in_lines.as<Line>(), row_, tag, nullptr,
+                            sender->get())
+                      .ok());
+      ASSERT_TRUE(sender->Synchronize().ok());
+      ASSERT_TRUE(receiver->Synchronize().ok());
+      d_qkv_ = std::move(source);
+
+      EXPECT_EQ(*error_.as<uint32_t>(), 0u);
+      std::vector<float> got;
+      bool tagged = true;
+      for (const Line& line : Download<Line>(out_lines, seqs_ * q_size_ / 2)) {
+        tagged = tagged && line.first_tag == tag && line.second_tag == tag;
+        got.push_back(line.first);
+        got.push_back(line.second);
+      }
+      EXPECT_TRUE(tagged) << "every output line carries the hop's tag";
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(Download<float>(out, 1)[0], -1.f) << "with output lines, out itself is not written";
+      EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
+      EXPECT_EQ(Download<uint64_t>(done, 1)[0], 2u);
+      const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
+      EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << "counters left zeroed";
+    }
+  }
+}
+
+// Lines that never come: the polls give up, no output line is written (the peer would take it for
+// an answer) and the done flag stays down.
+TEST_F(LinkedDecodeTest, LinesThatNeverComeLeaveNoOutputLines) {
+  Build({8, 4, 32, {100, 3}});
+  for (const DecodePlan& plan : LinePlans(shape_, seqs_)) {
+    SCOPED_TRACE("splits " + std::to_string(plan.splits));
+    *error_.as<uint32_t>() = 0;
+    DeviceBuffer in_lines = Upload(std::vector<Line>(seqs_ * row_ / 2, Line{}));
+    DeviceBuffer out_lines = Upload(std::vector<Line>(seqs_ * q_size_ / 2, Line{}));
+    DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+    DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
+    DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+    DeviceBuffer unused_ready = Upload(std::vector<uint64_t>{0});
+    DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+    DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape_, seqs_), 0));
+    DecodeLink link = Link(unused_ready, 1, done, 1, counters, 2'000'000);
+    link.ready = nullptr;
+    link.lines = in_lines.as<Line>();
+    link.lines_mirror = d_qkv_.as<float>();
+    link.out_lines = out_lines.as<Line>();
+    link.line_tag = 9;
+    ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                      d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_, seqs_,
+                                      work.as<float>(), link, nullptr)
+                    .ok());
+    EXPECT_EQ(Download<uint64_t>(done, 1)[0], 0u);  // after the launch
+    EXPECT_EQ(*error_.as<uint32_t>(), 3u);
+    for (const Line& line : Download<Line>(out_lines, seqs_ * q_size_ / 2)) {
+      ASSERT_EQ(line.first_tag, 0u);
+      ASSERT_EQ(line.second_tag, 0u);
+    }
+  }
+}
+
+TEST_F(LinkedDecodeTest, LinesRefuseAWarpPerHeadPlanAndAReadyFlag) {
+  Build({8, 4, 32, {10}});
+  DeviceBuffer lines = Upload(std::vector<Line>(row_, Line{}));
+  DeviceBuffer ready = Upload(std::vector<uint64_t>{0}), done = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape_, seqs_), 0));
+  DecodeLink link = Link(ready, 1, done, 1, counters);
+  link.lines = lines.as<Line>();
+  link.lines_mirror = d_qkv_.as<float>();
+  DecodePlan warp_each;
+  warp_each.warp_per_head = true;
+  DecodePlan block_each;
+  for (const DecodePlan& plan : {warp_each, block_each}) {  // the block plan still has `ready` set
+    const absl::Status status = LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, nullptr, nullptr,
+                                                      nullptr, nullptr, nullptr, q_size_, seqs_, nullptr, link,
+                                                      nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  }
 }
 
 }  // namespace
