@@ -22,11 +22,12 @@ inline constexpr int kMaxDataPlaneChunks = 4;
 // chunks of 128 or more rows hid 0.3-0.5 of the transfer behind attention, and chunks of 32 cost
 // more time than they hid.
 inline constexpr int64_t kDefaultChunkRows = 128;
-// Over cuda_ipc, decode chunks of at most this many rows travel as lines (kernels/cuda/line.h);
-// see tests/bench/RESULTS.md for the measurement behind it. At most kMostLineRows, the rows one
+// Over cuda_ipc, decode chunks of at most this many rows travel as lines (kernels/cuda/line.h):
+// on two H200s lines took 0.64x the time of rows behind a flag at 1 row, 0.60x at 16 and 0.97-0.99x
+// at 32 (lamina-bench-data-plane, tests/bench/RESULTS.md). At most kMostLineRows, the rows one
 // receiving launch takes.
-inline constexpr int64_t kDefaultLineRows = 8;
 inline constexpr int64_t kMostLineRows = 32;
+inline constexpr int64_t kDefaultLineRows = kMostLineRows;
 
 struct NodeSpec {
   std::string name;

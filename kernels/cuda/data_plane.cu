@@ -107,13 +107,17 @@ __global__ void ReceiveRowsKernel(const uint64_t* flag, uint64_t value, int64_t 
                 1, cols, 1);
 }
 
-// A block a row: src row (rows ? rows[row] : row) as lines. Each thread reads the error word
-// alongside its first loads (only earlier work on the stream sets it) and writes nothing once set.
+// A block a row: src row (rows ? rows[row] : row) as lines. Launched as a programmatic dependent
+// of the kernel before it (SendLines), it reads its row's index, then waits for that kernel's
+// work. Each thread reads the error word alongside its first loads (only earlier work on the
+// stream sets it) and writes nothing once set.
 __global__ void SendLinesKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t cols, Line* dst,
                                 int64_t dst_stride, uint32_t tag, const uint32_t* error, bool vectorized) {
-  const bool failed = ErrorSet(error);
   const int64_t row = blockIdx.x;
-  const float* from = src + (rows ? rows[row] : row) * src_stride;
+  const int64_t from_row = rows ? rows[row] : row;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const bool failed = ErrorSet(error);
+  const float* from = src + from_row * src_stride;
   Line* to = dst + row * dst_stride / 2;
   const int lines = static_cast<int>(cols / 2);
   for (int base = threadIdx.x; base < lines; base += blockDim.x * kBatch) {
@@ -135,10 +139,12 @@ __global__ void SendLinesKernel(const float* src, int64_t src_stride, const int3
 }
 
 // A block a row: polls the row's lines and writes their floats to dst row (rows ? rows[row] :
-// row), read before polling so that it is not on the path.
+// row), read before polling so that it is not on the path. It lets a send queued after it launch
+// at once (that send waits for it to finish before reading anything it wrote).
 __global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
                                    uint32_t* error, uint32_t code, const int32_t* rows, int64_t cols, float* dst,
                                    int64_t dst_stride, bool vectorized) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int64_t row = blockIdx.x;
   float* to = dst + (rows ? rows[row] : row) * dst_stride;
   LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
@@ -240,9 +246,20 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
                                                    " a row (lines need an even number)"));
   }
   if (count == 0) return absl::OkStatus();
-  SendLinesKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(src, src_stride, rows, cols, dst, dst_stride,
-                                                                           tag, error, Aligned8(src, src_stride));
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // A programmatic dependent launch: the send's blocks start while the kernel before it finishes
+  // (a launch's latency off the hop's path; on two H200s about 1 us of a 12 us round trip,
+  // .probe results in tests/bench/RESULTS.md), and wait for it in griddepcontrol.wait.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(count));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute early;
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SendLinesKernel, src, src_stride, rows, cols, dst,
+                                                 dst_stride, tag, error, Aligned8(src, src_stride)));
   return absl::OkStatus();
 }
 

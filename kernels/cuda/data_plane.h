@@ -53,7 +53,9 @@ int64_t ReceiveRowsMaxCount();
 // Lines (line.h), for hops of a few rows: dst mirrors [count, dst_stride] floats, and its row i
 // gets src row (rows ? rows[i] : i) as lines tagged `tag`, with no flag after them. Nothing is
 // written when *error != 0 (error may be null). `dst` may be a peer GPU's memory. cols and
-// dst_stride must be even.
+// dst_stride must be even. The send may start before the work queued ahead of it on `stream`
+// has finished, and reads `rows` then (the rest after that work): nothing queued on the stream may
+// write `rows`.
 absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                        Line* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream);
 
