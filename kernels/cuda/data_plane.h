@@ -6,7 +6,8 @@
 // is at least the value it expects, so a flag never needs resetting between steps. The sender's
 // row writes are made visible system-wide (one fence per block, after a barrier) before the flag
 // is stored with release semantics; the receiver spins with relaxed loads and fences once it sees
-// the value (flags.cuh).
+// the value (flags.cuh). For a few rows, lines (line.h) replace rows and flag: SendLines and
+// ReceiveLines.
 //
 // No wait is unbounded: WaitFlag gives up after `timeout_ns` and records `code` in `*error`, and a
 // SendRows whose `error` word is set does not raise its flag, so a stalled peer turns into a step

@@ -12,7 +12,8 @@
 //
 // Transports: `cuda_ipc` (GPUs of one host: receive buffers shared through CUDA IPC handles, rows
 // written by a kernel straight into the peer's memory, then a flag that a kernel queued ahead on the
-// receiver spins on) and `nccl` (NCCL send/recv between the two GPUs, over NVLink in a host and
+// receiver spins on; chunks of up to LinkShape::line_rows rows as lines, which carry their own
+// tags and are polled, kernels/cuda/line.h) and `nccl` (NCCL send/recv between the two GPUs, over NVLink in a host and
 // InfiniBand/RoCE across hosts; a layer travels in one chunk) and `rdma` (cuda_ipc's flags and
 // waits, with RDMA WRITEs over a libibverbs RC queue pair into GPU memory registered for GPUDirect
 // RDMA, posted by a host thread once the GPU has staged the rows). A wait gives up after the link's

@@ -4,7 +4,8 @@
 // (AttentionExecutor on GPU 1, or GPU 0 when there is one GPU, behind an AttentionServer).
 //
 // For each batch: tcp (the host path, with the compute node's device-host copies), cuda_ipc in one
-// chunk, cuda_ipc in chunks (communication-attention overlap), and nccl (with two GPUs). The baseline, measured in the
+// chunk of rows behind a flag, cuda_ipc as lines (up to 32 rows), cuda_ipc in chunks
+// (communication-attention overlap), and nccl (with two GPUs). The baseline, measured in the
 // same run, is the peer-copy rate from GPU 0 to the memory node's GPU: the target for cuda_ipc is
 // 5 us + bytes / that rate, and at batch 1024 at least 80% of it. At a context where attention
 // takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
