@@ -38,7 +38,7 @@ uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
 // a PCIe round trip to each hop. The host reads it once per step.
 struct Local {
   cuda::DeviceBuffer receive;   // float [max_rows, row floats]
-  cuda::DeviceBuffer lines;     // Line [line_rows, row floats / 2], zeroed (no tag is 0)
+  cuda::DeviceBuffer lines;     // Line [max_chunks, line_rows, row floats / 2], zeroed (no tag is 0)
   cuda::DeviceBuffer flags;     // uint64 [max_chunks], the peer raises them
   cuda::DeviceBuffer arrivals;  // uint32 [max_chunks]
   cuda::DeviceBuffer error;     // uint32
@@ -52,7 +52,8 @@ struct Local {
     LAMINA_ASSIGN_OR_RETURN(
         l.receive, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_rows * row_floats) * sizeof(float)));
     LAMINA_ASSIGN_OR_RETURN(
-        l.lines, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.line_rows * row_floats / 2) * sizeof(kc::Line)));
+        l.lines, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_chunks * shape.line_rows * row_floats / 2) *
+                                            sizeof(kc::Line)));
     LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint64_t)));
     LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint32_t)));
     LAMINA_ASSIGN_OR_RETURN(l.error, cuda::DeviceBuffer::Create(sizeof(uint32_t)));
@@ -133,6 +134,13 @@ struct Remote {
 // Whether a decode chunk of `rows` rows travels as lines.
 bool AsLines(const LinkShape& shape, int64_t rows) { return rows >= 1 && rows <= shape.line_rows; }
 
+// Chunk `chunk`'s lines in a lines buffer for rows of `row_floats`: each chunk has line_rows rows
+// of its own, wherever its rows start in the batch.
+template <typename LineT>
+LineT* ChunkLines(LineT* lines, const LinkShape& shape, int chunk, int64_t row_floats) {
+  return lines + chunk * shape.line_rows * row_floats / 2;
+}
+
 class CudaIpcComputeEnd : public ComputeLinkEnd {
  public:
   static absl::StatusOr<std::unique_ptr<CudaIpcComputeEnd>> Create(const LinkShape& shape, int device) {
@@ -179,7 +187,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     }
     if (AsLines(shape_, r.count)) {
       return kc::SendLines(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
-                           remote_.lines.as<kc::Line>() + r.first * shape_.qkv_size / 2, shape_.qkv_size,
+                           ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.qkv_size), shape_.qkv_size,
                            kc::LineTag(FlagValue(shape_, step, layer)), local_.error.as<uint32_t>(), stream);
     }
     return kc::SendRows(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
@@ -235,7 +243,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                               GpuStream stream) {
     const RowRange r = ChunkOf(rows_.count(), chunks, chunk);
     if (AsLines(shape_, r.count)) {
-      return kc::ReceiveLines(local_.lines.as<kc::Line>() + r.first * shape_.q_size / 2, shape_.q_size,
+      return kc::ReceiveLines(ChunkLines(local_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size), shape_.q_size,
                               kc::LineTag(FlagValue(shape_, step, layer)), absl::ToInt64Nanoseconds(shape_.timeout),
                               local_.error.as<uint32_t>(), kReceiveTimedOut, rows_.device_rows() + r.first, r.count,
                               shape_.q_size, out, out_stride, stream);
@@ -315,9 +323,9 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
     hop.done_value = FlagValue(shape_, step, layer);
     if (AsLines(shape_, r.count)) {
       hop.ready = nullptr;
-      hop.lines = local_.lines.as<kc::Line>() + r.first * shape_.qkv_size / 2;
+      hop.lines = ChunkLines(local_.lines.as<kc::Line>(), shape_, chunk, shape_.qkv_size);
       hop.lines_mirror = local_.receive.as<float>() + r.first * shape_.qkv_size;
-      hop.out_lines = remote_.lines.as<kc::Line>() + r.first * shape_.q_size / 2;
+      hop.out_lines = ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size);
       hop.line_tag = kc::LineTag(hop.done_value);
     }
     return hop;

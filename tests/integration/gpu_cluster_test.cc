@@ -52,11 +52,11 @@ TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
   ClusterOptions options = GpuOptions(GetParam(), &skip);
   if (!skip.empty()) GTEST_SKIP() << skip;
   // Over cuda_ipc the 16 or so rows a memory node gets of the 32 requests travel in chunks of 4
-  // (communication-attention overlap), the golden prompts alone in one; chunks of 1 or 2 rows as
-  // lines, larger ones behind flags.
+  // (communication-attention overlap), the golden prompts alone in one; chunks of up to 4 rows
+  // as lines (so a layer's later chunks too), a chunk of 5 to 7 behind a flag.
   if (GetParam() == "cuda_ipc") {
     options.chunk_rows = 4;
-    options.line_rows = 2;
+    options.line_rows = 4;
   }
   const std::string memory_device = options.memory_devices[0];
   auto cluster = ClusterHarness::Start(options);
