@@ -18,6 +18,12 @@ const std::string kPath = std::string(LAMINA_SOURCE_DIR) + "/deploy/topologies/l
 
 std::string Original() { return testing::ReadFileOrDie(kPath); }
 
+// `topology` with `line` added to compute-0, the node before memory-0.
+std::string WithComputeLine(const std::string& topology, const std::string& line) {
+  return absl::StrReplaceAll(topology, {{"    device: cpu\n\n  - name: memory-0",
+                                         "    device: cpu\n    " + line + "\n\n  - name: memory-0"}});
+}
+
 absl::Status Parse(const std::string& text) { return ParseTopology(text, kPath).status(); }
 
 TEST(TopologyTest, TheDemoTopologyLoads) {
@@ -100,10 +106,7 @@ TEST(TopologyTest, ChunkRowsIsAComputeNodeChoiceWithAMeasuredDefault) {
   auto plain = ParseTopology(original, kPath);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->Find("compute-0")->chunk_rows, kDefaultChunkRows);
-  auto with = [&](const std::string& line) {
-    return absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0",
-                                           "    device: cpu\n    " + line + "\n\n  - name: memory-0"}});
-  };
+  auto with = [&](const std::string& line) { return WithComputeLine(original, line); };
   auto one_chunk = ParseTopology(with("chunk_rows: 0"), kPath);
   ASSERT_TRUE(one_chunk.ok()) << one_chunk.status();
   EXPECT_EQ(one_chunk->Find("compute-0")->chunk_rows, 0);
@@ -122,10 +125,7 @@ TEST(TopologyTest, LineRowsIsAComputeNodeChoiceUpToWhatOneLaunchReceives) {
   auto plain = ParseTopology(original, kPath);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->Find("compute-0")->line_rows, kDefaultLineRows);
-  auto with = [&](const std::string& line) {
-    return absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0",
-                                           "    device: cpu\n    " + line + "\n\n  - name: memory-0"}});
-  };
+  auto with = [&](const std::string& line) { return WithComputeLine(original, line); };
   auto never = ParseTopology(with("line_rows: 0"), kPath);
   ASSERT_TRUE(never.ok()) << never.status();
   EXPECT_EQ(never->Find("compute-0")->line_rows, 0);

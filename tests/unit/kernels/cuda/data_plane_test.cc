@@ -43,6 +43,20 @@ struct TwoEnds {
 
 using DataPlaneKernelsTest = DataPlaneGpuTest;
 
+// `out` [out_rows, cols] holds, in row dest[i], row i of what was sent (sent(i, c) at column c),
+// and -1 in every other row.
+template <typename Sent>
+void ExpectScattered(const std::vector<float>& out, int64_t out_rows, int64_t cols, const std::vector<int32_t>& dest,
+                     Sent sent) {
+  for (int64_t r = 0; r < out_rows; ++r) {
+    const auto at = std::find(dest.begin(), dest.end(), r);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float want = at == dest.end() ? -1.f : sent(at - dest.begin(), c);
+      ASSERT_EQ(out[r * cols + c], want) << r << "," << c;
+    }
+  }
+}
+
 class DataPlaneRowsTest : public DataPlaneKernelsTest, public ::testing::WithParamInterface<int64_t> {};
 
 TEST_P(DataPlaneRowsTest, RowsArriveBehindTheirFlag) {
@@ -114,14 +128,8 @@ TEST_P(DataPlaneRowsTest, ReceiveRowsWaitsThenScattersInOneLaunch) {
   ASSERT_TRUE(ends.receiver.Synchronize().ok());
 
   EXPECT_EQ(*ends.error_word(), 0u);
-  const std::vector<float> out = Download<float>(d_out, out_rows * cols);
-  for (int64_t r = 0; r < out_rows; ++r) {
-    const auto at = std::find(dest.begin(), dest.end(), r);
-    for (int64_t c = 0; c < cols; ++c) {
-      const float want = at == dest.end() ? -1.f : rows[(at - dest.begin()) * cols + c];
-      ASSERT_EQ(out[r * cols + c], want) << r << "," << c;
-    }
-  }
+  ExpectScattered(Download<float>(d_out, out_rows * cols), out_rows, cols, dest,
+                  [&](int64_t i, int64_t c) { return rows[i * cols + c]; });
 }
 
 // 12 and 1000: float4 copies; 13 and 1001: float copies; 1000 and 1001 take several batches of
@@ -161,14 +169,8 @@ TEST_P(DataPlaneLinesTest, LinesLandInTheirRowsAndStaleOnesDoNotPass) {
     ASSERT_TRUE(ends.sender.Synchronize().ok());
     ASSERT_TRUE(ends.receiver.Synchronize().ok());
     EXPECT_EQ(*ends.error_word(), 0u);
-    const std::vector<float> out = Download<float>(d_out, out_rows * cols);
-    for (int64_t r = 0; r < out_rows; ++r) {
-      const auto at = std::find(dest.begin(), dest.end(), r);
-      for (int64_t c = 0; c < cols; ++c) {
-        const float want = at == dest.end() ? -1.f : src[picked[at - dest.begin()] * stride + c];
-        ASSERT_EQ(out[r * cols + c], want) << r << "," << c;
-      }
-    }
+    ExpectScattered(Download<float>(d_out, out_rows * cols), out_rows, cols, dest,
+                    [&](int64_t i, int64_t c) { return src[picked[i] * stride + c]; });
   }
 }
 
