@@ -299,13 +299,13 @@ class CudaKvLane : public DeviceKvLane {
     link.counters = counters_.as<uint32_t>() + chunk * chunk_counters_;
     link.busy_ns = busy_ns_.as<uint64_t>();
     link.busy_start = busy_starts_.as<uint64_t>() + chunk;
+    link.out_lines = hop.out_lines;
+    link.line_tag = hop.line_tag;
     cudaStream_t stream = ChunkStream(chunk);
     // Every block of a linked launch spins until the rows arrive. A few spinning blocks cost
     // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
     // queued ahead instead, which also keeps their blocks from crowding out other lanes' work.
-    link.out_lines = hop.out_lines;
-    link.line_tag = hop.line_tag;
     const kc::DecodePlan& plan = side_by_side_plans_[chunk];
     const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
     if (hop.lines != nullptr && blocks > kMostPollingBlocks) {
