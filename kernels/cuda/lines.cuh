@@ -11,9 +11,6 @@
 namespace lamina::kernels::cuda {
 
 // Floats i and i + 1 of what `lines` mirrors from `mirror` on (i even).
-__device__ inline Line* LineOf(Line* lines, const float* mirror, const float* at) {
-  return lines + (at - mirror) / 2;
-}
 __device__ inline const Line* LineOf(const Line* lines, const float* mirror, const float* at) {
   return lines + (at - mirror) / 2;
 }

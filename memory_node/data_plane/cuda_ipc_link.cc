@@ -94,6 +94,9 @@ struct Local {
   }
 };
 
+// The most rows a link of `max_rows` rows may send as lines: what one receiving launch takes.
+int64_t MostLineRows(int64_t max_rows) { return std::min(max_rows, kc::ReceiveRowsMaxCount()); }
+
 // The peer's receive buffer, lines and flags, mapped here.
 struct Remote {
   cuda::IpcMapping receive;
@@ -120,9 +123,9 @@ struct Remote {
                                                      max_chunks, " chunks, not ", shape.max_rows, " in ",
                                                      shape.max_chunks));
     }
-    if (remote.line_rows < 0 || remote.line_rows > std::min(max_rows, kc::ReceiveRowsMaxCount())) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: lines for ", remote.line_rows, " rows (0 to ",
-                                                     std::min(max_rows, kc::ReceiveRowsMaxCount()), ")"));
+    if (remote.line_rows < 0 || remote.line_rows > MostLineRows(max_rows)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda_ipc: lines for ", remote.line_rows, " rows (0 to ", MostLineRows(max_rows), ")"));
     }
     LAMINA_ASSIGN_OR_RETURN(remote.receive, cuda::IpcMapping::Open(receive_handle));
     LAMINA_ASSIGN_OR_RETURN(remote.lines, cuda::IpcMapping::Open(lines_handle));
@@ -145,12 +148,11 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
  public:
   static absl::StatusOr<std::unique_ptr<CudaIpcComputeEnd>> Create(const LinkShape& shape, int device) {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    if (shape.line_rows < 0 || shape.line_rows > std::min(shape.max_rows, kc::ReceiveRowsMaxCount()) ||
-        shape.qkv_size % 2 != 0 || shape.q_size % 2 != 0) {
+    if (shape.line_rows < 0 || shape.line_rows > MostLineRows(shape.max_rows) || shape.qkv_size % 2 != 0 ||
+        shape.q_size % 2 != 0) {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: lines for ", shape.line_rows, " rows (0 to ",
-                                                     std::min(shape.max_rows, kc::ReceiveRowsMaxCount()),
-                                                     ") of ", shape.qkv_size, " and ", shape.q_size,
-                                                     " floats (even numbers)"));
+                                                     MostLineRows(shape.max_rows), ") of ", shape.qkv_size, " and ",
+                                                     shape.q_size, " floats (even numbers)"));
     }
     std::unique_ptr<CudaIpcComputeEnd> end(new CudaIpcComputeEnd(shape, device));
     LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape, shape.q_size));
