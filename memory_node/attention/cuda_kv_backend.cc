@@ -306,7 +306,10 @@ class CudaKvLane : public DeviceKvLane {
     // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
     // queued ahead instead, which also keeps their blocks from crowding out other lanes' work.
-    const kc::DecodePlan& plan = side_by_side_plans_[chunk];
+    kc::DecodePlan plan = side_by_side_plans_[chunk];
+    // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
+    // (short contexts on a small share of the GPU) runs a block per head, one split, instead.
+    if (hop.lines != nullptr || hop.out_lines != nullptr) plan.warp_per_head = false;
     const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
     if (hop.lines != nullptr && blocks > kMostPollingBlocks) {
       // The rows' lines are polled ahead and put in place, as the flag is waited on below.

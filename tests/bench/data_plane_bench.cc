@@ -13,7 +13,7 @@
 // DeviceMicros).
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
-//   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024]
+//   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/cuda/device_buffer.h"
@@ -45,6 +46,7 @@ struct Options {
   int64_t layers = 8;
   std::vector<int64_t> contexts = {1, 256};
   std::vector<int64_t> batches = {1, 8, 64, 256, 1024};
+  std::vector<int64_t> chunks = {2, 4};  // the chunked cuda_ipc columns: up to this many chunks a layer
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -310,17 +312,18 @@ int Compute(const Options& o, const std::string& address) {
   RemoteAttention over_tcp(tcp.get(), {{"m", address}}, shape);
   RemoteAttention one_chunk(tcp.get(), {{"m", address}}, shape);
   RemoteAttention as_lines(tcp.get(), {{"m", address}}, shape);
-  RemoteAttention two_chunks(tcp.get(), {{"m", address}}, shape);
-  RemoteAttention four_chunks(tcp.get(), {{"m", address}}, shape);
+  std::vector<std::unique_ptr<RemoteAttention>> chunked;
+  for (int64_t n : o.chunks) {
+    chunked.push_back(std::make_unique<RemoteAttention>(tcp.get(), std::map<std::string, std::string>{{"m", address}},
+                                                        shape));
+    chunked.back()->set_line_rows(kDefaultLineRows);  // as compute nodes do by default
+    chunked.back()->EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, static_cast<int>(n));
+  }
   RemoteAttention over_nccl(tcp.get(), {{"m", address}}, shape);
   one_chunk.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
   one_chunk.set_line_rows(0);
   as_lines.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
   as_lines.set_line_rows(kernels::cuda::ReceiveRowsMaxCount());
-  two_chunks.set_line_rows(kDefaultLineRows);  // as compute nodes do by default
-  four_chunks.set_line_rows(kDefaultLineRows);
-  two_chunks.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 2);
-  four_chunks.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 4);
   over_nccl.EnableDeviceLinks(0, max_batch, {{"m", {"nccl"}}}, 1);
   const bool nccl = gpus > 1;  // NCCL joins two GPUs
   auto stream = cuda::Stream::Create();
@@ -338,18 +341,18 @@ int Compute(const Options& o, const std::string& address) {
   for (int64_t context : o.contexts) {
     std::printf("context %lld: microseconds per layer (round trip incl. the memory node's store and attention)\n",
                 static_cast<long long>(context));
-    std::printf("%6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s %8s %10s\n", "batch", "KiB", "tcp",
-                "ipc paced", "ipc 1", "ipc lines", "ipc 2 ch", "ipc 4 ch", "start", "nccl", "target", "ipc/tgt",
-                "link use", "nccl use", "hidden", "attn alone");
+    std::printf("%6s %9s %9s %9s %9s %9s", "batch", "KiB", "tcp", "ipc paced", "ipc 1", "ipc lines");
+    for (int64_t n : o.chunks) std::printf(" %9s", absl::StrCat("ipc ", n, " ch").c_str());
+    std::printf(" %9s %9s %8s %8s %8s %8s %8s %10s\n", "start", "nccl", "target", "ipc/tgt", "link use", "nccl use",
+                "hidden", "attn alone");
     for (int64_t batch : o.batches) {
       std::vector<DecodeEntry> entries;
       std::vector<Reservation> reservations;
       for (int64_t i = 0; i < batch; ++i) {
         entries.push_back({next, static_cast<int32_t>(context - 1)});
         reservations.push_back({next, static_cast<int32_t>(context)});
-        for (RemoteAttention* r : {&over_tcp, &one_chunk, &as_lines, &two_chunks, &four_chunks, &over_nccl}) {
-          r->Assign(next, "m").IgnoreError();
-        }
+        for (RemoteAttention* r : {&over_tcp, &one_chunk, &as_lines, &over_nccl}) r->Assign(next, "m").IgnoreError();
+        for (auto& r : chunked) r->Assign(next, "m").IgnoreError();
         ++next;
       }
       if (!over_tcp.Reserve(reservations).ok()) {
@@ -363,34 +366,40 @@ int Compute(const Options& o, const std::string& address) {
       const bool lines_apply = batch <= kernels::cuda::ReceiveRowsMaxCount();
       const DeviceTiming lines =
           lines_apply ? DeviceMicros(as_lines, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
-      const DeviceTiming two = DeviceMicros(two_chunks, entries, b, o.layers, reps, true, stream->get());
-      const DeviceTiming four = DeviceMicros(four_chunks, entries, b, o.layers, reps, true, stream->get());
-      const double split_us = std::min(two.steady_us, four.steady_us);
+      std::vector<double> chunked_us;
+      double split_us = one.steady_us;  // the best chunked time that ran (-1: failed)
+      for (auto& r : chunked) {
+        chunked_us.push_back(DeviceMicros(*r, entries, b, o.layers, reps, true, stream->get()).steady_us);
+        if (chunked_us.back() > 0 && (split_us < 0 || chunked_us.back() < split_us)) split_us = chunked_us.back();
+      }
       const DeviceTiming over =
           nccl ? DeviceMicros(over_nccl, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
       const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
       const double transfer_us = bytes / (rate * 1e9) * 1e6;
       const double target = 5.0 + transfer_us;
-      const double best = std::min({one.steady_us, split_us, lines_apply ? lines.steady_us : one.steady_us});
+      double best = split_us;
+      if (lines.steady_us > 0 && (best < 0 || lines.steady_us < best)) best = lines.steady_us;
       const double alone = AttentionAloneMicros(peer, batch, context, o.layers, b.gate.as<uint64_t>());
-      std::printf("%6lld %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n",
-                  static_cast<long long>(batch), bytes / 1024, t_tcp, paced.steady_us, one.steady_us, lines.steady_us,
-                  two.steady_us, four.steady_us, one.start_us, over.steady_us, target, best / target, transfer_us / best,
-                  nccl ? transfer_us / over.steady_us : 0.0, (one.steady_us - split_us) / transfer_us, alone);
+      std::printf("%6lld %9.0f %9.1f %9.1f %9.1f %9.1f", static_cast<long long>(batch), bytes / 1024, t_tcp,
+                  paced.steady_us, one.steady_us, lines.steady_us);
+      for (double us : chunked_us) std::printf(" %9.1f", us);
+      std::printf(" %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n", one.start_us, over.steady_us, target,
+                  best / target, transfer_us / best, nccl ? transfer_us / over.steady_us : 0.0,
+                  (one.steady_us - split_us) / transfer_us, alone);
       std::fflush(stdout);
       for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
     }
     std::printf("\n");
   }
   std::printf("Per layer, in the steady state (the last three quarters of the layers). ipc paced: cuda_ipc in\n"
-              "one chunk, the compute stream running as the host queues it; ipc 1, 2 ch and 4 ch (a layer in one\n"
-              "chunk of rows behind a flag, or up to 2 or 4 of at least 32 rows), ipc lines (one chunk as\n"
+              "one chunk, the compute stream running as the host queues it; ipc 1 and N ch (a layer in one\n"
+              "chunk of rows behind a flag, or up to N of at least 32 rows), ipc lines (one chunk as\n"
               "lines, up to 32 rows; -1 above), nccl and attn alone: queued, the stream held until\n"
               "both ends have queued the whole step, so the GPUs' time alone. start: what a queued step's first\n"
               "layers take beyond the steady rate, per step. ipc/tgt: the best queued cuda_ipc time over 5 us +\n"
               "bytes / link rate (target <= 1); link use: bytes / time / link rate, cuda_ipc's best and nccl's\n"
-              "(target >= 0.8 at batch 1024); hidden: the share of the transfer time that chunking (the better of\n"
-              "2 and 4) hid behind attention; attn alone: the memory node's k/v store and attention for the step\n"
+              "(target >= 0.8 at batch 1024); hidden: the share of the transfer time that chunking (the best of\n"
+              "the N ch columns) hid behind attention; attn alone: the memory node's k/v store and attention for the step\n"
               "with nothing moving (the same kernels, unlinked, on its GPU).%s\n",
               nccl ? "" : " nccl needs two GPUs: -1 where not run.");
   return 0;
@@ -409,6 +418,8 @@ int main(int argc, char** argv) {
       o.contexts = lamina::ParseList(value);
     } else if (flag == "--batches") {
       o.batches = lamina::ParseList(value);
+    } else if (flag == "--chunks") {
+      o.chunks = lamina::ParseList(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;

@@ -2,7 +2,8 @@
 // folded into the attention launch) gives the outputs of an unlinked one, raises its done flag,
 // and both count their device time in TakeBusy, which a memory node's busy fraction reports; the
 // linked chunks of a step run side by side, a chunk whose rows are there not waiting for one
-// whose rows are not. Skips without a GPU.
+// whose rows are not; a chunk that travels as lines runs whatever plan its share gave it. Skips
+// without a GPU.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -14,6 +15,8 @@
 #include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/data_plane.h"
+#include "kernels/cuda/line.h"
 #include "memory_node/attention/kv_backend.h"
 #include "tests/support/cuda_test_util.h"
 
@@ -134,6 +137,81 @@ TEST(CudaKvLaneTest, LinkedChunksRunSideBySide) {
   for (int c = 0; c < 2; ++c) ASSERT_TRUE((*lane)->QueueChunk(0, c, d_qkv.as<float>(), layout).ok());
   ASSERT_TRUE((*lane)->Synchronize().ok());
   EXPECT_EQ(Download<float>(out.data(), 4 * q), Download<float>((*lane)->step_out(), 4 * q));
+}
+
+// A chunk that arrives and leaves as lines, in a step of so many chunks that its share of the GPU
+// plans it a warp per (sequence, kv head), which lines cannot take: the lane runs it a block per
+// head, with the outputs of the same chunk unlinked.
+TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const kernels::cpu::AttentionShape shape{8, 8, 16, 0};
+  const int64_t q = 128, kv = 128, row = q + 2 * kv;
+  // 256 sequences of one token each (its own slot) in 64 chunks of 4: each chunk's share is 1 to 3
+  // SMs, where 4 rows of 8 kv heads make a warp-per-head plan.
+  const int64_t seqs = 256, chunks = 64, rows = seqs / chunks;
+  auto backend = CreateCudaKvBackend({1, seqs, shape}, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto lane = (*backend)->NewDeviceLane();
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  std::vector<int32_t> slots(seqs);
+  std::vector<int64_t> begins(seqs + 1);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::iota(begins.begin(), begins.end(), 0);
+  ASSERT_TRUE((*lane)->SetStep(slots, slots, begins, chunks).ok());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> qkv(rows * row);
+  for (float& x : qkv) x = dist(rng);
+  DeviceBuffer source = Upload(qkv);
+  DeviceBuffer mirror = Upload(std::vector<float>(rows * row, 0.f));  // where the lines are put in place
+  DeviceBuffer in_lines = Upload(std::vector<kernels::cuda::Line>(rows * row / 2, kernels::cuda::Line{}));
+  DeviceBuffer out_lines = Upload(std::vector<kernels::cuda::Line>(rows * q / 2, kernels::cuda::Line{}));
+  DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer error = Upload(std::vector<uint32_t>{0});
+  DeviceBuffer out = Upload(std::vector<float>(rows * q, -1.f));
+  const QkvLayout layout{row, 0, q, q + kv};
+  const uint32_t tag = kernels::cuda::LineTag(3);
+  DeviceHop hop;
+  hop.timeout_ns = 5'000'000'000;
+  hop.error = error.as<uint32_t>();
+  hop.error_code = 1;
+  hop.out = out.as<float>();
+  hop.out_stride = q;
+  hop.done = done.as<uint64_t>();
+  hop.done_value = 3;
+  hop.lines = in_lines.as<kernels::cuda::Line>();
+  hop.lines_mirror = mirror.as<float>();
+  hop.out_lines = out_lines.as<kernels::cuda::Line>();
+  hop.line_tag = tag;
+  auto sender = cuda::Stream::Create();
+  ASSERT_TRUE(sender.ok());
+  const auto send = [&](uint32_t tag) {
+    return kernels::cuda::SendLines(source.as<float>(), row, nullptr, rows, row, in_lines.as<kernels::cuda::Line>(),
+                                    row, tag, nullptr, sender->get());
+  };
+  // The lines of an earlier hop first, which must not pass for this one. They also load the send's
+  // kernel, which CUDA's lazy loading would do only once the spinning launch below has ended.
+  ASSERT_TRUE(send(kernels::cuda::LineTag(2)).ok());
+  ASSERT_TRUE(sender->Synchronize().ok());
+  absl::Status queued = (*lane)->QueueLinkedChunk(0, 0, mirror.as<float>(), layout, hop);
+  ASSERT_TRUE(queued.ok()) << queued;
+  ASSERT_TRUE(send(tag).ok());
+  ASSERT_TRUE(sender->Synchronize().ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u);
+  EXPECT_EQ(Download<uint64_t>(done.data(), 1)[0], 3u);
+  std::vector<float> got;
+  for (const kernels::cuda::Line& line : Download<kernels::cuda::Line>(out_lines.data(), rows * q / 2)) {
+    ASSERT_EQ(line.first_tag, tag);
+    ASSERT_EQ(line.second_tag, tag);
+    got.push_back(line.first);
+    got.push_back(line.second);
+  }
+
+  ASSERT_TRUE((*lane)->QueueChunk(0, 0, source.as<float>(), layout).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(got, Download<float>((*lane)->step_out(), rows * q));
 }
 
 }  // namespace
