@@ -25,6 +25,9 @@ constexpr int64_t kSendRowsPerBlock = 2;
 // launch, saving the scatter's launch, gained nothing.
 constexpr int64_t kReceiveRowsMax = 32;
 constexpr int64_t kReceiveRowsPerBlock = 1;
+// ReceiveLines: lines each thread polls at once (PollLines), enough for a Llama-3-8B attention
+// output row (2048 lines) in one round of a block's 256 threads.
+constexpr int kPolledTogether = 8;
 
 // Copies rows first .. first + rows_per_block (of `count`) of `cols` elements: src row
 // (src_rows ? src_rows[i] : i) to dst row (dst_rows ? dst_rows[i] : i). Each thread issues kBatch
@@ -150,13 +153,27 @@ __global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t
   LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
   const Line* from = src + row * src_stride / 2;
   const int lines = static_cast<int>(cols / 2);
-  for (int item = threadIdx.x; item < lines; item += blockDim.x) {
-    const float2 values = PollLine(from + item, tag, poll);
-    if (vectorized) {
-      reinterpret_cast<float2*>(to)[item] = values;
-    } else {
-      to[2 * item] = values.x;
-      to[2 * item + 1] = values.y;
+  for (int base = threadIdx.x; base < lines; base += blockDim.x * kPolledTogether) {
+    const Line* polled[kPolledTogether];
+    int n = 0;
+#pragma unroll
+    for (int i = 0; i < kPolledTogether; ++i) {
+      const int item = base + i * blockDim.x;
+      polled[i] = from + (item < lines ? item : 0);
+      if (item < lines) n = i + 1;
+    }
+    float2 values[kPolledTogether];
+    PollLines<kPolledTogether>(polled, n, tag, poll, values);
+#pragma unroll
+    for (int i = 0; i < kPolledTogether; ++i) {
+      const int item = base + i * blockDim.x;
+      if (i >= n) break;
+      if (vectorized) {
+        reinterpret_cast<float2*>(to)[item] = values[i];
+      } else {
+        to[2 * item] = values[i].x;
+        to[2 * item + 1] = values[i].y;
+      }
     }
   }
 }

@@ -48,26 +48,42 @@ __device__ void WaitForInputs(const DecodeLink& link) {
   __syncthreads();
 }
 
-// A linked launch's inputs as lines (DecodeLink::lines): the block polls the lines of the floats
-// it reads, `count` floats from `at` (an even count and offset), and writes them into place.
-__device__ void PutLines(const DecodeLink& link, const float* at, int count, LinePoll& poll) {
-  float* place = const_cast<float*>(at);
-  for (int i = 2 * threadIdx.x; i < count; i += 2 * kThreads) {
-    const float2 values = PollLine(LineOf(link.lines, link.lines_mirror, at + i), link.line_tag, poll);
-    place[i] = values.x;
-    place[i + 1] = values.y;
-  }
-}
-
-// The block's inputs as lines: the query heads of its kv head, and the new token's k and v for it.
-// The barrier makes them visible to the block's loads. True when any of the block's polls gave up
-// or the step had failed already.
+// The block's inputs as lines (DecodeLink::lines): the query heads of its kv head, and the new
+// token's k and v for it. Each thread polls its share of the lines at once (PollLines) and writes
+// their floats into place; the barrier makes them visible to the block's loads. True when any of
+// the block's polls gave up or the step had failed already.
 template <int kDim, int kG>
 __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head) {
+  // Pairs of floats: the query heads', then k's, then v's.
+  constexpr int kQPairs = kG * kDim / 2, kKvPairs = kDim / 2, kPairs = kQPairs + 2 * kKvPairs;
+  constexpr int kPerThread = (kPairs + kThreads - 1) / kThreads;
+  const float* q_at = q + seq * q_stride + kv_head * kG * kDim;
+  const float* k_at = link.k + seq * link.kv_stride + kv_head * kDim;
+  const float* v_at = link.v + seq * link.kv_stride + kv_head * kDim;
+  float* place[kPerThread];
+  const Line* polled[kPerThread];
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int pair = threadIdx.x + i * kThreads;
+    const float* at = pair < kQPairs              ? q_at + 2 * pair
+                      : pair < kQPairs + kKvPairs ? k_at + 2 * (pair - kQPairs)
+                                                  : v_at + 2 * (pair - kQPairs - kKvPairs);
+    if (pair >= kPairs) at = q_at;
+    place[i] = const_cast<float*>(at);
+    polled[i] = LineOf(link.lines, link.lines_mirror, at);
+    if (pair < kPairs) n = i + 1;
+  }
   LinePoll poll = LinePoll::Begin(link.timeout_ns, link.error, link.error_code);
-  PutLines(link, q + seq * q_stride + kv_head * kG * kDim, kG * kDim, poll);
-  PutLines(link, link.k + seq * link.kv_stride + kv_head * kDim, kDim, poll);
-  PutLines(link, link.v + seq * link.kv_stride + kv_head * kDim, kDim, poll);
+  float2 values[kPerThread];
+  PollLines<kPerThread>(polled, n, link.line_tag, poll, values);
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    if (i < n) {
+      place[i][0] = values[i].x;
+      place[i][1] = values[i].y;
+    }
+  }
   return __syncthreads_or(poll.failed) != 0;
 }
 

@@ -37,31 +37,65 @@ struct LinePoll {
   }
 };
 
-// The line's two floats once both its tags are `tag`. A poll that gives up sets *error = code
-// (when still 0) and returns the line's floats as they are; so does every later poll by this
+// One poll of a line: its four words as they are now.
+__device__ inline uint4 LoadLine(const Line* line) {
+  uint4 raw;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+               : "l"(line)
+               : "memory");
+  return raw;
+}
+
+// Now and then while polling: has the time run out, or did another wait give up?
+__device__ inline void CheckPoll(LinePoll& poll) {
+  volatile uint32_t* e = poll.error;
+  if (*e != 0) {
+    poll.failed = true;
+  } else if (static_cast<int64_t>(GlobalTimerNs() - poll.start) > poll.timeout_ns) {
+    *e = poll.code;
+    __threadfence_system();
+    poll.failed = true;
+  }
+}
+
+// The two floats of each of lines[0 .. n) (n <= kMost), once both its tags are `tag`. The lines
+// are polled together, their loads in flight at once: a thread waits about one memory round trip
+// for all of them once they are there, not one for each. A poll that gives up sets *error = code
+// (when still 0) and takes the lines' floats as they are; so does every later poll by this
 // thread, at once.
-__device__ inline float2 PollLine(const Line* line, uint32_t tag, LinePoll& poll) {
-  for (int spins = 0;; ++spins) {
-    uint32_t first, first_tag, second, second_tag;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(first), "=r"(first_tag), "=r"(second), "=r"(second_tag)
-                 : "l"(line)
-                 : "memory");
-    if ((first_tag == tag && second_tag == tag) || poll.failed) {
-      return make_float2(__uint_as_float(first), __uint_as_float(second));
+template <int kMost>
+__device__ inline void PollLines(const Line* const (&lines)[kMost], int n, uint32_t tag, LinePoll& poll,
+                                 float2 (&values)[kMost]) {
+  static_assert(kMost >= 1 && kMost <= 32, "a word of pending lines");
+  uint32_t pending = 0;
+#pragma unroll
+  for (int i = 0; i < kMost; ++i) {
+    if (i < n) pending |= 1u << i;
+  }
+  for (int spins = 0; pending != 0; ++spins) {
+    uint4 raw[kMost];
+#pragma unroll
+    for (int i = 0; i < kMost; ++i) {
+      if (pending & (1u << i)) raw[i] = LoadLine(lines[i]);
     }
-    // Now and then: has the time run out, or did another wait give up?
-    if ((spins & 63) == 63) {
-      volatile uint32_t* e = poll.error;
-      if (*e != 0) {
-        poll.failed = true;
-      } else if (static_cast<int64_t>(GlobalTimerNs() - poll.start) > poll.timeout_ns) {
-        *e = poll.code;
-        __threadfence_system();
-        poll.failed = true;
+#pragma unroll
+    for (int i = 0; i < kMost; ++i) {
+      if ((pending & (1u << i)) && ((raw[i].y == tag && raw[i].w == tag) || poll.failed)) {
+        values[i] = make_float2(__uint_as_float(raw[i].x), __uint_as_float(raw[i].z));
+        pending &= ~(1u << i);
       }
     }
+    if (pending != 0 && (spins & 63) == 63) CheckPoll(poll);
   }
+}
+
+// PollLines of one line.
+__device__ inline float2 PollLine(const Line* line, uint32_t tag, LinePoll& poll) {
+  const Line* lines[1] = {line};
+  float2 values[1];
+  PollLines<1>(lines, 1, tag, poll, values);
+  return values[0];
 }
 
 }  // namespace lamina::kernels::cuda
