@@ -48,19 +48,21 @@ __device__ void WaitForInputs(const DecodeLink& link) {
   __syncthreads();
 }
 
-// The block's inputs as lines (DecodeLink::lines): the query heads of its kv head, and the new
-// token's k and v for it. Each thread polls its share of the lines at once (PollLines) and writes
-// their floats into place; the barrier makes them visible to the block's loads. True when any of
-// the block's polls gave up or the step had failed already.
+// The block's inputs as lines (DecodeLink::lines): the query heads of its kv head, written into
+// place, and, when `k_slot` is set (the block's split holds the new token), the new token's k and
+// v for it, stored straight into the cache at k_slot and v_slot. Each thread polls its share of
+// the lines at once (PollLines); the barrier makes the block's writes visible to its loads. True
+// when any of the block's polls gave up or the step had failed already.
 template <int kDim, int kG>
-__device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head) {
+__device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
+                                  bf16* k_slot, bf16* v_slot) {
   // Pairs of floats: the query heads', then k's, then v's.
-  constexpr int kQPairs = kG * kDim / 2, kKvPairs = kDim / 2, kPairs = kQPairs + 2 * kKvPairs;
-  constexpr int kPerThread = (kPairs + kThreads - 1) / kThreads;
+  constexpr int kQPairs = kG * kDim / 2, kKvPairs = kDim / 2, kMostPairs = kQPairs + 2 * kKvPairs;
+  constexpr int kPerThread = (kMostPairs + kThreads - 1) / kThreads;
+  const int pairs = k_slot != nullptr ? kMostPairs : kQPairs;
   const float* q_at = q + seq * q_stride + kv_head * kG * kDim;
   const float* k_at = link.k + seq * link.kv_stride + kv_head * kDim;
   const float* v_at = link.v + seq * link.kv_stride + kv_head * kDim;
-  float* place[kPerThread];
   const Line* polled[kPerThread];
   int n = 0;
 #pragma unroll
@@ -69,19 +71,24 @@ __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_
     const float* at = pair < kQPairs              ? q_at + 2 * pair
                       : pair < kQPairs + kKvPairs ? k_at + 2 * (pair - kQPairs)
                                                   : v_at + 2 * (pair - kQPairs - kKvPairs);
-    if (pair >= kPairs) at = q_at;
-    place[i] = const_cast<float*>(at);
-    polled[i] = LineOf(link.lines, link.lines_mirror, at);
-    if (pair < kPairs) n = i + 1;
+    polled[i] = LineOf(link.lines, link.lines_mirror, pair < pairs ? at : q_at);
+    if (pair < pairs) n = i + 1;
   }
   LinePoll poll = LinePoll::Begin(link.timeout_ns, link.error, link.error_code);
   float2 values[kPerThread];
   PollLines<kPerThread>(polled, n, link.line_tag, poll, values);
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    if (i < n) {
-      place[i][0] = values[i].x;
-      place[i][1] = values[i].y;
+    const int pair = threadIdx.x + i * kThreads;
+    if (i >= n) break;
+    if (pair < kQPairs) {
+      float* place = const_cast<float*>(q_at) + 2 * pair;
+      place[0] = values[i].x;
+      place[1] = values[i].y;
+    } else {
+      const bool is_k = pair < kQPairs + kKvPairs;
+      bf16* slot = is_k ? k_slot + 2 * (pair - kQPairs) : v_slot + 2 * (pair - kQPairs - kKvPairs);
+      *reinterpret_cast<__nv_bfloat162*>(slot) = __floats2bfloat162_rn(values[i].x, values[i].y);
     }
   }
   return __syncthreads_or(poll.failed) != 0;
@@ -285,21 +292,23 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
   // Whether a wait of the step gave up, as this block knows it before attending.
   bool failed = false;
   if (kLinked) {
+    // The new token is the context's last; the split attending to it stores it first.
+    const bool holds_new_token = end - 1 >= lo && end - 1 < hi;
     if (link.lines != nullptr) {
-      failed = ReceiveInputLines<kDim, kG>(link, q, q_stride, seq, kv_head);
+      // Its slot is read before the polls, off the hop's path.
+      const int64_t slot = holds_new_token ? link.write_slots[seq] * slot_stride + kv_head * kDim : 0;
+      failed = ReceiveInputLines<kDim, kG>(link, q, q_stride, seq, kv_head,
+                                           holds_new_token ? k_cache + slot : nullptr, v_cache + slot);
     } else {
       WaitForInputs(link);
       // Only output lines need it; the load stays in flight while the block attends.
       failed = link.out_lines != nullptr && ErrorSet(link.error);
+      // The barrier makes the block's own stores visible to its loads below.
+      if (holds_new_token) StoreNewToken<kDim>(link, k_cache, v_cache, seq, kv_head, slot_stride, threadIdx.x, kThreads);
+      __syncthreads();
     }
     const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
     if (link.busy_ns != nullptr && first_block && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
-    // The new token is the context's last; the split attending to it stores it first. The barrier
-    // makes the block's own stores visible to its loads below.
-    if (end - 1 >= lo && end - 1 < hi) {
-      StoreNewToken<kDim>(link, k_cache, v_cache, seq, kv_head, slot_stride, threadIdx.x, kThreads);
-    }
-    __syncthreads();
   }
 
   float qr[kG][8];
@@ -422,16 +431,9 @@ __global__ void __launch_bounds__(kThreads) WarpDecodeKernel(
   const int end = slot_begin[seq + 1];
   if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
 
-  // Whether a wait of the step gave up, as this block knows it before attending.
-  bool failed = false;
   if (kLinked) {
-    if (link.lines != nullptr) {
-      failed = ReceiveInputLines<kDim, kG>(link, q, q_stride, seq, kv_head);
-    } else {
-      WaitForInputs(link);
-      // Only output lines need it; the load stays in flight while the block attends.
-      failed = link.out_lines != nullptr && ErrorSet(link.error);
-    }
+    // No lines here: LinkedDecodeAttention refuses them with a warp-per-head plan.
+    WaitForInputs(link);
     if (link.busy_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
     // The warp's own stores, ordered before its loads by __syncwarp.
     if (active) StoreNewToken<kDim>(link, k_cache, v_cache, seq, kv_head, slot_stride, threadIdx.x % 32, 32);
