@@ -48,14 +48,14 @@ __device__ void WaitForInputs(const DecodeLink& link) {
   __syncthreads();
 }
 
-// The block's inputs as lines (DecodeLink::lines): the query heads of its kv head, written into
-// place, and, when `k_slot` is set (the block's split holds the new token), the new token's k and
+// The block's inputs as lines (DecodeLink::lines): the query heads of its kv head, written to
+// `q_to` (kG * kDim floats, shared memory), and, when `k_slot` is set (the block's split holds the new token), the new token's k and
 // v for it, stored straight into the cache at k_slot and v_slot. Each thread polls its share of
 // the lines at once (PollLines); the barrier makes the block's writes visible to its loads. True
 // when any of the block's polls gave up or the step had failed already.
 template <int kDim, int kG>
 __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
-                                  bf16* k_slot, bf16* v_slot) {
+                                  float* q_to, bf16* k_slot, bf16* v_slot) {
   // Pairs of floats: the query heads', then k's, then v's.
   constexpr int kQPairs = kG * kDim / 2, kKvPairs = kDim / 2, kMostPairs = kQPairs + 2 * kKvPairs;
   constexpr int kPerThread = (kMostPairs + kThreads - 1) / kThreads;
@@ -82,9 +82,7 @@ __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_
     const int pair = threadIdx.x + i * kThreads;
     if (i >= n) break;
     if (pair < kQPairs) {
-      float* place = const_cast<float*>(q_at) + 2 * pair;
-      place[0] = values[i].x;
-      place[1] = values[i].y;
+      reinterpret_cast<float2*>(q_to)[pair] = values[i];
     } else {
       const bool is_k = pair < kQPairs + kKvPairs;
       bf16* slot = is_k ? k_slot + 2 * (pair - kQPairs) : v_slot + 2 * (pair - kQPairs - kKvPairs);
@@ -174,6 +172,16 @@ __device__ __forceinline__ void LoadQuery(const float* q, int64_t q_stride, int 
   for (int g = 0; g < kG; ++g) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) qr[g][i] *= q_scale;
+  }
+}
+
+// LoadQuery from the block's query heads as ReceiveInputLines left them in shared memory.
+template <int kDim, int kG>
+__device__ __forceinline__ void LoadPolledQuery(const float* polled, int lane, float q_scale, float (&qr)[kG][8]) {
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qr[g][i] = polled[g * kDim + lane * 8 + i] * q_scale;
   }
 }
 
@@ -291,13 +299,14 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
 
   // Whether a wait of the step gave up, as this block knows it before attending.
   bool failed = false;
+  __shared__ __align__(16) float q_polled[kLinked ? kG * kDim : 1];  // the query heads, from lines
   if (kLinked) {
     // The new token is the context's last; the split attending to it stores it first.
     const bool holds_new_token = end - 1 >= lo && end - 1 < hi;
     if (link.lines != nullptr) {
       // Its slot is read before the polls, off the hop's path.
       const int64_t slot = holds_new_token ? link.write_slots[seq] * slot_stride + kv_head * kDim : 0;
-      failed = ReceiveInputLines<kDim, kG>(link, q, q_stride, seq, kv_head,
+      failed = ReceiveInputLines<kDim, kG>(link, q, q_stride, seq, kv_head, q_polled,
                                            holds_new_token ? k_cache + slot : nullptr, v_cache + slot);
     } else {
       WaitForInputs(link);
@@ -312,7 +321,11 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
   }
 
   float qr[kG][8];
-  LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
+  if (kLinked && link.lines != nullptr) {
+    LoadPolledQuery<kDim, kG>(q_polled, lane, q_scale, qr);
+  } else {
+    LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
+  }
   float acc[kG][8];
   float run_max[kG];
   float run_sum[kG];
