@@ -23,8 +23,8 @@ inline constexpr int kMaxDataPlaneChunks = 4;
 // more time than they hid.
 inline constexpr int64_t kDefaultChunkRows = 128;
 // Over cuda_ipc, decode chunks of at most this many rows travel as lines (kernels/cuda/line.h):
-// on two H200s lines took 0.64x the time of rows behind a flag at 1 row, 0.60x at 16 and 0.97-0.99x
-// at 32 (lamina-bench-data-plane, tests/bench/RESULTS.md). At most kMostLineRows, the rows one
+// on two H200s lines took 0.56x the time of rows behind a flag at 1 row, 0.48x at 16 and 0.82x at
+// 32 (lamina-bench-data-plane, tests/bench/RESULTS.md). At most kMostLineRows, the rows one
 // receiving launch takes.
 inline constexpr int64_t kMostLineRows = 32;
 inline constexpr int64_t kDefaultLineRows = kMostLineRows;
