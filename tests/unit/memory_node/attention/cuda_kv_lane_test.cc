@@ -28,6 +28,21 @@ using testing::Download;
 using testing::Peek;
 using testing::Upload;
 
+// A hop whose outputs go to `out` [rows, out_stride], raising *done to done_value, its waits
+// giving up after `timeout_ns` with code 1 in *error; how its inputs arrive is the caller's.
+DeviceHop OutputHop(uint32_t* error, float* out, int64_t out_stride, uint64_t* done, uint64_t done_value,
+                    int64_t timeout_ns) {
+  DeviceHop hop;
+  hop.timeout_ns = timeout_ns;
+  hop.error = error;
+  hop.error_code = 1;
+  hop.out = out;
+  hop.out_stride = out_stride;
+  hop.done = done;
+  hop.done_value = done_value;
+  return hop;
+}
+
 TEST(CudaKvLaneTest, LinkedChunkMatchesUnlinkedAndBothCountTheirDeviceTime) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
@@ -50,16 +65,9 @@ TEST(CudaKvLaneTest, LinkedChunkMatchesUnlinkedAndBothCountTheirDeviceTime) {
   DeviceBuffer out = Upload(std::vector<float>(2 * q, 0.f));
   const QkvLayout layout{row, 0, q, q + kv};
 
-  DeviceHop hop;
+  DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>(), q, done.as<uint64_t>(), 4, 5'000'000'000);
   hop.ready = ready.as<uint64_t>();
   hop.ready_value = 1;
-  hop.timeout_ns = 5'000'000'000;
-  hop.error = error.as<uint32_t>();
-  hop.error_code = 1;
-  hop.out = out.as<float>();
-  hop.out_stride = q;
-  hop.done = done.as<uint64_t>();
-  hop.done_value = 4;
   ASSERT_TRUE((*lane)->QueueLinkedChunk(0, 0, d_qkv.as<float>(), layout, hop).ok());
   ASSERT_TRUE((*lane)->Synchronize().ok());
   auto linked_busy = (*lane)->TakeBusy();
@@ -103,16 +111,10 @@ TEST(CudaKvLaneTest, LinkedChunksRunSideBySide) {
   DeviceBuffer out = Upload(std::vector<float>(4 * q, 0.f));
   const QkvLayout layout{row, 0, q, q + kv};
   for (int c = 0; c < 2; ++c) {
-    DeviceHop hop;
+    DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>() + 2 * c * q, q, done.as<uint64_t>() + c, 7,
+                              10'000'000'000);
     hop.ready = ready.as<uint64_t>() + c;
     hop.ready_value = 1;
-    hop.timeout_ns = 10'000'000'000;
-    hop.error = error.as<uint32_t>();
-    hop.error_code = 1;
-    hop.out = out.as<float>() + 2 * c * q;
-    hop.out_stride = q;
-    hop.done = done.as<uint64_t>() + c;
-    hop.done_value = 7;
     ASSERT_TRUE((*lane)->QueueLinkedChunk(0, c, d_qkv.as<float>(), layout, hop).ok());
   }
   // Chunk 1 finishes while chunk 0, queued before it, still waits for its rows.
@@ -172,14 +174,7 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
   DeviceBuffer out = Upload(std::vector<float>(rows * q, -1.f));
   const QkvLayout layout{row, 0, q, q + kv};
   const uint32_t tag = kernels::cuda::LineTag(3);
-  DeviceHop hop;
-  hop.timeout_ns = 5'000'000'000;
-  hop.error = error.as<uint32_t>();
-  hop.error_code = 1;
-  hop.out = out.as<float>();
-  hop.out_stride = q;
-  hop.done = done.as<uint64_t>();
-  hop.done_value = 3;
+  DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>(), q, done.as<uint64_t>(), 3, 5'000'000'000);
   hop.lines = in_lines.as<kernels::cuda::Line>();
   hop.lines_mirror = mirror.as<float>();
   hop.out_lines = out_lines.as<kernels::cuda::Line>();
