@@ -80,8 +80,9 @@ struct DecodeLink {
   // Lines (line.h) for a hop of a few rows, each side on its own:
   //  - with `lines`, the inputs arrive as lines tagged `line_tag`, mirroring the floats from
   //    `lines_mirror` on, among which q, k and v lie; each block polls the lines of what it reads
-  //    and writes their floats into place before reading them (so other blocks may write the same
-  //    values there too), instead of waiting on `ready` (null then), giving up as its wait would;
+  //    (its query heads, and the new token's k and v where it stores them) and takes their floats
+  //    from the lines, leaving q, k and v unwritten, instead of waiting on `ready` (null then),
+  //    giving up as its wait would;
   //  - with `out_lines`, the outputs are written as lines tagged `line_tag`, mirroring `out` from
   //    its start, instead of into `out`. The done flag is raised all the same.
   // Not with a warp_per_head plan.

@@ -49,10 +49,11 @@ __device__ void WaitForInputs(const DecodeLink& link) {
 }
 
 // The block's inputs as lines (DecodeLink::lines): the query heads of its kv head, written to
-// `q_to` (kG * kDim floats, shared memory), and, when `k_slot` is set (the block's split holds the new token), the new token's k and
-// v for it, stored straight into the cache at k_slot and v_slot. Each thread polls its share of
-// the lines at once (PollLines); the barrier makes the block's writes visible to its loads. True
-// when any of the block's polls gave up or the step had failed already.
+// `q_to` (kG * kDim floats, shared memory), and, when `k_slot` is set (the block's split holds the
+// new token), the new token's k and v for it, stored straight into the cache at k_slot and v_slot.
+// Each thread polls its share of the lines at once (PollLines); the barrier makes the block's
+// writes visible to its loads. True when any of the block's polls gave up or the step had failed
+// already.
 template <int kDim, int kG>
 __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
                                   float* q_to, bf16* k_slot, bf16* v_slot) {
@@ -313,7 +314,9 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
       // Only output lines need it; the load stays in flight while the block attends.
       failed = link.out_lines != nullptr && ErrorSet(link.error);
       // The barrier makes the block's own stores visible to its loads below.
-      if (holds_new_token) StoreNewToken<kDim>(link, k_cache, v_cache, seq, kv_head, slot_stride, threadIdx.x, kThreads);
+      if (holds_new_token) {
+        StoreNewToken<kDim>(link, k_cache, v_cache, seq, kv_head, slot_stride, threadIdx.x, kThreads);
+      }
       __syncthreads();
     }
     const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;

@@ -90,14 +90,6 @@ __device__ inline void PollLines(const Line* const (&lines)[kMost], int n, uint3
   }
 }
 
-// PollLines of one line.
-__device__ inline float2 PollLine(const Line* line, uint32_t tag, LinePoll& poll) {
-  const Line* lines[1] = {line};
-  float2 values[1];
-  PollLines<1>(lines, 1, tag, poll, values);
-  return values[0];
-}
-
 }  // namespace lamina::kernels::cuda
 
 #endif  // LAMINA_KERNELS_CUDA_LINES_CUH_

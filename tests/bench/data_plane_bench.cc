@@ -399,8 +399,8 @@ int Compute(const Options& o, const std::string& address) {
               "layers take beyond the steady rate, per step. ipc/tgt: the best queued cuda_ipc time over 5 us +\n"
               "bytes / link rate (target <= 1); link use: bytes / time / link rate, cuda_ipc's best and nccl's\n"
               "(target >= 0.8 at batch 1024); hidden: the share of the transfer time that chunking (the best of\n"
-              "the N ch columns) hid behind attention; attn alone: the memory node's k/v store and attention for the step\n"
-              "with nothing moving (the same kernels, unlinked, on its GPU).%s\n",
+              "the N ch columns) hid behind attention; attn alone: the memory node's k/v store and attention for\n"
+              "the step with nothing moving (the same kernels, unlinked, on its GPU).%s\n",
               nccl ? "" : " nccl needs two GPUs: -1 where not run.");
   return 0;
 }
