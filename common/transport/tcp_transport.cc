@@ -1,4 +1,4 @@
-// TCP transport: each message is a 24-byte frame header (magic, type, flags, tag, payload length)
+// TCP transport: each message is a 32-byte frame header (magic, type, flags, tag, payload length)
 // followed by the payload, written with one sendmsg. TCP_NODELAY keeps small per-layer messages
 // from waiting on Nagle.
 #include <arpa/inet.h>
@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -25,6 +26,9 @@ namespace {
 
 constexpr uint32_t kMagic = 0x4c4d4e31;  // "LMN1"
 constexpr uint64_t kMaxPayload = 1ull << 32;
+// A payload's buffer grows at most this far past the bytes that have arrived, so a frame that
+// claims gigabytes and sends little (a broken or hostile peer) costs little memory.
+constexpr uint64_t kReceiveStep = 16ull << 20;
 
 struct FrameHeader {
   uint32_t magic;
@@ -144,8 +148,12 @@ class TcpConnection : public Connection {
       Close();
       return absl::DataLossError(absl::StrCat("malformed frame from ", peer_));
     }
-    payload->resize(frame.length);
-    LAMINA_RETURN_IF_ERROR(ReadExactly(payload->data(), frame.length, deadline));
+    payload->clear();
+    while (payload->size() < frame.length) {
+      const size_t have = payload->size();
+      payload->resize(std::min<uint64_t>(frame.length, have + kReceiveStep));
+      LAMINA_RETURN_IF_ERROR(ReadExactly(payload->data() + have, payload->size() - have, deadline));
+    }
     *header = MessageHeader{frame.type, frame.flags, frame.tag};
     return absl::OkStatus();
   }
