@@ -1,9 +1,13 @@
 // Thousands of random mutations of real model files, run in every CI build (the libFuzzer
 // programs go further where clang is available). Each mutation must be rejected with a Status or
 // accepted with every invariant intact; a crash or an abort fails the test.
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
 #include <random>
 #include <string>
 
+#include "common/transport/wire.h"
 #include "gtest/gtest.h"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/support/golden.h"
@@ -96,6 +100,83 @@ TEST(RandomMutationTest, TokenizerTextRoundTrips) {
     for (int p = 0; p < pieces; ++p) text += alphabet[rng() % (sizeof(alphabet) / sizeof(alphabet[0]))];
     if (rng() % 4 == 0 && !text.empty()) text[rng() % text.size()] = static_cast<char>(rng());  // maybe invalid UTF-8
     TokenizerText(Bytes(text), text.size());
+  }
+}
+
+// Records for DataPlaneMessages: well-formed requests with random, often wrong, fields.
+std::string DataPlaneRecord(std::mt19937_64& rng) {
+  auto pick = [&rng](std::initializer_list<int64_t> values) { return values.begin()[rng() % values.size()]; };
+  const float floats[] = {0.0f, 1.0f, -2.5f, 1e30f, -1e-30f, std::nanf(""), INFINITY};
+  std::vector<uint8_t> payload;
+  WireWriter w(&payload);
+  auto put_floats = [&](int64_t n) {
+    for (int64_t i = 0; i < n; ++i) w.Put<float>(floats[rng() % (sizeof(floats) / sizeof(floats[0]))]);
+  };
+  auto seq = [&] { return pick({0, 1, 2, 3, -1, int64_t{1} << 40}); };
+  const uint8_t type = static_cast<uint8_t>(rng() % 10);
+  const int64_t n = pick({0, 1, 2, 3, 0x7fffffff});
+  const int64_t shown = std::min<int64_t>(n, 4);  // entries actually written
+  switch (type) {
+    case 1:  // kReserve
+    case 4:  // kFree
+      w.Put<uint32_t>(static_cast<uint32_t>(n));
+      for (int64_t i = 0; i < shown; ++i) {
+        w.Put<int64_t>(seq());
+        if (type == 1) w.Put<int32_t>(static_cast<int32_t>(pick({-1, 0, 1, 5, 15, 16, 40})));
+      }
+      break;
+    case 2: {  // kStoreKv: k and v for `count` tokens, sometimes short
+      const int64_t count = pick({-1, 0, 1, 3, int64_t{1} << 30});
+      w.Put<int64_t>(pick({-1, 0, 1, 2}));
+      w.Put<int64_t>(seq());
+      w.Put<int32_t>(static_cast<int32_t>(pick({-1, 0, 1, 14, 20})));
+      w.Put<int64_t>(count);
+      put_floats(std::min<int64_t>(std::max<int64_t>(count, 0), 4) * 8 - static_cast<int64_t>(rng() % 2));
+      break;
+    }
+    case 3:  // kDecode
+      w.Put<int64_t>(pick({-1, 0, 1, 2}));
+      w.Put<uint32_t>(static_cast<uint32_t>(n));
+      for (int64_t i = 0; i < shown; ++i) {
+        w.Put<int64_t>(seq());
+        w.Put<int32_t>(static_cast<int32_t>(pick({-1, 0, 1, 15, 16})));
+      }
+      put_floats(shown * 16 - static_cast<int64_t>(rng() % 2));
+      break;
+    case 5:  // kOpenLink
+      w.PutString(rng() % 2 ? "cuda_ipc" : "tcp");
+      w.Put<int64_t>(pick({-1, 0, 4, int64_t{1} << 40}));
+      w.Put<int32_t>(static_cast<int32_t>(pick({0, 1, 65})));
+      w.PutString("offer");
+      break;
+    case 6:  // kBeginDecode
+    case 8:  // kBeginStore
+      w.Put<uint64_t>(static_cast<uint64_t>(rng() % 3));
+      if (type == 6) w.Put<uint32_t>(static_cast<uint32_t>(pick({0, 1, 2})));
+      w.Put<uint32_t>(static_cast<uint32_t>(n));
+      for (int64_t i = 0; i < shown; ++i) {
+        w.Put<int64_t>(seq());
+        w.Put<int32_t>(static_cast<int32_t>(pick({-1, 0, 3})));
+        if (type == 8) w.Put<int64_t>(pick({-1, 1, 1000}));
+      }
+      break;
+    default:  // kEndDecode, and types the server does not know: a few random bytes
+      for (uint64_t i = rng() % 6; i > 0; --i) w.Put<uint8_t>(static_cast<uint8_t>(rng()));
+  }
+  std::string record(1, static_cast<char>(type));
+  record += static_cast<char>(payload.size() & 0xff);
+  record += static_cast<char>((payload.size() >> 8) & 0xff);
+  record.append(payload.begin(), payload.end());
+  return record;
+}
+
+TEST(RandomMutationTest, DataPlaneMessages) {
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 1500; ++i) {
+    std::string messages;
+    for (uint64_t m = 1 + rng() % 8; m > 0; --m) messages += DataPlaneRecord(rng);
+    if (rng() % 3 == 0) messages = Mutate(messages, messages.size(), rng);
+    DataPlaneMessages(Bytes(messages), messages.size());
   }
 }
 
