@@ -47,9 +47,10 @@ std::vector<RequestRecord> RunLoad(cli::ClusterClient* client, const WorkloadSpe
     ++progress->finished;
   };
 
+  // Closed-loop workers share `next`; it outlives them, since they are joined below.
+  std::atomic<size_t> next{0};
   std::vector<std::thread> threads;
   if (spec.mode == ArrivalMode::kClosedLoop) {
-    std::atomic<size_t> next{0};
     const int workers = std::min<int>(spec.concurrency, static_cast<int>(requests.size()));
     for (int w = 0; w < workers; ++w) {
       threads.emplace_back([&] {
