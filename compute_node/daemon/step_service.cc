@@ -93,7 +93,11 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     result.clear_tokens();
     result.set_error_code(static_cast<int32_t>(status.code()));
     result.set_error_message(std::string(status.message()));
-    for (const std::string& node : attention->TakeFailedNodes()) result.add_failed_memory_nodes(node);
+    for (RemoteAttention::FailedNode& node : attention->TakeFailedNodes()) {
+      lamina::v1::FailedMemoryNode* failed = result.add_failed_memory_nodes();
+      failed->set_name(std::move(node.name));
+      failed->set_reason(std::move(node.reason));
+    }
     return result;
   };
 

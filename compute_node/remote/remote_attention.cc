@@ -43,8 +43,9 @@ absl::Status RemoteAttention::Assign(SequenceId seq, const std::string& node) {
   return absl::OkStatus();
 }
 
-std::vector<std::string> RemoteAttention::TakeFailedNodes() {
-  std::vector<std::string> out(failed_.begin(), failed_.end());
+std::vector<RemoteAttention::FailedNode> RemoteAttention::TakeFailedNodes() {
+  std::vector<FailedNode> out;
+  for (auto& [name, reason] : failed_) out.push_back({name, std::move(reason)});
   failed_.clear();
   return out;
 }
@@ -64,9 +65,10 @@ void RemoteAttention::Drop(Node* node) {
 }
 
 absl::Status RemoteAttention::Failed(Node* node, const absl::Status& why) {
-  failed_.insert(node->name);
+  std::string reason = absl::StrCat("memory node '", node->name, "' (", node->address, "): ", why.message());
+  failed_.emplace(node->name, reason);  // a node's first error is kept
   Drop(node);
-  return absl::UnavailableError(absl::StrCat("memory node '", node->name, "' (", node->address, "): ", why.message()));
+  return absl::UnavailableError(reason);
 }
 
 absl::Status RemoteAttention::Connect(Node* node) {

@@ -19,7 +19,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -43,8 +42,13 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::Status Assign(SequenceId seq, const std::string& node);
   // Drops the routing of a finished sequence (its slots are freed by the coordinator).
   void Forget(SequenceId seq) { route_.erase(seq); }
-  // Nodes that failed since the last call, and clears the list.
-  std::vector<std::string> TakeFailedNodes();
+  // A memory node that failed, and the error it failed with (naming the node and its address).
+  struct FailedNode {
+    std::string name;
+    std::string reason;
+  };
+  // Nodes that failed since the last call, each with its first error, by name; clears the list.
+  std::vector<FailedNode> TakeFailedNodes();
   // Per-layer Decode round trips: q/k/v out to every node involved, outputs back.
   const BusyMeter& round_trips() const { return round_trips_; }
   // While this waits on a memory node (every data-plane call), `computing` is paused: the
@@ -155,7 +159,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::Duration timeout_;
   std::map<std::string, Node> nodes_;
   absl::flat_hash_map<SequenceId, Node*> route_;
-  std::set<std::string> failed_;
+  std::map<std::string, std::string> failed_;  // name -> its first error since TakeFailedNodes
   std::vector<ByteSpan> parts_;  // SendTo's scratch
   uint64_t next_tag_ = 1;
   BusyMeter round_trips_;

@@ -710,8 +710,8 @@ void Scheduler::Collect() {
   if (result->error_code() != 0) {
     if (result->failed_memory_nodes_size() > 0) {
       // Their sequences end when the batch is prepared again; the others run the same step again.
-      for (const std::string& node : result->failed_memory_nodes()) {
-        membership_->MarkDead(node, absl::StrCat("unreachable from the compute node: ", result->error_message()));
+      for (const lamina::v1::FailedMemoryNode& node : result->failed_memory_nodes()) {
+        membership_->MarkDead(node.name(), absl::StrCat("unreachable from the compute node: ", node.reason()));
       }
       return;
     }

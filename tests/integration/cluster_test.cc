@@ -165,6 +165,10 @@ TEST(ClusterTest, KillingAMemoryNodeFailsOnlyItsSequencesAndTheSurvivorServesNew
   for (const auto& n : status->nodes()) {
     if (n.name() == "memory-1") {
       EXPECT_FALSE(n.healthy());
+      // Whoever noticed first (the compute node or the heartbeat), the reason is this node's own.
+      EXPECT_EQ(n.detail().find("memory-0"), std::string::npos) << n.detail();
+    } else {
+      EXPECT_TRUE(n.healthy()) << n.name() << ": " << n.detail();
     }
   }
   EXPECT_NE((*cluster)->UpOutput().find(absl::StrCat("memory-1 (pid ", *pid, ") was killed by signal 9")),

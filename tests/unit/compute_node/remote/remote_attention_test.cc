@@ -99,7 +99,35 @@ TEST_F(RemoteAttentionTest, ADeadMemoryNodeIsUnavailableAndNamed) {
   absl::Status status = remote.Decode(decode, &logits);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_NE(status.message().find("memory node 'm1'"), std::string::npos) << status;
-  EXPECT_EQ(remote_->TakeFailedNodes(), std::vector<std::string>{"m1"});
+  const std::vector<RemoteAttention::FailedNode> failed = remote_->TakeFailedNodes();
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].name, "m1");
+  EXPECT_EQ(failed[0].reason, status.message());
+  EXPECT_TRUE(remote_->TakeFailedNodes().empty()) << "each failure is reported once";
+}
+
+TEST_F(RemoteAttentionTest, NodesThatFailInOneStepEachComeWithTheirOwnReason) {
+  ComputeEngine remote(weights_.get(), remote_.get());
+  std::vector<int32_t> prompt = {509, 40, 41};
+  ASSERT_TRUE(remote_->Assign(0, "m0").ok());
+  ASSERT_TRUE(remote_->Assign(1, "m1").ok());
+  PrefillSequence batch[] = {{0, prompt}, {1, prompt}};
+  Tensor logits;
+  ASSERT_TRUE(remote.Prefill(batch, false, &logits).ok());
+  nodes_["m0"]->server.reset();
+  nodes_["m1"]->server.reset();
+  DecodeToken decode[] = {{0, 42, 3}, {1, 42, 3}};
+  EXPECT_EQ(remote.Decode(decode, &logits).code(), absl::StatusCode::kUnavailable);
+  // The coordinator declares each dead with its reason: one node's must not name the other.
+  const std::vector<RemoteAttention::FailedNode> failed = remote_->TakeFailedNodes();
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_EQ(failed[0].name, "m0");
+  EXPECT_EQ(failed[1].name, "m1");
+  for (const RemoteAttention::FailedNode& node : failed) {
+    const std::string other = node.name == "m0" ? "m1" : "m0";
+    EXPECT_NE(node.reason.find("memory node '" + node.name + "' (127.0.0.1:"), std::string::npos) << node.reason;
+    EXPECT_EQ(node.reason.find(other), std::string::npos) << node.reason;
+  }
 }
 
 TEST_F(RemoteAttentionTest, ServerErrorsComeBackWithTheirCode) {

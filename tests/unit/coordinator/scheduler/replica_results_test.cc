@@ -21,7 +21,7 @@ lamina::v1::StepResult Failed(const std::string& message, const std::string& mem
   lamina::v1::StepResult r;
   r.set_error_code(static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded));
   r.set_error_message(message);
-  if (!memory_node.empty()) r.add_failed_memory_nodes(memory_node);
+  if (!memory_node.empty()) r.add_failed_memory_nodes()->set_name(memory_node);
   return r;
 }
 
@@ -54,7 +54,7 @@ TEST(ReplicaResultsTest, UnreachableMemoryNodesComeBeforeOtherFailures) {
   auto merged = MergeReplicaResults(results, 0, 2, 32);
   ASSERT_TRUE(merged.ok()) << merged.status();
   ASSERT_EQ(merged->failed_memory_nodes_size(), 1);
-  EXPECT_EQ(merged->failed_memory_nodes(0), "memory-1");
+  EXPECT_EQ(merged->failed_memory_nodes(0).name(), "memory-1");
 
   auto other = MergeReplicaResults(Results{Tokens(1), Failed("out of memory")}, 0, 2, 32);
   ASSERT_TRUE(other.ok()) << other.status();
