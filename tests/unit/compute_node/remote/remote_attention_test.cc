@@ -2,6 +2,7 @@
 // gives exactly the logits of the in-process wiring, with sequences spread over two memory nodes.
 #include "compute_node/remote/remote_attention.h"
 
+#include <initializer_list>
 #include <mutex>
 
 #include "compute_node/engine/compute_engine.h"
@@ -41,6 +42,22 @@ class RemoteAttentionTest : public ::testing::Test {
       addresses[name] = node->server->address();
     }
     remote_ = std::make_unique<RemoteAttention>(transport_.get(), addresses, shape_, absl::Seconds(5));
+  }
+
+  // Prefills sequence 0 on m0 and 1 on m1, takes the named nodes away, and runs a decode step of
+  // both: its status.
+  absl::Status DecodeAfterStopping(std::initializer_list<const char*> stopped) {
+    ComputeEngine remote(weights_.get(), remote_.get());
+    std::vector<int32_t> prompt = {509, 40, 41};
+    for (int seq : {0, 1}) {
+      if (absl::Status s = remote_->Assign(seq, seq == 0 ? "m0" : "m1"); !s.ok()) return s;
+    }
+    PrefillSequence batch[] = {{0, prompt}, {1, prompt}};
+    Tensor logits;
+    if (absl::Status s = remote.Prefill(batch, false, &logits); !s.ok()) return s;
+    for (const char* name : stopped) nodes_[name]->server.reset();  // the node goes away
+    DecodeToken decode[] = {{0, 42, 3}, {1, 42, 3}};
+    return remote.Decode(decode, &logits);
   }
 
   std::unique_ptr<ModelWeights> weights_;
@@ -87,16 +104,7 @@ TEST_F(RemoteAttentionTest, LogitsEqualTheInProcessEngineExactly) {
 }
 
 TEST_F(RemoteAttentionTest, ADeadMemoryNodeIsUnavailableAndNamed) {
-  ComputeEngine remote(weights_.get(), remote_.get());
-  std::vector<int32_t> prompt = {509, 40, 41};
-  ASSERT_TRUE(remote_->Assign(0, "m0").ok());
-  ASSERT_TRUE(remote_->Assign(1, "m1").ok());
-  PrefillSequence batch[] = {{0, prompt}, {1, prompt}};
-  Tensor logits;
-  ASSERT_TRUE(remote.Prefill(batch, false, &logits).ok());
-  nodes_["m1"]->server.reset();  // the node goes away
-  DecodeToken decode[] = {{0, 42, 3}, {1, 42, 3}};
-  absl::Status status = remote.Decode(decode, &logits);
+  const absl::Status status = DecodeAfterStopping({"m1"});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_NE(status.message().find("memory node 'm1'"), std::string::npos) << status;
   const std::vector<RemoteAttention::FailedNode> failed = remote_->TakeFailedNodes();
@@ -107,17 +115,7 @@ TEST_F(RemoteAttentionTest, ADeadMemoryNodeIsUnavailableAndNamed) {
 }
 
 TEST_F(RemoteAttentionTest, NodesThatFailInOneStepEachComeWithTheirOwnReason) {
-  ComputeEngine remote(weights_.get(), remote_.get());
-  std::vector<int32_t> prompt = {509, 40, 41};
-  ASSERT_TRUE(remote_->Assign(0, "m0").ok());
-  ASSERT_TRUE(remote_->Assign(1, "m1").ok());
-  PrefillSequence batch[] = {{0, prompt}, {1, prompt}};
-  Tensor logits;
-  ASSERT_TRUE(remote.Prefill(batch, false, &logits).ok());
-  nodes_["m0"]->server.reset();
-  nodes_["m1"]->server.reset();
-  DecodeToken decode[] = {{0, 42, 3}, {1, 42, 3}};
-  EXPECT_EQ(remote.Decode(decode, &logits).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(DecodeAfterStopping({"m0", "m1"}).code(), absl::StatusCode::kUnavailable);
   // The coordinator declares each dead with its reason: one node's must not name the other.
   const std::vector<RemoteAttention::FailedNode> failed = remote_->TakeFailedNodes();
   ASSERT_EQ(failed.size(), 2u);
