@@ -10,9 +10,14 @@
 namespace lamina {
 namespace {
 
-bool OffersCudaIpc(const NodeSpec& memory_node) {
-  const std::vector<std::string>& t = memory_node.transports;
-  return std::find(t.begin(), t.end(), "cuda_ipc") != t.end();
+// Whether some compute node of `nodes` (the nodes of one GPU) tries cuda_ipc to `memory_node`.
+bool CudaIpcWithin(const std::vector<const NodeSpec*>& nodes, const NodeSpec& memory_node) {
+  for (const NodeSpec* node : nodes) {
+    if (node->kind != NodeKind::kCompute) continue;
+    const std::vector<std::string> t = TransportsBetween(*node, memory_node);
+    if (std::find(t.begin(), t.end(), "cuda_ipc") != t.end()) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -29,7 +34,7 @@ std::vector<std::string> SharedGpuWarnings(const Topology& topology) {
     for (const NodeSpec* node : nodes) {
       if (node->kind == NodeKind::kCompute) {
         computes.push_back(node->name);
-      } else if (OffersCudaIpc(*node)) {
+      } else if (CudaIpcWithin(nodes, *node)) {
         ipc_memories.push_back(node->name);
       }
     }

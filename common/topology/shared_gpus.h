@@ -16,8 +16,9 @@ namespace lamina {
 
 // One line per GPU that nodes with device links between them share, naming the GPU, the host,
 // the nodes and what to change; empty when there is none. Device links: a memory node's
-// `cuda_ipc` to a compute node on its GPU, and the hand-overs between compute nodes under
-// rotation over several of them.
+// `cuda_ipc`, named outright, to a compute node on its GPU (`auto` passes over it there:
+// TransportsBetween), and the hand-overs between compute nodes under rotation over several of
+// them.
 std::vector<std::string> SharedGpuWarnings(const Topology& topology);
 
 }  // namespace lamina

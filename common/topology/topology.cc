@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -24,8 +25,8 @@ namespace {
 
 using Fields = YamlFields;
 
-// A memory node's `transport`: one name or a list in order of preference; `auto` (the default)
-// is cuda_ipc, nccl, then tcp for a pool on a GPU, tcp for one on the CPU.
+// A memory node's `transport`: one name or a list in order of preference, `auto` (the default)
+// kept as written for TransportsBetween to resolve per compute node.
 absl::StatusOr<std::vector<std::string>> ParseTransports(const Fields& f, const std::string& device) {
   const bool on_gpu = device != "cpu";
   std::vector<std::string> names;
@@ -43,27 +44,17 @@ absl::StatusOr<std::vector<std::string>> ParseTransports(const Fields& f, const 
     LAMINA_ASSIGN_OR_RETURN(std::string name, f.String("transport", &none));
     names = {name};
   }
-  std::vector<std::string> transports;
   for (const std::string& name : names) {
-    if (name == "auto") {
-      if (on_gpu) {
-        transports.push_back("cuda_ipc");
-        transports.push_back("nccl");
-      }
-      transports.push_back("tcp");
-    } else if (name == "tcp") {
-      transports.push_back(name);
-    } else if (name == "cuda_ipc" || name == "nccl" || name == "rdma") {
+    if (name == "cuda_ipc" || name == "nccl" || name == "rdma") {
       if (!on_gpu) {
         return f.Error(field, "transport", absl::StrCat(name, " needs the memory node on a GPU (device: cpu)"));
       }
-      transports.push_back(name);
-    } else {
+    } else if (name != "tcp" && name != "auto") {
       return f.Error(field, "transport",
                      absl::StrCat("unknown transport '", name, "' (available: tcp, cuda_ipc, nccl, rdma, auto)"));
     }
   }
-  return transports;
+  return names;
 }
 
 absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& path, int index) {
@@ -155,6 +146,33 @@ int Topology::BatchesOn(const std::string& compute_node) const {
   int count = 0;
   for (const NodeSpec* node : BatchComputeNodes()) count += node->name == compute_node ? 1 : 0;
   return count;
+}
+
+bool SameGpu(const NodeSpec& a, const NodeSpec& b) {
+  if (a.host != b.host) return false;
+  absl::StatusOr<DeviceSpec> da = ParseDevice(a.device), db = ParseDevice(b.device);
+  return da.ok() && db.ok() && da->is_cuda && db->is_cuda && da->index == db->index;
+}
+
+std::vector<std::string> TransportsBetween(const NodeSpec& compute, const NodeSpec& memory) {
+  const bool both_on_gpus = compute.device != "cpu" && memory.device != "cpu";
+  const bool one_host = compute.host == memory.host;
+  const bool one_gpu = SameGpu(compute, memory);
+  std::vector<std::string> out;
+  auto add = [&out](const std::string& t) {
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  };
+  for (const std::string& t : memory.transports) {
+    if (t == "auto") {
+      if (both_on_gpus && one_host && !one_gpu) add("cuda_ipc");
+      if (both_on_gpus && !one_gpu) add("nccl");
+      add("tcp");
+    } else if (t != "cuda_ipc" || one_host) {
+      add(t);
+    }
+    if (!out.empty() && out.back() == "tcp") break;
+  }
+  return out;
 }
 
 std::vector<const NodeSpec*> Topology::NodesOf(NodeKind kind) const {

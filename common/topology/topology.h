@@ -38,9 +38,8 @@ struct NodeSpec {
   // over from the previous replica under rotational pipelining over several compute nodes.
   int data_port = 0;
   std::string device = "cpu";
-  // Memory nodes: how compute nodes reach the data plane's decode steps, in order of preference
-  // (tcp, cuda_ipc); the first that opens between a pair is used. Control messages and prompts'
-  // k/v always go over tcp.
+  // Memory nodes: how compute nodes reach the data plane's decode steps, in order of preference,
+  // as written (tcp, cuda_ipc, nccl, rdma, auto); TransportsBetween gives a compute node's list.
   std::vector<std::string> transports = {"tcp"};
   int64_t kv_capacity_tokens = 0;   // memory nodes
   int threads = 0;                  // CPU threads for kernels; 0 = one per core
@@ -111,6 +110,20 @@ struct Topology {
   // How many batches run on a compute node: the engines (lanes) it keeps.
   int BatchesOn(const std::string& compute_node) const;
 };
+
+// The transports `compute` tries for `memory`'s decode steps, in order, the first that opens
+// being used, up to tcp (the host path, which always opens): the memory node's list with `auto`
+// resolved for this pair, as cuda_ipc (GPUs of one host), nccl (GPUs), then tcp; but neither
+// device link when both nodes are on one GPU, where processes take turns (CUDA time-slices them)
+// and a device link's spinning waits last through the other's turns: on an H100, a layer's round
+// trip over cuda_ipc between two processes of one GPU took 4.4 ms at batches 1 to 32, against
+// 0.14 to 1.1 ms over tcp (lamina-bench-data-plane, tests/bench/RESULTS.md). A cuda_ipc named outright is kept on one
+// GPU (SharedGpuWarnings warns of it) and left out across hosts, where CUDA IPC cannot reach.
+// No duplicates.
+std::vector<std::string> TransportsBetween(const NodeSpec& compute, const NodeSpec& memory);
+
+// Both nodes on one GPU of one host.
+bool SameGpu(const NodeSpec& a, const NodeSpec& b);
 
 // Parses YAML text; `path` names it in messages and relative model paths resolve against its folder.
 absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::string& path);

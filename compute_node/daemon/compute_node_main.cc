@@ -45,12 +45,16 @@ absl::Status Run(const std::vector<std::string>& args) {
 
   std::map<std::string, std::string> memory_nodes;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
-  // Device-side data planes to memory nodes on GPUs: cuda_ipc only within a host.
+  // Device-side data planes to memory nodes on GPUs, as the topology allows for this pair.
   std::map<std::string, std::vector<std::string>> device_transports;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) {
-    for (const std::string& t : node->transports) {
-      if (t == "cuda_ipc" && node->host != spec->host) continue;
-      device_transports[node->name].push_back(t);
+    device_transports[node->name] = TransportsBetween(*spec, *node);
+    const std::vector<std::string>& written = node->transports;
+    if (device.is_cuda && SameGpu(*spec, *node) && std::find(written.begin(), written.end(), "auto") != written.end()) {
+      std::fprintf(stderr,
+                   "memory node '%s': transport auto passes over cuda_ipc and nccl, as it shares %s with this node "
+                   "(device links between processes of one GPU wait through each other's time slices)\n",
+                   node->name.c_str(), spec->device.c_str());
     }
   }
   std::unique_ptr<Transport> transport = MakeTcpTransport();

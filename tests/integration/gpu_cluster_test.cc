@@ -184,6 +184,40 @@ TEST(GpuClusterFallbackTest, ATransportThisMachineLacksFallsBackToTheNext) {
   EXPECT_NE(log.find("memory node 'memory-0': decode over cuda_ipc"), std::string::npos) << log;
 }
 
+// `auto` between a compute node and a memory node of one GPU gives tcp, saying so: two processes
+// of one GPU take turns on it, and a device link's spinning waits last through the other's turns.
+// Over cuda_ipc named outright the same placement decodes GPU to GPU (GpuClusterTest above, on a
+// machine of one GPU).
+TEST(GpuClusterAutoTest, AutoOnTheComputeNodesOwnGpuDecodesOverTcp) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  ClusterOptions options;
+  options.device = "cuda:0";
+  options.memory_devices = {"cuda:0", "cuda:0"};
+  options.transport = "auto";
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const auto& prompt = golden["prompts"][2];
+  std::vector<int32_t> out;
+  const absl::Status status = (*cluster)->client().Generate(
+      IdsRequest(prompt["ids"].get<std::vector<int32_t>>(), 8),
+      [&](const lamina::v1::GenerateResponse& r) { out.insert(out.end(), r.token_ids().begin(), r.token_ids().end()); });
+  ASSERT_TRUE(status.ok()) << status;
+  const std::vector<int32_t> expected = prompt["greedy_ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(out.size(), 8u);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(out[t], expected[t]) << "token " << t;
+  const std::string log = (*cluster)->NodeLog("compute-0");
+  for (const char* node : {"memory-0", "memory-1"}) {
+    EXPECT_NE(log.find(std::string("memory node '") + node + "': transport auto passes over cuda_ipc and nccl, as it "
+                       "shares cuda:0 with this node"),
+              std::string::npos)
+        << log;
+  }
+  EXPECT_EQ(log.find("decode over"), std::string::npos) << log;
+  EXPECT_EQ((*cluster)->UpOutput().find("warning"), std::string::npos) << (*cluster)->UpOutput();
+}
+
 // Staggered pipelining on GPUs changes when and where batches run, not what they compute. With one
 // sequence per batch, every mode multiplies the same shapes, so the tokens must be identical under
 // `none`, `fixed` (a batch on each of two compute nodes), `rotational` on one compute node, and

@@ -39,8 +39,8 @@ struct SharedCase {
 
 TEST(SharedGpusTest, EachGpuWithLinksBetweenItsNodesIsNamedWithTheRemedy) {
   const SharedCase cases[] = {
-      // A memory node's cuda_ipc (from `auto`) to the compute node on its GPU.
-      {"none", Compute("compute-0", 50161, "cuda:0") + Memory("memory-0", 50171, "cuda:0", "auto"),
+      // A memory node's cuda_ipc, named outright, to the compute node on its GPU.
+      {"none", Compute("compute-0", 50161, "cuda:0") + Memory("memory-0", 50171, "cuda:0", "[cuda_ipc, tcp]"),
        "compute-0, memory-0 share cuda:0 on 127.0.0.1 with device links between them",
        "set `transport: tcp` on memory-0."},
       // Rotating compute nodes' hand-overs on one GPU.
@@ -68,11 +68,14 @@ TEST(SharedGpusTest, EachGpuWithLinksBetweenItsNodesIsNamedWithTheRemedy) {
 }
 
 TEST(SharedGpusTest, PlacementsWithoutSpinningLinksBetweenSharersPassQuietly) {
-  // tcp within one GPU (the colocated topology); fixed pipelining has no hand-overs; separate
-  // GPUs; other hosts; the CPU.
-  EXPECT_TRUE(SharedGpuWarnings(Parse("none", Compute("compute-0", 50161, "cuda:0") +
-                                                  Memory("memory-0", 50171, "cuda:0", "tcp")))
-                  .empty());
+  // tcp within one GPU (the colocated topology), and `auto` there, which passes over the device
+  // links; fixed pipelining has no hand-overs; separate GPUs; other hosts; the CPU.
+  for (const char* transport : {"tcp", "auto"}) {
+    EXPECT_TRUE(SharedGpuWarnings(Parse("none", Compute("compute-0", 50161, "cuda:0") +
+                                                    Memory("memory-0", 50171, "cuda:0", transport)))
+                    .empty())
+        << transport;
+  }
   EXPECT_TRUE(SharedGpuWarnings(Parse("fixed", Compute("compute-0", 50161, "cuda:0") +
                                                    Compute("compute-1", 50163, "cuda:0") +
                                                    Memory("memory-0", 50171, "cuda:1", "cuda_ipc")))

@@ -152,8 +152,9 @@ TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? t->Find("memory-1")->transports : std::vector<std::string>{};
   };
-  EXPECT_EQ(transports(with("cpu", "")), (std::vector<std::string>{"tcp"}));
-  EXPECT_EQ(transports(with("cuda:1", "")), (std::vector<std::string>{"cuda_ipc", "nccl", "tcp"}));
+  EXPECT_EQ(transports(with("cpu", "")), (std::vector<std::string>{"auto"}));
+  EXPECT_EQ(transports(with("cuda:1", "")), (std::vector<std::string>{"auto"}));
+  EXPECT_EQ(transports(with("cuda:1", "    transport: [nccl, auto]\n")), (std::vector<std::string>{"nccl", "auto"}));
   EXPECT_EQ(transports(with("cuda:1", "    transport: cuda_ipc\n")), (std::vector<std::string>{"cuda_ipc"}));
   EXPECT_EQ(transports(with("cuda:1", "    transport: [tcp, cuda_ipc]\n")),
             (std::vector<std::string>{"tcp", "cuda_ipc"}));
@@ -163,6 +164,38 @@ TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
   ExpectError(with("cpu", "    transport: [nccl]\n"), "nodes[2].transport: nccl needs the memory node on a GPU");
   EXPECT_EQ(transports(with("cuda:1", "    transport: [rdma, nccl]\n")), (std::vector<std::string>{"rdma", "nccl"}));
   ExpectError(with("cpu", "    transport: rdma\n"), "nodes[2].transport: rdma needs the memory node on a GPU");
+}
+
+// `auto` resolves for each pair of nodes: cuda_ipc between GPUs of one host, nccl between GPUs,
+// then tcp; only tcp for two nodes of one GPU. Transports named outright stay, but cuda_ipc
+// across hosts.
+TEST(TopologyTest, AutoResolvesPerPairOfNodesAndNamedTransportsStay) {
+  NodeSpec compute;
+  compute.device = "cuda:0";
+  auto between = [&](const std::string& host, const std::string& device, std::vector<std::string> written) {
+    NodeSpec memory;
+    memory.kind = NodeKind::kMemory;
+    memory.host = host;
+    memory.device = device;
+    memory.transports = std::move(written);
+    return TransportsBetween(compute, memory);
+  };
+  using List = std::vector<std::string>;
+  const std::string here = compute.host, there = "10.0.0.2";
+  EXPECT_EQ(between(here, "cuda:1", {"auto"}), (List{"cuda_ipc", "nccl", "tcp"}));
+  EXPECT_EQ(between(here, "cuda:0", {"auto"}), (List{"tcp"}));
+  EXPECT_EQ(between(there, "cuda:0", {"auto"}), (List{"nccl", "tcp"}));
+  EXPECT_EQ(between(here, "cpu", {"auto"}), (List{"tcp"}));
+  EXPECT_EQ(between(here, "cuda:0", {"cuda_ipc", "tcp"}), (List{"cuda_ipc", "tcp"}));
+  EXPECT_EQ(between(here, "cuda:0", {"nccl"}), (List{"nccl"}));
+  EXPECT_EQ(between(there, "cuda:1", {"cuda_ipc", "tcp"}), (List{"tcp"}));
+  EXPECT_EQ(between(here, "cuda:1", {"nccl", "auto"}), (List{"nccl", "cuda_ipc", "tcp"}));
+  EXPECT_EQ(between(here, "cuda:1", {"rdma", "tcp", "auto"}), (List{"rdma", "tcp"}));  // nothing after tcp
+  compute.device = "cpu";
+  EXPECT_EQ(between(here, "cuda:1", {"auto"}), (List{"tcp"}));
+  EXPECT_FALSE(SameGpu(compute, compute));  // the CPU is no GPU
+  compute.device = "cuda:1";
+  EXPECT_TRUE(SameGpu(compute, compute));
 }
 
 TEST(TopologyTest, RandomWeightsTakeASeedAndOtherwiseTheCheckpointIsRead) {
