@@ -2,26 +2,16 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/vector8.h"
+
 namespace lamina::kernels::cpu {
 namespace {
-
-// GCC vector types: V8 compiles to one AVX register in the v3/v4 clones below.
-typedef float V8 __attribute__((vector_size(32)));
-typedef float V8Unaligned __attribute__((vector_size(32), aligned(4)));
 
 // Output columns per work item: 16 rows of w stay in L2 for K up to ~8K.
 constexpr int64_t kColumnBlock = 16;
 // Register tile: MR rows of x against NR rows of w.
 constexpr int kMr = 4;
 constexpr int kNr = 4;
-
-inline __attribute__((always_inline)) V8 Load(const float* p) { return *reinterpret_cast<const V8Unaligned*>(p); }
-
-inline __attribute__((always_inline)) float HorizontalSum(V8 v) {
-  float s = 0;
-  for (int i = 0; i < 8; ++i) s += v[i];
-  return s;
-}
 
 // y[i][j] = x[i]·w[j] for an MR x NR tile, all of k.
 template <int MR, int NR>
@@ -31,9 +21,9 @@ inline __attribute__((always_inline)) void Tile(const float* x, const float* w, 
   int64_t kk = 0;
   for (; kk + 8 <= k; kk += 8) {
     V8 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = Load(w + j * k + kk);
+    for (int j = 0; j < NR; ++j) wv[j] = Load8(w + j * k + kk);
     for (int i = 0; i < MR; ++i) {
-      V8 xv = Load(x + i * k + kk);
+      V8 xv = Load8(x + i * k + kk);
       for (int j = 0; j < NR; ++j) acc[i][j] += xv * wv[j];
     }
   }

@@ -3,8 +3,11 @@
 //     compute ceiling as this build can reach it); the matmul's GFLOP/s is reported against it.
 //   - read bandwidth: a streaming sum over a buffer far larger than the caches; the matmul at
 //     batch 1 (bound by reading weights) is reported against it.
+//   - decode attention (one query per sequence over its cached k/v, slots scattered as a KV pool
+//     leaves them): the k/v bytes it reads per second, reported against the read bandwidth.
 //   - tokens/s of the bundled demo model at batch 1 and 16, decoding with the real engine.
 // Usage: lamina-bench-cpu [--model DIR] [--seconds S]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +18,7 @@
 
 #include "common/threading/thread_pool.h"
 #include "coordinator/embedded/local_cluster.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 
 namespace lamina {
@@ -110,6 +114,30 @@ MatmulResult BenchMatmul(ThreadPool& pool, int64_t m, int64_t n, int64_t k, doub
   return {2.0 * m * n * k / t / 1e9, n * k * sizeof(float) / t / 1e9};
 }
 
+// Decode attention over `context` cached tokens per sequence, in slots shuffled across a pool of
+// batch * context: the k/v bytes read per second.
+double DecodeAttentionGbps(ThreadPool& pool, const kernels::cpu::AttentionShape& shape, int64_t batch,
+                           int64_t context, double seconds) {
+  const int64_t slots = batch * context;
+  const int64_t kv = shape.num_kv_heads * shape.head_dim, q_size = shape.num_q_heads * shape.head_dim;
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> k(slots * kv), v(slots * kv), q(batch * q_size), out(batch * q_size);
+  for (float& x : k) x = dist(rng);
+  for (float& x : v) x = dist(rng);
+  for (float& x : q) x = dist(rng);
+  std::vector<int32_t> slot_ids(slots);
+  for (int64_t i = 0; i < slots; ++i) slot_ids[i] = static_cast<int32_t>(i);
+  std::shuffle(slot_ids.begin(), slot_ids.end(), rng);
+  std::vector<int64_t> begin(batch + 1);
+  for (int64_t s = 0; s <= batch; ++s) begin[s] = s * context;
+  const double t = BestTime(seconds, [&] {
+    kernels::cpu::DecodeAttention(shape, q.data(), q_size, k.data(), v.data(), kv, slot_ids.data(), begin.data(),
+                                  out.data(), q_size, batch, pool);
+  });
+  return 2.0 * slots * kv * sizeof(float) / t / 1e9;
+}
+
 double DecodeTokensPerSecond(LocalCluster& cluster, int batch, int max_tokens) {
   std::vector<GenerationRequest> requests(batch);
   const std::vector<int32_t> prompt = cluster.tokenizer().EncodePrompt("In this paper, we");
@@ -162,6 +190,24 @@ int Main(int argc, char** argv) {
     MatmulResult r = BenchMatmul(pool, s.m, s.n, s.k, seconds);
     std::printf("%-34s %10.1f %9.0f%% %12.1f %9.0f%%\n", s.what, r.gflops, 100 * r.gflops / peak, r.weight_gbps,
                 100 * r.weight_gbps / read);
+  }
+
+  std::printf("\n%-34s %10s %10s\n", "decode attention, slots shuffled", "k/v GB/s", "of read");
+  struct AttentionCase {
+    const char* what;
+    kernels::cpu::AttentionShape shape;
+    int64_t batch, context;
+  };
+  const AttentionCase attention_cases[] = {
+      {"demo (8/4 heads, d 32), 1 x 256", {8, 4, 32}, 1, 256},
+      {"demo, 16 x 256", {8, 4, 32}, 16, 256},
+      {"demo, 64 x 1024", {8, 4, 32}, 64, 1024},
+      {"llama-3-8b (32/8, d 128), 1 x 2048", {32, 8, 128}, 1, 2048},
+      {"llama-3-8b, 16 x 2048", {32, 8, 128}, 16, 2048},
+  };
+  for (const AttentionCase& c : attention_cases) {
+    const double gbps = DecodeAttentionGbps(pool, c.shape, c.batch, c.context, seconds);
+    std::printf("%-34s %10.1f %9.0f%%\n", c.what, gbps, 100 * gbps / read);
   }
 
   auto cluster = LocalCluster::Load(model);

@@ -190,10 +190,49 @@ TEST_P(AttentionTest, DecodeOverScatteredSlotsEqualsPrefillsLastRow) {
   for (int64_t i = 0; i < q_stride; ++i) EXPECT_NEAR(out[i], prefill[(c.tokens - 1) * q_stride + i], 1e-5);
 }
 
+// A batch of sequences of many lengths (1 token, across key blocks) over one shuffled slot pool,
+// on pools of 1 to 16 threads, so that a work item takes all of a sequence's kv heads, some, or
+// one: each query head equals the float64 reference.
+TEST_P(AttentionTest, DecodeOfABatchOnAnyThreadCountEqualsTheReference) {
+  const AttentionCase c = GetParam();
+  const int64_t q_stride = c.q_heads * c.head_dim, kv_stride = c.kv_heads * c.head_dim, group = c.q_heads / c.kv_heads;
+  const std::vector<int64_t> lengths = {1, c.tokens, 16, 17, 3, c.tokens / 2, 33, 2, 15, 40, 5, 64};
+  std::vector<int64_t> begin = {0};
+  for (int64_t n : lengths) begin.push_back(begin.back() + n);
+  const int64_t seqs = static_cast<int64_t>(lengths.size()), total = begin.back();
+  std::vector<int32_t> slots(total + 5);
+  for (int32_t i = 0; i < static_cast<int32_t>(slots.size()); ++i) slots[i] = i;
+  std::shuffle(slots.begin(), slots.end(), std::mt19937(14));
+  const std::vector<float> q = Random(seqs * q_stride, 15), k_cache = Random(slots.size() * kv_stride, 16),
+                           v_cache = Random(slots.size() * kv_stride, 17);
+  for (const int threads : {1, 2, 3, 5, 16}) {
+    ThreadPool pool(threads);
+    std::vector<float> out(seqs * q_stride, -1.0f);
+    DecodeAttention({c.q_heads, c.kv_heads, c.head_dim, c.window}, q.data(), q_stride, k_cache.data(), v_cache.data(),
+                    kv_stride, slots.data(), begin.data(), out.data(), q_stride, seqs, pool);
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int64_t first = c.window > 0 ? std::max(begin[s], begin[s + 1] - c.window) : begin[s];
+      for (int64_t h = 0; h < c.q_heads; ++h) {
+        std::vector<const float*> keys, values;
+        for (int64_t j = first; j < begin[s + 1]; ++j) {
+          keys.push_back(&k_cache[slots[j] * kv_stride + (h / group) * c.head_dim]);
+          values.push_back(&v_cache[slots[j] * kv_stride + (h / group) * c.head_dim]);
+        }
+        const std::vector<double> ref = NaiveAttention(&q[s * q_stride + h * c.head_dim], keys, values, c.head_dim);
+        for (int64_t i = 0; i < c.head_dim; ++i) {
+          ASSERT_NEAR(out[s * q_stride + h * c.head_dim + i], ref[i], 1e-5)
+              << threads << " threads, sequence " << s << ", head " << h << ", dim " << i;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(AttentionCase{4, 4, 16, 37, 0},    // MHA
                                            AttentionCase{8, 2, 32, 70, 0},    // GQA
                                            AttentionCase{6, 1, 64, 33, 0},    // MQA
+                                           AttentionCase{6, 3, 16, 45, 0},    // 3 kv heads: uneven shares
                                            AttentionCase{4, 2, 8, 50, 7}));   // sliding window
 
 }  // namespace
