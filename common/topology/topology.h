@@ -117,9 +117,9 @@ struct Topology {
 // device link when both nodes are on one GPU, where processes take turns (CUDA time-slices them)
 // and a device link's spinning waits last through the other's turns: on an H100, a layer's round
 // trip over cuda_ipc between two processes of one GPU took 4.4 ms at batches 1 to 32, against
-// 0.14 to 1.1 ms over tcp (lamina-bench-data-plane, tests/bench/RESULTS.md). A cuda_ipc named outright is kept on one
-// GPU (SharedGpuWarnings warns of it) and left out across hosts, where CUDA IPC cannot reach.
-// No duplicates.
+// 0.14 to 1.1 ms over tcp (lamina-bench-data-plane, tests/bench/RESULTS.md). A cuda_ipc named
+// outright is kept on one GPU (SharedGpuWarnings warns of it) and left out across hosts, where
+// CUDA IPC cannot reach. No duplicates.
 std::vector<std::string> TransportsBetween(const NodeSpec& compute, const NodeSpec& memory);
 
 // Both nodes on one GPU of one host.

@@ -50,7 +50,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) {
     device_transports[node->name] = TransportsBetween(*spec, *node);
     const std::vector<std::string>& written = node->transports;
-    if (device.is_cuda && SameGpu(*spec, *node) && std::find(written.begin(), written.end(), "auto") != written.end()) {
+    if (SameGpu(*spec, *node) && std::find(written.begin(), written.end(), "auto") != written.end()) {
       std::fprintf(stderr,
                    "memory node '%s': transport auto passes over cuda_ipc and nccl, as it shares %s with this node "
                    "(device links between processes of one GPU wait through each other's time slices)\n",

@@ -39,10 +39,10 @@ inline __attribute__((always_inline)) void Axpy(float p, const float* x, float* 
   for (; i < n; ++i) y[i] += p * x[i];
 }
 
-// 2^x for x <= 0, within about 2 ulp of the exact value, exact at integers (2^0 = 1, so a single
-// key's weight is exactly 1); 0 for x at or below -126 (-inf included). Plain arithmetic, so that
-// a loop over it vectorizes: 2^x = 2^n · e^((x - n) ln 2) with n the nearest integer, the second
-// factor by its Taylor series to degree 7 (|x - n| <= 1/2: relative error below 6e-9).
+// 2^x for x <= 0, exact at integers (2^0 = 1, so a single key's weight is exactly 1); 0 for x at
+// or below -126 (-inf included). Plain arithmetic, so that a loop over it vectorizes: 2^x = 2^n ·
+// e^((x - n) ln 2) with n the nearest integer, the second factor by its Taylor series to degree 7
+// (|x - n| <= 1/2: the series' relative error is below 6e-9, float rounding aside).
 inline __attribute__((always_inline)) float Exp2(float x) {
   const bool underflow = !(x > -126.0f);  // -inf too
   x = underflow ? -126.0f : x;
