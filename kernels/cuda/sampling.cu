@@ -1,6 +1,7 @@
 #include "kernels/cuda/sampling.h"
 
 #include <cfloat>
+#include <cstdint>
 
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/random.cuh"
@@ -9,8 +10,11 @@
 namespace lamina::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
+// Groups of four logits each thread loads before it uses them: one block streams a row, and
+// bytes in flight set its rate.
+constexpr int kAhead = 4;
 constexpr double kFixedOne = 4294967296.0;  // 2^32: probability 1 in 32.32 fixed point
 
 // An unsigned key with the order of the float.
@@ -24,37 +28,173 @@ __device__ __forceinline__ uint64_t Weight(float logit, float max_logit, float t
   return static_cast<uint64_t>(exp((static_cast<double>(logit) - max_logit) / temperature) * kFixedOne);
 }
 
+// Logits read four at a time: group g holds positions 4g .. 4g + 3. Both readers below give the
+// same interface to the selection and the draw.
+//
+// A row of the logits, where a position is the token id. Rows whose length is a multiple of 4 and
+// that start 16-byte aligned load a group as one float4.
+struct RowReader {
+  const float* row;
+  int64_t vocab;
+  bool vectorized;
+
+  __device__ int64_t groups() const { return (vocab + 3) / 4; }
+  __device__ int64_t Id(int64_t position) const { return position; }
+  // The group's logits; positions past the end read as -inf and are left out by `valid`.
+  __device__ void Load(int64_t g, float (&v)[4], bool (&valid)[4]) const {
+    if (vectorized && g < groups()) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(row) + g);
+      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) valid[j] = true;
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      valid[j] = 4 * g + j < vocab;
+      v[j] = valid[j] ? row[4 * g + j] : -INFINITY;
+    }
+  }
+};
+
+// The candidates gathered into shared memory, in id order: the logits of a band below the row's
+// maximum (see SampleKernel) and their ids, 8 bytes each in the launch's dynamic shared memory.
+constexpr int kMaxCandidates = 16384;
+constexpr size_t kCandidateBytes = kMaxCandidates * (sizeof(float) + sizeof(int32_t));
+struct CandidateReader {
+  const float* logit;  // [kMaxCandidates], 16-byte aligned
+  const int32_t* id;   // [kMaxCandidates]
+  int64_t count;
+
+  __device__ int64_t groups() const { return (count + 3) / 4; }
+  __device__ int64_t Id(int64_t position) const { return id[position]; }
+  __device__ void Load(int64_t g, float (&v)[4], bool (&valid)[4]) const {
+    const float4 f = g < kMaxCandidates / 4 ? reinterpret_cast<const float4*>(logit)[g] : float4{};
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      valid[j] = 4 * g + j < count;
+      if (!valid[j]) v[j] = -INFINITY;
+    }
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ T WarpSumOf(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Exclusive prefix sum over the warp, in lane order.
+template <typename T>
+__device__ __forceinline__ T WarpExclusiveScan(T v) {
+  const int lane = threadIdx.x % 32;
+  T inclusive = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  return inclusive - v;
+}
+
+// Each warp's share of the groups, a contiguous span, walked 32 groups a step: warps read their
+// spans side by side, lane order within a step is position order, and every lane of a warp goes
+// round together (so warp-wide calls may be made on the way).
+struct WarpSpan {
+  int64_t begin, end;
+  __device__ explicit WarpSpan(int64_t groups) {
+    const int64_t span = (groups + kWarps - 1) / kWarps;
+    begin = min(groups, threadIdx.x / 32 * span);
+    end = min(groups, begin + span);
+  }
+};
+
+// Calls visit(g, v, valid) for each of the lane's groups of the warp's span in order (lanes with
+// no group in a step get g = reader.groups(), all invalid), loading kAhead steps ahead.
+template <typename Reader, typename Visit>
+__device__ __forceinline__ void ForEachInSpan(const Reader& reader, Visit&& visit) {
+  const WarpSpan span(reader.groups());
+  const int lane = threadIdx.x % 32;
+  for (int64_t first = span.begin; first < span.end; first += 32 * kAhead) {
+    float v[kAhead][4];
+    bool valid[kAhead][4];
+    int64_t g[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      g[u] = first + 32 * u + lane < span.end ? first + 32 * u + lane : reader.groups();
+      reader.Load(g[u], v[u], valid[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      if (first + 32 * u < span.end) visit(g[u], v[u], valid[u]);
+    }
+  }
+}
+
+// Adds each lane's `amount` to histogram[digit], one atomic per distinct digit of the warp (the
+// top digits of a row's keys are few, and per-lane atomics on them serialise). Every lane of the
+// warp calls it; lanes with digit kNoDigit add nothing. `amount` ≤ 2^32 (a weight, or 1).
+constexpr uint32_t kNoDigit = 0xffffffffu;
+__device__ __forceinline__ void AddToHistogram(unsigned long long* histogram, uint32_t digit, uint64_t amount) {
+  const unsigned peers = __match_any_sync(0xffffffffu, digit);
+  // Halves of at most 17 bits: 32 of them sum without overflow.
+  const unsigned high = __reduce_add_sync(peers, static_cast<unsigned>(amount >> 16));
+  const unsigned low = __reduce_add_sync(peers, static_cast<unsigned>(amount & 0xffffu));
+  if (digit != kNoDigit && threadIdx.x % 32 == static_cast<unsigned>(__ffs(peers) - 1)) {
+    atomicAdd(&histogram[digit], (static_cast<unsigned long long>(high) << 16) + low);
+  }
+}
+
 // The largest key τ such that the keys ≥ τ (among those ≥ floor) hold at least `target`, counting
 // each key as 1 (by_mass false) or as its weight. Four passes of 8 bits, high digits first.
-__device__ uint32_t RadixSelect(const float* row, int64_t vocab, uint32_t floor, uint64_t target, bool by_mass,
-                                float max_logit, float temperature) {
+template <typename Reader>
+__device__ uint32_t RadixSelect(const Reader& reader, uint32_t floor, uint64_t target, bool by_mass, float max_logit,
+                                float temperature) {
   __shared__ unsigned long long histogram[256];
   __shared__ uint32_t chosen_prefix;
   __shared__ uint64_t chosen_remaining;
+  const int lane = threadIdx.x % 32;
   uint32_t prefix = 0;
   uint64_t remaining = target;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int d = threadIdx.x; d < 256; d += blockDim.x) histogram[d] = 0;
     __syncthreads();
-    const uint64_t high_mask = shift == 24 ? 0 : (0xffffffffull << (shift + 8)) & 0xffffffffull;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const uint32_t key = OrderedKey(row[i]);
-      if (key < floor || (key & high_mask) != (prefix & high_mask)) continue;
-      const uint64_t w = by_mass ? Weight(row[i], max_logit, temperature) : 1;
-      atomicAdd(&histogram[(key >> shift) & 255], static_cast<unsigned long long>(w));
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int digit = 0;
-      for (int d = 255; d >= 0; --d) {
-        if (histogram[d] >= remaining) {
-          digit = d;
-          break;
-        }
-        remaining -= histogram[d];
+    const uint32_t high_mask = shift == 24 ? 0 : static_cast<uint32_t>((0xffffffffull << (shift + 8)) & 0xffffffffull);
+    ForEachInSpan(reader, [&](int64_t, const float(&v)[4], const bool(&valid)[4]) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t key = OrderedKey(v[j]);
+        const bool counted = valid[j] && key >= floor && (key & high_mask) == (prefix & high_mask);
+        if (!__any_sync(0xffffffffu, counted)) continue;
+        const uint64_t amount = !counted ? 0 : by_mass ? Weight(v[j], max_logit, temperature) : 1;
+        AddToHistogram(histogram, counted ? (key >> shift) & 255 : kNoDigit, amount);
       }
-      chosen_prefix = prefix | (static_cast<uint32_t>(digit) << shift);
-      chosen_remaining = remaining;
+    });
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // The digit where the count from the top reaches `remaining`: lane L holds digits
+      // 255 - 8L down to 248 - 8L, and the lane whose share reaches it walks its eight.
+      const int top = 255 - 8 * lane;
+      uint64_t bins[8], share = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) share += bins[i] = histogram[top - i];
+      const uint64_t higher = WarpExclusiveScan(share);
+      const uint64_t all = __shfl_sync(0xffffffffu, higher + share, 31);
+      if (remaining > higher && remaining <= higher + share) {
+        uint64_t left = remaining - higher;
+        int digit = top;
+        for (int i = 0; i < 8; ++i, --digit) {
+          if (bins[i] >= left) break;
+          left -= bins[i];
+        }
+        chosen_prefix = prefix | (static_cast<uint32_t>(digit) << shift);
+        chosen_remaining = left;
+      } else if (lane == 31 && remaining > all) {  // short of the target: the lowest digit
+        chosen_prefix = prefix;
+        chosen_remaining = remaining - all;
+      }
     }
     __syncthreads();
     prefix = chosen_prefix;
@@ -63,45 +203,207 @@ __device__ uint32_t RadixSelect(const float* row, int64_t vocab, uint32_t floor,
   return prefix;
 }
 
-// Exclusive prefix sum over the block, in thread order.
-__device__ uint64_t BlockExclusiveScan(uint64_t v, uint64_t* total) {
-  __shared__ uint64_t warp_sums[kWarps];
+// The sum over the block of each thread's `v`, returned to every thread.
+__device__ uint64_t BlockSumU64(uint64_t v) {
+  __shared__ uint64_t partial[kWarps];
+  __syncthreads();  // the array may still be read by a previous call
+  v = WarpSumOf(v);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  uint64_t total = 0;
+  for (int w = 0; w < kWarps; ++w) total += partial[w];
+  return total;
+}
+
+// The mass of the keys ≥ threshold among a group's logits.
+__device__ __forceinline__ uint64_t GroupMass(const float (&v)[4], const bool (&valid)[4], uint32_t threshold,
+                                              float max_logit, float temperature) {
+  uint64_t mass = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (valid[j] && OrderedKey(v[j]) >= threshold) mass += Weight(v[j], max_logit, temperature);
+  }
+  return mass;
+}
+
+// The mass of the keys ≥ threshold over the reader, to every thread.
+template <typename Reader>
+__device__ uint64_t MassAtLeast(const Reader& reader, uint32_t threshold, float max_logit, float temperature) {
+  uint64_t mass = 0;
+  ForEachInSpan(reader, [&](int64_t, const float(&v)[4], const bool(&valid)[4]) {
+    mass += GroupMass(v, valid, threshold, max_logit, temperature);
+  });
+  return BlockSumU64(mass);
+}
+
+// The token of the draw: the position whose cumulative mass, over the keys ≥ threshold in
+// position order, first exceeds the draw (SampleToken's walk). `row_mass`, when the top-p
+// threshold is to be found with no top-k one, is the mass of the whole row (the reader may hold
+// only part of it).
+template <typename Reader>
+__device__ int64_t SelectAndDraw(const Reader& reader, const DeviceSamplingParams& p, int64_t vocab, float best,
+                                 int64_t best_index, uint64_t row_mass) {
+  const bool top_k = p.top_k > 0 && p.top_k < vocab;
+  uint32_t threshold = 0;
+  if (top_k) threshold = RadixSelect(reader, 0, static_cast<uint64_t>(p.top_k), false, best, p.temperature);
+  if (p.top_p < 1.f) {
+    const uint64_t total = top_k ? MassAtLeast(reader, threshold, best, p.temperature) : row_mass;
+    const uint64_t target = static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total)));
+    threshold = RadixSelect(reader, threshold, target < 1 ? 1 : target, true, best, p.temperature);
+  }
+
+  // The warps' masses place the draw in one span, whose warp walks it again.
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  uint64_t inclusive = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t up = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += up;
-  }
+  uint64_t mass = 0;
+  ForEachInSpan(reader, [&](int64_t, const float(&v)[4], const bool(&valid)[4]) {
+    mass += GroupMass(v, valid, threshold, best, p.temperature);
+  });
+  mass = WarpSumOf(mass);
+  __shared__ uint64_t warp_mass[kWarps];
+  __shared__ int64_t chosen;
+  if (lane == 0) warp_mass[warp] = mass;
+  if (threadIdx.x == 0) chosen = best_index;  // the draw always lands; this only guards
   __syncthreads();
-  if (lane == 31) warp_sums[warp] = inclusive;
-  __syncthreads();
-  uint64_t before = 0;
-  uint64_t all = 0;
+  uint64_t before = 0, total = 0;
   for (int w = 0; w < kWarps; ++w) {
-    if (w < warp) before += warp_sums[w];
-    all += warp_sums[w];
+    if (w < warp) before += warp_mass[w];
+    total += warp_mass[w];
   }
-  *total = all;
-  return before + inclusive - v;
+  const uint64_t draw = __umul64hi(SplitMix64(p.seed ^ SplitMix64(p.counter)), total);
+  if (draw >= before && draw < before + mass) {  // the same for the whole warp
+    ForEachInSpan(reader, [&](int64_t g, const float(&v)[4], const bool(&valid)[4]) {
+      const uint64_t group_mass = GroupMass(v, valid, threshold, best, p.temperature);
+      const uint64_t lane_before = before + WarpExclusiveScan(group_mass);
+      if (draw >= lane_before && draw < lane_before + group_mass) {
+        uint64_t cumulative = lane_before;
+        for (int j = 0; j < 4; ++j) {
+          if (!valid[j] || OrderedKey(v[j]) < threshold) continue;
+          cumulative += Weight(v[j], best, p.temperature);
+          if (draw < cumulative) {
+            chosen = reader.Id(4 * g + j);
+            break;
+          }
+        }
+      }
+      before += WarpSumOf(group_mass);
+    });
+  }
+  __syncthreads();
+  const int64_t token = chosen;
+  __syncthreads();  // `chosen` may be set again by a later call
+  return token;
+}
+
+// Bands below the row's maximum, each twice as wide as the one before: logits within
+// kBandWidths[b] of the maximum (times the temperature where top-p alone decides), of which the
+// narrowest that holds what the selection needs, and no more than kMaxCandidates, is gathered.
+constexpr int kBands = 8;
+__device__ __forceinline__ float BandWidth(int b) { return 0.125f * static_cast<float>(1 << b); }
+
+// The narrowest band holding `v`, which must be ≥ floor[kBands - 1]: floors fall as bands widen,
+// so this is the first band whose floor `v` reaches (a binary search).
+__device__ __forceinline__ int NarrowestBand(float v, const float* floor) {
+  static_assert(kBands == 8, "three halvings find the band");
+  int band = 0;
+  if (v < floor[band + 3]) band += 4;
+  if (v < floor[band + 1]) band += 2;
+  if (v < floor[band]) band += 1;
+  return band;
+}
+
+// Each band's count over the row, per warp (warp spans), and for top-p alone the band's masses
+// and the row's: one pass over the row. `floor` is in shared memory.
+template <bool kWithMass>
+__device__ void CountBands(const RowReader& reader, const float* floor, float best, float temperature,
+                           uint32_t (*warp_count)[kBands], uint64_t* band_mass, uint64_t* row_mass) {
+  // Counts of the narrowest band, 16 bits each (a thread sees far fewer than 2^16 logits):
+  // bands 0-3 in narrow_low, 4-7 in narrow_high.
+  uint64_t narrow_low = 0, narrow_high = 0;
+  uint64_t mass[kWithMass ? kBands : 1] = {};
+  uint64_t all = 0;
+  ForEachInSpan(reader, [&](int64_t, const float(&v)[4], const bool(&valid)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (!valid[j]) continue;
+      uint64_t w = 0;
+      if (kWithMass) {
+        // exp(-23) · 2^32 < 1: such a logit weighs 0 and its exp is skipped.
+        if ((static_cast<double>(v[j]) - best) / temperature > -23.0) w = Weight(v[j], best, temperature);
+        all += w;
+      }
+      if (!(v[j] >= floor[kBands - 1])) continue;  // outside every band (or NaN)
+      const int band = NarrowestBand(v[j], floor);
+      const uint64_t one = uint64_t{1} << (16 * (band % 4));
+      if (band < 4) {
+        narrow_low += one;
+      } else {
+        narrow_high += one;
+      }
+      if (kWithMass) {
+#pragma unroll
+        for (int b = 0; b < kBands; ++b) mass[b] += b == band ? w : 0;
+      }
+    }
+  });
+  // A band holds the logits of its own and every narrower band.
+  const int lane = threadIdx.x % 32;
+  uint32_t count = 0;
+  uint64_t band_total = 0;
+#pragma unroll
+  for (int b = 0; b < kBands; ++b) {
+    count += WarpSumOf(static_cast<uint32_t>(((b < 4 ? narrow_low : narrow_high) >> (16 * (b % 4))) & 0xffffu));
+    if (lane == 0) warp_count[threadIdx.x / 32][b] = count;
+    if (kWithMass) band_mass[b] = band_total += BlockSumU64(mass[b]);
+  }
+  if (kWithMass) *row_mass = BlockSumU64(all);
+}
+
+// Gathers the row's logits ≥ floor, in id order, given each warp's count of them (warp spans).
+__device__ void GatherBand(const RowReader& reader, float floor, const uint32_t (*warp_count)[kBands], int band,
+                           float* logit, int32_t* id) {
+  const int warp = threadIdx.x / 32;
+  uint32_t next = 0;
+  for (int w = 0; w < warp; ++w) next += warp_count[w][band];
+  ForEachInSpan(reader, [&](int64_t g, const float(&v)[4], const bool(&valid)[4]) {
+    uint32_t mine = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) mine += valid[j] && v[j] >= floor;
+    if (!__any_sync(0xffffffffu, mine != 0)) return;  // most steps: nothing to gather
+    uint32_t at = next + WarpExclusiveScan(mine);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (valid[j] && v[j] >= floor) {
+        logit[at] = v[j];
+        id[at] = static_cast<int32_t>(4 * g + j);
+        ++at;
+      }
+    }
+    next += WarpSumOf(mine);
+  });
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, const int32_t* rows,
                                                          const DeviceSamplingParams* params, int32_t* tokens,
                                                          int64_t vocab) {
   const float* row = logits + (rows ? rows[blockIdx.x] : static_cast<int64_t>(blockIdx.x)) * vocab;
+  const RowReader reader{row, vocab, vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0};
   const DeviceSamplingParams p = params[blockIdx.x];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
 
-  // The maximum and, for greedy, its lowest index.
+  // The maximum and, for greedy, its lowest index. A lane's ids rise, so `>` keeps its lowest.
   float best = -INFINITY;
   int64_t best_index = vocab;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    if (row[i] > best) {
-      best = row[i];
-      best_index = i;
+  ForEachInSpan(reader, [&](int64_t g, const float(&v)[4], const bool(&valid)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (valid[j] && v[j] > best) {
+        best = v[j];
+        best_index = 4 * g + j;
+      }
     }
-  }
+  });
   __shared__ float shared_best[kWarps];
   __shared__ int64_t shared_index[kWarps];
 #pragma unroll
@@ -113,9 +415,9 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
       best_index = other_index;
     }
   }
-  if (threadIdx.x % 32 == 0) {
-    shared_best[threadIdx.x / 32] = best;
-    shared_index[threadIdx.x / 32] = best_index;
+  if (lane == 0) {
+    shared_best[warp] = best;
+    shared_index[warp] = best_index;
   }
   __syncthreads();
   best = shared_best[0];
@@ -131,43 +433,56 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
     return;
   }
 
-  uint32_t threshold = 0;
-  if (p.top_k > 0 && p.top_k < vocab) {
-    threshold = RadixSelect(row, vocab, 0, static_cast<uint64_t>(p.top_k), false, best, p.temperature);
-  }
-  if (p.top_p < 1.f) {
-    uint64_t mass = 0;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      if (OrderedKey(row[i]) >= threshold) mass += Weight(row[i], best, p.temperature);
+  // Everything the draw can keep lies within some band below the maximum: the top_k largest
+  // logits, or (top-p alone) the largest ones that hold the top-p share of the row's mass. When a
+  // band narrow enough to gather holds that, the selection and the draw run on it in shared
+  // memory; otherwise over the whole row.
+  const bool top_k = p.top_k > 0 && p.top_k < vocab;
+  const bool top_p_alone = !top_k && p.top_p < 1.f;
+  __shared__ float floor[kBands];
+  if (threadIdx.x < kBands) floor[threadIdx.x] = best - BandWidth(threadIdx.x) * (top_p_alone ? p.temperature : 1.f);
+  __syncthreads();
+  __shared__ uint32_t warp_count[kWarps][kBands];
+  __shared__ uint64_t band_mass[kBands];
+  __shared__ uint64_t row_mass;  // set for top-p alone
+  if (top_p_alone) {
+    uint64_t masses[kBands], all = 0;
+    CountBands<true>(reader, floor, best, p.temperature, warp_count, masses, &all);
+    if (threadIdx.x == 0) {
+      for (int b = 0; b < kBands; ++b) band_mass[b] = masses[b];
+      row_mass = all;
     }
-    uint64_t total = 0;
-    BlockExclusiveScan(mass, &total);
-    const uint64_t target = static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total)));
-    threshold = RadixSelect(row, vocab, threshold, target < 1 ? 1 : target, true, best, p.temperature);
+  } else if (top_k) {
+    CountBands<false>(reader, floor, best, p.temperature, warp_count, nullptr, nullptr);
   }
-
-  // Each thread owns a contiguous run of ids, so the draw walks the kept tokens in id order.
-  const int64_t per_thread = (vocab + blockDim.x - 1) / blockDim.x;
-  const int64_t lo = threadIdx.x * per_thread;
-  const int64_t hi = min(vocab, lo + per_thread);
-  uint64_t mine = 0;
-  for (int64_t i = lo; i < hi; ++i) {
-    if (OrderedKey(row[i]) >= threshold) mine += Weight(row[i], best, p.temperature);
-  }
-  uint64_t total = 0;
-  const uint64_t before = BlockExclusiveScan(mine, &total);
-  const uint64_t draw = __umul64hi(SplitMix64(p.seed ^ SplitMix64(p.counter)), total);
-  if (draw >= before && draw < before + mine) {
-    uint64_t cumulative = before;
-    for (int64_t i = lo; i < hi; ++i) {
-      if (OrderedKey(row[i]) < threshold) continue;
-      cumulative += Weight(row[i], best, p.temperature);
-      if (draw < cumulative) {
-        tokens[blockIdx.x] = static_cast<int32_t>(i);
-        break;
-      }
+  __syncthreads();
+  const uint64_t mass_of_row = top_p_alone ? row_mass : 0;
+  int band = -1;
+  if (top_k || top_p_alone) {
+    const uint64_t target =
+        top_k ? 0 : static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(mass_of_row)));
+    for (int b = 0; b < kBands && band < 0; ++b) {
+      uint64_t count = 0;
+      for (int w = 0; w < kWarps; ++w) count += warp_count[w][b];
+      if (count > kMaxCandidates) break;
+      if (top_k ? count >= static_cast<uint64_t>(p.top_k) : band_mass[b] >= target) band = b;
     }
   }
+  int64_t token;
+  if (band >= 0) {
+    extern __shared__ __align__(16) unsigned char candidate_bytes[];  // kCandidateBytes
+    float* candidate_logit = reinterpret_cast<float*>(candidate_bytes);
+    int32_t* candidate_id = reinterpret_cast<int32_t*>(candidate_bytes + kMaxCandidates * sizeof(float));
+    GatherBand(reader, floor[band], warp_count, band, candidate_logit, candidate_id);
+    uint64_t count = 0;
+    for (int w = 0; w < kWarps; ++w) count += warp_count[w][band];
+    __syncthreads();
+    const CandidateReader candidates{candidate_logit, candidate_id, static_cast<int64_t>(count)};
+    token = SelectAndDraw(candidates, p, vocab, best, best_index, mass_of_row);
+  } else {
+    token = SelectAndDraw(reader, p, vocab, best, best_index, mass_of_row);
+  }
+  if (threadIdx.x == 0) tokens[blockIdx.x] = static_cast<int32_t>(token);
 }
 
 }  // namespace
@@ -175,7 +490,11 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
 absl::Status Sample(const float* logits, const int32_t* rows, const DeviceSamplingParams* params, int32_t* tokens,
                     int64_t draws, int64_t vocab, cudaStream_t stream) {
   if (draws == 0) return absl::OkStatus();
-  SampleKernel<<<static_cast<unsigned>(draws), kThreads, 0, stream>>>(logits, rows, params, tokens, vocab);
+  // Past the default 48 KiB of shared memory a launch may take (set for the current device).
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SampleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kCandidateBytes)));
+  SampleKernel<<<static_cast<unsigned>(draws), kThreads, kCandidateBytes, stream>>>(logits, rows, params, tokens,
+                                                                                   vocab);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -384,32 +384,40 @@ TEST_F(CudaSamplingTest, GreedyIsTheCpuArgMaxWithTiesToTheLowestIndex) {
 TEST_F(CudaSamplingTest, EveryDrawEqualsTheCpuSamplerOnTheSameLogits) {
   // Both draw with the same fixed-point masses and (seed, counter) random numbers, so the token
   // is the same, not just the distribution. Rows are picked through the row index, with repeats.
-  const int64_t vocab = 128257, logit_rows = 16;
-  const std::vector<float> logits = Random(logit_rows * vocab, 6.f);
-  struct Case { float temperature; int32_t top_k; float top_p; };
-  const Case cases[] = {{0.f, 0, 1.f}, {1.f, 0, 1.f}, {0.7f, 50, 1.f}, {1.2f, 0, 0.9f}, {0.9f, 40, 0.8f}, {2.f, 1, 1.f}};
-  std::vector<int32_t> rows;
-  std::vector<cuda::DeviceSamplingParams> params;
-  for (int i = 0; i < 240; ++i) {
-    const Case& c = cases[i % 6];
-    rows.push_back((i * 7) % logit_rows);
-    params.push_back({c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(1000 + i / 6), static_cast<uint64_t>(i)});
+  // A vocabulary of a multiple of 4 is read a float4 at a time, any other one float at a time.
+  // Rows 0-3 hold logits rounded to quarters, so that many tie at the top-k and top-p thresholds.
+  for (const int64_t vocab : {int64_t{128257}, int64_t{128256}}) {
+    const int64_t logit_rows = 16;
+    std::vector<float> logits = Random(logit_rows * vocab, 6.f);
+    for (int64_t i = 0; i < 4 * vocab; ++i) logits[i] = std::round(logits[i] * 4.f) / 4.f;
+    struct Case { float temperature; int32_t top_k; float top_p; };
+    const Case cases[] = {{0.f, 0, 1.f},     {1.f, 0, 1.f},    {0.7f, 50, 1.f},     {1.2f, 0, 0.9f},
+                          {0.9f, 40, 0.8f}, {2.f, 1, 1.f},    {0.8f, 20000, 1.f}, {0.5f, 3000, 0.95f}};
+    constexpr int kCases = sizeof(cases) / sizeof(cases[0]);
+    std::vector<int32_t> rows;
+    std::vector<cuda::DeviceSamplingParams> params;
+    for (int i = 0; i < 30 * kCases; ++i) {
+      const Case& c = cases[i % kCases];
+      rows.push_back((i * 7) % logit_rows);
+      params.push_back({c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(1000 + i / kCases),
+                        static_cast<uint64_t>(i)});
+    }
+    DeviceBuffer d_logits = Upload(logits), d_rows = Upload(rows), d_params = Upload(params);
+    DeviceBuffer d_tokens = Upload(std::vector<int32_t>(params.size(), -1));
+    ASSERT_TRUE(cuda::Sample(d_logits.as<float>(), d_rows.as<int32_t>(), d_params.as<cuda::DeviceSamplingParams>(),
+                             d_tokens.as<int32_t>(), params.size(), vocab, nullptr).ok());
+    const std::vector<int32_t> got = Download<int32_t>(d_tokens, params.size());
+    int sampled_apart_from_greedy = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const cuda::DeviceSamplingParams& p = params[i];
+      const float* row = logits.data() + rows[i] * vocab;
+      const int32_t want = SampleToken(row, vocab, {p.temperature, p.top_k, p.top_p, p.seed}, p.counter);
+      EXPECT_EQ(got[i], want) << "vocab " << vocab << ", draw " << i << " of row " << rows[i] << " at temperature "
+                              << p.temperature << ", top_k " << p.top_k << ", top_p " << p.top_p;
+      sampled_apart_from_greedy += want != ArgMax(row, vocab);
+    }
+    EXPECT_GT(sampled_apart_from_greedy, 120);  // the draws are not all greedy in disguise
   }
-  DeviceBuffer d_logits = Upload(logits), d_rows = Upload(rows), d_params = Upload(params);
-  DeviceBuffer d_tokens = Upload(std::vector<int32_t>(params.size(), -1));
-  ASSERT_TRUE(cuda::Sample(d_logits.as<float>(), d_rows.as<int32_t>(), d_params.as<cuda::DeviceSamplingParams>(),
-                           d_tokens.as<int32_t>(), params.size(), vocab, nullptr).ok());
-  const std::vector<int32_t> got = Download<int32_t>(d_tokens, params.size());
-  int sampled_apart_from_greedy = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const cuda::DeviceSamplingParams& p = params[i];
-    const float* row = logits.data() + rows[i] * vocab;
-    const int32_t want = SampleToken(row, vocab, {p.temperature, p.top_k, p.top_p, p.seed}, p.counter);
-    EXPECT_EQ(got[i], want) << "draw " << i << " at temperature " << p.temperature << ", top_k " << p.top_k
-                            << ", top_p " << p.top_p;
-    sampled_apart_from_greedy += want != ArgMax(row, vocab);
-  }
-  EXPECT_GT(sampled_apart_from_greedy, 100);  // the draws are not all greedy in disguise
 }
 
 TEST_F(CudaSamplingTest, DrawsFollowTheSoftmaxAndStayInsideTopKAndTopP) {

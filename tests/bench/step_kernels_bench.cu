@@ -1,0 +1,207 @@
+// lamina-bench-step-kernels: the kernels of a decode step other than the GEMMs, at the batch sizes
+// where they are a step's fixed cost, against baselines measured in the same run:
+//  - token sampling (temperature 0.8 with top-k 50, top-p 0.95, or both) against greedy, over rows
+//    of 128,256 logits, flat (normal, sd 2.5: a nucleus of thousands of tokens) or peaked (the
+//    same with 20 tokens lifted 3 to 9 above the rest, as a confident model's), and against
+//    reading the logits once at the best plain read rate;
+//  - the elementwise kernels and decode attention of one layer (Llama-3-8B shapes, context 2048)
+//    against an empty kernel timed the same way (the launch floor).
+//   lamina-bench-step-kernels [--batches 1,8,32,128]
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/device_buffer.h"
+#include "common/flags/flags.h"
+#include "common/status/status_macros.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/sampling.h"
+#include "tests/bench/gpu_timing.h"
+
+namespace lamina::bench {
+namespace {
+
+using bf16 = __nv_bfloat16;
+namespace kc = kernels::cuda;
+
+constexpr int64_t kVocab = 128256, kHidden = 4096, kIntermediate = 14336;
+constexpr int64_t kQHeads = 32, kKvHeads = 8, kHeadDim = 128, kContext = 2048;
+constexpr int64_t kQSize = kQHeads * kHeadDim, kKvSize = kKvHeads * kHeadDim, kQkvSize = kQSize + 2 * kKvSize;
+
+__global__ void EmptyKernel() {}
+
+template <typename T>
+absl::StatusOr<cuda::DeviceBuffer> Upload(const std::vector<T>& host) {
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d,
+                          cuda::DeviceBuffer::Create(std::max<size_t>(1, host.size()) * sizeof(T)));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+absl::Status BenchSampling(const std::vector<int32_t>& batches, double read_rate, cudaStream_t stream) {
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  std::vector<float> flat(static_cast<size_t>(max_batch) * kVocab);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 2.5f);
+  for (float& l : flat) l = normal(rng);
+  std::vector<float> peaked = flat;
+  for (int b = 0; b < max_batch; ++b) {
+    for (int i = 0; i < 20; ++i) peaked[b * kVocab + (i * 7919 + b) % kVocab] = 14.f + 0.3f * i;
+  }
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_tokens, cuda::DeviceBuffer::Create(max_batch * sizeof(int32_t)));
+  struct Mode {
+    const char* name;
+    float temperature;
+    int32_t top_k;
+    float top_p;
+  };
+  const Mode modes[] = {{"greedy", 0.f, 0, 1.f}, {"top-k 50", 0.8f, 50, 1.f}, {"top-p .95", 0.8f, 0, 0.95f},
+                        {"k 50, p .95", 0.8f, 50, 0.95f}};
+  std::printf("\nToken sampling over %lld logits a row, us per call (and x greedy)\n", static_cast<long long>(kVocab));
+  std::printf("%7s %6s %11s", "logits", "batch", "read floor");
+  for (const Mode& m : modes) std::printf(" %20s", m.name);
+  std::printf("\n");
+  for (const bool is_peaked : {false, true}) {
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_logits, Upload(is_peaked ? peaked : flat));
+    for (int batch : batches) {
+      std::printf("%7s %6d %11.1f", is_peaked ? "peaked" : "flat", batch,
+                  batch * kVocab * sizeof(float) / read_rate * 1e6);
+      double greedy_ms = 0;
+      for (const Mode& m : modes) {
+        std::vector<kc::DeviceSamplingParams> params(batch);
+        for (int b = 0; b < batch; ++b) params[b] = {m.temperature, m.top_k, m.top_p, 7, static_cast<uint64_t>(b)};
+        LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_params, Upload(params));
+        LAMINA_ASSIGN_OR_RETURN(double ms, MedianMs(
+                                               [&] {
+                                                 return kc::Sample(d_logits.as<float>(), nullptr,
+                                                                   d_params.as<kc::DeviceSamplingParams>(),
+                                                                   d_tokens.as<int32_t>(), batch, kVocab, stream);
+                                               },
+                                               stream, 20));
+        if (m.temperature == 0.f) greedy_ms = ms;
+        std::printf(" %11.1f (%5.1fx)", ms * 1e3, ms / greedy_ms);
+      }
+      std::printf("\n");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BenchLayerKernels(const std::vector<int32_t>& batches, cudaStream_t stream) {
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  int sms = 0;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer residual, cuda::DeviceBuffer::Create(max_batch * kHidden * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer normed, cuda::DeviceBuffer::Create(max_batch * kQSize * sizeof(bf16)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer norm_weight, cuda::DeviceBuffer::Create(kHidden * sizeof(bf16)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer qkv, cuda::DeviceBuffer::Create(max_batch * kQkvSize * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer attn_out, cuda::DeviceBuffer::Create(max_batch * kQSize * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer gate_up,
+                          cuda::DeviceBuffer::Create(max_batch * 2 * kIntermediate * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer activated,
+                          cuda::DeviceBuffer::Create(max_batch * kIntermediate * sizeof(bf16)));
+  const int64_t slots = max_batch * (kContext + 1);
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer k_cache, cuda::DeviceBuffer::Create(slots * kKvSize * sizeof(bf16)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer v_cache, cuda::DeviceBuffer::Create(slots * kKvSize * sizeof(bf16)));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(residual.data(), 0, residual.bytes(), stream));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(qkv.data(), 0, qkv.bytes(), stream));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gate_up.data(), 0, gate_up.bytes(), stream));
+  LAMINA_RETURN_IF_ERROR(kc::FillUniform(norm_weight.as<bf16>(), kHidden, 1.f, 3, stream));
+  LAMINA_RETURN_IF_ERROR(kc::FillUniform(k_cache.as<bf16>(), slots * kKvSize, 1.f, 4, stream));
+  LAMINA_RETURN_IF_ERROR(kc::FillUniform(v_cache.as<bf16>(), slots * kKvSize, 1.f, 5, stream));
+  std::vector<float> cos_sin = kc::RopeCosSin(std::vector<double>(kHeadDim / 2, 1e-3), kContext + 1);
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_cos_sin, Upload(cos_sin));
+
+  const char* names[] = {"empty", "rms_norm", "rope", "store_kv", "attention", "to_bf16", "swiglu"};
+  std::printf("\nOne layer's kernels besides the GEMMs, Llama-3-8B shapes, context %lld, us per call"
+              " (and over an empty kernel's)\n", static_cast<long long>(kContext));
+  std::printf("%6s", "batch");
+  for (const char* n : names) std::printf(" %17s", n);
+  std::printf("\n");
+  for (int batch : batches) {
+    std::vector<int32_t> positions(batch, kContext), ids(batch * (kContext + 1)), begin(batch + 1), write(batch);
+    std::iota(ids.begin(), ids.end(), 0);
+    for (int b = 0; b <= batch; ++b) begin[b] = static_cast<int32_t>(b * (kContext + 1));
+    for (int b = 0; b < batch; ++b) write[b] = static_cast<int32_t>(b * (kContext + 1) + kContext);
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_positions, Upload(positions));
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_ids, Upload(ids));
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_begin, Upload(begin));
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_write, Upload(write));
+    const kc::AttentionShape shape{kQHeads, kKvHeads, kHeadDim, 0};
+    const kc::DecodePlan plan = kc::PlanDecode(shape, batch, kContext + 1, sms);
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer work,
+                            cuda::DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float)));
+    const std::function<absl::Status()> kernels[] = {
+        [&]() -> absl::Status {
+          EmptyKernel<<<1, 32, 0, stream>>>();
+          LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+          return absl::OkStatus();
+        },
+        [&] {
+          return kc::RmsNorm(residual.as<float>(), nullptr, norm_weight.as<bf16>(), normed.as<bf16>(), batch, kHidden,
+                             1e-5f, stream);
+        },
+        [&] {
+          return kc::Rope(qkv.as<float>(), d_positions.as<int32_t>(), d_cos_sin.as<float>(), batch,
+                          kQHeads + kKvHeads, kHeadDim, kQkvSize, stream);
+        },
+        [&] {
+          const float* k = qkv.as<float>() + kQSize;
+          return kc::StoreKv(k, k + kKvSize, kQkvSize, d_write.as<int32_t>(), k_cache.as<bf16>(), v_cache.as<bf16>(),
+                             batch, kKvSize, stream);
+        },
+        [&] {
+          return kc::DecodeAttention(shape, plan, qkv.as<float>(), kQkvSize, k_cache.as<bf16>(), v_cache.as<bf16>(),
+                                     d_ids.as<int32_t>(), d_begin.as<int32_t>(), attn_out.as<float>(), kQSize, batch,
+                                     work.as<float>(), stream);
+        },
+        [&] { return kc::ToBf16(attn_out.as<float>(), normed.as<bf16>(), batch * kQSize, stream); },
+        [&] { return kc::SwiGlu(gate_up.as<float>(), activated.as<bf16>(), batch, kIntermediate, stream); },
+    };
+    std::printf("%6d", batch);
+    double empty_ms = 0;
+    for (const auto& kernel : kernels) {
+      LAMINA_ASSIGN_OR_RETURN(double ms, MedianMs(kernel, stream, 50));
+      if (empty_ms == 0) empty_ms = ms;
+      std::printf(" %9.1f (%5.1fx)", ms * 1e3, ms / empty_ms);
+    }
+    std::printf("\n");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const std::vector<std::string>& args) {
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"batches"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> batches,
+                          cli::ParseIdList("--batches", flags.String("batches", "1,8,32,128")));
+  if (batches.empty()) return absl::InvalidArgumentError("--batches: give at least one batch size");
+  LAMINA_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
+  cudaDeviceProp prop;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
+  LAMINA_ASSIGN_OR_RETURN(double read_rate, BestReadRate(stream.get()));
+  std::printf("%s, %d SMs: best plain read rate in this run %.2f TB/s\n", prop.name, prop.multiProcessorCount,
+              read_rate / 1e12);
+  LAMINA_RETURN_IF_ERROR(BenchSampling(batches, read_rate, stream.get()));
+  return BenchLayerKernels(batches, stream.get());
+}
+
+}  // namespace
+}  // namespace lamina::bench
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const absl::Status status = lamina::bench::Run(args);
+  if (!status.ok()) {
+    std::fprintf(stderr, "lamina-bench-step-kernels: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
