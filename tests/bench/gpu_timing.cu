@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "common/cuda/cuda_check.h"
@@ -73,6 +75,14 @@ absl::StatusOr<double> BestReadRate(cudaStream_t stream) {
     }
   }
   return best;
+}
+
+int BenchMain(const char* program, int argc, char** argv,
+              const std::function<absl::Status(const std::vector<std::string>&)>& run) {
+  const absl::Status status = run(std::vector<std::string>(argv + 1, argv + argc));
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "%s: %s\n", program, std::string(status.message()).c_str());
+  return 1;
 }
 
 }  // namespace lamina::bench

@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -16,6 +18,11 @@ absl::StatusOr<double> BestReadRate(cudaStream_t stream);
 
 // The median milliseconds of `runs` executions of `work` (which queues on `stream`), after warm-up.
 absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaStream_t stream, int runs = 50);
+
+// A benchmark program's main: runs `run` on the arguments after the program's name and returns 0,
+// or prints "<program>: <error>" on stderr and returns 1.
+int BenchMain(const char* program, int argc, char** argv,
+              const std::function<absl::Status(const std::vector<std::string>&)>& run);
 
 }  // namespace lamina::bench
 

@@ -197,11 +197,5 @@ absl::Status Run(const std::vector<std::string>& args) {
 }  // namespace lamina::bench
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  const absl::Status status = lamina::bench::Run(args);
-  if (!status.ok()) {
-    std::fprintf(stderr, "lamina-bench-step-kernels: %s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
+  return lamina::bench::BenchMain("lamina-bench-step-kernels", argc, argv, lamina::bench::Run);
 }
