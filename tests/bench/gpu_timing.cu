@@ -77,6 +77,15 @@ absl::StatusOr<double> BestReadRate(cudaStream_t stream) {
   return best;
 }
 
+absl::StatusOr<double> ReportReadRate(cudaStream_t stream) {
+  cudaDeviceProp prop;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
+  LAMINA_ASSIGN_OR_RETURN(double read_rate, BestReadRate(stream));
+  std::printf("%s, %d SMs: best plain read rate in this run %.2f TB/s\n", prop.name, prop.multiProcessorCount,
+              read_rate / 1e12);
+  return read_rate;
+}
+
 int BenchMain(const char* program, int argc, char** argv,
               const std::function<absl::Status(const std::vector<std::string>&)>& run) {
   const absl::Status status = run(std::vector<std::string>(argv + 1, argv + argc));

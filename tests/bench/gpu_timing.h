@@ -19,6 +19,10 @@ absl::StatusOr<double> BestReadRate(cudaStream_t stream);
 // The median milliseconds of `runs` executions of `work` (which queues on `stream`), after warm-up.
 absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaStream_t stream, int runs = 50);
 
+// Measures BestReadRate on device 0 and prints "<GPU>, <n> SMs: best plain read rate in this run
+// <r> TB/s", the line every GPU benchmark opens with; returns the rate.
+absl::StatusOr<double> ReportReadRate(cudaStream_t stream);
+
 // A benchmark program's main: runs `run` on the arguments after the program's name and returns 0,
 // or prints "<program>: <error>" on stderr and returns 1.
 int BenchMain(const char* program, int argc, char** argv,

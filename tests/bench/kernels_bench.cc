@@ -218,11 +218,7 @@ absl::Status BenchGemms(double read_rate, FILE* csv, cudaStream_t stream) {
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"sdpa", "out"}, {}));
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
-  cudaDeviceProp prop;
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
-  LAMINA_ASSIGN_OR_RETURN(double read_rate, BestReadRate(stream.get()));
-  std::printf("%s, %d SMs: best plain read rate in this run %.2f TB/s\n", prop.name, prop.multiProcessorCount,
-              read_rate / 1e12);
+  LAMINA_ASSIGN_OR_RETURN(double read_rate, ReportReadRate(stream.get()));
   FILE* csv = nullptr;
   const std::string out = flags.String("out", "");
   if (!out.empty()) {

@@ -184,11 +184,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                           cli::ParseIdList("--batches", flags.String("batches", "1,8,32,128")));
   if (batches.empty()) return absl::InvalidArgumentError("--batches: give at least one batch size");
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
-  cudaDeviceProp prop;
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
-  LAMINA_ASSIGN_OR_RETURN(double read_rate, BestReadRate(stream.get()));
-  std::printf("%s, %d SMs: best plain read rate in this run %.2f TB/s\n", prop.name, prop.multiProcessorCount,
-              read_rate / 1e12);
+  LAMINA_ASSIGN_OR_RETURN(double read_rate, ReportReadRate(stream.get()));
   LAMINA_RETURN_IF_ERROR(BenchSampling(batches, read_rate, stream.get()));
   return BenchLayerKernels(batches, stream.get());
 }
