@@ -5,7 +5,8 @@
 
 namespace lamina::kernels::cuda {
 
-__device__ __forceinline__ float WarpSum(float v) {
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -18,8 +19,9 @@ __device__ __forceinline__ float WarpMax(float v) {
 }
 
 // The sum over the block, returned to every thread.
-__device__ __forceinline__ float BlockSum(float v) {
-  __shared__ float partial[32];
+template <typename T>
+__device__ __forceinline__ T BlockSum(T v) {
+  __shared__ T partial[32];
   __syncthreads();  // the array may still be read by a previous call
   v = WarpSum(v);
   const int warp = threadIdx.x / 32;
@@ -27,7 +29,7 @@ __device__ __forceinline__ float BlockSum(float v) {
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   const int warps = blockDim.x / 32;
-  v = lane < warps ? partial[lane] : 0.f;
+  v = lane < warps ? partial[lane] : T{};
   return WarpSum(v);
 }
 

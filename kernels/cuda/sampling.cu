@@ -79,13 +79,6 @@ struct CandidateReader {
   }
 };
 
-template <typename T>
-__device__ __forceinline__ T WarpSumOf(T v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // Exclusive prefix sum over the warp, in lane order.
 template <typename T>
 __device__ __forceinline__ T WarpExclusiveScan(T v) {
@@ -203,18 +196,6 @@ __device__ uint32_t RadixSelect(const Reader& reader, uint32_t floor, uint64_t t
   return prefix;
 }
 
-// The sum over the block of each thread's `v`, returned to every thread.
-__device__ uint64_t BlockSumU64(uint64_t v) {
-  __shared__ uint64_t partial[kWarps];
-  __syncthreads();  // the array may still be read by a previous call
-  v = WarpSumOf(v);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  uint64_t total = 0;
-  for (int w = 0; w < kWarps; ++w) total += partial[w];
-  return total;
-}
-
 // The mass of the keys ≥ threshold among a group's logits.
 __device__ __forceinline__ uint64_t GroupMass(const float (&v)[4], const bool (&valid)[4], uint32_t threshold,
                                               float max_logit, float temperature) {
@@ -233,7 +214,7 @@ __device__ uint64_t MassAtLeast(const Reader& reader, uint32_t threshold, float 
   ForEachInSpan(reader, [&](int64_t, const float(&v)[4], const bool(&valid)[4]) {
     mass += GroupMass(v, valid, threshold, max_logit, temperature);
   });
-  return BlockSumU64(mass);
+  return BlockSum(mass);
 }
 
 // The token of the draw: the position whose cumulative mass, over the keys ≥ threshold in
@@ -259,7 +240,7 @@ __device__ int64_t SelectAndDraw(const Reader& reader, const DeviceSamplingParam
   ForEachInSpan(reader, [&](int64_t, const float(&v)[4], const bool(&valid)[4]) {
     mass += GroupMass(v, valid, threshold, best, p.temperature);
   });
-  mass = WarpSumOf(mass);
+  mass = WarpSum(mass);
   __shared__ uint64_t warp_mass[kWarps];
   __shared__ int64_t chosen;
   if (lane == 0) warp_mass[warp] = mass;
@@ -286,7 +267,7 @@ __device__ int64_t SelectAndDraw(const Reader& reader, const DeviceSamplingParam
           }
         }
       }
-      before += WarpSumOf(group_mass);
+      before += WarpSum(group_mass);
     });
   }
   __syncthreads();
@@ -296,7 +277,7 @@ __device__ int64_t SelectAndDraw(const Reader& reader, const DeviceSamplingParam
 }
 
 // Bands below the row's maximum, each twice as wide as the one before: logits within
-// kBandWidths[b] of the maximum (times the temperature where top-p alone decides), of which the
+// BandWidth(b) of the maximum (times the temperature where top-p alone decides), of which the
 // narrowest that holds what the selection needs, and no more than kMaxCandidates, is gathered.
 constexpr int kBands = 8;
 __device__ __forceinline__ float BandWidth(int b) { return 0.125f * static_cast<float>(1 << b); }
@@ -313,7 +294,7 @@ __device__ __forceinline__ int NarrowestBand(float v, const float* floor) {
 }
 
 // Each band's count over the row, per warp (warp spans), and for top-p alone the band's masses
-// and the row's: one pass over the row. `floor` is in shared memory.
+// and the row's, to every thread: one pass over the row. `floor` is in shared memory.
 template <bool kWithMass>
 __device__ void CountBands(const RowReader& reader, const float* floor, float best, float temperature,
                            uint32_t (*warp_count)[kBands], uint64_t* band_mass, uint64_t* row_mass) {
@@ -352,11 +333,11 @@ __device__ void CountBands(const RowReader& reader, const float* floor, float be
   uint64_t band_total = 0;
 #pragma unroll
   for (int b = 0; b < kBands; ++b) {
-    count += WarpSumOf(static_cast<uint32_t>(((b < 4 ? narrow_low : narrow_high) >> (16 * (b % 4))) & 0xffffu));
+    count += WarpSum(static_cast<uint32_t>(((b < 4 ? narrow_low : narrow_high) >> (16 * (b % 4))) & 0xffffu));
     if (lane == 0) warp_count[threadIdx.x / 32][b] = count;
-    if (kWithMass) band_mass[b] = band_total += BlockSumU64(mass[b]);
+    if (kWithMass) band_mass[b] = band_total += BlockSum(mass[b]);
   }
-  if (kWithMass) *row_mass = BlockSumU64(all);
+  if (kWithMass) *row_mass = BlockSum(all);
 }
 
 // Gathers the row's logits ≥ floor, in id order, given each warp's count of them (warp spans).
@@ -379,7 +360,7 @@ __device__ void GatherBand(const RowReader& reader, float floor, const uint32_t 
         ++at;
       }
     }
-    next += WarpSumOf(mine);
+    next += WarpSum(mine);
   });
 }
 
@@ -443,29 +424,23 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
   if (threadIdx.x < kBands) floor[threadIdx.x] = best - BandWidth(threadIdx.x) * (top_p_alone ? p.temperature : 1.f);
   __syncthreads();
   __shared__ uint32_t warp_count[kWarps][kBands];
-  __shared__ uint64_t band_mass[kBands];
-  __shared__ uint64_t row_mass;  // set for top-p alone
+  uint64_t band_mass[kBands] = {}, row_mass = 0;  // top-p alone
   if (top_p_alone) {
-    uint64_t masses[kBands], all = 0;
-    CountBands<true>(reader, floor, best, p.temperature, warp_count, masses, &all);
-    if (threadIdx.x == 0) {
-      for (int b = 0; b < kBands; ++b) band_mass[b] = masses[b];
-      row_mass = all;
-    }
+    CountBands<true>(reader, floor, best, p.temperature, warp_count, band_mass, &row_mass);
   } else if (top_k) {
     CountBands<false>(reader, floor, best, p.temperature, warp_count, nullptr, nullptr);
   }
   __syncthreads();
-  const uint64_t mass_of_row = top_p_alone ? row_mass : 0;
   int band = -1;
+  uint64_t band_count = 0;
   if (top_k || top_p_alone) {
     const uint64_t target =
-        top_k ? 0 : static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(mass_of_row)));
+        top_k ? 0 : static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(row_mass)));
     for (int b = 0; b < kBands && band < 0; ++b) {
-      uint64_t count = 0;
-      for (int w = 0; w < kWarps; ++w) count += warp_count[w][b];
-      if (count > kMaxCandidates) break;
-      if (top_k ? count >= static_cast<uint64_t>(p.top_k) : band_mass[b] >= target) band = b;
+      band_count = 0;
+      for (int w = 0; w < kWarps; ++w) band_count += warp_count[w][b];
+      if (band_count > kMaxCandidates) break;
+      if (top_k ? band_count >= static_cast<uint64_t>(p.top_k) : band_mass[b] >= target) band = b;
     }
   }
   int64_t token;
@@ -474,13 +449,11 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
     float* candidate_logit = reinterpret_cast<float*>(candidate_bytes);
     int32_t* candidate_id = reinterpret_cast<int32_t*>(candidate_bytes + kMaxCandidates * sizeof(float));
     GatherBand(reader, floor[band], warp_count, band, candidate_logit, candidate_id);
-    uint64_t count = 0;
-    for (int w = 0; w < kWarps; ++w) count += warp_count[w][band];
     __syncthreads();
-    const CandidateReader candidates{candidate_logit, candidate_id, static_cast<int64_t>(count)};
-    token = SelectAndDraw(candidates, p, vocab, best, best_index, mass_of_row);
+    const CandidateReader candidates{candidate_logit, candidate_id, static_cast<int64_t>(band_count)};
+    token = SelectAndDraw(candidates, p, vocab, best, best_index, row_mass);
   } else {
-    token = SelectAndDraw(reader, p, vocab, best, best_index, mass_of_row);
+    token = SelectAndDraw(reader, p, vocab, best, best_index, row_mass);
   }
   if (threadIdx.x == 0) tokens[blockIdx.x] = static_cast<int32_t>(token);
 }
