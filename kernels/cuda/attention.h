@@ -8,7 +8,7 @@
 //
 // Supported: head_dim 16, 32, 64 or 128; up to 8 query heads per KV head. Anything else is
 // InvalidArgument naming the value. Launchers queue work on `stream` and never synchronize.
-// Thread-safe.
+// DecodeAttention and StoreKv are chained (chaining.h); the linked launch is not. Thread-safe.
 #ifndef LAMINA_KERNELS_CUDA_ATTENTION_H_
 #define LAMINA_KERNELS_CUDA_ATTENTION_H_
 
@@ -28,7 +28,7 @@ using kernels::cpu::AttentionShape;
 
 // How a decode call splits its work; from PlanDecode().
 struct DecodePlan {
-  int splits = 1;                // context chunks per (sequence, kv head)
+  int splits = 1;                // context chunks per (sequence, kv head), at most 1024
   int64_t workspace_floats = 0;  // scratch the call needs (0 when splits == 1)
   // One warp per (sequence, kv head), four to a block, rather than a block each; only with one
   // split. Short contexts gain: a block's fixed costs outweigh attention over a few tokens.
@@ -36,8 +36,8 @@ struct DecodePlan {
 };
 
 // Picks the number of splits so that about `num_sms` × 8 blocks run, never chunks shorter than 64
-// tokens, and a warp per (sequence, kv head) when there is one split, at least `num_sms` × 8
-// (sequence, kv head) pairs, and no context longer than 256 tokens. `max_context` is the longest
+// tokens nor more than 1024 splits, and a warp per (sequence, kv head) when there is one split, at
+// least `num_sms` × 8 (sequence, kv head) pairs, and no context longer than 256 tokens. `max_context` is the longest
 // attended context of the batch.
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms);
 

@@ -24,8 +24,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/flags.cuh"
 #include "kernels/cuda/lines.cuh"
+#include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {
 namespace {
@@ -118,13 +120,16 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float* f) {
 
 // The splits of row `row0` onwards, merged: weights each split by 2^(lse - max lse). Loads bypass
 // L1, since other blocks of the same launch may have written the partials.
+// Unrolled so that eight splits' loads are in flight at once.
 template <int kDim>
 __device__ float MergedOutput(const float* partial_out, const float* partial_lse, int64_t row0, int splits, int d) {
   float m = -INFINITY;
+#pragma unroll 8
   for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(partial_lse + row0 + s));
   if (m == -INFINITY) return 0.f;
   float sum = 0.f;
   float o = 0.f;
+#pragma unroll 8
   for (int s = 0; s < splits; ++s) {
     const float w = exp2f(__ldcg(partial_lse + row0 + s) - m);
     sum += w;
@@ -288,6 +293,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
   const int seq = blockIdx.z;
   const int lane = threadIdx.x % kLanes;
   const int group = threadIdx.x / kLanes;
+  if (!kLinked) StartChained();  // the linked variant is launched ahead of its inputs, not chained
 
   int begin = slot_begin[seq];
   const int end = slot_begin[seq + 1];
@@ -442,6 +448,7 @@ __global__ void __launch_bounds__(kThreads) WarpDecodeKernel(
   constexpr int kGroupsPerWarp = 32 / kLanes;
   const int group = threadIdx.x % 32 / kLanes;
   const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
+  if (!kLinked) StartChained();
 
   int begin = slot_begin[seq];
   const int end = slot_begin[seq + 1];
@@ -502,15 +509,36 @@ __global__ void __launch_bounds__(kThreads) WarpDecodeKernel(
   if (kLinked) ArriveAndFinish(link, gridDim.x);
 }
 
-// One block per (sequence, head): weights each split by 2^(lse - max lse).
+// One block per (sequence, head): weights each split by 2^(lse - max lse). The block loads the
+// splits' lse once, into shared memory, and each thread then reads its dimension of every split
+// eight at a time.
+constexpr int kMaxMergedSplits = 1024;
 template <int kDim>
 __global__ void MergeSplitsKernel(const float* __restrict__ partial_out, const float* __restrict__ partial_lse,
                                   float* __restrict__ out, int64_t out_stride, int num_heads, int splits) {
+  StartChained();
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int64_t row0 = (static_cast<int64_t>(seq) * num_heads + head) * splits;
+  __shared__ float weight[kMaxMergedSplits];
+  float m = -INFINITY;
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+    weight[s] = partial_lse[row0 + s];
+    m = fmaxf(m, weight[s]);
+  }
+  m = BlockMax(m);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) weight[s] = m == -INFINITY ? 0.f : exp2f(weight[s] - m);
+  __syncthreads();
+  // Summed in split order, as MergedOutput does, so that the linked launch gives the same bits.
   for (int d = threadIdx.x; d < kDim; d += blockDim.x) {
-    out[seq * out_stride + head * kDim + d] = MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d);
+    float sum = 0.f;
+    float o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) {
+      sum += weight[s];
+      o += weight[s] * partial_out[(row0 + s) * kDim + d];
+    }
+    out[seq * out_stride + head * kDim + d] = sum > 0.f ? o / sum : 0.f;
   }
 }
 
@@ -530,9 +558,9 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
       WarpDecodeKernel<kDim, kG, true><<<blocks, kThreads, 0, stream>>>(
           q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window, q_scale, *link);
     } else {
-      WarpDecodeKernel<kDim, kG, false><<<blocks, kThreads, 0, stream>>>(
-          q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window, q_scale,
-          DecodeLink{});
+      LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(WarpDecodeKernel<kDim, kG, false>, dim3(blocks), dim3(kThreads), 0,
+                                                stream, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out,
+                                                out_stride, kv_heads, seqs, window, q_scale, DecodeLink{}));
     }
     LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
@@ -547,15 +575,15 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
     LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   }
-  DecodeKernel<kDim, kG, false><<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, slot_ids, slot_begin,
-                                                               out, out_stride, kv_heads, window, q_scale,
-                                                               partial_out, partial_lse, DecodeLink{});
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(DecodeKernel<kDim, kG, false>, grid, dim3(kThreads), 0, stream, q, q_stride,
+                                            k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, window,
+                                            q_scale, partial_out, partial_lse, DecodeLink{}));
   if (plan.splits > 1) {
-    MergeSplitsKernel<kDim><<<dim3(static_cast<unsigned>(shape.num_q_heads), static_cast<unsigned>(num_seqs)),
-                              kDim < 32 ? 32 : kDim, 0, stream>>>(partial_out, partial_lse, out, out_stride,
-                                                                  static_cast<int>(shape.num_q_heads), plan.splits);
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        LaunchChained(MergeSplitsKernel<kDim>,
+                      dim3(static_cast<unsigned>(shape.num_q_heads), static_cast<unsigned>(num_seqs)),
+                      dim3(kDim < 32 ? 32 : kDim), 0, stream, partial_out, partial_lse, out, out_stride,
+                      static_cast<int>(shape.num_q_heads), plan.splits));
   }
   return absl::OkStatus();
 }
@@ -621,7 +649,7 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
   const int64_t blocks = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
   const int64_t wanted = (kBlocksPerSm * static_cast<int64_t>(num_sms) + blocks - 1) / blocks;
   const int64_t most = std::max<int64_t>(1, max_context / kMinChunk);
-  plan.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, most)));
+  plan.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, most, kMaxMergedSplits})));
   if (plan.splits > 1) plan.workspace_floats = num_seqs * shape.num_q_heads * plan.splits * (shape.head_dim + 1);
   // A warp each pays once a block each needs more than a full load of blocks; with fewer, on two
   // H200s, it was as fast at batch 64 and 2 us slower at batch 1 (lamina-bench-kernels).
@@ -639,6 +667,10 @@ absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan
                              const int32_t* slot_begin, float* out, int64_t out_stride, int64_t num_seqs,
                              float* workspace, cudaStream_t stream) {
   if (num_seqs == 0) return absl::OkStatus();
+  if (plan.splits > kMaxMergedSplits) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode attention: plan of ", plan.splits, " splits (at most ", kMaxMergedSplits, ")"));
+  }
   // Unlinked, the kernel only reads the cache.
   return Dispatch(shape, plan, q, q_stride, const_cast<bf16*>(k_cache), const_cast<bf16*>(v_cache), slot_ids,
                   slot_begin, out, out_stride, num_seqs, workspace, nullptr, stream);

@@ -1,8 +1,10 @@
 #include "kernels/cuda/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/cuda/cuda_check.h"
+#include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/random.cuh"
 #include "kernels/cuda/reduce.cuh"
 
@@ -11,11 +13,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-int Blocks(int64_t count, int per_block = kThreads) {
-  return static_cast<int>((count + per_block - 1) / per_block);
-}
+int64_t Blocks(int64_t count, int per_block = kThreads) { return (count + per_block - 1) / per_block; }
+
+dim3 Grid(int64_t blocks) { return dim3(static_cast<unsigned>(blocks)); }
+
+bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 __global__ void EmbeddingKernel(const bf16* table, const int32_t* tokens, float* out, int64_t hidden) {
+  StartChained();
   const int64_t row = blockIdx.x;
   const bf16* src = table + static_cast<int64_t>(tokens[row]) * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[row * hidden + i] = __bfloat162float(src[i]);
@@ -23,6 +28,7 @@ __global__ void EmbeddingKernel(const bf16* table, const int32_t* tokens, float*
 
 __global__ void RmsNormKernel(float* x, const float* delta, const bf16* weight, bf16* out, int64_t hidden,
                               float eps) {
+  StartChained();
   const int64_t row = blockIdx.x;
   float* xr = x + row * hidden;
   float sum = 0.f;
@@ -41,7 +47,57 @@ __global__ void RmsNormKernel(float* x, const float* delta, const bf16* weight, 
   }
 }
 
+// RmsNormKernel for rows of whole float4s, at most kNormQuads of them per thread: a thread loads its
+// whole share at once and keeps it for the output, so the block waits on memory once rather than
+// once per loop turn (at batch 1 a row is one block and its latency is the kernel's time). The
+// weights, constant, are loaded before the wait for the kernel before.
+constexpr int kNormQuads = 4;
+__global__ void RmsNormQuadsKernel(float* x, const float* delta, const bf16* weight, bf16* out, int64_t hidden,
+                                   float eps) {
+  LetNextKernelStart();
+  const int64_t quads = hidden / 4;
+  uint2 w[kNormQuads];  // 4 bf16 each
+#pragma unroll
+  for (int i = 0; i < kNormQuads; ++i) {
+    const int64_t q = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (q < quads) w[i] = reinterpret_cast<const uint2*>(weight)[q];
+  }
+  WaitForPreviousKernel();
+  const int64_t row = blockIdx.x;
+  float4* xr = reinterpret_cast<float4*>(x + row * hidden);
+  const float4* dr = delta != nullptr ? reinterpret_cast<const float4*>(delta + row * hidden) : nullptr;
+  float4 v[kNormQuads];
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kNormQuads; ++i) {
+    const int64_t q = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (q >= quads) continue;
+    v[i] = xr[q];
+    if (dr != nullptr) {
+      const float4 d = dr[q];
+      v[i] = make_float4(v[i].x + d.x, v[i].y + d.y, v[i].z + d.z, v[i].w + d.w);
+      xr[q] = v[i];
+    }
+    sum += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+  }
+  sum = BlockSum(sum);
+  const float scale = rsqrtf(sum / static_cast<float>(hidden) + eps);
+#pragma unroll
+  for (int i = 0; i < kNormQuads; ++i) {
+    const int64_t q = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (q >= quads) continue;
+    const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&w[i]);
+    const float2 wa = __bfloat1622float2(w2[0]), wb = __bfloat1622float2(w2[1]);
+    uint2 packed;
+    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&packed);
+    o2[0] = __floats2bfloat162_rn(v[i].x * scale * wa.x, v[i].y * scale * wa.y);
+    o2[1] = __floats2bfloat162_rn(v[i].z * scale * wb.x, v[i].w * scale * wb.y);
+    reinterpret_cast<uint2*>(out + row * hidden)[q] = packed;
+  }
+}
+
 __global__ void SwiGluKernel(const float* gate_up, bf16* out, int64_t count, int64_t intermediate) {
+  StartChained();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count * intermediate) return;
   const int64_t row = i / intermediate;
@@ -51,30 +107,34 @@ __global__ void SwiGluKernel(const float* gate_up, bf16* out, int64_t count, int
   out[i] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
 }
 
-__global__ void RopeKernel(float* x, const int32_t* positions, const float* cos_sin, int64_t num_heads,
+// One thread per rotated pair, across as many blocks as it takes: each thread's loads go out at once.
+__global__ void RopeKernel(float* x, const int32_t* positions, const float* cos_sin, int64_t count, int64_t num_heads,
                            int64_t head_dim, int64_t row_stride) {
-  const int64_t row = blockIdx.x;
+  StartChained();
   const int64_t half = head_dim / 2;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count * num_heads * half) return;
+  const int64_t row = i / (num_heads * half);
+  const int64_t head = i / half - row * num_heads;
+  const int64_t j = i % half;
+  float* h = x + row * row_stride + head * head_dim;
+  const float a = h[j];
+  const float b = h[j + half];
   const float* table = cos_sin + static_cast<int64_t>(positions[row]) * head_dim;
-  for (int64_t i = threadIdx.x; i < num_heads * half; i += blockDim.x) {
-    const int64_t head = i / half;
-    const int64_t j = i - head * half;
-    float* h = x + row * row_stride + head * head_dim;
-    const float c = table[j];
-    const float s = table[half + j];
-    const float a = h[j];
-    const float b = h[j + half];
-    h[j] = a * c - b * s;
-    h[j + half] = b * c + a * s;
-  }
+  const float c = table[j];
+  const float s = table[half + j];
+  h[j] = a * c - b * s;
+  h[j + half] = b * c + a * s;
 }
 
 __global__ void ToBf16Kernel(const float* in, bf16* out, int64_t count) {
+  StartChained();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) out[i] = __float2bfloat16(in[i]);
 }
 
 __global__ void GatherRowsKernel(const float* in, const int32_t* rows, float* out, int64_t cols) {
+  StartChained();
   const int64_t r = blockIdx.x;
   const float* src = in + static_cast<int64_t>(rows[r]) * cols;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[r * cols + i] = src[i];
@@ -106,46 +166,53 @@ std::vector<float> RopeCosSin(const std::vector<double>& inv_freq, int64_t max_p
 absl::Status Embedding(const bf16* table, const int32_t* tokens, float* out, int64_t count, int64_t hidden,
                        cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  EmbeddingKernel<<<count, kThreads, 0, stream>>>(table, tokens, out, hidden);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(EmbeddingKernel, Grid(count), kThreads, 0, stream, table, tokens, out, hidden));
   return absl::OkStatus();
 }
 
 absl::Status RmsNorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_t count, int64_t hidden,
                      float eps, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  RmsNormKernel<<<count, 512, 0, stream>>>(x, delta, weight, out, hidden, eps);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // Threads for kNormQuads float4s each, in whole warps.
+  const int64_t quad_threads = (hidden / 4 + kNormQuads - 1) / kNormQuads;
+  const int64_t threads = std::max<int64_t>(32, (quad_threads + 31) / 32 * 32);
+  const bool quads = hidden % 4 == 0 && threads <= 1024 && Aligned(x, 16) && Aligned(delta, 16) && Aligned(weight, 8) &&
+                     Aligned(out, 8);
+  if (quads) {
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(RmsNormQuadsKernel, Grid(count), dim3(static_cast<unsigned>(threads)), 0,
+                                              stream, x, delta, weight, out, hidden, eps));
+  } else {
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        LaunchChained(RmsNormKernel, Grid(count), 512, 0, stream, x, delta, weight, out, hidden, eps));
+  }
   return absl::OkStatus();
 }
 
 absl::Status SwiGlu(const float* gate_up, bf16* out, int64_t count, int64_t intermediate, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  SwiGluKernel<<<Blocks(count * intermediate), kThreads, 0, stream>>>(gate_up, out, count, intermediate);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(SwiGluKernel, Grid(Blocks(count * intermediate)), kThreads, 0, stream,
+                                            gate_up, out, count, intermediate));
   return absl::OkStatus();
 }
 
 absl::Status Rope(float* x, const int32_t* positions, const float* cos_sin, int64_t count, int64_t num_heads,
                   int64_t head_dim, int64_t row_stride, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  RopeKernel<<<count, kThreads, 0, stream>>>(x, positions, cos_sin, num_heads, head_dim, row_stride);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(RopeKernel, Grid(Blocks(count * num_heads * (head_dim / 2))), kThreads,
+                                            0, stream, x, positions, cos_sin, count, num_heads, head_dim, row_stride));
   return absl::OkStatus();
 }
 
 absl::Status ToBf16(const float* in, bf16* out, int64_t count, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  ToBf16Kernel<<<Blocks(count), kThreads, 0, stream>>>(in, out, count);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(ToBf16Kernel, Grid(Blocks(count)), kThreads, 0, stream, in, out, count));
   return absl::OkStatus();
 }
 
 absl::Status GatherRows(const float* in, const int32_t* rows, float* out, int64_t count, int64_t cols,
                         cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  GatherRowsKernel<<<count, kThreads, 0, stream>>>(in, rows, out, cols);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(GatherRowsKernel, Grid(count), kThreads, 0, stream, in, rows, out, cols));
   return absl::OkStatus();
 }
 

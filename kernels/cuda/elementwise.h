@@ -1,7 +1,8 @@
 // CUDA elementwise kernels of the compute slices, the siblings of kernels/cpu/elementwise.h and
 // kernels/cpu/rope.h. Activations that feed a GEMM are bf16; the residual stream, q/k/v and logits
 // stay float32. Every launcher takes raw device pointers, sizes and a stream, queues the work and
-// returns the launch status (it never synchronizes). Thread-safe.
+// returns the launch status (it never synchronizes). The kernels are chained (chaining.h): each may
+// start while the kernel before it in the stream ends. Thread-safe.
 #ifndef LAMINA_KERNELS_CUDA_ELEMENTWISE_H_
 #define LAMINA_KERNELS_CUDA_ELEMENTWISE_H_
 

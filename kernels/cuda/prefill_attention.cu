@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {
@@ -113,15 +114,20 @@ __global__ void __launch_bounds__(kWarps * 32) PrefillKernel(
   }
 }
 
+// One thread per element of k (and of v), across as many blocks as it takes.
 __global__ void StoreKvKernel(const float* __restrict__ k, const float* __restrict__ v, int64_t row_stride,
                               const int32_t* __restrict__ slots, bf16* __restrict__ k_cache,
-                              bf16* __restrict__ v_cache, int64_t kv_size) {
-  const int64_t row = blockIdx.x;
-  const int64_t base = static_cast<int64_t>(slots[row]) * kv_size;
-  for (int64_t i = threadIdx.x; i < kv_size; i += blockDim.x) {
-    k_cache[base + i] = __float2bfloat16(k[row * row_stride + i]);
-    v_cache[base + i] = __float2bfloat16(v[row * row_stride + i]);
-  }
+                              bf16* __restrict__ v_cache, int64_t count, int64_t kv_size) {
+  StartChained();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count * kv_size) return;
+  const int64_t row = i / kv_size;
+  const int64_t e = i - row * kv_size;
+  const float k_value = k[row * row_stride + e];
+  const float v_value = v[row * row_stride + e];
+  const int64_t at = static_cast<int64_t>(slots[row]) * kv_size + e;
+  k_cache[at] = __float2bfloat16(k_value);
+  v_cache[at] = __float2bfloat16(v_value);
 }
 
 template <int kDim>
@@ -164,8 +170,10 @@ absl::Status PrefillAttention(const AttentionShape& shape, const float* q, int64
 absl::Status StoreKv(const float* k, const float* v, int64_t row_stride, const int32_t* slots, bf16* k_cache,
                      bf16* v_cache, int64_t count, int64_t kv_size, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  StoreKvKernel<<<static_cast<unsigned>(count), 128, 0, stream>>>(k, v, row_stride, slots, k_cache, v_cache, kv_size);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  constexpr int kThreads = 256;
+  const int64_t blocks = (count * kv_size + kThreads - 1) / kThreads;
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(StoreKvKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                                            stream, k, v, row_stride, slots, k_cache, v_cache, count, kv_size));
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/cuda/cuda_check.h"
+#include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/random.cuh"
 #include "kernels/cuda/reduce.cuh"
 
@@ -367,6 +368,7 @@ __device__ void GatherBand(const RowReader& reader, float floor, const uint32_t 
 __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, const int32_t* rows,
                                                          const DeviceSamplingParams* params, int32_t* tokens,
                                                          int64_t vocab) {
+  StartChained();
   const float* row = logits + (rows ? rows[blockIdx.x] : static_cast<int64_t>(blockIdx.x)) * vocab;
   const RowReader reader{row, vocab, vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0};
   const DeviceSamplingParams p = params[blockIdx.x];
@@ -466,9 +468,8 @@ absl::Status Sample(const float* logits, const int32_t* rows, const DeviceSampli
   // Past the default 48 KiB of shared memory a launch may take (set for the current device).
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SampleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kCandidateBytes)));
-  SampleKernel<<<static_cast<unsigned>(draws), kThreads, kCandidateBytes, stream>>>(logits, rows, params, tokens,
-                                                                                   vocab);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(SampleKernel, dim3(static_cast<unsigned>(draws)), dim3(kThreads),
+                                            kCandidateBytes, stream, logits, rows, params, tokens, vocab));
   return absl::OkStatus();
 }
 

@@ -12,7 +12,7 @@
 // is a counter-based hash of (seed, counter): pass the token's position as the counter and a
 // sequence resumes its stream anywhere. The CPU sampler (SampleToken) draws with the same masses
 // and numbers, so both draw the same token from the same logits; it is this kernel's oracle.
-// Thread-safe; queues work on `stream`.
+// Thread-safe; queues work on `stream`, chained (chaining.h).
 #ifndef LAMINA_KERNELS_CUDA_SAMPLING_H_
 #define LAMINA_KERNELS_CUDA_SAMPLING_H_
 

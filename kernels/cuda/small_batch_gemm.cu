@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
+#include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {
@@ -12,7 +13,10 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 8;   // columns per block
-constexpr int kInFlight = 8;  // 16-byte weight loads per lane before the arithmetic
+// 16-byte weight loads per lane before the arithmetic. Four rather than eight: the kernel then
+// needs about 40 registers, not 56, so more warps fit an SM, and the decode step at batch 1 was
+// no slower (lamina-bench-e2e, tests/bench/RESULTS.md).
+constexpr int kInFlight = 4;
 
 // acc[r] += the 8 products of one 16-byte chunk of the weight row with x row r's chunk `c`.
 template <int M>
@@ -39,6 +43,9 @@ template <int M>
 __global__ void __launch_bounds__(kWarps * 32) SmallBatchGemmKernel(const bf16* x, const bf16* w, const float* bias,
                                                                     float* out, int64_t n, int64_t k,
                                                                     bool accumulate) {
+  // Chained (chaining.cuh). Loading weights before the wait, into registers or L2, made the step
+  // slower: it delays the loads that x is ready for.
+  StartChained();
   const int lane = threadIdx.x % 32;
   const int64_t column = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (column >= n) return;
@@ -70,10 +77,11 @@ __global__ void __launch_bounds__(kWarps * 32) SmallBatchGemmKernel(const bf16* 
 }
 
 template <int M>
-void Launch(const bf16* x, const bf16* w, const float* bias, float* out, int64_t n, int64_t k, bool accumulate,
-            cudaStream_t stream) {
+cudaError_t Launch(const bf16* x, const bf16* w, const float* bias, float* out, int64_t n, int64_t k,
+                   bool accumulate, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
-  SmallBatchGemmKernel<M><<<blocks, kWarps * 32, 0, stream>>>(x, w, bias, out, n, k, accumulate);
+  return LaunchChained(SmallBatchGemmKernel<M>, dim3(blocks), dim3(kWarps * 32), 0, stream, x, w, bias, out, n, k,
+                       accumulate);
 }
 
 }  // namespace
@@ -92,12 +100,8 @@ absl::Status SmallBatchGemm(const bf16* x, const bf16* w, const float* bias, flo
   }
   if (n == 0) return absl::OkStatus();
   static_assert(kSmallBatchRows == 2, "instantiate a kernel for every row count taken");
-  if (m == 1) {
-    Launch<1>(x, w, bias, out, n, k, accumulate, stream);
-  } else {
-    Launch<2>(x, w, bias, out, n, k, accumulate, stream);
-  }
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(m == 1 ? Launch<1>(x, w, bias, out, n, k, accumulate, stream)
+                                     : Launch<2>(x, w, bias, out, n, k, accumulate, stream));
   return absl::OkStatus();
 }
 

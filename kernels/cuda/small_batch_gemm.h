@@ -1,7 +1,7 @@
 // out = x · Wᵀ for a handful of rows (m ≤ kSmallBatchRows): the decode-step GEMMs at small batch,
 // which only stream the weights once. cuBLAS reaches about half the read rate on the narrower of
 // them at m = 1 (PERFORMANCE.md); here each warp owns one output column and streams its weight
-// row with 16-byte loads, eight in flight per lane, accumulating every x row in float32.
+// row with 16-byte loads, four in flight per lane, accumulating every x row in float32.
 // Same contract as Gemm::Run (bf16 in, float32 out, optional bias, optional accumulate).
 // Thread-safe; queues work on `stream`.
 #ifndef LAMINA_KERNELS_CUDA_SMALL_BATCH_GEMM_H_
