@@ -1,19 +1,22 @@
 // lamina-bench-e2e: decode steps per second of a Llama-3-8B-shaped model with random bf16 weights,
 // everything on one GPU (compute slices, KV pool, attention and sampling), at several batch sizes
 // and one context length, against the roofline: (weight bytes + KV bytes per step) ÷ the best
-// plain read rate measured in the same run. Each step runs eagerly and as one CUDA graph.
+// plain read rate measured in the same run. Each step runs eagerly and as one CUDA graph, the graph
+// both with its kernels chained (kernels/cuda/chaining.h, the default) and without.
 //
 // A second table times the compute node's own decode path, where q/k/v and attention outputs pass
 // through host memory every layer (as they do over a host data plane; here the memory side is an
 // in-process AttentionExecutor on the same GPU): eager launches with logits brought to the host
 // and sampled there (the node before CUDA graphs), eager with tokens drawn on the GPU, and CUDA
 // graphs per slice with tokens drawn on the GPU (the node now). All three alternate step by step.
-//   lamina-bench-e2e [--batches 1,32,128] [--context 2048] [--node-context 256] [--out results.csv]
+//   lamina-bench-e2e [--batches 1,32,128] [--context 2048] [--node-context 256 (0: no second table)]
+//                    [--out results.csv]
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -27,6 +30,7 @@
 #include "compute_node/engine/cuda/cuda_model_weights.h"
 #include "compute_node/engine/cuda/cuda_slice_backend.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/chaining.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/sampling.h"
 #include "memory_node/attention/attention_executor.h"
@@ -62,6 +66,27 @@ double GptFastH100(int batch) { return batch == 1 ? 133 : batch == 32 ? 960 : ba
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Milliseconds per launch of `step` captured as one CUDA graph (the median of 20).
+absl::StatusOr<double> GraphMs(const std::function<absl::Status()>& step, cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status captured = step();
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(stream, &graph));
+  LAMINA_RETURN_IF_ERROR(captured);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  LAMINA_CUDA_RETURN_IF_ERROR(instantiated);
+  absl::StatusOr<double> ms = MedianMs(
+      [&]() -> absl::Status {
+        LAMINA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
+        return absl::OkStatus();
+      },
+      stream, 20);
+  cudaGraphExecDestroy(exec);
+  return ms;
 }
 
 // The compute node's decode path at each batch size: milliseconds per step for the three ways of
@@ -156,8 +181,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   FILE* csv = nullptr;
   if (!flags.String("out", "").empty()) csv = std::fopen(flags.String("out", "").c_str(), "w");
   std::printf("\nLlama-3-8B shape, context %lld, one GPU, bf16 weights and KV\n", static_cast<long long>(context));
-  std::printf("%6s %12s %12s %10s %12s %13s %16s\n", "batch", "eager ms", "graph ms", "tokens/s", "roofline ms",
-              "of roofline", "vs gpt-fast H100");
+  std::printf("%6s %10s %16s %10s %10s %12s %12s %12s %16s\n", "batch", "eager ms", "graph unchained", "graph ms",
+              "chained x", "tokens/s", "roofline ms", "of roofline", "vs gpt-fast H100");
   for (int batch : batches) {
     std::vector<int32_t> tokens(batch), positions(batch, static_cast<int32_t>(context));
     for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919) % c.vocab_size;
@@ -200,38 +225,36 @@ absl::Status Run(const std::vector<std::string>& args) {
     };
     LAMINA_ASSIGN_OR_RETURN(double eager_ms, MedianMs(step, stream, 10));
 
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const absl::Status captured = step();
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(stream, &graph));
-    LAMINA_RETURN_IF_ERROR(captured);
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
-    LAMINA_ASSIGN_OR_RETURN(double graph_ms, MedianMs(
-                                                 [&]() -> absl::Status {
-                                                   LAMINA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
-                                                   return absl::OkStatus();
-                                                 },
-                                                 stream, 20));
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    // The step as one graph, with the kernels chained (chaining.h) and without, timed alternately.
+    double graph_ms = 0, unchained_ms = 0;
+    for (int round = 0; round < 2; ++round) {
+      for (bool chained : {false, true}) {
+        kc::SetKernelChaining(chained);
+        LAMINA_ASSIGN_OR_RETURN(double ms, GraphMs(step, stream));
+        double& best = chained ? graph_ms : unchained_ms;
+        best = round == 0 ? ms : std::min(best, ms);
+      }
+    }
+    kc::SetKernelChaining(true);
 
     const double kv_bytes = 2.0 * c.num_layers * batch * per_seq * kv_size * sizeof(bf16);
     const double bytes = static_cast<double>(weights->StepBytes()) + kv_bytes;
     const double roofline_ms = bytes / read_rate * 1e3;
     const double tokens_per_s = batch / (graph_ms * 1e-3);
     const double gpt_fast = GptFastH100(batch);
-    std::printf("%6d %12.2f %12.2f %10.0f %12.2f %13.2f %16s\n", batch, eager_ms, graph_ms, tokens_per_s, roofline_ms,
-                roofline_ms / graph_ms,
+    std::printf("%6d %10.2f %16.2f %10.2f %9.2fx %12.0f %12.2f %12.2f %16s\n", batch, eager_ms, unchained_ms,
+                graph_ms, unchained_ms / graph_ms, tokens_per_s, roofline_ms, roofline_ms / graph_ms,
                 gpt_fast > 0 ? absl::StrCat(absl::SixDigits(tokens_per_s / gpt_fast), "x").c_str() : "n/a");
     if (csv) {
-      std::fprintf(csv, "%d,%lld,%.3f,%.3f,%.1f,%.3f,%.4f\n", batch, static_cast<long long>(context), eager_ms,
-                   graph_ms, tokens_per_s, roofline_ms, roofline_ms / graph_ms);
+      std::fprintf(csv, "%d,%lld,%.3f,%.3f,%.3f,%.1f,%.3f,%.4f\n", batch, static_cast<long long>(context), eager_ms,
+                   unchained_ms, graph_ms, tokens_per_s, roofline_ms, roofline_ms / graph_ms);
     }
   }
   if (csv) std::fclose(csv);
   pool = cuda::DeviceBuffer();  // room for the node path's KV pool
-  return NodeDecodePath(*weights, batches, std::stoll(flags.String("node-context", "256")));
+  const int64_t node_context = std::stoll(flags.String("node-context", "256"));
+  if (node_context == 0) return absl::OkStatus();
+  return NodeDecodePath(*weights, batches, node_context);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 //  - decode attention at short contexts: a warp per (sequence, kv head) against a block each;
 //  - each compute-slice GEMM of a Llama-3-8B-shaped model: our cuBLASLt path (bf16 in, fp32 out,
 //    epilogue plans) against one plain cublasGemmEx call with the same types.
-//   lamina-bench-kernels [--sdpa sdpa.csv] [--out results.csv]
+//   lamina-bench-kernels [--sdpa sdpa.csv] [--out results.csv] [--only attention|short|gemm]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -216,7 +216,12 @@ absl::Status BenchGemms(double read_rate, FILE* csv, cudaStream_t stream) {
 }
 
 absl::Status Run(const std::vector<std::string>& args) {
-  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"sdpa", "out"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"sdpa", "out", "only"}, {}));
+  const std::string only = flags.String("only", "");
+  if (!only.empty() && only != "attention" && only != "short" && only != "gemm") {
+    return absl::InvalidArgumentError(absl::StrCat("--only ", only, ": expected attention, short or gemm"));
+  }
+  auto runs = [&only](const char* part) { return only.empty() || only == part; };
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
   LAMINA_ASSIGN_OR_RETURN(double read_rate, ReportReadRate(stream.get()));
   FILE* csv = nullptr;
@@ -225,9 +230,10 @@ absl::Status Run(const std::vector<std::string>& args) {
     csv = std::fopen(out.c_str(), "w");
     if (!csv) return absl::InvalidArgumentError(absl::StrCat("--out ", out, ": cannot write"));
   }
-  absl::Status status = BenchAttention(read_rate, flags.String("sdpa", ""), csv, stream.get());
-  if (status.ok()) status = BenchShortContexts(csv, stream.get());
-  if (status.ok()) status = BenchGemms(read_rate, csv, stream.get());
+  absl::Status status;
+  if (runs("attention")) status = BenchAttention(read_rate, flags.String("sdpa", ""), csv, stream.get());
+  if (status.ok() && runs("short")) status = BenchShortContexts(csv, stream.get());
+  if (status.ok() && runs("gemm")) status = BenchGemms(read_rate, csv, stream.get());
   if (csv) std::fclose(csv);
   return status;
 }
