@@ -19,11 +19,13 @@ dim3 Grid(int64_t blocks) { return dim3(static_cast<unsigned>(blocks)); }
 
 bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-__global__ void EmbeddingKernel(const bf16* table, const int32_t* tokens, float* out, int64_t hidden) {
+// One thread per value, across as many blocks as it takes.
+__global__ void EmbeddingKernel(const bf16* table, const int32_t* tokens, float* out, int64_t count, int64_t hidden) {
   StartChained();
-  const int64_t row = blockIdx.x;
-  const bf16* src = table + static_cast<int64_t>(tokens[row]) * hidden;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[row * hidden + i] = __bfloat162float(src[i]);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count * hidden) return;
+  const int64_t row = i / hidden;
+  out[i] = __bfloat162float(table[static_cast<int64_t>(tokens[row]) * hidden + i - row * hidden]);
 }
 
 __global__ void RmsNormKernel(float* x, const float* delta, const bf16* weight, bf16* out, int64_t hidden,
@@ -166,7 +168,8 @@ std::vector<float> RopeCosSin(const std::vector<double>& inv_freq, int64_t max_p
 absl::Status Embedding(const bf16* table, const int32_t* tokens, float* out, int64_t count, int64_t hidden,
                        cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(EmbeddingKernel, Grid(count), kThreads, 0, stream, table, tokens, out, hidden));
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(EmbeddingKernel, Grid(Blocks(count * hidden)), kThreads, 0, stream, table,
+                                            tokens, out, count, hidden));
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/status/status_macros.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/small_batch_gemm.h"
 
 namespace lamina::kernels::cuda {
@@ -199,6 +200,16 @@ absl::Status Gemm::Multiply(const Plan& plan, const Plan& chosen, const bf16* x,
   return LtStatus(cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c, out, plan.c,
                                  &chosen.algo, workspace_.data(), workspace_.bytes(), stream),
                   "cublasLtMatmul");
+}
+
+absl::Status Gemm::RunRoundingX(const float* x, bf16* x_bf16, const bf16* w, const float* bias, float* out,
+                                int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  if (use_small_batch_ && SmallBatchGemmApplies(x, w, m, k)) {
+    return SmallBatchGemmRoundingX(x, w, bias, out, m, n, k, accumulate, stream);
+  }
+  LAMINA_RETURN_IF_ERROR(ToBf16(x, x_bf16, m * k, stream));
+  return Run(x_bf16, w, bias, out, m, n, k, accumulate, stream);
 }
 
 absl::Status Gemm::Run(const bf16* x, const bf16* w, const float* bias, float* out, int64_t m, int64_t n, int64_t k,

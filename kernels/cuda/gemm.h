@@ -53,6 +53,12 @@ class Gemm {
   absl::Status Run(const bf16* x, const bf16* w, const float* bias, float* out, int64_t m, int64_t n, int64_t k,
                    bool accumulate, cudaStream_t stream);
 
+  // Run with x in float32, rounded to bf16 first: where SmallBatchGemm takes the product, in one
+  // launch (SmallBatchGemmRoundingX); elsewhere ToBf16 writes the rounded x into `x_bf16` [m, k],
+  // which Run then reads. The same bits either way.
+  absl::Status RunRoundingX(const float* x, bf16* x_bf16, const bf16* w, const float* bias, float* out, int64_t m,
+                            int64_t n, int64_t k, bool accumulate, cudaStream_t stream);
+
   // Plans each of `shapes` now for every power-of-two row count above kSmallBatchRows, up to
   // `max_rows` rounded up. Afterwards a Run of a prepared shape with another row count uses the
   // algorithm planned for the next larger one (the largest, past `max_rows`), once cuBLASLt has

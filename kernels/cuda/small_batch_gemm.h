@@ -22,12 +22,17 @@ inline constexpr int64_t kSmallBatchRows = 2;
 
 // True when SmallBatchGemm takes these operands: 1 ≤ m ≤ kSmallBatchRows, k a multiple of 8 and
 // x and w 16-byte aligned (so that every row is).
-bool SmallBatchGemmApplies(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t m, int64_t k);
+bool SmallBatchGemmApplies(const void* x, const __nv_bfloat16* w, int64_t m, int64_t k);
 
 // out[m, n] = (accumulate ? out : 0) + x[m, k] · w[n, k]ᵀ (+ bias[n]). InvalidArgument when
 // SmallBatchGemmApplies is false.
 absl::Status SmallBatchGemm(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* out, int64_t m,
                             int64_t n, int64_t k, bool accumulate, cudaStream_t stream);
+
+// The same with x in float32, each value rounded to bf16 as it is read: the bits of ToBf16 then
+// SmallBatchGemm, in one launch.
+absl::Status SmallBatchGemmRoundingX(const float* x, const __nv_bfloat16* w, const float* bias, float* out,
+                                     int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream);
 
 }  // namespace lamina::kernels::cuda
 

@@ -184,10 +184,9 @@ absl::Status CudaSliceBackend::PostAttention(int64_t layer) {
   const ModelConfig& c = config();
   const CudaLayerWeights& w = weights_->layers[layer];
   const int64_t n = padded_;
-  LAMINA_RETURN_IF_ERROR(kc::ToBf16(attn_out_.as<float>(), normed_.as<bf16>(), n * c.q_size(), stream()));
   // The residual adds ride in the GEMM epilogues: x += o·Woᵀ, then x += down(...).
-  LAMINA_RETURN_IF_ERROR(gemm_->Run(normed_.as<bf16>(), w.o_proj.as<bf16>(), nullptr, residual_.as<float>(), n,
-                                    c.hidden_size, c.q_size(), true, stream()));
+  LAMINA_RETURN_IF_ERROR(gemm_->RunRoundingX(attn_out_.as<float>(), normed_.as<bf16>(), w.o_proj.as<bf16>(), nullptr,
+                                             residual_.as<float>(), n, c.hidden_size, c.q_size(), true, stream()));
   LAMINA_RETURN_IF_ERROR(kc::RmsNorm(residual_.as<float>(), nullptr, w.post_norm.as<bf16>(), normed_.as<bf16>(), n,
                                      c.hidden_size, c.rms_norm_eps, stream()));
   LAMINA_RETURN_IF_ERROR(gemm_->Run(normed_.as<bf16>(), w.gate_up.as<bf16>(), nullptr, gate_up_.as<float>(), n,

@@ -179,6 +179,28 @@ TEST_F(CudaParityTest, GemmWithBiasAndAccumulate) {
   }
 }
 
+// A float32 x rounded on the way in: the bits of ToBf16 then Run, at the sizes SmallBatchGemm takes
+// (one launch) and at those it leaves to cuBLASLt (through the scratch).
+TEST_F(CudaParityTest, GemmRoundingXGivesTheBitsOfToBf16ThenGemm) {
+  auto gemm = cuda::Gemm::Create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  for (const int64_t m : {1, 2, 5}) {
+    SCOPED_TRACE(m);
+    const int64_t n = 300, k = 4096;
+    const std::vector<float> x = Random(m * k, 3.f), w = RoundBf16(Random(n * k, 0.05f)), initial = Random(m * n);
+    DeviceBuffer d_x = Upload(x), d_w = Upload(ToBf16(w));
+    DeviceBuffer d_scratch = *DeviceBuffer::Create(m * k * sizeof(bf16));
+    DeviceBuffer d_rounded = *DeviceBuffer::Create(m * k * sizeof(bf16));
+    DeviceBuffer d_want = Upload(initial), d_got = Upload(initial);
+    ASSERT_TRUE(cuda::ToBf16(d_x.as<float>(), d_rounded.as<bf16>(), m * k, nullptr).ok());
+    ASSERT_TRUE((*gemm)->Run(d_rounded.as<bf16>(), d_w.as<bf16>(), nullptr, d_want.as<float>(), m, n, k, true,
+                             nullptr).ok());
+    ASSERT_TRUE((*gemm)->RunRoundingX(d_x.as<float>(), d_scratch.as<bf16>(), d_w.as<bf16>(), nullptr,
+                                      d_got.as<float>(), m, n, k, true, nullptr).ok());
+    EXPECT_EQ(Download<float>(d_got, m * n), Download<float>(d_want, m * n));
+  }
+}
+
 // After Prepare, products of the prepared shapes at any row count reuse the algorithms chosen
 // for the powers of two (checked by cuBLASLt for the actual shape), so cuBLASLt is not asked again:
 // asking may load kernels, which waits for the GPU to idle (gemm.h). The results still match.
