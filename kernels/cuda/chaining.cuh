@@ -41,22 +41,34 @@ __device__ __forceinline__ void StartChained() {
   WaitForPreviousKernel();
 }
 
-// Queues `kernel` on `stream` like kernel<<<grid, block, shared_bytes, stream>>>(args...), chained
-// to the kernel before it when KernelChaining() is on. Returns the launch's error.
+// LaunchChained (below) with the grid in clusters of `cluster_blocks` blocks along x (Hopper
+// thread block clusters, whose blocks share their shared memory); 0: no cluster launch.
 template <typename... Params, typename... Args>
-cudaError_t LaunchChained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                          cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = KernelChaining() ? 1 : 0;
+cudaError_t LaunchChainedInClusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                                    unsigned cluster_blocks, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[2];
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = KernelChaining() ? 1 : 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster_blocks;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster_blocks > 0 ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Queues `kernel` on `stream` like kernel<<<grid, block, shared_bytes, stream>>>(args...), chained
+// to the kernel before it when KernelChaining() is on. Returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t LaunchChained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                          cudaStream_t stream, Args&&... args) {
+  return LaunchChainedInClusters(kernel, grid, block, shared_bytes, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace lamina::kernels::cuda

@@ -2,6 +2,10 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <map>
+#include <mutex>
+
+#include <cooperative_groups.h>
 
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/chaining.cuh"
@@ -32,14 +36,22 @@ __device__ __forceinline__ uint64_t Weight(float logit, float max_logit, float t
 // Logits read four at a time: group g holds positions 4g .. 4g + 3. Both readers below give the
 // same interface to the selection and the draw.
 //
-// A row of the logits, where a position is the token id. Rows whose length is a multiple of 4 and
-// that start 16-byte aligned load a group as one float4.
+// Every reader walks the groups [begin(), end()) and reads group groups() (past the end of the
+// row) as nothing valid.
+//
+// A row of the logits, where a position is the token id, or a slice of it (a block's share when a
+// cluster of blocks reads the row). Rows whose length is a multiple of 4 and that start 16-byte
+// aligned load a group as one float4.
 struct RowReader {
   const float* row;
   int64_t vocab;
   bool vectorized;
+  int64_t first_group = 0;
+  int64_t end_group = (vocab + 3) / 4;
 
   __device__ int64_t groups() const { return (vocab + 3) / 4; }
+  __device__ int64_t begin() const { return first_group; }
+  __device__ int64_t end() const { return end_group; }
   __device__ int64_t Id(int64_t position) const { return position; }
   // The group's logits; positions past the end read as -inf and are left out by `valid`.
   __device__ void Load(int64_t g, float (&v)[4], bool (&valid)[4]) const {
@@ -68,6 +80,8 @@ struct CandidateReader {
   int64_t count;
 
   __device__ int64_t groups() const { return (count + 3) / 4; }
+  __device__ int64_t begin() const { return 0; }
+  __device__ int64_t end() const { return groups(); }
   __device__ int64_t Id(int64_t position) const { return id[position]; }
   __device__ void Load(int64_t g, float (&v)[4], bool (&valid)[4]) const {
     const float4 f = g < kMaxCandidates / 4 ? reinterpret_cast<const float4*>(logit)[g] : float4{};
@@ -98,10 +112,10 @@ __device__ __forceinline__ T WarpExclusiveScan(T v) {
 // round together (so warp-wide calls may be made on the way).
 struct WarpSpan {
   int64_t begin, end;
-  __device__ explicit WarpSpan(int64_t groups) {
-    const int64_t span = (groups + kWarps - 1) / kWarps;
-    begin = min(groups, threadIdx.x / 32 * span);
-    end = min(groups, begin + span);
+  __device__ WarpSpan(int64_t first, int64_t last) {
+    const int64_t span = (last - first + kWarps - 1) / kWarps;
+    begin = min(last, first + threadIdx.x / 32 * span);
+    end = min(last, begin + span);
   }
 };
 
@@ -109,7 +123,7 @@ struct WarpSpan {
 // no group in a step get g = reader.groups(), all invalid), loading kAhead steps ahead.
 template <typename Reader, typename Visit>
 __device__ __forceinline__ void ForEachInSpan(const Reader& reader, Visit&& visit) {
-  const WarpSpan span(reader.groups());
+  const WarpSpan span(reader.begin(), reader.end());
   const int lane = threadIdx.x % 32;
   for (int64_t first = span.begin; first < span.end; first += 32 * kAhead) {
     float v[kAhead][4];
@@ -341,11 +355,12 @@ __device__ void CountBands(const RowReader& reader, const float* floor, float be
   if (kWithMass) *row_mass = BlockSum(all);
 }
 
-// Gathers the row's logits ≥ floor, in id order, given each warp's count of them (warp spans).
+// Gathers the reader's logits ≥ floor, in id order, from logit[first] and id[first] on, given each
+// warp's count of them (warp spans). The arrays may be another block's of the cluster.
 __device__ void GatherBand(const RowReader& reader, float floor, const uint32_t (*warp_count)[kBands], int band,
-                           float* logit, int32_t* id) {
+                           uint32_t first, float* logit, int32_t* id) {
   const int warp = threadIdx.x / 32;
-  uint32_t next = 0;
+  uint32_t next = first;
   for (int w = 0; w < warp; ++w) next += warp_count[w][band];
   ForEachInSpan(reader, [&](int64_t g, const float(&v)[4], const bool(&valid)[4]) {
     uint32_t mine = 0;
@@ -365,15 +380,39 @@ __device__ void GatherBand(const RowReader& reader, float floor, const uint32_t 
   });
 }
 
+// What a block of a row's cluster tells the others, in its shared memory.
+struct BlockShare {
+  float best;
+  int64_t best_index;
+  uint32_t band_count[kBands];  // the logits of its slice in each band
+  uint64_t band_mass[kBands];   // top-p alone: their masses
+  uint64_t row_mass;            // top-p alone: its slice's
+};
+
+// One cluster of blocks per draw (cluster.num_blocks() of them, one when the launch has as many
+// draws as SMs). Each block reads its slice of the row: for the maximum, for the bands' counts,
+// and for the gather, whose logits go straight into the first block's shared memory. The first
+// block then selects and draws alone. Integer counts and fixed-point masses add up exactly, so
+// the draw is the same whatever the cluster size.
 __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, const int32_t* rows,
                                                          const DeviceSamplingParams* params, int32_t* tokens,
                                                          int64_t vocab) {
   StartChained();
-  const float* row = logits + (rows ? rows[blockIdx.x] : static_cast<int64_t>(blockIdx.x)) * vocab;
-  const RowReader reader{row, vocab, vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0};
-  const DeviceSamplingParams p = params[blockIdx.x];
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank();
+  const unsigned cluster_blocks = cluster.num_blocks();
+  const int64_t draw = blockIdx.x / cluster_blocks;
+  const float* row = logits + (rows ? rows[draw] : draw) * vocab;
+  const RowReader whole{row, vocab, vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0};
+  const int64_t slice = (whole.groups() + cluster_blocks - 1) / cluster_blocks;
+  RowReader reader = whole;
+  reader.first_group = min(whole.groups(), rank * slice);
+  reader.end_group = min(whole.groups(), reader.first_group + slice);
+  const DeviceSamplingParams p = params[draw];
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
+  __shared__ BlockShare share;
 
   // The maximum and, for greedy, its lowest index. A lane's ids rise, so `>` keeps its lowest.
   float best = -INFINITY;
@@ -403,16 +442,31 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
     shared_index[warp] = best_index;
   }
   __syncthreads();
-  best = shared_best[0];
-  best_index = shared_index[0];
-  for (int w = 1; w < kWarps; ++w) {
-    if (shared_best[w] > best || (shared_best[w] == best && shared_index[w] < best_index)) {
-      best = shared_best[w];
-      best_index = shared_index[w];
+  if (threadIdx.x == 0) {
+    best = shared_best[0];
+    best_index = shared_index[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (shared_best[w] > best || (shared_best[w] == best && shared_index[w] < best_index)) {
+        best = shared_best[w];
+        best_index = shared_index[w];
+      }
+    }
+    share.best = best;
+    share.best_index = best_index;
+  }
+  cluster.sync();
+  best = -INFINITY;
+  best_index = vocab;
+  for (unsigned b = 0; b < cluster_blocks; ++b) {
+    const BlockShare* other = cluster.map_shared_rank(&share, b);
+    if (other->best > best || (other->best == best && other->best_index < best_index)) {
+      best = other->best;
+      best_index = other->best_index;
     }
   }
   if (p.temperature <= 0.f || best_index >= vocab) {
-    if (threadIdx.x == 0) tokens[blockIdx.x] = static_cast<int32_t>(best_index < vocab ? best_index : 0);
+    if (rank == 0 && threadIdx.x == 0) tokens[draw] = static_cast<int32_t>(best_index < vocab ? best_index : 0);
+    cluster.sync();  // no block leaves while another may read its share
     return;
   }
 
@@ -433,31 +487,88 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
     CountBands<false>(reader, floor, best, p.temperature, warp_count, nullptr, nullptr);
   }
   __syncthreads();
+  if (threadIdx.x < kBands) {
+    const int b = threadIdx.x;
+    uint32_t count = 0;
+    for (int w = 0; w < kWarps; ++w) count += warp_count[w][b];
+    share.band_count[b] = count;
+    share.band_mass[b] = band_mass[b];
+  }
+  if (threadIdx.x == 0) share.row_mass = row_mass;
+  cluster.sync();
+  // The row's totals, and the counts of the blocks before this one (where its gather starts).
+  uint64_t band_count[kBands] = {};
+  uint32_t counted_before[kBands] = {};
+  row_mass = 0;
+#pragma unroll
+  for (int b = 0; b < kBands; ++b) band_mass[b] = 0;
+  for (unsigned r = 0; r < cluster_blocks; ++r) {
+    const BlockShare* other = cluster.map_shared_rank(&share, r);
+#pragma unroll
+    for (int b = 0; b < kBands; ++b) {
+      band_count[b] += other->band_count[b];
+      if (r < rank) counted_before[b] += other->band_count[b];
+      band_mass[b] += other->band_mass[b];
+    }
+    row_mass += other->row_mass;
+  }
   int band = -1;
-  uint64_t band_count = 0;
   if (top_k || top_p_alone) {
     const uint64_t target =
         top_k ? 0 : static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(row_mass)));
     for (int b = 0; b < kBands && band < 0; ++b) {
-      band_count = 0;
-      for (int w = 0; w < kWarps; ++w) band_count += warp_count[w][b];
-      if (band_count > kMaxCandidates) break;
-      if (top_k ? band_count >= static_cast<uint64_t>(p.top_k) : band_mass[b] >= target) band = b;
+      if (band_count[b] > kMaxCandidates) break;
+      if (top_k ? band_count[b] >= static_cast<uint64_t>(p.top_k) : band_mass[b] >= target) band = b;
     }
   }
+  extern __shared__ __align__(16) unsigned char candidate_bytes[];  // kCandidateBytes, the first block's used
+  float* candidate_logit = reinterpret_cast<float*>(candidate_bytes);
+  int32_t* candidate_id = reinterpret_cast<int32_t*>(candidate_bytes + kMaxCandidates * sizeof(float));
+  if (band >= 0) {
+    GatherBand(reader, floor[band], warp_count, band, counted_before[band],
+               cluster.map_shared_rank(candidate_logit, 0), cluster.map_shared_rank(candidate_id, 0));
+  }
+  // The gathers have landed, and no block reads another's share after this.
+  cluster.sync();
+  if (rank != 0) return;
   int64_t token;
   if (band >= 0) {
-    extern __shared__ __align__(16) unsigned char candidate_bytes[];  // kCandidateBytes
-    float* candidate_logit = reinterpret_cast<float*>(candidate_bytes);
-    int32_t* candidate_id = reinterpret_cast<int32_t*>(candidate_bytes + kMaxCandidates * sizeof(float));
-    GatherBand(reader, floor[band], warp_count, band, candidate_logit, candidate_id);
-    __syncthreads();
-    const CandidateReader candidates{candidate_logit, candidate_id, static_cast<int64_t>(band_count)};
+    const CandidateReader candidates{candidate_logit, candidate_id, static_cast<int64_t>(band_count[band])};
     token = SelectAndDraw(candidates, p, vocab, best, best_index, row_mass);
   } else {
-    token = SelectAndDraw(reader, p, vocab, best, best_index, row_mass);
+    token = SelectAndDraw(whole, p, vocab, best, best_index, row_mass);
   }
-  if (threadIdx.x == 0) tokens[blockIdx.x] = static_cast<int32_t>(token);
+  if (threadIdx.x == 0) tokens[draw] = static_cast<int32_t>(token);
+}
+
+// The largest cluster, of 8, 4, 2 or 1 blocks, that fits on `device` (a GPU partition may have
+// too few SMs in a group for 8 blocks of this kernel's shared memory); asked once per device.
+// SampleKernel's shared memory limit must be set first.
+unsigned LargestCluster(int device) {
+  static std::mutex mutex;
+  static std::map<int, unsigned> largest;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = largest.find(device);
+  if (it != largest.end()) return it->second;
+  unsigned blocks = 8;
+  for (; blocks > 1; blocks /= 2) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = blocks;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kCandidateBytes;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, SampleKernel, &config) == cudaSuccess && clusters > 0) break;
+    cudaGetLastError();  // a size this GPU cannot take is not an error of the launch
+  }
+  largest[device] = blocks;
+  return blocks;
 }
 
 }  // namespace
@@ -468,8 +579,17 @@ absl::Status Sample(const float* logits, const int32_t* rows, const DeviceSampli
   // Past the default 48 KiB of shared memory a launch may take (set for the current device).
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SampleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kCandidateBytes)));
-  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(SampleKernel, dim3(static_cast<unsigned>(draws)), dim3(kThreads),
-                                            kCandidateBytes, stream, logits, rows, params, tokens, vocab));
+  // A cluster of blocks per draw while the draws leave SMs idle: 8 (the most a launch may ask for
+  // anywhere), 4 or 2 blocks, or one.
+  int device = 0, sms = 0;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  unsigned cluster_blocks = LargestCluster(device);
+  while (cluster_blocks > 1 && cluster_blocks * draws > static_cast<unsigned>(sms)) cluster_blocks /= 2;
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChainedInClusters(SampleKernel,
+                                                      dim3(static_cast<unsigned>(draws * cluster_blocks)),
+                                                      dim3(kThreads), kCandidateBytes, cluster_blocks, stream, logits,
+                                                      rows, params, tokens, vocab));
   return absl::OkStatus();
 }
 

@@ -412,33 +412,47 @@ TEST_F(CudaSamplingTest, EveryDrawEqualsTheCpuSamplerOnTheSameLogits) {
     const int64_t logit_rows = 16;
     std::vector<float> logits = Random(logit_rows * vocab, 6.f);
     for (int64_t i = 0; i < 4 * vocab; ++i) logits[i] = std::round(logits[i] * 4.f) / 4.f;
-    struct Case { float temperature; int32_t top_k; float top_p; };
-    const Case cases[] = {{0.f, 0, 1.f},     {1.f, 0, 1.f},    {0.7f, 50, 1.f},     {1.2f, 0, 0.9f},
-                          {0.9f, 40, 0.8f}, {2.f, 1, 1.f},    {0.8f, 20000, 1.f}, {0.5f, 3000, 0.95f}};
+    struct Case {
+      float temperature;
+      int32_t top_k;
+      float top_p;
+    };
+    const Case cases[] = {{0.f, 0, 1.f},    {1.f, 0, 1.f}, {0.7f, 50, 1.f},    {1.2f, 0, 0.9f},
+                          {0.9f, 40, 0.8f}, {2.f, 1, 1.f}, {0.8f, 20000, 1.f}, {0.5f, 3000, 0.95f}};
     constexpr int kCases = sizeof(cases) / sizeof(cases[0]);
     std::vector<int32_t> rows;
     std::vector<cuda::DeviceSamplingParams> params;
     for (int i = 0; i < 30 * kCases; ++i) {
       const Case& c = cases[i % kCases];
       rows.push_back((i * 7) % logit_rows);
-      params.push_back({c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(1000 + i / kCases),
-                        static_cast<uint64_t>(i)});
+      params.push_back(
+          {c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(1000 + i / kCases), static_cast<uint64_t>(i)});
     }
     DeviceBuffer d_logits = Upload(logits), d_rows = Upload(rows), d_params = Upload(params);
-    DeviceBuffer d_tokens = Upload(std::vector<int32_t>(params.size(), -1));
-    ASSERT_TRUE(cuda::Sample(d_logits.as<float>(), d_rows.as<int32_t>(), d_params.as<cuda::DeviceSamplingParams>(),
-                             d_tokens.as<int32_t>(), params.size(), vocab, nullptr).ok());
-    const std::vector<int32_t> got = Download<int32_t>(d_tokens, params.size());
-    int sampled_apart_from_greedy = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const cuda::DeviceSamplingParams& p = params[i];
-      const float* row = logits.data() + rows[i] * vocab;
-      const int32_t want = SampleToken(row, vocab, {p.temperature, p.top_k, p.top_p, p.seed}, p.counter);
-      EXPECT_EQ(got[i], want) << "vocab " << vocab << ", draw " << i << " of row " << rows[i] << " at temperature "
-                              << p.temperature << ", top_k " << p.top_k << ", top_p " << p.top_p;
-      sampled_apart_from_greedy += want != ArgMax(row, vocab);
+    // All draws in one launch (a block each), then launches of 33 and of 1 (a cluster of blocks
+    // each: 4 and 8 on an H100's 132 SMs).
+    for (const int64_t per_launch : {static_cast<int64_t>(params.size()), int64_t{33}, int64_t{1}}) {
+      SCOPED_TRACE("draws per launch " + std::to_string(per_launch));
+      DeviceBuffer d_tokens = Upload(std::vector<int32_t>(params.size(), -1));
+      for (int64_t first = 0; first < static_cast<int64_t>(params.size()); first += per_launch) {
+        const int64_t draws = std::min<int64_t>(per_launch, params.size() - first);
+        ASSERT_TRUE(cuda::Sample(d_logits.as<float>(), d_rows.as<int32_t>() + first,
+                                 d_params.as<cuda::DeviceSamplingParams>() + first, d_tokens.as<int32_t>() + first,
+                                 draws, vocab, nullptr)
+                        .ok());
+      }
+      const std::vector<int32_t> got = Download<int32_t>(d_tokens, params.size());
+      int sampled_apart_from_greedy = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const cuda::DeviceSamplingParams& p = params[i];
+        const float* row = logits.data() + rows[i] * vocab;
+        const int32_t want = SampleToken(row, vocab, {p.temperature, p.top_k, p.top_p, p.seed}, p.counter);
+        EXPECT_EQ(got[i], want) << "vocab " << vocab << ", draw " << i << " of row " << rows[i] << " at temperature "
+                                << p.temperature << ", top_k " << p.top_k << ", top_p " << p.top_p;
+        sampled_apart_from_greedy += want != ArgMax(row, vocab);
+      }
+      EXPECT_GT(sampled_apart_from_greedy, 120);  // the draws are not all greedy in disguise
     }
-    EXPECT_GT(sampled_apart_from_greedy, 120);  // the draws are not all greedy in disguise
   }
 }
 
@@ -446,7 +460,11 @@ TEST_F(CudaSamplingTest, DrawsFollowTheSoftmaxAndStayInsideTopKAndTopP) {
   const int64_t vocab = 10;
   const std::vector<float> row = {1.0f, 2.5f, 0.3f, -1.f, 2.0f, 0.f, 1.7f, -3.f, 0.9f, 2.2f};
   const int draws = 40000;
-  struct Case { float temperature; int32_t top_k; float top_p; };
+  struct Case {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+  };
   for (const Case& c : {Case{1.f, 0, 1.f}, Case{0.7f, 3, 1.f}, Case{1.3f, 0, 0.6f}, Case{1.f, 4, 0.8f}}) {
     // The CPU's kept set and probabilities, as Sampler computes them.
     std::vector<int32_t> order(vocab);
