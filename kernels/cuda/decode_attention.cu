@@ -27,6 +27,7 @@
 #include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/flags.cuh"
 #include "kernels/cuda/lines.cuh"
+#include "kernels/cuda/packed.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {
@@ -105,16 +106,6 @@ __device__ __forceinline__ void PutOutputPair(const DecodeLink* link, bool faile
   } else {
     out[i] = first;
     out[i + 1] = second;
-  }
-}
-
-__device__ __forceinline__ void Unpack8(const uint4& raw, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
   }
 }
 

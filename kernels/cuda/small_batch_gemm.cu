@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/chaining.cuh"
+#include "kernels/cuda/packed.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {
@@ -20,14 +21,7 @@ constexpr int kInFlight = 4;
 
 // The 8 values of x's 16-byte chunk `c` (8 bf16), as floats.
 __device__ __forceinline__ void LoadX(const bf16* x, int64_t c, float (&v)[8]) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x) + c);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(x2[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
+  Unpack8(__ldg(reinterpret_cast<const uint4*>(x) + c), v);
 }
 
 // The same from float32 x, each value rounded to bf16 as ToBf16 rounds it.
