@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
+#include "common/cuda/graph.h"
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
 #include "compute_node/engine/compute_engine.h"
@@ -70,23 +71,8 @@ double Median(std::vector<double> v) {
 
 // Milliseconds per launch of `step` captured as one CUDA graph (the median of 20).
 absl::StatusOr<double> GraphMs(const std::function<absl::Status()>& step, cudaStream_t stream) {
-  cudaGraph_t graph = nullptr;
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status captured = step();
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(stream, &graph));
-  LAMINA_RETURN_IF_ERROR(captured);
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  LAMINA_CUDA_RETURN_IF_ERROR(instantiated);
-  absl::StatusOr<double> ms = MedianMs(
-      [&]() -> absl::Status {
-        LAMINA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
-        return absl::OkStatus();
-      },
-      stream, 20);
-  cudaGraphExecDestroy(exec);
-  return ms;
+  LAMINA_ASSIGN_OR_RETURN(const cuda::Graph graph, cuda::Graph::Capture(stream, step));
+  return MedianMs([&] { return graph.Launch(stream); }, stream, 20);
 }
 
 // The compute node's decode path at each batch size: milliseconds per step for the three ways of
