@@ -33,13 +33,28 @@ struct DecodePlan {
   // One warp per (sequence, kv head), four to a block, rather than a block each; only with one
   // split. Short contexts gain: a block's fixed costs outweigh attention over a few tokens.
   bool warp_per_head = false;
+  // A block per (split, sequence, kv head) on the tensor cores, streaming the cache through shared
+  // memory in tiles of 64 tokens (splits then cut contexts in whole tiles); else on the CUDA cores,
+  // loading it into registers. Not with warp_per_head.
+  bool tiled = false;
 };
 
-// Picks the number of splits so that about `num_sms` × 8 blocks run, never chunks shorter than 64
-// tokens nor more than 1024 splits, and a warp per (sequence, kv head) when there is one split, at
-// least `num_sms` × 8 (sequence, kv head) pairs, and no context longer than 256 tokens. `max_context` is the longest
-// attended context of the batch.
+// Plans a launch for `num_seqs` sequences whose longest attended context is `max_context`, on
+// `num_sms` SMs. Tiled from 64 (sequence, kv head) pairs on, with splits that take the fewest turns
+// of tiles over the waves of blocks the launch needs, where an SM holds `blocks_per_sm` blocks
+// (counting a block's fixed costs and the merge of splits as about a tile each). Untiled below that,
+// with splits for about 8 blocks an SM and no chunk shorter than 64 tokens. At most 1024 splits.
+// A warp per (sequence, kv head) when there is one split, at least `num_sms` × 8 pairs, and no
+// context longer than 256 tokens.
+DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
+                      int blocks_per_sm);
+
+// The same, with DecodeBlocksPerSm(shape).
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms);
+
+// How many blocks of the tiled decode kernel for `shape` one SM of the current GPU holds at once;
+// asked of the GPU once per device. 2 without a GPU, 1 for shapes DecodeAttention refuses.
+int DecodeBlocksPerSm(const AttentionShape& shape);
 
 // The thread blocks of a decode launch under `plan`.
 int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs);

@@ -1,12 +1,15 @@
-// Decode attention over token slots. One block per (context split, kv head, sequence):
-//  - kLanes = head_dim / 8 threads share one token, each holding 8 dims (one 16-byte load of K and
-//    one of V); the block's 128 threads form kGroups such token groups;
-//  - each group takes kUnroll tokens per iteration, issuing all their K and V loads before the
-//    first use, so enough bytes are in flight to saturate memory;
-//  - the group's query heads (kG of them) sit in registers, pre-scaled by 1/sqrt(d)·log2(e) so the
-//    softmax runs on exp2;
-//  - each group keeps its own running max, sum and output; the block merges its groups through
-//    shared memory, and a second kernel merges the splits of a sequence.
+// Decode attention over token slots. One block of 128 threads per (context split, kv head,
+// sequence), in one of two ways (DecodePlan::tiled):
+//  - tiled, from 64 (sequence, kv head) pairs on: on the tensor cores (decode_tiles.cuh), streaming
+//    the chunk's k and v rows through shared memory in tiles of 64 tokens with asynchronous copies,
+//    each warp multiplying 16 tokens of a tile with the kv head's query heads;
+//  - else on the CUDA cores: kLanes = head_dim / 8 threads share one token, each holding 8 dims
+//    (one 16-byte load of K and one of V) and the query heads in registers; the block's threads
+//    form kGroups such token groups, each taking kUnroll tokens a turn with all their loads issued
+//    before the first use.
+// Either way the query is pre-scaled by 1/sqrt(d)·log2(e), so the softmax runs on exp2; each part
+// of the block (warp or token group) keeps its own running max, sum and outputs; the block merges
+// its parts through shared memory, and a second kernel merges the splits of a sequence.
 // When contexts are short and the batch large (the plan's warp_per_head), a block of 128 threads
 // serves four (sequence, kv head) pairs instead, one per warp: at one token a block's fixed costs
 // (barriers, the shared-memory merge, the done flag's arrival) outweigh its attention, and one
@@ -19,12 +22,19 @@
 // hop of a few rows it may take its inputs and give its outputs as lines (line.h) instead: each
 // block polls the lines of the floats it reads, and writes its outputs as lines, with no flag or
 // fence in between.
+#include <algorithm>
 #include <cfloat>
+#include <climits>
+#include <map>
+#include <mutex>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
+#include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/chaining.cuh"
+#include "kernels/cuda/decode_tiles.cuh"
 #include "kernels/cuda/flags.cuh"
 #include "kernels/cuda/lines.cuh"
 #include "kernels/cuda/packed.cuh"
@@ -33,11 +43,16 @@
 namespace lamina::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = kTileThreads;
 constexpr int kUnroll = 4;
-constexpr int kMinChunk = 64;
-// Enough resident blocks per SM to keep loads in flight while other warps compute.
-constexpr int kBlocksPerSm = 8;
+// A warp per (sequence, kv head) takes over from a block each from this many pairs per SM on.
+constexpr int kWarpPairsPerSm = 8;
+// Launches of this many (sequence, kv head) pairs or more attend on the tensor cores (tiled). With
+// fewer, the blocks' setup outweighs their streaming: on an H100 at batch 1 (8 and 32 pairs) the
+// tiled kernel was 10-20% slower, at 64 pairs and more it was faster (tests/bench/RESULTS.md).
+constexpr int64_t kTiledMinPairs = 64;
+// Untiled plans split contexts for about this many blocks an SM.
+constexpr int kSplitBlocksPerSm = 8;
 constexpr int kWarpsPerBlock = kThreads / 32;
 // Batches of contexts up to this many tokens that fill the GPU with blocks in one split run one
 // warp per (sequence, kv head) instead.
@@ -269,30 +284,30 @@ __device__ __forceinline__ void AttendTokens(const float (&qr)[kG][8], const bf1
   }
 }
 
-// k_cache and v_cache are written only when kLinked (the new tokens' k/v).
-template <int kDim, int kG, bool kLinked>
+// k_cache and v_cache are written only when kLinked (the new tokens' k/v). kTiled: the block attends
+// on the tensor cores (decode_tiles.cuh), with dynamic shared memory; else its 128 threads form
+// kGroups token groups of kLanes lanes (AttendTokens).
+template <int kDim, int kG, bool kLinked, bool kTiled>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(
     const float* __restrict__ q, int64_t q_stride, bf16* k_cache, bf16* v_cache,
     const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin, float* __restrict__ out,
     int64_t out_stride, int num_kv_heads, int sliding_window, float q_scale, float* __restrict__ partial_out,
     float* __restrict__ partial_lse, DecodeLink link) {
-  constexpr int kLanes = kDim / 8;
-  constexpr int kGroups = kThreads / kLanes;
+  extern __shared__ __align__(16) unsigned char tile_smem[];  // kTiled: TileLayout<kDim>::kBytes at least
   const int split = blockIdx.x;
   const int splits = gridDim.x;
   const int kv_head = blockIdx.y;
   const int seq = blockIdx.z;
-  const int lane = threadIdx.x % kLanes;
-  const int group = threadIdx.x / kLanes;
   if (!kLinked) StartChained();  // the linked variant is launched ahead of its inputs, not chained
 
   int begin = slot_begin[seq];
   const int end = slot_begin[seq + 1];
   if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
-  const int chunk = (end - begin + splits - 1) / splits;
-  const int lo = begin + split * chunk;
+  // Tiled, split contexts in whole tiles, so that only a split's last tile may be part-filled.
+  int chunk = (end - begin + splits - 1) / splits;
+  if (kTiled && splits > 1) chunk = (chunk + kTileTokens - 1) / kTileTokens * kTileTokens;
+  const int lo = min(end, begin + split * chunk);
   const int hi = min(end, lo + chunk);
-  const int64_t head_offset = static_cast<int64_t>(kv_head) * kDim + lane * 8;
   const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
 
   // Whether a wait of the step gave up, as this block knows it before attending.
@@ -320,31 +335,70 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
     if (link.busy_ns != nullptr && first_block && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
   }
 
-  float qr[kG][8];
-  if (kLinked && link.lines != nullptr) {
-    LoadPolledQuery<kDim, kG>(q_polled, lane, q_scale, qr);
-  } else {
-    LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
-  }
-  float acc[kG][8];
-  float run_max[kG];
-  float run_sum[kG];
-  constexpr int kGroupsPerWarp = 32 / kLanes;
-  AttendTokens<kDim, kG>(qr, k_cache, v_cache, slot_ids, slot_stride, head_offset, lo, hi, group,
-                         group / kGroupsPerWarp * kGroupsPerWarp, kGroups, acc, run_max, run_sum);
-
-  // Merge the groups of the block: [group][g] maxima and sums, [group][g][dim] outputs.
-  __shared__ float shared_max[kGroups][kG];
-  __shared__ float shared_sum[kGroups][kG];
-  __shared__ float shared_acc[kGroups][kG][kDim];
-#pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    if (lane == 0) {
-      shared_max[group][g] = run_max[g];
-      shared_sum[group][g] = run_sum[g];
+  // The block's parts (warps when tiled, token groups else) leave their maxima and sums, [part][g],
+  // and outputs, [part][g][dim], in shared memory.
+  constexpr int kParts = kTiled ? kTileWarps : kThreads / (kDim / 8);
+  __shared__ float group_state[kTiled ? 1 : kParts * kG * (kDim + 2)];
+  float* shared_max = kTiled ? reinterpret_cast<float*>(tile_smem) : group_state;
+  float* shared_sum = shared_max + kParts * kG;
+  float* shared_acc = shared_sum + kParts * kG;
+  if constexpr (kTiled) {
+    // The kv head's query heads as the A fragments of the products.
+    auto make_query = [&](uint32_t (&high)[kDim / 16][2], uint32_t (&low)[kDim / 16][2]) {
+      if (kLinked && link.lines != nullptr) {
+        QueryFragments<kDim, kG>([&](int i) { return q_polled[i]; }, q_scale, high, low);
+      } else {
+        // Through L2: with a link the rows were just written by a peer GPU.
+        const float* q_heads = q + seq * q_stride + kv_head * kG * kDim;
+        QueryFragments<kDim, kG>([&](int i) { return __ldcg(q_heads + i); }, q_scale, high, low);
+      }
+    };
+    WarpRows<kDim> rows;
+    AttendChunkInTiles<kDim>(make_query, k_cache, v_cache, slot_ids, slot_stride,
+                             static_cast<int64_t>(kv_head) * kDim, lo, hi, tile_smem, rows);
+    // The tiles' shared memory is free again.
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane / 4 < kG && lane % 4 == 0) {
+      shared_max[warp * kG + lane / 4] = rows.max;
+      shared_sum[warp * kG + lane / 4] = rows.sum;
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) shared_acc[group][g][lane * 8 + i] = acc[g][i];
+    for (int h = 0; h < 2; ++h) {
+      const int head = 2 * (lane % 4) + h;
+      if (head >= kG) continue;
+      float* to = shared_acc + (warp * kG + head) * kDim + lane / 4;
+#pragma unroll
+      for (int d = 0; d < kDim / 16; ++d) {
+        to[16 * d] = rows.o[d][h];
+        to[16 * d + 8] = rows.o[d][2 + h];
+      }
+    }
+  } else {
+    constexpr int kLanes = kDim / 8;
+    const int lane = threadIdx.x % kLanes;
+    const int group = threadIdx.x / kLanes;
+    float qr[kG][8];
+    if (kLinked && link.lines != nullptr) {
+      LoadPolledQuery<kDim, kG>(q_polled, lane, q_scale, qr);
+    } else {
+      LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
+    }
+    float acc[kG][8];
+    float run_max[kG];
+    float run_sum[kG];
+    constexpr int kGroupsPerWarp = 32 / kLanes;
+    AttendTokens<kDim, kG>(qr, k_cache, v_cache, slot_ids, slot_stride,
+                           static_cast<int64_t>(kv_head) * kDim + lane * 8, lo, hi, group,
+                           group / kGroupsPerWarp * kGroupsPerWarp, kParts, acc, run_max, run_sum);
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      if (lane == 0) {
+        shared_max[group * kG + g] = run_max[g];
+        shared_sum[group * kG + g] = run_sum[g];
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) shared_acc[(group * kG + g) * kDim + lane * 8 + i] = acc[g][i];
+    }
   }
   __syncthreads();
   // Each thread takes two neighbouring dims of a head, so that an output line holds both.
@@ -352,15 +406,15 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
     const int g = idx / kDim;
     const int d = idx % kDim;
     float m = -INFINITY;
-    for (int j = 0; j < kGroups; ++j) m = fmaxf(m, shared_max[j][g]);
+    for (int w = 0; w < kParts; ++w) m = fmaxf(m, shared_max[w * kG + g]);
     float sum = 0.f;
     float o[2] = {0.f, 0.f};
     if (m != -INFINITY) {
-      for (int j = 0; j < kGroups; ++j) {
-        const float w = exp2f(shared_max[j][g] - m);
-        sum += shared_sum[j][g] * w;
-        o[0] += shared_acc[j][g][d] * w;
-        o[1] += shared_acc[j][g][d + 1] * w;
+      for (int w = 0; w < kParts; ++w) {
+        const float weight = exp2f(shared_max[w * kG + g] - m);
+        sum += shared_sum[w * kG + g] * weight;
+        o[0] += shared_acc[(w * kG + g) * kDim + d] * weight;
+        o[1] += shared_acc[(w * kG + g) * kDim + d + 1] * weight;
       }
     }
     const int head = kv_head * kG + g;
@@ -533,6 +587,32 @@ __global__ void MergeSplitsKernel(const float* __restrict__ partial_out, const f
   }
 }
 
+// Two blocks of DecodeKernel an SM stream the cache fastest: on an H100 a third one (the registers
+// allow three) made every large batch slower, 0.95 rather than 0.98 of the read rate for MHA at
+// batch 128 (tests/bench/RESULTS.md). A launch asks for enough shared memory to keep it at two.
+constexpr int kTileBlocksPerSm = 2;
+
+// The dynamic shared memory of a tiled DecodeKernel<kDim> launch on the current device: its tiles'
+// (TileLayout), or 1/kTileBlocksPerSm of an SM's less what the GPU reserves a block, when more.
+template <int kDim>
+absl::StatusOr<int> TileLaunchBytes() {
+  int device = 0, per_sm = 0, reserved = 0;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+  return std::max(TileLayout<kDim>::kBytes, per_sm / kTileBlocksPerSm - reserved);
+}
+
+// Lets the tiled DecodeKernel<kDim, kG, kLinked> take `bytes` of dynamic shared memory on the
+// current device (past the default 48 KiB), preferring shared memory to L1 (the tiles bypass L1).
+template <int kDim, int kG, bool kLinked>
+cudaError_t AllowTileMemory(int bytes) {
+  auto* kernel = DecodeKernel<kDim, kG, kLinked, true>;
+  const cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (error != cudaSuccess) return error;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+}
+
 // `link` null: plain decode attention (k_cache and v_cache only read); else the linked variant.
 template <int kDim, int kG>
 absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
@@ -560,15 +640,32 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
   float* partial_out = workspace;
   float* partial_lse = plan.splits > 1 ? workspace + num_seqs * shape.num_q_heads * plan.splits * kDim : nullptr;
   if (link != nullptr) {
-    DecodeKernel<kDim, kG, true><<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, slot_ids, slot_begin,
-                                                                out, out_stride, kv_heads, window, q_scale,
-                                                                partial_out, partial_lse, *link);
+    if (plan.tiled) {
+      LAMINA_ASSIGN_OR_RETURN(const int tile_bytes, TileLaunchBytes<kDim>());
+      LAMINA_CUDA_RETURN_IF_ERROR((AllowTileMemory<kDim, kG, true>(tile_bytes)));
+      DecodeKernel<kDim, kG, true, true><<<grid, kThreads, tile_bytes, stream>>>(
+          q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, window, q_scale, partial_out,
+          partial_lse, *link);
+    } else {
+      DecodeKernel<kDim, kG, true, false><<<grid, kThreads, 0, stream>>>(
+          q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, window, q_scale, partial_out,
+          partial_lse, *link);
+    }
     LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   }
-  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(DecodeKernel<kDim, kG, false>, grid, dim3(kThreads), 0, stream, q, q_stride,
-                                            k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, window,
-                                            q_scale, partial_out, partial_lse, DecodeLink{}));
+  if (plan.tiled) {
+    LAMINA_ASSIGN_OR_RETURN(const int tile_bytes, TileLaunchBytes<kDim>());
+    LAMINA_CUDA_RETURN_IF_ERROR((AllowTileMemory<kDim, kG, false>(tile_bytes)));
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(DecodeKernel<kDim, kG, false, true>, grid, dim3(kThreads), tile_bytes,
+                                              stream, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out,
+                                              out_stride, kv_heads, window, q_scale, partial_out, partial_lse,
+                                              DecodeLink{}));
+  } else {
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(DecodeKernel<kDim, kG, false, false>, grid, dim3(kThreads), 0, stream,
+                                              q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                                              kv_heads, window, q_scale, partial_out, partial_lse, DecodeLink{}));
+  }
   if (plan.splits > 1) {
     LAMINA_CUDA_RETURN_IF_ERROR(
         LaunchChained(MergeSplitsKernel<kDim>,
@@ -633,19 +730,98 @@ absl::Status Dispatch(const AttentionShape& shape, const DecodePlan& plan, const
   }
 }
 
+// The resident blocks per SM of the tiled DecodeKernel<kDim, kG> on the current device, asked once per
+// device; kTileBlocksPerSm where no GPU answers.
+template <int kDim, int kG>
+int TileBlocksPerSm() {
+  static std::mutex mutex;
+  static std::map<int, int> known;
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find(device);
+    if (it != known.end()) return it->second;
+    const absl::StatusOr<int> bytes = TileLaunchBytes<kDim>();
+    int blocks = 0;
+    if (bytes.ok() && AllowTileMemory<kDim, kG, false>(*bytes) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeKernel<kDim, kG, false, true>, kThreads, *bytes) ==
+            cudaSuccess &&
+        blocks > 0) {
+      known[device] = blocks;
+      return blocks;
+    }
+  }
+  cudaGetLastError();
+  return kTileBlocksPerSm;
+}
+
+template <int kDim>
+int GroupBlocksPerSm(int64_t group) {
+  switch (group) {
+    case 1: return TileBlocksPerSm<kDim, 1>();
+    case 2: return TileBlocksPerSm<kDim, 2>();
+    case 3: return TileBlocksPerSm<kDim, 3>();
+    case 4: return TileBlocksPerSm<kDim, 4>();
+    case 5: return TileBlocksPerSm<kDim, 5>();
+    case 6: return TileBlocksPerSm<kDim, 6>();
+    case 7: return TileBlocksPerSm<kDim, 7>();
+    case 8: return TileBlocksPerSm<kDim, 8>();
+    default: return 1;  // DecodeAttention refuses the shape
+  }
+}
+
 }  // namespace
 
-DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms) {
+int DecodeBlocksPerSm(const AttentionShape& shape) {
+  const int64_t group = shape.num_kv_heads > 0 ? shape.num_q_heads / shape.num_kv_heads : 0;
+  switch (shape.head_dim) {
+    case 16: return GroupBlocksPerSm<16>(group);
+    case 32: return GroupBlocksPerSm<32>(group);
+    case 64: return GroupBlocksPerSm<64>(group);
+    case 128: return GroupBlocksPerSm<128>(group);
+    default: return 1;
+  }
+}
+
+DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
+                      int blocks_per_sm) {
   DecodePlan plan;
-  const int64_t blocks = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
-  const int64_t wanted = (kBlocksPerSm * static_cast<int64_t>(num_sms) + blocks - 1) / blocks;
-  const int64_t most = std::max<int64_t>(1, max_context / kMinChunk);
-  plan.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, most, kMaxMergedSplits})));
+  const int64_t pairs = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
+  const int64_t context = std::max<int64_t>(1, max_context);
+  plan.tiled = pairs >= kTiledMinPairs;
+  if (plan.tiled) {
+    // A launch takes as many turns of tiles as its longest block, once per wave of blocks, plus a
+    // block's fixed costs (about a tile), plus the merge of the splits (about another). At most a
+    // tile a split; past two waves of blocks more splits only add waves.
+    const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(num_sms) * blocks_per_sm);
+    const int64_t most = std::min<int64_t>({(context + kTileTokens - 1) / kTileTokens, kMaxMergedSplits,
+                                            2 * resident / pairs + 1});
+    int64_t best_cost = INT64_MAX;
+    for (int64_t splits = 1; splits <= std::max<int64_t>(1, most); ++splits) {
+      const int64_t tiles = ((context + splits - 1) / splits + kTileTokens - 1) / kTileTokens;
+      const int64_t waves = (pairs * splits + resident - 1) / resident;
+      const int64_t cost = waves * (tiles + 1) + (splits > 1 ? 1 : 0);
+      if (cost < best_cost) {
+        best_cost = cost;
+        plan.splits = static_cast<int>(splits);
+      }
+    }
+  } else {
+    // About 8 blocks an SM, no chunk shorter than 64 tokens.
+    const int64_t wanted = (kSplitBlocksPerSm * static_cast<int64_t>(num_sms) + pairs - 1) / pairs;
+    const int64_t most = std::max<int64_t>(1, context / kTileTokens);
+    plan.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, most, kMaxMergedSplits})));
+  }
   if (plan.splits > 1) plan.workspace_floats = num_seqs * shape.num_q_heads * plan.splits * (shape.head_dim + 1);
   // A warp each pays once a block each needs more than a full load of blocks; with fewer, on two
   // H200s, it was as fast at batch 64 and 2 us slower at batch 1 (lamina-bench-kernels).
-  plan.warp_per_head = plan.splits == 1 && max_context <= kWarpMaxContext && blocks >= kBlocksPerSm * num_sms;
+  plan.warp_per_head = plan.splits == 1 && max_context <= kWarpMaxContext && pairs >= kWarpPairsPerSm * num_sms;
+  if (plan.warp_per_head) plan.tiled = false;
   return plan;
+}
+
+DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms) {
+  return PlanDecode(shape, num_seqs, max_context, num_sms, DecodeBlocksPerSm(shape));
 }
 
 int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs) {

@@ -279,14 +279,20 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
     DeviceBuffer d_k = Upload(ToBf16(keys)), d_v = Upload(ToBf16(values));
     DeviceBuffer d_slots = Upload(slots), d_begin = Upload(begin32);
     const int64_t longest = *std::max_element(c.contexts.begin(), c.contexts.end());
-    // The planner's picks for a small and a large GPU, then a block and a warp per (sequence, kv
-    // head) whatever the context.
-    cuda::DecodePlan block_each, warp_each;
+    // The planner's picks for a small and a large GPU, then a block (on the CUDA cores and tiled)
+    // and a warp per (sequence, kv head) whatever the context, then the most splits a launch takes
+    // (tiled, whole tiles: most of them left empty, which the merge must pass over).
+    cuda::DecodePlan block_each, tiled_each, warp_each, most_splits, most_tiled_splits;
+    tiled_each.tiled = true;
     warp_each.warp_per_head = true;
+    most_splits.splits = 1024;
+    most_splits.workspace_floats = seqs * c.q_heads * most_splits.splits * (c.head_dim + 1);
+    most_tiled_splits = most_splits;
+    most_tiled_splits.tiled = true;
     for (const float* d_queries : {d_q.as<float>(), d_q_shifted.as<float>() + 1}) {
       for (const cuda::DecodePlan& plan :
            {cuda::PlanDecode(shape, seqs, longest, 1), cuda::PlanDecode(shape, seqs, longest, 132), block_each,
-            warp_each}) {
+            tiled_each, warp_each, most_splits, most_tiled_splits}) {
         DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
         DeviceBuffer d_work = *DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float));
         ASSERT_TRUE(cuda::DecodeAttention(shape, plan, d_queries, q_stride, d_k.as<bf16>(), d_v.as<bf16>(),
@@ -295,7 +301,7 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
         ExpectNear(Download<float>(d_out, want.size()), want, 2e-4f, 2e-3f,
                    "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
                        " dim " + std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
-                       (plan.warp_per_head ? " warp per head" : "") +
+                       (plan.warp_per_head ? " warp per head" : "") + (plan.tiled ? " tiled" : "") +
                        (d_queries == d_q.as<float>() ? "" : " queries not 16-byte aligned"));
       }
     }
@@ -324,6 +330,39 @@ TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
   EXPECT_EQ(plan.splits, 4);
   EXPECT_FALSE(plan.warp_per_head);
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1), 8 * 4);
+}
+
+TEST(DecodePlanTest, TiledSplitsFillTheBlocksTheGpuHoldsAtOnce) {
+  const cpu::AttentionShape gqa{32, 8, 128, 0};
+  // 132 SMs of 2 blocks: batch 16 (128 pairs) in 2 splits of 16 tiles, one wave of 256 blocks,
+  // rather than 3 splits in two waves.
+  cuda::DecodePlan plan = cuda::PlanDecode(gqa, 16, 2048, 132, 2);
+  EXPECT_TRUE(plan.tiled);
+  EXPECT_EQ(plan.splits, 2);
+  EXPECT_EQ(plan.workspace_floats, 16 * 32 * 2 * 129);
+  // 512 pairs already take two waves: more splits would only add waves.
+  EXPECT_EQ(cuda::PlanDecode(gqa, 64, 2048, 132, 2).splits, 1);
+  EXPECT_EQ(cuda::PlanDecode(gqa, 128, 4096, 132, 2).splits, 1);
+  // 64 pairs, the fewest tiled: 4 splits of 16 tiles in one wave.
+  EXPECT_TRUE(cuda::PlanDecode(gqa, 8, 4096, 132, 2).tiled);
+  EXPECT_EQ(cuda::PlanDecode(gqa, 8, 4096, 132, 2).splits, 4);
+  // Twice the blocks an SM holds, twice the splits.
+  EXPECT_EQ(cuda::PlanDecode(gqa, 16, 2048, 132, 4).splits, 4);
+}
+
+TEST(DecodePlanTest, FewPairsStayOnTheCudaCores) {
+  const cpu::AttentionShape gqa{32, 8, 128, 0}, mha{32, 32, 128, 0};
+  // Batch 1: 8 and 32 pairs, split for about 8 blocks an SM, no chunk under 64 tokens.
+  cuda::DecodePlan plan = cuda::PlanDecode(gqa, 1, 4096, 132, 2);
+  EXPECT_FALSE(plan.tiled);
+  EXPECT_EQ(plan.splits, 64);
+  plan = cuda::PlanDecode(mha, 1, 4096, 132, 2);
+  EXPECT_FALSE(plan.tiled);
+  EXPECT_EQ(plan.splits, 33);
+  plan = cuda::PlanDecode(gqa, 7, 4096, 132, 2);  // 56 pairs
+  EXPECT_FALSE(plan.tiled);
+  EXPECT_EQ(cuda::PlanDecode(gqa, 1, 100, 132, 2).splits, 1);
+  EXPECT_EQ(cuda::PlanDecode(gqa, 1, 100, 132, 2).workspace_floats, 0);
 }
 
 TEST_F(CudaParityTest, DecodeAttentionRejectsUnsupportedShapes) {
