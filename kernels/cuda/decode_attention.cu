@@ -592,25 +592,29 @@ __global__ void MergeSplitsKernel(const float* __restrict__ partial_out, const f
 // batch 128 (tests/bench/RESULTS.md). A launch asks for enough shared memory to keep it at two.
 constexpr int kTileBlocksPerSm = 2;
 
-// The dynamic shared memory of a tiled DecodeKernel<kDim> launch on the current device: its tiles'
-// (TileLayout), or 1/kTileBlocksPerSm of an SM's less what the GPU reserves a block, when more.
-template <int kDim>
-absl::StatusOr<int> TileLaunchBytes() {
-  int device = 0, per_sm = 0, reserved = 0;
+// The dynamic shared memory of a tiled DecodeKernel<kDim, kG, kLinked> launch on the current device:
+// its tiles' (TileLayout), or 1/kTileBlocksPerSm of an SM's less what the GPU reserves a block,
+// when more. The first call on a device lets the kernel take that much (past the default 48 KiB),
+// preferring shared memory to L1 (the tiles bypass L1); later ones only look it up.
+template <int kDim, int kG, bool kLinked>
+absl::StatusOr<int> PrepareTiledLaunch() {
+  static std::mutex mutex;
+  static std::map<int, int> prepared;  // bytes by device
+  int device = 0;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = prepared.find(device);
+  if (it != prepared.end()) return it->second;
+  int per_sm = 0, reserved = 0;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
-  return std::max(TileLayout<kDim>::kBytes, per_sm / kTileBlocksPerSm - reserved);
-}
-
-// Lets the tiled DecodeKernel<kDim, kG, kLinked> take `bytes` of dynamic shared memory on the
-// current device (past the default 48 KiB), preferring shared memory to L1 (the tiles bypass L1).
-template <int kDim, int kG, bool kLinked>
-cudaError_t AllowTileMemory(int bytes) {
+  const int bytes = std::max(TileLayout<kDim>::kBytes, per_sm / kTileBlocksPerSm - reserved);
   auto* kernel = DecodeKernel<kDim, kG, kLinked, true>;
-  const cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (error != cudaSuccess) return error;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  prepared[device] = bytes;
+  return bytes;
 }
 
 // `link` null: plain decode attention (k_cache and v_cache only read); else the linked variant.
@@ -641,8 +645,7 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
   float* partial_lse = plan.splits > 1 ? workspace + num_seqs * shape.num_q_heads * plan.splits * kDim : nullptr;
   if (link != nullptr) {
     if (plan.tiled) {
-      LAMINA_ASSIGN_OR_RETURN(const int tile_bytes, TileLaunchBytes<kDim>());
-      LAMINA_CUDA_RETURN_IF_ERROR((AllowTileMemory<kDim, kG, true>(tile_bytes)));
+      LAMINA_ASSIGN_OR_RETURN(const int tile_bytes, (PrepareTiledLaunch<kDim, kG, true>()));
       DecodeKernel<kDim, kG, true, true><<<grid, kThreads, tile_bytes, stream>>>(
           q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, window, q_scale, partial_out,
           partial_lse, *link);
@@ -655,8 +658,7 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
     return absl::OkStatus();
   }
   if (plan.tiled) {
-    LAMINA_ASSIGN_OR_RETURN(const int tile_bytes, TileLaunchBytes<kDim>());
-    LAMINA_CUDA_RETURN_IF_ERROR((AllowTileMemory<kDim, kG, false>(tile_bytes)));
+    LAMINA_ASSIGN_OR_RETURN(const int tile_bytes, (PrepareTiledLaunch<kDim, kG, false>()));
     LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(DecodeKernel<kDim, kG, false, true>, grid, dim3(kThreads), tile_bytes,
                                               stream, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out,
                                               out_stride, kv_heads, window, q_scale, partial_out, partial_lse,
@@ -741,11 +743,11 @@ int TileBlocksPerSm() {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = known.find(device);
     if (it != known.end()) return it->second;
-    const absl::StatusOr<int> bytes = TileLaunchBytes<kDim>();
+    const absl::StatusOr<int> bytes = PrepareTiledLaunch<kDim, kG, false>();
     int blocks = 0;
-    if (bytes.ok() && AllowTileMemory<kDim, kG, false>(*bytes) == cudaSuccess &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeKernel<kDim, kG, false, true>, kThreads, *bytes) ==
-            cudaSuccess &&
+    if (bytes.ok() &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeKernel<kDim, kG, false, true>, kThreads,
+                                                      *bytes) == cudaSuccess &&
         blocks > 0) {
       known[device] = blocks;
       return blocks;

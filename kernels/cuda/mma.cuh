@@ -70,10 +70,8 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
 
 // The same for an A whose rows 8..15 are zero: only a[0] and a[2] are given.
 __device__ __forceinline__ void MmaUpperRows(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  const uint32_t a[4] = {a0, 0u, a2, 0u};
+  Mma(d, a, b0, b1);
 }
 
 // x0 and x1 as two bf16 pairs whose sum gives them to about 2^-17 relative: `high` rounds them,
