@@ -37,19 +37,23 @@ struct DecodePlan {
   // memory in tiles of 64 tokens (splits then cut contexts in whole tiles); else on the CUDA cores,
   // loading it into registers. Not with warp_per_head.
   bool tiled = false;
+  // Tiled, with four tiles in shared memory (three in flight) and a block alone on its SM, rather
+  // than two tiles and two blocks an SM: for launches of at most one block an SM.
+  bool deep_tiles = false;
 };
 
 // Plans a launch for `num_seqs` sequences whose longest attended context is `max_context`, on
 // `num_sms` SMs. Tiled from 64 (sequence, kv head) pairs on, with splits that take the fewest turns
-// of tiles over the waves of blocks the launch needs, where an SM holds `blocks_per_sm` blocks
-// (counting a block's fixed costs and the merge of splits as about a tile each). Untiled below that,
-// with splits for about 8 blocks an SM and no chunk shorter than 64 tokens. At most 1024 splits.
-// A warp per (sequence, kv head) when there is one split, at least `num_sms` × 8 pairs, and no
-// context longer than 256 tokens.
+// of tiles over the waves of blocks the launch needs (counting a block's fixed costs and the merge
+// of splits as about a tile each): with deep tiles, a block an SM, up to `num_sms` pairs when
+// `deep_tiles_fit` (the GPU allows a block their shared memory); else where an SM holds
+// `blocks_per_sm` shallow blocks. Untiled below 64 pairs, with splits for about 8 blocks an SM and
+// no chunk shorter than 64 tokens. At most 1024 splits. A warp per (sequence, kv head) when there is
+// one split, at least `num_sms` × 8 pairs, and no context longer than 256 tokens.
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
-                      int blocks_per_sm);
+                      int blocks_per_sm, bool deep_tiles_fit = true);
 
-// The same, with DecodeBlocksPerSm(shape).
+// The same, with DecodeBlocksPerSm(shape) and whether deep tiles fit on the current GPU.
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms);
 
 // How many blocks of the tiled decode kernel for `shape` one SM of the current GPU holds at once;
@@ -62,6 +66,10 @@ int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_
 // One query per sequence against its cached keys: sequence s attends to the slots
 // slot_ids[slot_begin[s] .. slot_begin[s + 1]) in position order (the last `sliding_window` of
 // them when set).
+// Chained (chaining.h), with one exception to a chained kernel's rule: a tiled plan reads
+// slot_ids, slot_begin and the cached k/v of every context token but its last before the kernel
+// ahead of it has ended. So no chained kernel queued since the stream's last unchained work may
+// write those; StoreKv of each sequence's new token, the last, may.
 absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan,
                              const float* q, int64_t q_stride,         // [num_seqs, q_stride], heads first
                              const bf16* k_cache, const bf16* v_cache,  // [num_slots, kv_heads, head_dim]

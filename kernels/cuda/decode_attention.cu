@@ -27,6 +27,7 @@
 #include <climits>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -284,21 +285,28 @@ __device__ __forceinline__ void AttendTokens(const float (&qr)[kG][8], const bf1
   }
 }
 
-// k_cache and v_cache are written only when kLinked (the new tokens' k/v). kTiled: the block attends
-// on the tensor cores (decode_tiles.cuh), with dynamic shared memory; else its 128 threads form
-// kGroups token groups of kLanes lanes (AttendTokens).
-template <int kDim, int kG, bool kLinked, bool kTiled>
+// k_cache and v_cache are written only when kLinked (the new tokens' k/v). kStages > 0: the block
+// attends on the tensor cores (decode_tiles.cuh), kStages tiles in dynamic shared memory; 0: its
+// 128 threads form kGroups token groups of kLanes lanes (AttendTokens).
+template <int kDim, int kG, bool kLinked, int kStages>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(
     const float* __restrict__ q, int64_t q_stride, bf16* k_cache, bf16* v_cache,
     const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin, float* __restrict__ out,
     int64_t out_stride, int num_kv_heads, int sliding_window, float q_scale, float* __restrict__ partial_out,
     float* __restrict__ partial_lse, DecodeLink link) {
-  extern __shared__ __align__(16) unsigned char tile_smem[];  // kTiled: TileLayout<kDim>::kBytes at least
+  constexpr bool kTiled = kStages > 0;
+  extern __shared__ __align__(16) unsigned char tile_smem[];  // tiled: TileLayout<kDim, kStages>::kBytes at least
   const int split = blockIdx.x;
   const int splits = gridDim.x;
   const int kv_head = blockIdx.y;
   const int seq = blockIdx.z;
-  if (!kLinked) StartChained();  // the linked variant is launched ahead of its inputs, not chained
+  // The linked variant is launched ahead of its inputs, not chained. Chained, the tiled one reads
+  // the slot tables and queues its first tiles before the kernel ahead of it has ended
+  // (DecodeAttention's contract allows it).
+  if (!kLinked) {
+    LetNextKernelStart();
+    if (!kTiled) WaitForPreviousKernel();
+  }
 
   int begin = slot_begin[seq];
   const int end = slot_begin[seq + 1];
@@ -309,6 +317,17 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
   const int lo = min(end, begin + split * chunk);
   const int hi = min(end, lo + chunk);
   const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * kDim;
+
+  // Tiled, the first tiles go in flight before the wait for the inputs (the kernel ahead, or the
+  // linked hop), unless they hold the context's last token: the step's new one, which StoreKv or
+  // the linked launch itself writes.
+  using Tiles = TileStream<kDim, kTiled ? kStages : kShallowTileStages>;
+  const Tiles tiles{k_cache, v_cache, slot_ids, slot_stride, static_cast<int64_t>(kv_head) * kDim, lo, hi, tile_smem};
+  const bool tiles_started = kTiled && lo + Tiles::kTilesAhead * kTileTokens < end;
+  if constexpr (kTiled) {
+    if (tiles_started) tiles.StartTiles();
+    if (!kLinked) WaitForPreviousKernel();
+  }
 
   // Whether a wait of the step gave up, as this block knows it before attending.
   bool failed = false;
@@ -353,9 +372,9 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
         QueryFragments<kDim, kG>([&](int i) { return __ldcg(q_heads + i); }, q_scale, high, low);
       }
     };
+    if (!tiles_started) tiles.StartTiles();
     WarpRows<kDim> rows;
-    AttendChunkInTiles<kDim>(make_query, k_cache, v_cache, slot_ids, slot_stride,
-                             static_cast<int64_t>(kv_head) * kDim, lo, hi, tile_smem, rows);
+    tiles.AttendTiles(make_query, rows);
     // The tiles' shared memory is free again.
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane / 4 < kG && lane % 4 == 0) {
@@ -592,11 +611,12 @@ __global__ void MergeSplitsKernel(const float* __restrict__ partial_out, const f
 // batch 128 (tests/bench/RESULTS.md). A launch asks for enough shared memory to keep it at two.
 constexpr int kTileBlocksPerSm = 2;
 
-// The dynamic shared memory of a tiled DecodeKernel<kDim, kG, kLinked> launch on the current device:
-// its tiles' (TileLayout), or 1/kTileBlocksPerSm of an SM's less what the GPU reserves a block,
-// when more. The first call on a device lets the kernel take that much (past the default 48 KiB),
+// The dynamic shared memory of a tiled DecodeKernel<kDim, kG, kLinked, kStages> launch on the
+// current device. Shallow: its tiles' (TileLayout), or 1/kTileBlocksPerSm of an SM's less what the
+// GPU reserves a block, when more. Deep: its tiles', FailedPrecondition where a block may not have
+// that much. The first call on a device lets the kernel take that much (past the default 48 KiB),
 // preferring shared memory to L1 (the tiles bypass L1); later ones only look it up.
-template <int kDim, int kG, bool kLinked>
+template <int kDim, int kG, bool kLinked, int kStages>
 absl::StatusOr<int> PrepareTiledLaunch() {
   static std::mutex mutex;
   static std::map<int, int> prepared;  // bytes by device
@@ -605,16 +625,52 @@ absl::StatusOr<int> PrepareTiledLaunch() {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = prepared.find(device);
   if (it != prepared.end()) return it->second;
-  int per_sm = 0, reserved = 0;
+  int per_sm = 0, reserved = 0, per_block = 0;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
-  const int bytes = std::max(TileLayout<kDim>::kBytes, per_sm / kTileBlocksPerSm - reserved);
-  auto* kernel = DecodeKernel<kDim, kG, kLinked, true>;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  constexpr int kNeeded = TileLayout<kDim, kStages>::kBytes;
+  if (kNeeded > per_block) {
+    return absl::FailedPreconditionError(absl::StrCat("decode attention: ", kStages, " tiles of head_dim ", kDim,
+                                                      " need ", kNeeded, " bytes of shared memory a block; device ",
+                                                      device, " allows ", per_block));
+  }
+  const int bytes = kStages == kDeepTileStages
+                        ? kNeeded
+                        : std::min(per_block, std::max(kNeeded, per_sm / kTileBlocksPerSm - reserved));
+  auto* kernel = DecodeKernel<kDim, kG, kLinked, kStages>;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   LAMINA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   prepared[device] = bytes;
   return bytes;
+}
+
+// One DecodeKernel launch of `grid` blocks, kStages deep (0: on the CUDA cores): linked when `link`
+// is set, else chained.
+template <int kDim, int kG, int kStages>
+absl::Status LaunchDecodeBlocks(dim3 grid, const DecodeLink* link, const float* q, int64_t q_stride, bf16* k_cache,
+                                bf16* v_cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
+                                int64_t out_stride, int kv_heads, int window, float q_scale, float* partial_out,
+                                float* partial_lse, cudaStream_t stream) {
+  int bytes = 0;
+  if (link != nullptr) {
+    if constexpr (kStages > 0) {
+      LAMINA_ASSIGN_OR_RETURN(bytes, (PrepareTiledLaunch<kDim, kG, true, kStages>()));
+    }
+    DecodeKernel<kDim, kG, true, kStages>
+        <<<grid, kThreads, bytes, stream>>>(q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                                            kv_heads, window, q_scale, partial_out, partial_lse, *link);
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  }
+  if constexpr (kStages > 0) {
+    LAMINA_ASSIGN_OR_RETURN(bytes, (PrepareTiledLaunch<kDim, kG, false, kStages>()));
+  }
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(DecodeKernel<kDim, kG, false, kStages>, grid, dim3(kThreads), bytes, stream,
+                                            q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                                            kv_heads, window, q_scale, partial_out, partial_lse, DecodeLink{}));
+  return absl::OkStatus();
 }
 
 // `link` null: plain decode attention (k_cache and v_cache only read); else the linked variant.
@@ -643,32 +699,20 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
   const dim3 grid(plan.splits, static_cast<unsigned>(shape.num_kv_heads), static_cast<unsigned>(num_seqs));
   float* partial_out = workspace;
   float* partial_lse = plan.splits > 1 ? workspace + num_seqs * shape.num_q_heads * plan.splits * kDim : nullptr;
-  if (link != nullptr) {
-    if (plan.tiled) {
-      LAMINA_ASSIGN_OR_RETURN(const int tile_bytes, (PrepareTiledLaunch<kDim, kG, true>()));
-      DecodeKernel<kDim, kG, true, true><<<grid, kThreads, tile_bytes, stream>>>(
-          q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, window, q_scale, partial_out,
-          partial_lse, *link);
-    } else {
-      DecodeKernel<kDim, kG, true, false><<<grid, kThreads, 0, stream>>>(
-          q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, window, q_scale, partial_out,
-          partial_lse, *link);
-    }
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    return absl::OkStatus();
-  }
-  if (plan.tiled) {
-    LAMINA_ASSIGN_OR_RETURN(const int tile_bytes, (PrepareTiledLaunch<kDim, kG, false>()));
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(DecodeKernel<kDim, kG, false, true>, grid, dim3(kThreads), tile_bytes,
-                                              stream, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out,
-                                              out_stride, kv_heads, window, q_scale, partial_out, partial_lse,
-                                              DecodeLink{}));
+  auto launch = [&](auto stages) {
+    return LaunchDecodeBlocks<kDim, kG, decltype(stages)::value>(grid, link, q, q_stride, k_cache, v_cache, slot_ids,
+                                                                 slot_begin, out, out_stride, kv_heads, window, q_scale,
+                                                                 partial_out, partial_lse, stream);
+  };
+  if (!plan.tiled) {
+    LAMINA_RETURN_IF_ERROR(launch(std::integral_constant<int, 0>()));
+  } else if (plan.deep_tiles) {
+    LAMINA_RETURN_IF_ERROR(launch(std::integral_constant<int, kDeepTileStages>()));
   } else {
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(DecodeKernel<kDim, kG, false, false>, grid, dim3(kThreads), 0, stream,
-                                              q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
-                                              kv_heads, window, q_scale, partial_out, partial_lse, DecodeLink{}));
+    LAMINA_RETURN_IF_ERROR(launch(std::integral_constant<int, kShallowTileStages>()));
   }
-  if (plan.splits > 1) {
+  // The linked launch merges its splits itself.
+  if (link == nullptr && plan.splits > 1) {
     LAMINA_CUDA_RETURN_IF_ERROR(
         LaunchChained(MergeSplitsKernel<kDim>,
                       dim3(static_cast<unsigned>(shape.num_q_heads), static_cast<unsigned>(num_seqs)),
@@ -743,11 +787,11 @@ int TileBlocksPerSm() {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = known.find(device);
     if (it != known.end()) return it->second;
-    const absl::StatusOr<int> bytes = PrepareTiledLaunch<kDim, kG, false>();
+    const absl::StatusOr<int> bytes = PrepareTiledLaunch<kDim, kG, false, kShallowTileStages>();
     int blocks = 0;
     if (bytes.ok() &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeKernel<kDim, kG, false, true>, kThreads,
-                                                      *bytes) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeKernel<kDim, kG, false, kShallowTileStages>,
+                                                      kThreads, *bytes) == cudaSuccess &&
         blocks > 0) {
       known[device] = blocks;
       return blocks;
@@ -755,6 +799,29 @@ int TileBlocksPerSm() {
   }
   cudaGetLastError();
   return kTileBlocksPerSm;
+}
+
+// Whether a block of the deep tiled DecodeKernel<kDim> may have its shared memory on the current
+// device (it takes more than some GPUs allow a block); asked once per device.
+template <int kDim>
+bool DeepTilesFit() {
+  static std::mutex mutex;
+  static std::map<int, bool> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return true;  // no GPU to ask: plan as for the GPUs we build for
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int per_block = 0;
+  const bool fits =
+      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+      per_block >= TileLayout<kDim, kDeepTileStages>::kBytes;
+  cudaGetLastError();
+  known[device] = fits;
+  return fits;
 }
 
 template <int kDim>
@@ -786,16 +853,19 @@ int DecodeBlocksPerSm(const AttentionShape& shape) {
 }
 
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
-                      int blocks_per_sm) {
+                      int blocks_per_sm, bool deep_tiles_fit) {
   DecodePlan plan;
   const int64_t pairs = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
   const int64_t context = std::max<int64_t>(1, max_context);
   plan.tiled = pairs >= kTiledMinPairs;
   if (plan.tiled) {
+    // At most a pair an SM: the deep pipeline, a block an SM.
+    plan.deep_tiles = deep_tiles_fit && pairs <= num_sms;
     // A launch takes as many turns of tiles as its longest block, once per wave of blocks, plus a
     // block's fixed costs (about a tile), plus the merge of the splits (about another). At most a
     // tile a split; past two waves of blocks more splits only add waves.
-    const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(num_sms) * blocks_per_sm);
+    const int64_t resident =
+        std::max<int64_t>(1, static_cast<int64_t>(num_sms) * (plan.deep_tiles ? 1 : blocks_per_sm));
     const int64_t most = std::min<int64_t>({(context + kTileTokens - 1) / kTileTokens, kMaxMergedSplits,
                                             2 * resident / pairs + 1});
     int64_t best_cost = INT64_MAX;
@@ -818,12 +888,29 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
   // A warp each pays once a block each needs more than a full load of blocks; with fewer, on two
   // H200s, it was as fast at batch 64 and 2 us slower at batch 1 (lamina-bench-kernels).
   plan.warp_per_head = plan.splits == 1 && max_context <= kWarpMaxContext && pairs >= kWarpPairsPerSm * num_sms;
-  if (plan.warp_per_head) plan.tiled = false;
+  if (plan.warp_per_head) plan.tiled = plan.deep_tiles = false;
   return plan;
 }
 
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms) {
-  return PlanDecode(shape, num_seqs, max_context, num_sms, DecodeBlocksPerSm(shape));
+  bool deep_fits = true;
+  switch (shape.head_dim) {
+    case 16:
+      deep_fits = DeepTilesFit<16>();
+      break;
+    case 32:
+      deep_fits = DeepTilesFit<32>();
+      break;
+    case 64:
+      deep_fits = DeepTilesFit<64>();
+      break;
+    case 128:
+      deep_fits = DeepTilesFit<128>();
+      break;
+    default:
+      break;  // DecodeAttention refuses the shape
+  }
+  return PlanDecode(shape, num_seqs, max_context, num_sms, DecodeBlocksPerSm(shape), deep_fits);
 }
 
 int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs) {

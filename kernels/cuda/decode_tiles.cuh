@@ -2,7 +2,7 @@
 // the tensor cores, with the KV cache streamed through shared memory.
 //
 // The block copies the chunk's k and v rows in tiles of kTileTokens tokens with cp.async, gathering
-// each token's rows from its slot; kTileStages tiles share the block's shared memory, so while it
+// each token's rows from its slot; kStages tiles share the block's shared memory, so while it
 // attends one, the next ones are in flight. The slot ids travel the same way, a few tiles ahead of
 // their rows, so that no turn waits on a global load. Each of the 4 warps attends 16 tokens of a
 // tile:
@@ -28,19 +28,23 @@ namespace lamina::kernels::cuda {
 constexpr int kTileThreads = 128;
 constexpr int kTileWarps = kTileThreads / 32;
 constexpr int kTileTokens = 16 * kTileWarps;  // 16 a warp: the k of one P·V product
-// Two: a block attends one tile while the next is in flight. Three made large batches slower on an
-// H100 (tests/bench/RESULTS.md).
-constexpr int kTileStages = 2;
+// The two depths of the pipeline (tests/bench/RESULTS.md has the measurements behind them):
+//  - shallow, two tiles: a block attends one while the next is in flight, and two blocks share an
+//    SM; the fastest once the blocks of a launch outnumber the SMs (three tiles read slower);
+//  - deep, four tiles (three in flight), a block alone on its SM: the fastest with at most a block
+//    an SM, where the shallow one has too little in flight.
+constexpr int kShallowTileStages = 2;
+constexpr int kDeepTileStages = 4;
 
 // A stage holds a tile's k rows, then its v rows, each padded by 16 bytes so that the 8 rows an
 // ldmatrix reads start in different banks.
-// After the stages, a ring of the slot ids of kTileStages tiles, copied there ahead of their tiles.
-template <int kDim>
+// After the stages, a ring of the slot ids of kStages tiles, copied there ahead of their tiles.
+template <int kDim, int kStages>
 struct TileLayout {
   static constexpr int kRowBytes = kDim * 2 + 16;
   static constexpr int kStageBytes = 2 * kTileTokens * kRowBytes;
-  static constexpr int kSlotRingOffset = kTileStages * kStageBytes;
-  static constexpr int kBytes = kSlotRingOffset + kTileStages * kTileTokens * 4;  // the least a block needs
+  static constexpr int kSlotRingOffset = kStages * kStageBytes;
+  static constexpr int kBytes = kSlotRingOffset + kStages * kTileTokens * 4;  // the least a block needs
 };
 
 // What a warp keeps of its tokens: for query head lane / 4 (valid below kG), the running max (log2
@@ -79,14 +83,14 @@ namespace tiles_internal {
 
 // Copies tile `tile` of the chunk [lo, hi) into its stage. `slots` are the slot ids of this
 // thread's rows of it (-1 past hi): row first_row + j * kRowsPerPass takes slots[j].
-template <int kDim>
+template <int kDim, int kStages>
 __device__ __forceinline__ void CopyTile(uint32_t smem, int tile, const int* slots, const __nv_bfloat16* k_cache,
                                          const __nv_bfloat16* v_cache, int64_t slot_stride, int64_t head_offset) {
-  using Layout = TileLayout<kDim>;
+  using Layout = TileLayout<kDim, kStages>;
   constexpr int kPieces = kDim / 8;  // 16-byte pieces of a row
   constexpr int kRowsPerPass = kTileThreads / kPieces;
   const int piece = threadIdx.x % kPieces, first_row = threadIdx.x / kPieces;
-  const uint32_t stage = smem + (tile % kTileStages) * Layout::kStageBytes + piece * 16;
+  const uint32_t stage = smem + (tile % kStages) * Layout::kStageBytes + piece * 16;
 #pragma unroll
   for (int j = 0; j < kTileTokens / kRowsPerPass; ++j) {
     const int row = first_row + j * kRowsPerPass;
@@ -110,11 +114,11 @@ __device__ __forceinline__ void LoadTileSlots(const int32_t* slot_ids, int lo, i
 }
 
 // The same from the ring, where CopyTileSlots put them.
-template <int kDim>
+template <int kDim, int kStages>
 __device__ __forceinline__ void ReadTileSlots(const unsigned char* smem, int lo, int hi, int tile, int* slots) {
   constexpr int kRowsPerPass = kTileThreads / (kDim / 8);
-  const int32_t* ring = reinterpret_cast<const int32_t*>(smem + TileLayout<kDim>::kSlotRingOffset) +
-                        (tile % kTileStages) * kTileTokens;
+  const int32_t* ring = reinterpret_cast<const int32_t*>(smem + TileLayout<kDim, kStages>::kSlotRingOffset) +
+                        (tile % kStages) * kTileTokens;
   const int first_row = threadIdx.x / (kDim / 8);
 #pragma unroll
   for (int j = 0; j < kTileTokens / kRowsPerPass; ++j) {
@@ -124,13 +128,12 @@ __device__ __forceinline__ void ReadTileSlots(const unsigned char* smem, int lo,
 }
 
 // Queues the copy of tile `tile`'s slot ids into the ring (zeros past hi), one 4-byte copy a token.
-template <int kDim>
-__device__ __forceinline__ void CopyTileSlots(unsigned char* smem, const int32_t* slot_ids, int lo, int hi,
-                                              int tile) {
+template <int kDim, int kStages>
+__device__ __forceinline__ void CopyTileSlots(unsigned char* smem, const int32_t* slot_ids, int lo, int hi, int tile) {
   if (threadIdx.x >= kTileTokens) return;
   const int t = lo + tile * kTileTokens + threadIdx.x;
-  const uint32_t to = SharedAddress(smem + TileLayout<kDim>::kSlotRingOffset) +
-                      ((tile % kTileStages) * kTileTokens + threadIdx.x) * 4;
+  const uint32_t to = SharedAddress(smem + TileLayout<kDim, kStages>::kSlotRingOffset) +
+                      ((tile % kStages) * kTileTokens + threadIdx.x) * 4;
   CopyAsync4(to, t < hi ? slot_ids + t : slot_ids, t < hi);
 }
 
@@ -140,7 +143,7 @@ template <int kDim>
 __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim / 16][2],
                                                  const uint32_t (&q_low)[kDim / 16][2], uint32_t stage, int first,
                                                  int hi, WarpRows<kDim>& rows) {
-  using Layout = TileLayout<kDim>;
+  using Layout = TileLayout<kDim, kShallowTileStages>;  // only its row size, the same at every depth
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int m = lane / 8, r = lane % 8;  // this lane addresses row r of 8 x 8 matrix m
   const uint32_t k_rows = stage + 16 * warp * Layout::kRowBytes;
@@ -213,64 +216,88 @@ __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim /
 
 }  // namespace tiles_internal
 
-// The block attends to the tokens lo..hi-1 of slot_ids, reading each token's k and v rows of the
-// kv head at slot * slot_stride + head_offset. `make_query(high, low)` gives the query's fragments
-// (QueryFragments); it is called once the first tiles are in flight, so that its loads overlap
-// theirs. `smem` is TileLayout<kDim>::kBytes of dynamic shared memory (16-byte aligned), free
-// again when this returns. Every thread of the block calls it. Leaves each warp's share in
-// `rows`, with the row sums added up.
-template <int kDim, typename MakeQuery>
-__device__ void AttendChunkInTiles(const MakeQuery& make_query, const __nv_bfloat16* k_cache,
-                                   const __nv_bfloat16* v_cache, const int32_t* __restrict__ slot_ids,
-                                   int64_t slot_stride, int64_t head_offset, int lo, int hi, unsigned char* smem,
-                                   WarpRows<kDim>& rows) {
-  using Layout = TileLayout<kDim>;
-  constexpr int kSlotsPerThread = kTileTokens * (kDim / 8) / kTileThreads;
-  const uint32_t base = SharedAddress(smem);
-  const int tiles = hi > lo ? (hi - lo + kTileTokens - 1) / kTileTokens : 0;
+// The tile streaming of one block over the tokens lo..hi-1 of slot_ids, in two calls that every
+// thread of the block makes: StartTiles, then AttendTiles. Each token's k and v rows of the kv head
+// are read at slot * slot_stride + head_offset, kStages tiles at a time. `smem` is
+// TileLayout<kDim, kStages>::kBytes of dynamic shared memory (16-byte aligned), free again when
+// AttendTiles returns.
+template <int kDim, int kStages>
+struct TileStream {
+  // How many tiles are in flight before the block attends to the first: StartTiles queues them.
+  static constexpr int kTilesAhead = kStages - 1;
 
-  // Tile t goes in flight kTileStages - 1 turns before its own, in the copy group of turn
-  // t - kTileStages + 1 (the first ones before the loop), and its slot ids as many turns before that:
-  // every turn's wait then finds its tile landed and the slot ids of the tile it queues.
-  constexpr int kAhead = kTileStages - 1;
-  int slots[kSlotsPerThread];
-  int first_slots[kAhead][kSlotsPerThread];
+  const __nv_bfloat16* k_cache;
+  const __nv_bfloat16* v_cache;
+  const int32_t* slot_ids;
+  int64_t slot_stride;
+  int64_t head_offset;
+  int lo, hi;
+  unsigned char* smem;
+
+  __device__ __forceinline__ int tiles() const { return hi > lo ? (hi - lo + kTileTokens - 1) / kTileTokens : 0; }
+
+  // Queues the copies of the first kTilesAhead tiles (their slot ids are loaded first) and of the
+  // next tiles' slot ids. It reads slot_ids and the rows of the tokens lo..lo + kTilesAhead * 64 - 1
+  // (within hi), so a caller may start before those rows' last writer ends only when they exclude
+  // what that writer writes.
+  __device__ __forceinline__ void StartTiles() const {
+    constexpr int kSlotsPerThread = kTileTokens * (kDim / 8) / kTileThreads;
+    const uint32_t base = SharedAddress(smem);
+    const int n = tiles();
+    // Tile t goes in flight kTilesAhead turns before its own, in the copy group of turn
+    // t - kTilesAhead (the first ones here), and its slot ids as many turns before that: every turn
+    // of AttendTiles then finds its tile landed and the slot ids of the tile it queues.
+    int first_slots[kTilesAhead][kSlotsPerThread];
 #pragma unroll
-  for (int t = 0; t < kAhead; ++t) {
-    if (t < tiles) tiles_internal::LoadTileSlots<kDim>(slot_ids, lo, hi, t, first_slots[t]);
-  }
-#pragma unroll
-  for (int t = 0; t < kAhead; ++t) {
-    if (t < tiles) tiles_internal::CopyTile<kDim>(base, t, first_slots[t], k_cache, v_cache, slot_stride, head_offset);
-    if (t + kAhead < tiles) tiles_internal::CopyTileSlots<kDim>(smem, slot_ids, lo, hi, t + kAhead);
-    CommitCopies();  // empty groups too, so that every turn below counts the same
-  }
-
-  uint32_t q_high[kDim / 16][2], q_low[kDim / 16][2];
-  make_query(q_high, q_low);
-
-  const int warp = threadIdx.x / 32;
-  for (int tile = 0; tile < tiles; ++tile) {
-    WaitCopies<kAhead - 1>();  // this thread's copies of `tile` have landed
-    __syncthreads();           // and every thread's; the stage of tile - 1 is free again
-    const int next = tile + kAhead;
-    if (next < tiles) {
-      tiles_internal::ReadTileSlots<kDim>(smem, lo, hi, next, slots);
-      tiles_internal::CopyTile<kDim>(base, next, slots, k_cache, v_cache, slot_stride, head_offset);
-      if (next + kAhead < tiles) tiles_internal::CopyTileSlots<kDim>(smem, slot_ids, lo, hi, next + kAhead);
+    for (int t = 0; t < kTilesAhead; ++t) {
+      if (t < n) tiles_internal::LoadTileSlots<kDim>(slot_ids, lo, hi, t, first_slots[t]);
     }
-    CommitCopies();
-    const int first = lo + tile * kTileTokens + 16 * warp;
-    if (first < hi) {
-      tiles_internal::AttendWarpTokens<kDim>(q_high, q_low, base + (tile % kTileStages) * Layout::kStageBytes,
-                                             first, hi, rows);
+#pragma unroll
+    for (int t = 0; t < kTilesAhead; ++t) {
+      if (t < n)
+        tiles_internal::CopyTile<kDim, kStages>(base, t, first_slots[t], k_cache, v_cache, slot_stride, head_offset);
+      if (t + kTilesAhead < n) tiles_internal::CopyTileSlots<kDim, kStages>(smem, slot_ids, lo, hi, t + kTilesAhead);
+      CommitCopies();  // empty groups too, so that every turn below counts the same
     }
   }
-  WaitCopies<0>();
-  __syncthreads();
-  rows.sum += __shfl_xor_sync(0xffffffffu, rows.sum, 1);
-  rows.sum += __shfl_xor_sync(0xffffffffu, rows.sum, 2);
-}
+
+  // Attends to the chunk, after StartTiles. `make_query(high, low)` gives the query's fragments
+  // (QueryFragments); it is called first, while the first tiles are in flight. Leaves each warp's
+  // share in `rows`, with the row sums added up.
+  template <typename MakeQuery>
+  __device__ void AttendTiles(const MakeQuery& make_query, WarpRows<kDim>& rows) const {
+    using Layout = TileLayout<kDim, kStages>;
+    constexpr int kSlotsPerThread = kTileTokens * (kDim / 8) / kTileThreads;
+    const uint32_t base = SharedAddress(smem);
+    const int n = tiles();
+    uint32_t q_high[kDim / 16][2], q_low[kDim / 16][2];
+    make_query(q_high, q_low);
+
+    const int warp = threadIdx.x / 32;
+    int slots[kSlotsPerThread];
+    for (int tile = 0; tile < n; ++tile) {
+      WaitCopies<kTilesAhead - 1>();  // this thread's copies of `tile` have landed
+      __syncthreads();                // and every thread's; the stage of tile - 1 is free again
+      const int next = tile + kTilesAhead;
+      if (next < n) {
+        tiles_internal::ReadTileSlots<kDim, kStages>(smem, lo, hi, next, slots);
+        tiles_internal::CopyTile<kDim, kStages>(base, next, slots, k_cache, v_cache, slot_stride, head_offset);
+        if (next + kTilesAhead < n)
+          tiles_internal::CopyTileSlots<kDim, kStages>(smem, slot_ids, lo, hi, next + kTilesAhead);
+      }
+      CommitCopies();
+      const int first = lo + tile * kTileTokens + 16 * warp;
+      if (first < hi) {
+        tiles_internal::AttendWarpTokens<kDim>(q_high, q_low, base + (tile % kStages) * Layout::kStageBytes, first, hi,
+                                               rows);
+      }
+    }
+    WaitCopies<0>();
+    __syncthreads();
+    rows.sum += __shfl_xor_sync(0xffffffffu, rows.sum, 1);
+    rows.sum += __shfl_xor_sync(0xffffffffu, rows.sum, 2);
+  }
+};
 
 }  // namespace lamina::kernels::cuda
 

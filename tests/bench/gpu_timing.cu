@@ -5,6 +5,7 @@
 
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
+#include "common/cuda/graph.h"
 #include "common/status/status_macros.h"
 #include "tests/bench/gpu_timing.h"
 
@@ -48,6 +49,15 @@ absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaS
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+absl::StatusOr<double> GraphedMs(const std::function<absl::Status()>& work, cudaStream_t stream, int calls) {
+  LAMINA_ASSIGN_OR_RETURN(const cuda::Graph graph, cuda::Graph::Capture(stream, [&]() -> absl::Status {
+                            for (int i = 0; i < calls; ++i) LAMINA_RETURN_IF_ERROR(work());
+                            return absl::OkStatus();
+                          }));
+  LAMINA_ASSIGN_OR_RETURN(const double ms, MedianMs([&] { return graph.Launch(stream); }, stream, 11));
+  return ms / calls;
 }
 
 absl::StatusOr<double> BestReadRate(cudaStream_t stream) {

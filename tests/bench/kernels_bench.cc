@@ -1,6 +1,7 @@
 // lamina-bench-kernels: the GPU kernels against baselines measured in the same run.
-//  - decode attention: KV bytes read per second against the best plain read rate of this GPU, and
-//    against PyTorch's SDPA at the same shapes (from `sdpa_baseline.py`'s CSV, run just before);
+//  - decode attention: KV bytes read per second against the best plain read rate of this GPU, for
+//    a call alone and among calls in a CUDA graph, and against PyTorch's SDPA at the same shapes
+//    (from `sdpa_baseline.py`'s CSV, run just before; SDPA is timed a call alone);
 //  - decode attention at short contexts: a warp per (sequence, kv head) against a block each;
 //  - each compute-slice GEMM of a Llama-3-8B-shaped model: our cuBLASLt path (bf16 in, fp32 out,
 //    epilogue plans) against one plain cublasGemmEx call with the same types.
@@ -60,8 +61,9 @@ struct DecodeInputs {
   int64_t batch = 0, slots = 0, kv_size = 0, q_size = 0;
   cuda::DeviceBuffer k, v, ids, begin, q, out;
 
-  // Median milliseconds of one DecodeAttention call under `plan`.
-  absl::StatusOr<double> TimeMs(const kc::DecodePlan& plan, cudaStream_t stream) const;
+  // Median milliseconds of one DecodeAttention call under `plan`: alone (host launch included), or
+  // `graphed` among calls back to back in a CUDA graph (GraphedMs).
+  absl::StatusOr<double> TimeMs(const kc::DecodePlan& plan, cudaStream_t stream, bool graphed = false) const;
   double kv_bytes() const { return 2.0 * slots * kv_size * sizeof(bf16); }
 };
 
@@ -92,40 +94,49 @@ absl::StatusOr<DecodeInputs> DecodeInputs::Create(const Shape& s, cudaStream_t s
   return in;
 }
 
-absl::StatusOr<double> DecodeInputs::TimeMs(const kc::DecodePlan& plan, cudaStream_t stream) const {
+absl::StatusOr<double> DecodeInputs::TimeMs(const kc::DecodePlan& plan, cudaStream_t stream, bool graphed) const {
   LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer work,
                           cuda::DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float)));
-  return MedianMs(
-      [&] {
-        return kc::DecodeAttention(shape, plan, q.as<float>(), q_size, k.as<bf16>(), v.as<bf16>(), ids.as<int32_t>(),
-                                   begin.as<int32_t>(), const_cast<float*>(out.as<float>()), q_size, batch,
-                                   work.as<float>(), stream);
-      },
-      stream);
+  auto call = [&] {
+    return kc::DecodeAttention(shape, plan, q.as<float>(), q_size, k.as<bf16>(), v.as<bf16>(), ids.as<int32_t>(),
+                               begin.as<int32_t>(), const_cast<float*>(out.as<float>()), q_size, batch,
+                               work.as<float>(), stream);
+  };
+  return graphed ? GraphedMs(call, stream) : MedianMs(call, stream);
 }
 
 absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE* csv, cudaStream_t stream) {
   const auto sdpa = LoadSdpa(sdpa_path);
   int sms = 0;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("\nDecode attention, head_dim 128, bf16 KV in token slots (contiguous runs per sequence)\n");
-  std::printf("%-7s %6s %8s %10s %10s %12s %10s\n", "heads", "batch", "context", "time us", "KV TB/s", "of read rate",
-              "vs SDPA");
+  std::printf(
+      "\nDecode attention, head_dim 128, bf16 KV in token slots (contiguous runs per sequence): one call\n"
+      "alone (host launch included, as PyTorch's SDPA is timed), and among 20 in a CUDA graph (as decode\n"
+      "steps run); share of the best read rate above\n");
+  std::printf("%-7s %6s %8s %10s %12s %10s %12s %10s\n", "heads", "batch", "context", "alone us", "of read rate",
+              "graph us", "of read rate", "vs SDPA");
   const std::vector<Shape> shapes = {{32, 8, 1, 4096},   {32, 8, 16, 2048},  {32, 8, 64, 2048},
                                      {32, 8, 128, 4096}, {32, 32, 1, 4096}, {32, 32, 128, 4096}};
   for (const Shape& s : shapes) {
     LAMINA_ASSIGN_OR_RETURN(DecodeInputs in, DecodeInputs::Create(s, stream));
     const kc::DecodePlan plan = kc::PlanDecode(in.shape, s.batch, s.context, sms);
-    LAMINA_ASSIGN_OR_RETURN(double ms, in.TimeMs(plan, stream));
-    const double rate = in.kv_bytes() / (ms * 1e-3);
+    LAMINA_ASSIGN_OR_RETURN(const double ms, in.TimeMs(plan, stream));
+    LAMINA_ASSIGN_OR_RETURN(const double graph_ms, in.TimeMs(plan, stream, /*graphed=*/true));
+    const double share = in.kv_bytes() / (ms * 1e-3) / read_rate;
+    const double graph_share = in.kv_bytes() / (graph_ms * 1e-3) / read_rate;
     auto it = sdpa.find({s.q_heads, s.kv_heads, s.batch, s.context});
     const double sdpa_us = it == sdpa.end() ? 0 : it->second;
     std::string vs = sdpa_us > 0 ? absl::StrCat(absl::SixDigits(sdpa_us / (ms * 1e3)), "x") : "n/a";
-    std::printf("%2d/%-4d %6d %8d %10.1f %10.2f %12.2f %10s   (splits %d)\n", s.q_heads, s.kv_heads, s.batch, s.context,
-                ms * 1e3, rate / 1e12, rate / read_rate, vs.c_str(), plan.splits);
+    std::printf("%2d/%-4d %6d %8d %10.1f %12.2f %10.1f %12.2f %10s   (%s, splits %d)\n", s.q_heads, s.kv_heads, s.batch,
+                s.context, ms * 1e3, share, graph_ms * 1e3, graph_share, vs.c_str(),
+                plan.deep_tiles ? "deep tiles"
+                : plan.tiled    ? "tiled"
+                                : "CUDA cores",
+                plan.splits);
     if (csv) {
-      std::fprintf(csv, "attention,%d/%d,%d,%d,%.2f,%.4f,%.4f,%.4f\n", s.q_heads, s.kv_heads, s.batch, s.context,
-                   ms * 1e3, rate / 1e12, rate / read_rate, sdpa_us > 0 ? sdpa_us / (ms * 1e3) : 0.0);
+      std::fprintf(csv, "attention,%d/%d,%d,%d,%.2f,%.4f,%.4f,%.4f,%.2f,%.4f\n", s.q_heads, s.kv_heads, s.batch,
+                   s.context, ms * 1e3, in.kv_bytes() / (ms * 1e-3) / 1e12, share,
+                   sdpa_us > 0 ? sdpa_us / (ms * 1e3) : 0.0, graph_ms * 1e3, graph_share);
     }
   }
   return absl::OkStatus();

@@ -31,14 +31,15 @@ using ::lamina::cuda::DeviceBuffer;
 using ::lamina::testing::Download;
 using ::lamina::testing::Upload;
 
-// A one-token decode step of a small LLaMA-shaped model, every layer with the same weights.
+// A one-token decode step of a small LLaMA-shaped model, every layer with the same weights, its
+// attention under the planner's pick or `attention_plan` when given.
 class ChainedStep {
  public:
   static constexpr int64_t kHidden = 1024, kHeads = 8, kKvHeads = 2, kDim = 128, kIntermediate = 2048;
   static constexpr int64_t kQ = kHeads * kDim, kKv = kKvHeads * kDim, kQkv = kQ + 2 * kKv;
   static constexpr int64_t kContext = 700, kLayers = 6, kVocab = 5000;
 
-  explicit ChainedStep(std::mt19937* rng) {
+  explicit ChainedStep(std::mt19937* rng, const DecodePlan* attention_plan = nullptr) {
     auto random = [rng](int64_t n, float scale) {
       std::uniform_real_distribution<float> dist(-scale, scale);
       std::vector<bf16> v(n);
@@ -63,7 +64,8 @@ class ChainedStep {
     rope_ = Upload(RopeCosSin(inv_freq, kContext + 1));
     std::uniform_real_distribution<float> dist(-1.f, 1.f);
     for (float& x : residual_start_) x = dist(*rng);
-    plan_ = PlanDecode({kHeads, kKvHeads, kDim, 0}, 1, kContext + 1, 132);
+    plan_ = attention_plan != nullptr ? *attention_plan : PlanDecode({kHeads, kKvHeads, kDim, 0}, 1, kContext + 1, 132);
+    plan_.workspace_floats = kHeads * plan_.splits * (kDim + 1);
     work_ = *DeviceBuffer::Create(std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float));
     params_ = Upload(std::vector<DeviceSamplingParams>{{0.9f, 40, 0.9f, 3, 11}});
   }
@@ -145,9 +147,9 @@ class KernelChainingTest : public ::testing::Test {
   void TearDown() override { SetKernelChaining(true); }
 };
 
-TEST_F(KernelChainingTest, AChainedDecodeStepGivesTheBitsOfOneRunKernelByKernel) {
-  std::mt19937 rng(41);
-  ChainedStep step(&rng);
+// Runs `step` unchained, then chained (launched one by one, and as a graph twice over), and
+// expects the same bits each time.
+void ExpectChainingKeepsTheBits(ChainedStep& step) {
   auto stream = ::lamina::cuda::Stream::Create();
   ASSERT_TRUE(stream.ok()) << stream.status();
 
@@ -157,7 +159,6 @@ TEST_F(KernelChainingTest, AChainedDecodeStepGivesTheBitsOfOneRunKernelByKernel)
   const std::vector<float> residual = step.residual(), logits = step.logits();
   const std::vector<bf16> caches = step.caches();
   const int32_t token = step.token();
-  ASSERT_GT(step.splits(), 1) << "the attention's merge kernel is part of the chain";
 
   SetKernelChaining(true);
   for (bool graphed : {false, true}) {
@@ -180,6 +181,32 @@ TEST_F(KernelChainingTest, AChainedDecodeStepGivesTheBitsOfOneRunKernelByKernel)
     const std::vector<bf16> got = step.caches();
     ASSERT_EQ(got.size(), caches.size());
     EXPECT_EQ(std::memcmp(got.data(), caches.data(), got.size() * sizeof(bf16)), 0) << "KV caches differ";
+  }
+}
+
+TEST_F(KernelChainingTest, AChainedDecodeStepGivesTheBitsOfOneRunKernelByKernel) {
+  std::mt19937 rng(41);
+  ChainedStep step(&rng);
+  ASSERT_GT(step.splits(), 1) << "the attention's merge kernel is part of the chain";
+  ExpectChainingKeepsTheBits(step);
+}
+
+// Tiled decode attention queues its first tiles before StoreKv, the kernel ahead of it, has
+// written the new token, unless they hold it. 701 tokens in 3 splits of whole tiles: [0, 256) and
+// [256, 512) start early at either depth; [512, 701), whose first 3 tiles hold the new token (700),
+// does with shallow tiles only. In one split every plan starts early.
+TEST_F(KernelChainingTest, TiledAttentionStartingBeforeStoreKvEndsKeepsTheBits) {
+  for (bool deep : {false, true}) {
+    for (int splits : {1, 3}) {
+      SCOPED_TRACE(std::string(deep ? "deep" : "shallow") + " tiles, " + std::to_string(splits) + " splits");
+      DecodePlan plan;
+      plan.tiled = true;
+      plan.deep_tiles = deep;
+      plan.splits = splits;
+      std::mt19937 rng(43);
+      ChainedStep step(&rng, &plan);
+      ExpectChainingKeepsTheBits(step);
+    }
   }
 }
 

@@ -281,27 +281,33 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
     const int64_t longest = *std::max_element(c.contexts.begin(), c.contexts.end());
     // The planner's picks for a small and a large GPU, then a block (on the CUDA cores and tiled)
     // and a warp per (sequence, kv head) whatever the context, then the most splits a launch takes
-    // (tiled, whole tiles: most of them left empty, which the merge must pass over).
-    cuda::DecodePlan block_each, tiled_each, warp_each, most_splits, most_tiled_splits;
+    // (tiled, whole tiles: most of them left empty, which the merge must pass over); tiled ones
+    // with deep tiles too.
+    cuda::DecodePlan block_each, tiled_each, deep_each, warp_each, most_splits, most_tiled_splits, most_deep_splits;
     tiled_each.tiled = true;
+    deep_each = tiled_each;
+    deep_each.deep_tiles = true;
     warp_each.warp_per_head = true;
     most_splits.splits = 1024;
     most_splits.workspace_floats = seqs * c.q_heads * most_splits.splits * (c.head_dim + 1);
     most_tiled_splits = most_splits;
     most_tiled_splits.tiled = true;
+    most_deep_splits = most_tiled_splits;
+    most_deep_splits.deep_tiles = true;
     for (const float* d_queries : {d_q.as<float>(), d_q_shifted.as<float>() + 1}) {
       for (const cuda::DecodePlan& plan :
            {cuda::PlanDecode(shape, seqs, longest, 1), cuda::PlanDecode(shape, seqs, longest, 132), block_each,
-            tiled_each, warp_each, most_splits, most_tiled_splits}) {
+            tiled_each, deep_each, warp_each, most_splits, most_tiled_splits, most_deep_splits}) {
         DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
         DeviceBuffer d_work = *DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float));
         ASSERT_TRUE(cuda::DecodeAttention(shape, plan, d_queries, q_stride, d_k.as<bf16>(), d_v.as<bf16>(),
                                           d_slots.as<int32_t>(), d_begin.as<int32_t>(), d_out.as<float>(), q_size,
                                           seqs, d_work.as<float>(), nullptr).ok());
         ExpectNear(Download<float>(d_out, want.size()), want, 2e-4f, 2e-3f,
-                   "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
-                       " dim " + std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
+                   "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
+                       std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
                        (plan.warp_per_head ? " warp per head" : "") + (plan.tiled ? " tiled" : "") +
+                       (plan.deep_tiles ? " deep" : "") +
                        (d_queries == d_q.as<float>() ? "" : " queries not 16-byte aligned"));
       }
     }
@@ -334,20 +340,42 @@ TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
 
 TEST(DecodePlanTest, TiledSplitsFillTheBlocksTheGpuHoldsAtOnce) {
   const cpu::AttentionShape gqa{32, 8, 128, 0};
-  // 132 SMs of 2 blocks: batch 16 (128 pairs) in 2 splits of 16 tiles, one wave of 256 blocks,
-  // rather than 3 splits in two waves.
-  cuda::DecodePlan plan = cuda::PlanDecode(gqa, 16, 2048, 132, 2);
+  // Shallow tiles (deep ones not fitting), 132 SMs of 2 blocks: batch 16 (128 pairs) in 2 splits
+  // of 16 tiles, one wave of 256 blocks, rather than 3 splits in two waves.
+  cuda::DecodePlan plan = cuda::PlanDecode(gqa, 16, 2048, 132, 2, /*deep_tiles_fit=*/false);
   EXPECT_TRUE(plan.tiled);
+  EXPECT_FALSE(plan.deep_tiles);
   EXPECT_EQ(plan.splits, 2);
   EXPECT_EQ(plan.workspace_floats, 16 * 32 * 2 * 129);
   // 512 pairs already take two waves: more splits would only add waves.
   EXPECT_EQ(cuda::PlanDecode(gqa, 64, 2048, 132, 2).splits, 1);
+  EXPECT_FALSE(cuda::PlanDecode(gqa, 64, 2048, 132, 2).deep_tiles);
   EXPECT_EQ(cuda::PlanDecode(gqa, 128, 4096, 132, 2).splits, 1);
   // 64 pairs, the fewest tiled: 4 splits of 16 tiles in one wave.
-  EXPECT_TRUE(cuda::PlanDecode(gqa, 8, 4096, 132, 2).tiled);
-  EXPECT_EQ(cuda::PlanDecode(gqa, 8, 4096, 132, 2).splits, 4);
+  EXPECT_TRUE(cuda::PlanDecode(gqa, 8, 4096, 132, 2, false).tiled);
+  EXPECT_EQ(cuda::PlanDecode(gqa, 8, 4096, 132, 2, false).splits, 4);
   // Twice the blocks an SM holds, twice the splits.
-  EXPECT_EQ(cuda::PlanDecode(gqa, 16, 2048, 132, 4).splits, 4);
+  EXPECT_EQ(cuda::PlanDecode(gqa, 16, 2048, 132, 4, false).splits, 4);
+}
+
+TEST(DecodePlanTest, DeepTilesForAtMostAPairAnSm) {
+  const cpu::AttentionShape gqa{32, 8, 128, 0};
+  // Batch 16: 128 pairs on 132 SMs, a block each in one split (two splits would take two waves).
+  cuda::DecodePlan plan = cuda::PlanDecode(gqa, 16, 2048, 132, 2);
+  EXPECT_TRUE(plan.tiled);
+  EXPECT_TRUE(plan.deep_tiles);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.workspace_floats, 0);
+  // Batch 8: 64 pairs in 2 splits, 128 blocks.
+  plan = cuda::PlanDecode(gqa, 8, 4096, 132, 2);
+  EXPECT_TRUE(plan.deep_tiles);
+  EXPECT_EQ(plan.splits, 2);
+  // 136 pairs outnumber the SMs: shallow tiles, two blocks an SM.
+  plan = cuda::PlanDecode(gqa, 17, 2048, 132, 2);
+  EXPECT_TRUE(plan.tiled);
+  EXPECT_FALSE(plan.deep_tiles);
+  // On the CUDA cores, never deep.
+  EXPECT_FALSE(cuda::PlanDecode(gqa, 1, 4096, 132, 2).deep_tiles);
 }
 
 TEST(DecodePlanTest, FewPairsStayOnTheCudaCores) {

@@ -43,20 +43,28 @@ struct Case {
 std::string Name(const Case& c, const DecodePlan& plan) {
   return "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
          std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
-         (plan.warp_per_head ? " warp per head" : "") + (plan.tiled ? " tiled" : "");
+         (plan.warp_per_head ? " warp per head" : "") + (plan.tiled ? " tiled" : "") + (plan.deep_tiles ? " deep" : "");
 }
 
 // The planner's picks for a small and a large GPU, then a block (on the CUDA cores, tiled, tiled
-// in 3 splits) and a warp per (sequence, kv head) whatever the context.
+// in 3 splits, the same with deep tiles) and a warp per (sequence, kv head) whatever the context.
 std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, int64_t longest) {
   DecodePlan block_each, tiled_each, tiled_splits, warp_each;
   tiled_each.tiled = true;
   tiled_splits.tiled = true;
   tiled_splits.splits = 3;
   tiled_splits.workspace_floats = seqs * shape.num_q_heads * 3 * (shape.head_dim + 1);
+  DecodePlan deep_each = tiled_each, deep_splits = tiled_splits;
+  deep_each.deep_tiles = deep_splits.deep_tiles = true;
   warp_each.warp_per_head = true;
-  return {PlanDecode(shape, seqs, longest, 1), PlanDecode(shape, seqs, longest, 132), block_each, tiled_each,
-          tiled_splits, warp_each};
+  return {PlanDecode(shape, seqs, longest, 1),
+          PlanDecode(shape, seqs, longest, 132),
+          block_each,
+          tiled_each,
+          tiled_splits,
+          deep_each,
+          deep_splits,
+          warp_each};
 }
 
 // One decode step's inputs: a pool with scattered slots, each sequence's last slot its write slot,
@@ -252,16 +260,18 @@ TEST_F(LinkedDecodeTest, RefusesAnEmptyLaunchAndMissingLinkFields) {
   EXPECT_NE(status.message().find("no sequences"), std::string::npos) << status;
 }
 
-
 // Plans a launch with lines takes (not a warp per head) whose grid stays within one wave, as it
-// must while the sender is on the same GPU: one split, and four, on the CUDA cores and tiled.
+// must while the sender is on the same GPU: one split, and four, on the CUDA cores, tiled and with
+// deep tiles.
 std::vector<DecodePlan> LinePlans(const AttentionShape& shape, int64_t seqs) {
   DecodePlan one, four;
   four.splits = 4;
   four.workspace_floats = seqs * shape.num_q_heads * four.splits * (shape.head_dim + 1);
   DecodePlan one_tiled = one, four_tiled = four;
   one_tiled.tiled = four_tiled.tiled = true;
-  return {one, four, one_tiled, four_tiled};
+  DecodePlan one_deep = one_tiled, four_deep = four_tiled;
+  one_deep.deep_tiles = four_deep.deep_tiles = true;
+  return {one, four, one_tiled, four_tiled, one_deep, four_deep};
 }
 
 // q/k/v arrive as lines that a sender on another stream writes after the launch has begun to poll;
