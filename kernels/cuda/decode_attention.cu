@@ -802,9 +802,11 @@ int TileBlocksPerSm() {
 }
 
 // Whether a block of the deep tiled DecodeKernel<kDim> may have its shared memory on the current
-// device (it takes more than some GPUs allow a block); asked once per device.
+// device (it takes more than some GPUs allow a block): its tiles, and the most static shared memory
+// a variant declares (a linked one's 8 polled query heads); asked once per device.
 template <int kDim>
 bool DeepTilesFit() {
+  constexpr int kMostStaticBytes = 8 * kDim * static_cast<int>(sizeof(float));
   static std::mutex mutex;
   static std::map<int, bool> known;
   int device = 0;
@@ -818,7 +820,7 @@ bool DeepTilesFit() {
   int per_block = 0;
   const bool fits =
       cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-      per_block >= TileLayout<kDim, kDeepTileStages>::kBytes;
+      per_block >= TileLayout<kDim, kDeepTileStages>::kBytes + kMostStaticBytes;
   cudaGetLastError();
   known[device] = fits;
   return fits;
