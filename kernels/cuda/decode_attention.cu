@@ -1,6 +1,6 @@
 // Decode attention over token slots. One block of 128 threads per (context split, kv head,
 // sequence), in one of two ways (DecodePlan::tiled):
-//  - tiled, from 64 (sequence, kv head) pairs on: on the tensor cores (decode_tiles.cuh), streaming
+//  - tiled, from 32 (sequence, kv head) pairs on: on the tensor cores (decode_tiles.cuh), streaming
 //    the chunk's k and v rows through shared memory in tiles of 64 tokens with asynchronous copies,
 //    each warp multiplying 16 tokens of a tile with the kv head's query heads;
 //  - else on the CUDA cores: kLanes = head_dim / 8 threads share one token, each holding 8 dims
@@ -49,9 +49,11 @@ constexpr int kUnroll = 4;
 // A warp per (sequence, kv head) takes over from a block each from this many pairs per SM on.
 constexpr int kWarpPairsPerSm = 8;
 // Launches of this many (sequence, kv head) pairs or more attend on the tensor cores (tiled). With
-// fewer, the blocks' setup outweighs their streaming: on an H100 at batch 1 (8 and 32 pairs) the
-// tiled kernel was 10-20% slower, at 64 pairs and more it was faster (tests/bench/RESULTS.md).
-constexpr int64_t kTiledMinPairs = 64;
+// fewer, the CUDA-core kernel's small blocks share the SMs with the chained GEMVs on either side,
+// which stream their weights meanwhile: in Llama-3-8B decode steps on an H100, tiled attention
+// made batch 1 (8 pairs) 3% slower, batch 2 even, batch 4 (32 pairs) 3% faster
+// (tests/bench/RESULTS.md).
+constexpr int64_t kTiledMinPairs = 32;
 // Untiled plans split contexts for about this many blocks an SM.
 constexpr int kSplitBlocksPerSm = 8;
 constexpr int kWarpsPerBlock = kThreads / 32;

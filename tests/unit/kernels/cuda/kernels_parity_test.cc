@@ -351,7 +351,7 @@ TEST(DecodePlanTest, TiledSplitsFillTheBlocksTheGpuHoldsAtOnce) {
   EXPECT_EQ(cuda::PlanDecode(gqa, 64, 2048, 132, 2).splits, 1);
   EXPECT_FALSE(cuda::PlanDecode(gqa, 64, 2048, 132, 2).deep_tiles);
   EXPECT_EQ(cuda::PlanDecode(gqa, 128, 4096, 132, 2).splits, 1);
-  // 64 pairs, the fewest tiled: 4 splits of 16 tiles in one wave.
+  // 64 pairs: 4 splits of 16 tiles in one wave.
   EXPECT_TRUE(cuda::PlanDecode(gqa, 8, 4096, 132, 2, false).tiled);
   EXPECT_EQ(cuda::PlanDecode(gqa, 8, 4096, 132, 2, false).splits, 4);
   // Twice the blocks an SM holds, twice the splits.
@@ -380,17 +380,22 @@ TEST(DecodePlanTest, DeepTilesForAtMostAPairAnSm) {
 
 TEST(DecodePlanTest, FewPairsStayOnTheCudaCores) {
   const cpu::AttentionShape gqa{32, 8, 128, 0}, mha{32, 32, 128, 0};
-  // Batch 1: 8 and 32 pairs, split for about 8 blocks an SM, no chunk under 64 tokens.
+  // Batch 1 to 3 of GQA: 8 to 24 pairs, split for about 8 blocks an SM, no chunk under 64 tokens.
   cuda::DecodePlan plan = cuda::PlanDecode(gqa, 1, 4096, 132, 2);
   EXPECT_FALSE(plan.tiled);
   EXPECT_EQ(plan.splits, 64);
-  plan = cuda::PlanDecode(mha, 1, 4096, 132, 2);
+  plan = cuda::PlanDecode(gqa, 3, 4096, 132, 2);  // 24 pairs
   EXPECT_FALSE(plan.tiled);
-  EXPECT_EQ(plan.splits, 33);
-  plan = cuda::PlanDecode(gqa, 7, 4096, 132, 2);  // 56 pairs
-  EXPECT_FALSE(plan.tiled);
+  EXPECT_EQ(plan.splits, 44);
   EXPECT_EQ(cuda::PlanDecode(gqa, 1, 100, 132, 2).splits, 1);
   EXPECT_EQ(cuda::PlanDecode(gqa, 1, 100, 132, 2).workspace_floats, 0);
+  // From 32 pairs, tiled: GQA batch 4 and MHA batch 1 in 4 deep splits, a block an SM.
+  for (const cuda::DecodePlan& tiled :
+       {cuda::PlanDecode(gqa, 4, 4096, 132, 2), cuda::PlanDecode(mha, 1, 4096, 132, 2)}) {
+    EXPECT_TRUE(tiled.tiled);
+    EXPECT_TRUE(tiled.deep_tiles);
+    EXPECT_EQ(tiled.splits, 4);
+  }
 }
 
 TEST_F(CudaParityTest, DecodeAttentionRejectsUnsupportedShapes) {
