@@ -43,13 +43,12 @@ struct DecodePlan {
 };
 
 // Plans a launch for `num_seqs` sequences whose longest attended context is `max_context`, on
-// `num_sms` SMs. Tiled from 32 (sequence, kv head) pairs on, with splits that take the fewest turns
-// of tiles over the waves of blocks the launch needs (counting a block's fixed costs and the merge
-// of splits as about a tile each): with deep tiles, a block an SM, up to `num_sms` pairs when
-// `deep_tiles_fit` (the GPU allows a block their shared memory); else where an SM holds
-// `blocks_per_sm` shallow blocks. Untiled below 32 pairs, with splits for about 8 blocks an SM and
-// no chunk shorter than 64 tokens. At most 1024 splits. A warp per (sequence, kv head) when there is
-// one split, at least `num_sms` × 8 pairs, and no context longer than 256 tokens.
+// `num_sms` SMs: tiled, with splits that take the fewest turns of tiles over the waves of blocks
+// the launch needs (counting a block's fixed costs and the merge of splits as about a tile each).
+// Deep tiles, a block an SM, up to `num_sms` (sequence, kv head) pairs when `deep_tiles_fit` (the
+// GPU allows a block their shared memory); else shallow ones, `blocks_per_sm` blocks an SM. At most
+// 1024 splits. A warp per (sequence, kv head) instead when there is one split, at least
+// `num_sms` × 8 pairs, and no context longer than 256 tokens.
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
                       int blocks_per_sm, bool deep_tiles_fit = true);
 

@@ -1,9 +1,10 @@
 // Decode attention over token slots. One block of 128 threads per (context split, kv head,
 // sequence), in one of two ways (DecodePlan::tiled):
-//  - tiled, from 32 (sequence, kv head) pairs on: on the tensor cores (decode_tiles.cuh), streaming
+//  - tiled, as PlanDecode plans every launch: on the tensor cores (decode_tiles.cuh), streaming
 //    the chunk's k and v rows through shared memory in tiles of 64 tokens with asynchronous copies,
 //    each warp multiplying 16 tokens of a tile with the kv head's query heads;
-//  - else on the CUDA cores: kLanes = head_dim / 8 threads share one token, each holding 8 dims
+//  - else (a plan that asks for it) on the CUDA cores: kLanes = head_dim / 8 threads share one token, each holding 8
+//  dims
 //    (one 16-byte load of K and one of V) and the query heads in registers; the block's threads
 //    form kGroups such token groups, each taking kUnroll tokens a turn with all their loads issued
 //    before the first use.
@@ -48,14 +49,6 @@ constexpr int kThreads = kTileThreads;
 constexpr int kUnroll = 4;
 // A warp per (sequence, kv head) takes over from a block each from this many pairs per SM on.
 constexpr int kWarpPairsPerSm = 8;
-// Launches of this many (sequence, kv head) pairs or more attend on the tensor cores (tiled). With
-// fewer, the CUDA-core kernel's small blocks share the SMs with the chained GEMVs on either side,
-// which stream their weights meanwhile: in Llama-3-8B decode steps on an H100, tiled attention
-// made batch 1 (8 pairs) 3% slower, batch 2 even, batch 4 (32 pairs) 3% faster
-// (tests/bench/RESULTS.md).
-constexpr int64_t kTiledMinPairs = 32;
-// Untiled plans split contexts for about this many blocks an SM.
-constexpr int kSplitBlocksPerSm = 8;
 constexpr int kWarpsPerBlock = kThreads / 32;
 // Batches of contexts up to this many tokens that fill the GPU with blocks in one split run one
 // warp per (sequence, kv head) instead.
@@ -617,7 +610,9 @@ constexpr int kTileBlocksPerSm = 2;
 // current device. Shallow: its tiles' (TileLayout), or 1/kTileBlocksPerSm of an SM's less what the
 // GPU reserves a block, when more. Deep: its tiles', FailedPrecondition where a block may not have
 // that much. The first call on a device lets the kernel take that much (past the default 48 KiB),
-// preferring shared memory to L1 (the tiles bypass L1); later ones only look it up.
+// shallow ones preferring shared memory to L1 (two blocks an SM take all of it; the tiles bypass
+// L1). Deep ones state no preference: asking for all of it kept the chained GEMVs around a small
+// batch's attention off its SMs, 1% of a batch-1 decode step (tests/bench/RESULTS.md).
 template <int kDim, int kG, bool kLinked, int kStages>
 absl::StatusOr<int> PrepareTiledLaunch() {
   static std::mutex mutex;
@@ -642,8 +637,10 @@ absl::StatusOr<int> PrepareTiledLaunch() {
                         : std::min(per_block, std::max(kNeeded, per_sm / kTileBlocksPerSm - reserved));
   auto* kernel = DecodeKernel<kDim, kG, kLinked, kStages>;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  LAMINA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  if (kStages != kDeepTileStages) {
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  }
   prepared[device] = bytes;
   return bytes;
 }
@@ -828,6 +825,22 @@ bool DeepTilesFit() {
   return fits;
 }
 
+// DeepTilesFit for a head_dim; true for those DecodeAttention refuses (it refuses them anyway).
+bool DeepTilesFitFor(int64_t head_dim) {
+  switch (head_dim) {
+    case 16:
+      return DeepTilesFit<16>();
+    case 32:
+      return DeepTilesFit<32>();
+    case 64:
+      return DeepTilesFit<64>();
+    case 128:
+      return DeepTilesFit<128>();
+    default:
+      return true;
+  }
+}
+
 template <int kDim>
 int GroupBlocksPerSm(int64_t group) {
   switch (group) {
@@ -858,35 +871,30 @@ int DecodeBlocksPerSm(const AttentionShape& shape) {
 
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
                       int blocks_per_sm, bool deep_tiles_fit) {
+  // Tiled whatever the batch: in Llama-3-8B decode steps on an H100 the tiled kernel beat the
+  // CUDA-core one from batch 1 (8 pairs) on, once deep tiles no longer asked for an SM's whole
+  // shared memory (tests/bench/RESULTS.md). The CUDA-core kernel stays for plans that ask for it.
   DecodePlan plan;
+  plan.tiled = true;
   const int64_t pairs = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
   const int64_t context = std::max<int64_t>(1, max_context);
-  plan.tiled = pairs >= kTiledMinPairs;
-  if (plan.tiled) {
-    // At most a pair an SM: the deep pipeline, a block an SM.
-    plan.deep_tiles = deep_tiles_fit && pairs <= num_sms;
-    // A launch takes as many turns of tiles as its longest block, once per wave of blocks, plus a
-    // block's fixed costs (about a tile), plus the merge of the splits (about another). At most a
-    // tile a split; past two waves of blocks more splits only add waves.
-    const int64_t resident =
-        std::max<int64_t>(1, static_cast<int64_t>(num_sms) * (plan.deep_tiles ? 1 : blocks_per_sm));
-    const int64_t most = std::min<int64_t>({(context + kTileTokens - 1) / kTileTokens, kMaxMergedSplits,
-                                            2 * resident / pairs + 1});
-    int64_t best_cost = INT64_MAX;
-    for (int64_t splits = 1; splits <= std::max<int64_t>(1, most); ++splits) {
-      const int64_t tiles = ((context + splits - 1) / splits + kTileTokens - 1) / kTileTokens;
-      const int64_t waves = (pairs * splits + resident - 1) / resident;
-      const int64_t cost = waves * (tiles + 1) + (splits > 1 ? 1 : 0);
-      if (cost < best_cost) {
-        best_cost = cost;
-        plan.splits = static_cast<int>(splits);
-      }
+  // At most a pair an SM: the deep pipeline, a block an SM.
+  plan.deep_tiles = deep_tiles_fit && pairs <= num_sms;
+  // A launch takes as many turns of tiles as its longest block, once per wave of blocks, plus a
+  // block's fixed costs (about a tile), plus the merge of the splits (about another). At most a
+  // tile a split; past two waves of blocks more splits only add waves.
+  const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(num_sms) * (plan.deep_tiles ? 1 : blocks_per_sm));
+  const int64_t most =
+      std::min<int64_t>({(context + kTileTokens - 1) / kTileTokens, kMaxMergedSplits, 2 * resident / pairs + 1});
+  int64_t best_cost = INT64_MAX;
+  for (int64_t splits = 1; splits <= std::max<int64_t>(1, most); ++splits) {
+    const int64_t tiles = ((context + splits - 1) / splits + kTileTokens - 1) / kTileTokens;
+    const int64_t waves = (pairs * splits + resident - 1) / resident;
+    const int64_t cost = waves * (tiles + 1) + (splits > 1 ? 1 : 0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      plan.splits = static_cast<int>(splits);
     }
-  } else {
-    // About 8 blocks an SM, no chunk shorter than 64 tokens.
-    const int64_t wanted = (kSplitBlocksPerSm * static_cast<int64_t>(num_sms) + pairs - 1) / pairs;
-    const int64_t most = std::max<int64_t>(1, context / kTileTokens);
-    plan.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, most, kMaxMergedSplits})));
   }
   if (plan.splits > 1) plan.workspace_floats = num_seqs * shape.num_q_heads * plan.splits * (shape.head_dim + 1);
   // A warp each pays once a block each needs more than a full load of blocks; with fewer, on two
@@ -897,24 +905,7 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
 }
 
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms) {
-  bool deep_fits = true;
-  switch (shape.head_dim) {
-    case 16:
-      deep_fits = DeepTilesFit<16>();
-      break;
-    case 32:
-      deep_fits = DeepTilesFit<32>();
-      break;
-    case 64:
-      deep_fits = DeepTilesFit<64>();
-      break;
-    case 128:
-      deep_fits = DeepTilesFit<128>();
-      break;
-    default:
-      break;  // DecodeAttention refuses the shape
-  }
-  return PlanDecode(shape, num_seqs, max_context, num_sms, DecodeBlocksPerSm(shape), deep_fits);
+  return PlanDecode(shape, num_seqs, max_context, num_sms, DecodeBlocksPerSm(shape), DeepTilesFitFor(shape.head_dim));
 }
 
 int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs) {

@@ -194,14 +194,16 @@ TEST_F(KernelChainingTest, AChainedDecodeStepGivesTheBitsOfOneRunKernelByKernel)
 // Tiled decode attention queues its first tiles before StoreKv, the kernel ahead of it, has
 // written the new token, unless they hold it. 701 tokens in 3 splits of whole tiles: [0, 256) and
 // [256, 512) start early at either depth; [512, 701), whose first 3 tiles hold the new token (700),
-// does with shallow tiles only. In one split every plan starts early.
-TEST_F(KernelChainingTest, TiledAttentionStartingBeforeStoreKvEndsKeepsTheBits) {
-  for (bool deep : {false, true}) {
+// does with shallow tiles only. In one split every tiled plan starts early. The CUDA-core kernel,
+// which waits first, in the same plans.
+TEST_F(KernelChainingTest, AttentionStartingBeforeStoreKvEndsKeepsTheBits) {
+  for (int kind = 0; kind < 3; ++kind) {
     for (int splits : {1, 3}) {
-      SCOPED_TRACE(std::string(deep ? "deep" : "shallow") + " tiles, " + std::to_string(splits) + " splits");
+      const char* kinds[] = {"CUDA cores", "shallow tiles", "deep tiles"};
+      SCOPED_TRACE(std::string(kinds[kind]) + ", " + std::to_string(splits) + " splits");
       DecodePlan plan;
-      plan.tiled = true;
-      plan.deep_tiles = deep;
+      plan.tiled = kind > 0;
+      plan.deep_tiles = kind == 2;
       plan.splits = splits;
       std::mt19937 rng(43);
       ChainedStep step(&rng, &plan);

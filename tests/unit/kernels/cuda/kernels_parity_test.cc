@@ -374,28 +374,27 @@ TEST(DecodePlanTest, DeepTilesForAtMostAPairAnSm) {
   plan = cuda::PlanDecode(gqa, 17, 2048, 132, 2);
   EXPECT_TRUE(plan.tiled);
   EXPECT_FALSE(plan.deep_tiles);
-  // On the CUDA cores, never deep.
-  EXPECT_FALSE(cuda::PlanDecode(gqa, 1, 4096, 132, 2).deep_tiles);
 }
 
-TEST(DecodePlanTest, FewPairsStayOnTheCudaCores) {
-  const cpu::AttentionShape gqa{32, 8, 128, 0}, mha{32, 32, 128, 0};
-  // Batch 1 to 3 of GQA: 8 to 24 pairs, split for about 8 blocks an SM, no chunk under 64 tokens.
+TEST(DecodePlanTest, SmallBatchesSplitIntoDeepTiles) {
+  const cpu::AttentionShape gqa{32, 8, 128, 0}, mha{32, 32, 128, 0}, mqa{32, 1, 128, 0};
+  // Batch 1 of GQA at 4096 tokens: 8 pairs in 16 deep splits of 4 tiles, 128 blocks.
   cuda::DecodePlan plan = cuda::PlanDecode(gqa, 1, 4096, 132, 2);
-  EXPECT_FALSE(plan.tiled);
-  EXPECT_EQ(plan.splits, 64);
-  plan = cuda::PlanDecode(gqa, 3, 4096, 132, 2);  // 24 pairs
-  EXPECT_FALSE(plan.tiled);
-  EXPECT_EQ(plan.splits, 44);
-  EXPECT_EQ(cuda::PlanDecode(gqa, 1, 100, 132, 2).splits, 1);
-  EXPECT_EQ(cuda::PlanDecode(gqa, 1, 100, 132, 2).workspace_floats, 0);
-  // From 32 pairs, tiled: GQA batch 4 and MHA batch 1 in 4 deep splits, a block an SM.
-  for (const cuda::DecodePlan& tiled :
-       {cuda::PlanDecode(gqa, 4, 4096, 132, 2), cuda::PlanDecode(mha, 1, 4096, 132, 2)}) {
-    EXPECT_TRUE(tiled.tiled);
-    EXPECT_TRUE(tiled.deep_tiles);
-    EXPECT_EQ(tiled.splits, 4);
+  EXPECT_TRUE(plan.tiled);
+  EXPECT_TRUE(plan.deep_tiles);
+  EXPECT_EQ(plan.splits, 16);
+  EXPECT_EQ(plan.workspace_floats, 32 * 16 * 129);
+  // GQA batch 4 and MHA batch 1, 32 pairs: 4 deep splits.
+  for (const cuda::DecodePlan& p : {cuda::PlanDecode(gqa, 4, 4096, 132, 2), cuda::PlanDecode(mha, 1, 4096, 132, 2)}) {
+    EXPECT_TRUE(p.deep_tiles);
+    EXPECT_EQ(p.splits, 4);
   }
+  // One pair: a split a tile, no more (64 tiles).
+  EXPECT_EQ(cuda::PlanDecode(mqa, 1, 4096, 132, 2).splits, 64);
+  // A short context: one tile, one split, no workspace.
+  plan = cuda::PlanDecode(gqa, 1, 40, 132, 2);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.workspace_floats, 0);
 }
 
 TEST_F(CudaParityTest, DecodeAttentionRejectsUnsupportedShapes) {
