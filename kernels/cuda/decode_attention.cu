@@ -3,11 +3,10 @@
 //  - tiled, as PlanDecode plans every launch: on the tensor cores (decode_tiles.cuh), streaming
 //    the chunk's k and v rows through shared memory in tiles of 64 tokens with asynchronous copies,
 //    each warp multiplying 16 tokens of a tile with the kv head's query heads;
-//  - else (a plan that asks for it) on the CUDA cores: kLanes = head_dim / 8 threads share one token, each holding 8
-//  dims
-//    (one 16-byte load of K and one of V) and the query heads in registers; the block's threads
-//    form kGroups such token groups, each taking kUnroll tokens a turn with all their loads issued
-//    before the first use.
+//  - else (a plan that asks for it) on the CUDA cores: kLanes = head_dim / 8 threads share one
+//    token, each holding 8 dims (one 16-byte load of K and one of V) and the query heads in
+//    registers; the block's threads form kGroups such token groups, each taking kUnroll tokens a
+//    turn with all their loads issued before the first use.
 // Either way the query is pre-scaled by 1/sqrt(d)·log2(e), so the softmax runs on exp2; each part
 // of the block (warp or token group) keeps its own running max, sum and outputs; the block merges
 // its parts through shared memory, and a second kernel merges the splits of a sequence.

@@ -254,8 +254,9 @@ struct TileStream {
     }
 #pragma unroll
     for (int t = 0; t < kTilesAhead; ++t) {
-      if (t < n)
+      if (t < n) {
         tiles_internal::CopyTile<kDim, kStages>(base, t, first_slots[t], k_cache, v_cache, slot_stride, head_offset);
+      }
       if (t + kTilesAhead < n) tiles_internal::CopyTileSlots<kDim, kStages>(smem, slot_ids, lo, hi, t + kTilesAhead);
       CommitCopies();  // empty groups too, so that every turn below counts the same
     }
@@ -282,8 +283,9 @@ struct TileStream {
       if (next < n) {
         tiles_internal::ReadTileSlots<kDim, kStages>(smem, lo, hi, next, slots);
         tiles_internal::CopyTile<kDim, kStages>(base, next, slots, k_cache, v_cache, slot_stride, head_offset);
-        if (next + kTilesAhead < n)
+        if (next + kTilesAhead < n) {
           tiles_internal::CopyTileSlots<kDim, kStages>(smem, slot_ids, lo, hi, next + kTilesAhead);
+        }
       }
       CommitCopies();
       const int first = lo + tile * kTileTokens + 16 * warp;
