@@ -801,26 +801,19 @@ int TileBlocksPerSm() {
 
 // Whether a block of the deep tiled DecodeKernel<kDim> may have its shared memory on the current
 // device (it takes more than some GPUs allow a block): its tiles, and the most static shared memory
-// a variant declares (a linked one's 8 polled query heads); asked once per device.
+// a variant declares (a linked one's 8 polled query heads). True where no GPU answers.
 template <int kDim>
 bool DeepTilesFit() {
   constexpr int kMostStaticBytes = 8 * kDim * static_cast<int>(sizeof(float));
-  static std::mutex mutex;
-  static std::map<int, bool> known;
-  int device = 0;
+  int device = 0, per_block = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
     return true;  // no GPU to ask: plan as for the GPUs we build for
   }
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = known.find(device);
-  if (it != known.end()) return it->second;
-  int per_block = 0;
   const bool fits =
       cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
       per_block >= TileLayout<kDim, kDeepTileStages>::kBytes + kMostStaticBytes;
   cudaGetLastError();
-  known[device] = fits;
   return fits;
 }
 

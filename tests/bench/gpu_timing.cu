@@ -51,12 +51,13 @@ absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaS
   return times[times.size() / 2];
 }
 
-absl::StatusOr<double> GraphedMs(const std::function<absl::Status()>& work, cudaStream_t stream, int calls) {
+absl::StatusOr<double> GraphedMs(const std::function<absl::Status()>& work, cudaStream_t stream, int calls,
+                                 int runs) {
   LAMINA_ASSIGN_OR_RETURN(const cuda::Graph graph, cuda::Graph::Capture(stream, [&]() -> absl::Status {
                             for (int i = 0; i < calls; ++i) LAMINA_RETURN_IF_ERROR(work());
                             return absl::OkStatus();
                           }));
-  LAMINA_ASSIGN_OR_RETURN(const double ms, MedianMs([&] { return graph.Launch(stream); }, stream, 11));
+  LAMINA_ASSIGN_OR_RETURN(const double ms, MedianMs([&] { return graph.Launch(stream); }, stream, runs));
   return ms / calls;
 }
 

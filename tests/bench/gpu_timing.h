@@ -19,10 +19,12 @@ absl::StatusOr<double> BestReadRate(cudaStream_t stream);
 // The median milliseconds of `runs` executions of `work` (which queues on `stream`), after warm-up.
 absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaStream_t stream, int runs = 50);
 
-// The median milliseconds of one execution of `work` among `calls` queued back to back in a CUDA
-// graph, as the kernels of a decode step run: the host's launch latency is not counted, and a
-// chained kernel may start (not yet read its inputs) while the one before it ends.
-absl::StatusOr<double> GraphedMs(const std::function<absl::Status()>& work, cudaStream_t stream, int calls = 20);
+// The milliseconds of one execution of `work` among `calls` queued back to back in a CUDA graph,
+// as the kernels of a decode step run (the median of `runs` launches of the graph, over `calls`):
+// the host's launch latency is not counted, and a chained kernel may start (not yet read its
+// inputs) while the one before it ends.
+absl::StatusOr<double> GraphedMs(const std::function<absl::Status()>& work, cudaStream_t stream, int calls = 20,
+                                 int runs = 11);
 
 // Measures BestReadRate on device 0 and prints "<GPU>, <n> SMs: best plain read rate in this run
 // <r> TB/s", the line every GPU benchmark opens with; returns the rate.
