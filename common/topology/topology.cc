@@ -225,7 +225,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     if (top.Has("scheduler")) {
       Fields s(top.Get("scheduler"), path, "scheduler",
                {"max_batch", "max_tokens_per_iteration", "heartbeat_interval_ms", "heartbeat_timeout_ms",
-                "prefix_caching", "step_timeout_ms", "rotational_above", "stagger"});
+                "prefix_caching", "step_timeout_ms", "rotational_above", "stagger", "chunked_prefill"});
       LAMINA_RETURN_IF_ERROR(s.CheckShape());
       const int64_t batch = t.max_batch, tokens = t.max_tokens_per_iteration, interval = t.heartbeat_interval_ms,
                     timeout = t.heartbeat_timeout_ms;
@@ -239,6 +239,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       t.heartbeat_timeout_ms = static_cast<int>(v4);
       LAMINA_ASSIGN_OR_RETURN(t.prefix_caching, s.Bool("prefix_caching", true));
       LAMINA_ASSIGN_OR_RETURN(t.stagger, s.Bool("stagger", false));
+      LAMINA_ASSIGN_OR_RETURN(t.chunked_prefill, s.Bool("chunked_prefill", true));
       const int64_t step_timeout = t.step_timeout_ms;
       LAMINA_ASSIGN_OR_RETURN(int64_t v5, s.Integer("step_timeout_ms", &step_timeout, 100, 3600000));
       t.step_timeout_ms = static_cast<int>(v5);

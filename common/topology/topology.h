@@ -74,6 +74,10 @@ struct Topology {
   int coordinator_port = 0;
   int max_batch = 64;
   int max_tokens_per_iteration = 4096;
+  // Prompts longer than what an iteration's token budget has left are prefilled in chunks over
+  // several iterations, alongside the running sequences' decodes (which then never wait behind a
+  // whole long prompt); off, such a prompt waits for an iteration with room, or runs alone.
+  bool chunked_prefill = true;
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 3000;
   bool prefix_caching = true;  // keep prompt prefixes on memory nodes for reuse

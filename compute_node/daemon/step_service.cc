@@ -107,10 +107,11 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   }
   for (int64_t seq : plan.release()) attention->Forget(seq);
 
-  // Whole prompts run as a prefill batch. A prompt continuing a cached prefix runs on the decode
-  // path instead (its tokens attend over the prefix held by the memory node), after the running
-  // sequences' tokens. Every sequence draws one token; the result lists them in plan order:
-  // each prefill item's sequence and forks, then the decode items.
+  // Whole prompts, and the first chunks of prompts prefilled in chunks, run as a prefill batch. A
+  // prompt continuing a cached prefix or an earlier chunk runs on the decode path instead (its
+  // tokens attend over what the memory node holds), after the running sequences' tokens. Every
+  // sequence but a partial item's draws one token; the result lists them in plan order: each
+  // prefill item's sequence and forks, then the decode items.
   std::vector<std::vector<int32_t>> prompts;
   prompts.reserve(plan.prefill_size());
   std::vector<PrefillSequence> prefill;
@@ -133,6 +134,10 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     absl::Status assigned = attention->Assign(item.seq_id(), item.memory_node());
     if (!assigned.ok()) return fail(assigned);
     const bool continues = item.start_position() > 0;
+    if (item.partial() && item.fork_seq_ids_size() > 0) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", item.seq_id(), ": a partial prefill item carries forks (they come with its last chunk)")));
+    }
     int64_t row;
     if (continues) {
       for (int t = 0; t < item.tokens_size(); ++t) {
@@ -144,6 +149,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
       prefill.push_back({item.seq_id(), prompts.back()});
       row = static_cast<int64_t>(prefill.size()) - 1;
     }
+    if (item.partial()) continue;  // its sampling parameters come again with its last chunk
     // The token drawn sits right after the prompt; sample k of n uses seed + k.
     const uint64_t counter = static_cast<uint64_t>(item.start_position()) + item.tokens_size();
     const SamplingParams params = FromProto(item.sampling());

@@ -17,6 +17,10 @@ std::map<std::string, std::string> MemoryGrpcAddresses(const Topology& topology)
   return out;
 }
 
+// With chunked prefill, the least a step prefills of its first unprefilled prompt, even when
+// the decodes take the whole token budget: a prefix-cache block.
+constexpr int64_t kMinPrefillChunk = 16;
+
 // The prompt once, plus every sample's generated tokens (bounded by the context).
 int64_t SlotsNeeded(const GenerationSpec& spec, const ModelConfig& config) {
   const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
@@ -264,8 +268,14 @@ void Scheduler::EndDeadAndCancelled() {
 }
 
 void Scheduler::Admit() {
+  // What the batch's next step leaves of the token budget: its decodes, and the prompt tokens
+  // still to prefill.
   int64_t budget = topology_.max_tokens_per_iteration;
-  for (const Sequence& seq : batch_->running) budget -= seq.prefilled ? 1 : static_cast<int64_t>(seq.request->spec.prompt.size());
+  bool prefilling = false;
+  for (const Sequence& seq : batch_->running) {
+    budget -= seq.prefilled ? 1 : PrefillLength(seq) - seq.start_position;
+    prefilling |= !seq.prefilled;
+  }
   int64_t admitted_tokens = 0;
   const std::vector<MemberInfo> members = membership_->Snapshot();
   auto end_waiting = [&](size_t index, absl::Status error) {  // mu_ held
@@ -305,8 +315,14 @@ void Scheduler::Admit() {
     const std::optional<size_t> pick = policy_->Next(waiting);
     if (!pick || *pick >= waiting.size()) return;
     const WaitingRequest& candidate = waiting[*pick];
-    // A prompt larger than the budget still runs, alone, so that nothing starves.
-    if (admitted_tokens > 0 && admitted_tokens + candidate.prompt_tokens > budget) return;
+    if (topology_.chunked_prefill) {
+      // Admitted while any budget is left (its prompt then goes in chunks as the budget allows),
+      // or, with none left, when no other prompt is being prefilled (a step takes at least a
+      // chunk of the first one).
+      if (budget - admitted_tokens <= 0 && (prefilling || admitted_tokens > 0)) return;
+    } else if (admitted_tokens > 0 && admitted_tokens + candidate.prompt_tokens > budget) {
+      return;  // a prompt larger than the budget still runs, alone, so that nothing starves
+    }
 
     // The live memory node holding the longest cached prefix of the prompt, among those with
     // room once their cached prefixes give way; otherwise the one with the most room.
@@ -376,17 +392,31 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
   }
   for (int64_t seq : batch_->release) plan.add_release(seq);
   batch_->release.clear();
-  for (const Sequence& seq : batch_->running) {
+  // The prompts' share of the token budget: what the decodes leave.
+  int64_t left = topology_.max_tokens_per_iteration;
+  for (const Sequence& seq : batch_->running) left -= seq.prefilled ? 1 : 0;
+  bool first_prompt = true;
+  for (Sequence& seq : batch_->running) {
     const GenerationSpec& spec = seq.request->spec;
     if (!seq.prefilled) {
+      const int64_t rest = PrefillLength(seq) - seq.start_position;
+      int64_t chunk = rest;
+      if (topology_.chunked_prefill) {
+        chunk = std::min(rest, std::max(left, first_prompt ? kMinPrefillChunk : int64_t{0}));
+        first_prompt = false;
+        left -= chunk;
+      }
+      seq.chunk = static_cast<int32_t>(chunk);
+      if (chunk == 0) continue;  // no budget left this step
       auto* item = plan.add_prefill();
       item->set_seq_id(seq.seq_id);
-      for (size_t t = seq.start_position; t < spec.prompt.size(); ++t) item->add_tokens(spec.prompt[t]);
-      item->set_start_position(seq.start_position);
-      if (seq.resume) {  // recompute everything the sample had: its prompt and its output
-        for (int32_t t : seq.output) item->add_tokens(t);
-        item->set_resume(true);
+      // The prompt, and for a resumed sample its output too: everything it had is recomputed.
+      for (int64_t t = seq.start_position; t < seq.start_position + chunk; ++t) {
+        const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
+        item->add_tokens(t < prompt ? spec.prompt[t] : seq.output[t - prompt]);
       }
+      item->set_start_position(seq.start_position);
+      item->set_resume(seq.resume);
       item->set_memory_node(seq.request->memory_node);
       auto* s = item->mutable_sampling();
       s->set_temperature(spec.sampling.temperature);
@@ -395,7 +425,11 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
       // Sample k of n draws with seed + k: the compute node adds k for the forks of sample 0; a
       // resumed sample comes alone and carries its own.
       s->set_seed(spec.sampling.seed + (seq.resume ? seq.index : 0));
-      for (SequenceId fork : seq.forks) item->add_fork_seq_ids(fork);
+      if (chunk < rest) {
+        item->set_partial(true);  // the forks come with the last chunk
+      } else {
+        for (SequenceId fork : seq.forks) item->add_fork_seq_ids(fork);
+      }
     } else {
       auto* item = plan.add_decode();
       item->set_seq_id(seq.seq_id);
@@ -405,6 +439,10 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
     }
   }
   return plan;
+}
+
+int64_t Scheduler::PrefillLength(const Sequence& seq) {
+  return static_cast<int64_t>(seq.request->spec.prompt.size() + (seq.resume ? seq.output.size() : 0));
 }
 
 int64_t Scheduler::Footprint(const Sequence& seq) const {
@@ -583,6 +621,12 @@ void Scheduler::ApplyResult(const lamina::v1::StepResult& result) {
     if (seq.prefilled) {
       ++seq.next_position;
       take(std::move(seq));
+      continue;
+    }
+    if (seq.start_position + seq.chunk < PrefillLength(seq)) {  // a chunk short of the end, or none
+      seq.start_position += seq.chunk;
+      seq.chunk = 0;
+      keep.push_back(std::move(seq));
       continue;
     }
     if (seq.resume) {  // recomputed: the token continues where the sample left off

@@ -12,24 +12,29 @@
 // second batch takes new requests only while more than `rotational_above` sequences are running
 // or waiting, so small loads keep one batch's latency; `rotational` over R > 1 compute nodes, R + 1
 // batches each sent to every compute node, where slice k of batch j runs on node (j + k) mod R
-// (the node running the last slice returns the tokens; a batch ends when any of its nodes fails). One thread drives every batch in
-// turn: it collects a batch's result, prepares its next plan and sends it, then moves on to the
-// next batch while this one runs. A request stays in the batch that admitted it.
+// (the node running the last slice returns the tokens; a batch ends when any of its nodes fails). One thread drives
+// every batch in turn: it collects a batch's result, prepares its next plan and sends it, then moves on to the next
+// batch while this one runs. A request stays in the batch that admitted it.
 //
 // Preparing a batch's plan
 //   1. ends sequences whose memory node died (UNAVAILABLE) or whose client cancelled (freeing
 //      their slots at once),
 //   2. resumes the batch's preempted requests, then admits queued ones in the order its
 //      AdmissionPolicy picks (FIFO by default) while the batch limit, the batch's equal share of
-//      the sequences running or waiting, the per-iteration token budget and a memory node's free
-//      slots (counting every batch's sequences) allow (the node
+//      the sequences running or waiting, the per-iteration token budget (with chunked prefill,
+//      while any of it is left) and a memory node's free slots (counting every batch's sequences)
+//      allow (the node
 //      holding the longest cached prefix of the prompt, else the one with the most room); a
 //      request that could never fit was refused when submitted,
 //   3. when a memory node would run dry in the step, evicts cached prefixes there and then
 //      preempts the batch's youngest request there (slots freed now, tokens kept, recomputed
 //      later: the output is the same), down to its last one, or to none while another batch
 //      holds the node too (that batch's step is in flight and cannot be touched),
-//   4. sends one plan to the batch's compute node: prefill for new sequences, decode for the others.
+//   4. sends one plan to the batch's compute node: decode for the running sequences, prefill for
+//      new ones. With chunked prefill the prompts share what the token budget leaves after the
+//      decodes, in admission order (the first one at least 16 tokens, so that it
+//      always moves): a prompt that does not fit goes as a partial item, and later steps send
+//      the rest, chunk by chunk, until its last chunk draws its first token.
 // Collecting a result streams each sampled token to its request and retires the finished ones.
 // A step that fails because memory nodes are unreachable marks them dead and runs again without
 // their sequences; one that fails at the compute node ends the batch with UNAVAILABLE. When a
@@ -111,7 +116,10 @@ class Scheduler {
     SequenceId seq_id = 0;
     int32_t index = 0;
     std::vector<SequenceId> forks;  // sample 0 before its prefill: the ids of samples 1 .. n-1
-    int32_t start_position = 0;     // before its prefill: prompt positions already shared from the prefix cache
+    // Before its prefill: prompt positions already on the memory node (shared from the prefix
+    // cache, or prefilled by earlier chunks).
+    int32_t start_position = 0;
+    int32_t chunk = 0;  // before its prefill: the tokens the plan in flight computes (0: none)
     bool prefilled = false;
     bool resume = false;            // preempted: its next prefill recomputes prompt + output
     std::vector<int32_t> output;    // every token sampled so far
@@ -159,7 +167,10 @@ class Scheduler {
   void Watchdog();
   void EndDeadAndCancelled();
   void Admit();
+  // Also sets each unprefilled sequence's `chunk`.
   lamina::v1::StepPlan BuildPlan();
+  // The tokens a sequence's prefill computes in all: its prompt, and for a resumed one also its output.
+  static int64_t PrefillLength(const Sequence& seq);
   void ApplyResult(const lamina::v1::StepResult& result);
   // Records a sampled token; false when the sample finished (and was retired).
   bool Advance(Sequence& seq, int32_t token);

@@ -125,6 +125,7 @@ absl::StatusOr<std::string> SimulatorSection(const ExperimentResult& result, con
       continue;
     }
     costs->max_tokens_per_iteration = topology.max_tokens_per_iteration;
+    costs->chunked_prefill = topology.chunked_prefill;
     {
       const std::string path = absl::StrCat(out_dir, "/costs-", info.entry.name, ".yaml");
       std::ofstream out(path);

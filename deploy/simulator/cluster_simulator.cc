@@ -7,18 +7,23 @@
 namespace lamina::simulator {
 namespace {
 
+// With chunked prefill, the least an iteration prefills of its first unfinished prompt (as the
+// scheduler does).
+constexpr int64_t kMinPrefillChunk = 16;
+
 struct Sequence {
   int request = 0;
   int prompt = 0;
   int output = 0;
-  int generated = 0;  // 0 until its prefill iteration ends
+  int prefilled = 0;  // prompt tokens prefilled by the iterations that ended
+  int chunk = 0;      // prompt tokens the iteration in flight prefills
+  int generated = 0;  // 0 until its prompt's last prefill iteration ends
 };
 
 struct Replica {
   std::vector<Sequence> running;
   int64_t kv_used = 0;
   bool busy = false;
-  std::vector<int> prefilling;  // indices into running admitted this iteration
   double busy_ms = 0, attention_ms = 0;
   int64_t iterations = 0, decoded = 0;
 };
@@ -62,10 +67,16 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
     Replica& rep = replicas[r];
     if (rep.busy || (rep.running.empty() && waiting.empty())) return;
     const double start = std::max(now, coordinator_free);
-    // Admit like the scheduler: batch limit, token budget (a lone long prompt still runs), KV room.
-    int64_t budget = costs.max_tokens_per_iteration - static_cast<int64_t>(rep.running.size());
-    rep.prefilling.clear();
-    int64_t prefill_tokens = 0;
+    // Admit like the scheduler: batch limit, token budget, KV room. With chunked prefill a prompt
+    // joins while any budget is left (or none is being prefilled) and is prefilled as the budget
+    // allows; without, it must fit what is left, unless it runs alone.
+    int64_t budget = costs.max_tokens_per_iteration;
+    bool prefilling = false;
+    for (const Sequence& s : rep.running) {
+      budget -= s.generated > 0 ? 1 : s.prompt - s.prefilled;
+      prefilling |= s.generated == 0;
+    }
+    bool admitted = false;
     while (!waiting.empty() && static_cast<int64_t>(rep.running.size()) < shape.max_batch) {
       const int q = waiting.front();
       const int64_t need = prompt_len[q] + output_len[q];
@@ -74,19 +85,37 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
         ++kv_blocked;
         break;
       }
-      if (prompt_len[q] > budget && !(rep.prefilling.empty() && rep.running.empty())) break;
+      if (costs.chunked_prefill ? budget <= 0 && (prefilling || admitted)
+                                : prompt_len[q] > budget && !rep.running.empty()) {
+        break;
+      }
       waiting.pop_front();
       rep.kv_used += need;
       budget -= prompt_len[q];
-      prefill_tokens += prompt_len[q];
-      rep.prefilling.push_back(static_cast<int>(rep.running.size()));
-      rep.running.push_back({q, prompt_len[q], output_len[q], 0});
+      admitted = true;
+      rep.running.push_back({q, prompt_len[q], output_len[q], 0, 0, 0});
     }
+    // The prompts' share: what the decodes leave, in admission order.
+    int64_t left = costs.max_tokens_per_iteration, prefill_tokens = 0;
     double batch = 0, attended = 0;
     for (const Sequence& s : rep.running) {
       if (s.generated == 0) continue;
       batch += 1;
       attended += s.prompt + s.generated;
+      --left;
+    }
+    bool first_prompt = true;
+    for (Sequence& s : rep.running) {
+      if (s.generated > 0) continue;
+      const int64_t rest = s.prompt - s.prefilled;
+      int64_t chunk = rest;
+      if (costs.chunked_prefill) {
+        chunk = std::min(rest, std::max(left, first_prompt ? kMinPrefillChunk : int64_t{0}));
+        first_prompt = false;
+        left -= chunk;
+      }
+      s.chunk = static_cast<int>(chunk);
+      prefill_tokens += chunk;
     }
     if (batch == 0 && prefill_tokens == 0) return;  // nothing fits yet: wait for a finish
     const double ms = costs.IterationMs(batch, attended, static_cast<double>(prefill_tokens),
@@ -108,6 +137,14 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
     rep.busy = false;
     std::vector<Sequence> still;
     for (Sequence& s : rep.running) {
+      if (s.generated == 0) {
+        s.prefilled += s.chunk;
+        s.chunk = 0;
+        if (s.prefilled < s.prompt) {  // a chunk short of the prompt's end, or none
+          still.push_back(s);
+          continue;
+        }
+      }
       ++s.generated;
       if (s.generated == 1) first[s.request] = now;
       if (s.generated < s.output) {

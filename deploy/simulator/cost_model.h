@@ -25,6 +25,7 @@ struct CostModel {
   int memory_nodes = 1;                 // in the measured topology
   int64_t kv_capacity_tokens = 0;       // per memory node
   int64_t max_tokens_per_iteration = 4096;
+  bool chunked_prefill = true;          // the topology's scheduler.chunked_prefill
   std::string source;                   // what it was fitted from
 
   // The compute node's time for one iteration with `memory_nodes` memory nodes sharing attention.

@@ -4,7 +4,10 @@
 //      at several batch sizes, for the demo model's layer shape.
 //   2. The tokens/s of a real cluster (`lamina up`, separate processes) against single-process
 //      mode on the same prompts.
-// Usage: lamina-bench-cluster [--requests N] [--tokens N]
+//   3. Chunked prefill against whole prompts (`scheduler.chunked_prefill`), on clusters with a
+//      small token budget: the gaps between the tokens of requests decoding while long prompts
+//      arrive, the long prompts' time to first token, and the tokens/s of all.
+// Usage: lamina-bench-cluster [--requests N] [--tokens N] [--budget TOKENS]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -144,11 +147,136 @@ void Throughput(int num_requests, int tokens) {
               cluster_tps / local_tps);
 }
 
+// What one run of the mixed load came to.
+struct MixedLoad {
+  std::vector<double> gaps_ms;  // between consecutive tokens of the decoding requests
+  std::vector<double> ttft_ms;  // of the long prompts
+  double tokens_per_second = 0;
+  bool ok = true;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+// `decoders` short prompts decoding 160 tokens each; from 50 ms on, one of `long_prompts` long
+// prompts (8 tokens out) arrives every 60 ms.
+MixedLoad RunMixedLoad(bool chunked, int budget, const std::vector<int32_t>& short_prompt,
+                       const std::vector<int32_t>& long_prompt, int decoders, int long_prompts) {
+  MixedLoad load;
+  testing::ClusterOptions options;
+  options.max_tokens_per_iteration = budget;
+  options.chunked_prefill = chunked;
+  options.prefix_caching = false;  // every long prompt prefilled in full
+  auto cluster = testing::ClusterHarness::Start(options);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(cluster.status().message()).c_str());
+    load.ok = false;
+    return load;
+  }
+  std::mutex mu;
+  int64_t generated = 0;
+  auto request = [](const std::vector<int32_t>& prompt, int tokens) {
+    lamina::v1::GenerateRequest r;
+    for (int32_t id : prompt) r.mutable_token_ids()->add_ids(id);
+    r.set_max_tokens(tokens);
+    r.set_ignore_eos(true);
+    return r;
+  };
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int i = 0; i < decoders; ++i) {
+    threads.emplace_back([&] {
+      std::vector<Clock::time_point> at;
+      absl::Status s =
+          (*cluster)->client().Generate(request(short_prompt, 160), [&](const lamina::v1::GenerateResponse& r) {
+            for (int k = 0; k < r.token_ids_size(); ++k) at.push_back(Clock::now());
+          });
+      std::lock_guard<std::mutex> lock(mu);
+      load.ok &= s.ok();
+      generated += static_cast<int64_t>(at.size());
+      for (size_t k = 1; k < at.size(); ++k) {
+        load.gaps_ms.push_back(std::chrono::duration<double, std::milli>(at[k] - at[k - 1]).count());
+      }
+    });
+  }
+  for (int i = 0; i < long_prompts; ++i) {
+    threads.emplace_back([&, i] {
+      std::this_thread::sleep_until(start + std::chrono::milliseconds(50 + 60 * i));
+      const auto sent = Clock::now();
+      double ttft = -1;
+      int64_t count = 0;
+      absl::Status s =
+          (*cluster)->client().Generate(request(long_prompt, 8), [&](const lamina::v1::GenerateResponse& r) {
+            if (ttft < 0) ttft = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
+            count += r.token_ids_size();
+          });
+      std::lock_guard<std::mutex> lock(mu);
+      load.ok &= s.ok();
+      generated += count;
+      load.ttft_ms.push_back(ttft);
+    });
+  }
+  for (auto& t : threads) t.join();
+  load.tokens_per_second = generated / Seconds(start);
+  return load;
+}
+
+void ChunkedPrefill(int budget) {
+  auto local = LocalCluster::Load(testing::ModelDir("lamina-demo-6m"));
+  if (!local.ok()) return;
+  std::string text;
+  while (text.size() < 3000) {
+    text +=
+        "Attention offloading moves the KV cache to cheap memory devices, which run attention, while the "
+        "expensive compute devices run the rest of the model. ";
+  }
+  const std::vector<int32_t> long_prompt = (*local)->tokenizer().EncodePrompt(text);
+  const std::vector<int32_t> short_prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  constexpr int kDecoders = 8, kLongPrompts = 6;
+  std::printf(
+      "\nchunked prefill: %d requests decoding 160 tokens each while %d prompts of %zu tokens arrive, one\n"
+      "every 60 ms; scheduler.max_tokens_per_iteration %d; medians of 3 runs of each, alternating\n",
+      kDecoders, kLongPrompts, long_prompt.size(), budget);
+  std::vector<MixedLoad> runs[2];  // [0] whole prompts, [1] chunks
+  for (int r = 0; r < 3; ++r) {
+    for (int chunked : {0, 1}) {
+      runs[chunked].push_back(RunMixedLoad(chunked == 1, budget, short_prompt, long_prompt, kDecoders, kLongPrompts));
+      if (!runs[chunked].back().ok)
+        std::fprintf(stderr, "a request failed in a %s run\n", chunked ? "chunked" : "whole");
+    }
+  }
+  struct Row {
+    const char* name;
+    double (*of)(const MixedLoad&);
+  };
+  const Row rows[] = {
+      {"decode gap p50 ms", [](const MixedLoad& l) { return Percentile(l.gaps_ms, 0.5); }},
+      {"decode gap p99 ms", [](const MixedLoad& l) { return Percentile(l.gaps_ms, 0.99); }},
+      {"decode gap max ms", [](const MixedLoad& l) { return Percentile(l.gaps_ms, 1.0); }},
+      {"long prompt TTFT p50 ms", [](const MixedLoad& l) { return Percentile(l.ttft_ms, 0.5); }},
+      {"tokens/s, all requests", [](const MixedLoad& l) { return l.tokens_per_second; }},
+  };
+  std::printf("%-26s %14s %14s %14s\n", "", "whole prompts", "chunks", "chunks/whole");
+  for (const Row& row : rows) {
+    double median[2];
+    for (int k = 0; k < 2; ++k) {
+      std::vector<double> v;
+      for (const MixedLoad& l : runs[k]) v.push_back(row.of(l));
+      median[k] = Percentile(v, 0.5);
+    }
+    std::printf("%-26s %14.1f %14.1f %14.2f\n", row.name, median[0], median[1], median[1] / median[0]);
+  }
+}
+
 int Main(int argc, char** argv) {
-  int requests = 16, tokens = 64;
+  int requests = 16, tokens = 64, budget = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--requests") == 0) requests = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--budget") == 0) budget = std::atoi(argv[i + 1]);
   }
   std::printf("lamina-bench-cluster; command: ");
   for (int i = 0; i < argc; ++i) std::printf("%s ", argv[i]);
@@ -157,6 +285,7 @@ int Main(int argc, char** argv) {
   if (!config.ok()) return 1;
   RoundTrips(*config);
   Throughput(requests, tokens);
+  ChunkedPrefill(budget);
   return 0;
 }
 

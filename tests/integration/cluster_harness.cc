@@ -66,7 +66,8 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
                   "\nscheduler:\n  max_batch: ", options.max_batch, "\n  rotational_above: ", options.rotational_above,
                   "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
                   options.prefix_caching ? "true" : "false", "\n  stagger: ", options.stagger ? "true" : "false",
-                  "\nnodes:\n");
+                  "\n  max_tokens_per_iteration: ", options.max_tokens_per_iteration,
+                  "\n  chunked_prefill: ", options.chunked_prefill ? "true" : "false", "\nnodes:\n");
   for (int i = 0; i < options.compute_nodes; ++i) {
     const std::string device = i < static_cast<int>(options.compute_devices.size()) ? options.compute_devices[i]
                                                                                     : options.device;

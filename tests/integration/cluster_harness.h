@@ -31,6 +31,8 @@ struct ClusterOptions {
   std::string pipelining = "none";             // the topology's `pipelining`
   int rotational_above = 128;                  // and its `scheduler.rotational_above`
   bool stagger = false;                        // and its `scheduler.stagger`
+  int max_tokens_per_iteration = 4096;         // and its `scheduler.max_tokens_per_iteration`
+  bool chunked_prefill = true;                 // and its `scheduler.chunked_prefill`
   int compute_nodes = 1;
   std::optional<int64_t> chunk_rows;  // set: the compute nodes' `chunk_rows`
   std::optional<int64_t> line_rows;   // set: the compute nodes' `line_rows`

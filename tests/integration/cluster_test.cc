@@ -372,6 +372,84 @@ TEST(ClusterTest, ASharedSystemPromptIsReusedWithIdenticalOutputsAndOnlyTheRestP
               second.size(), warm_ttft, cold_ttft);
 }
 
+// Prompts longer than an iteration's token budget are prefilled a budget's worth at a time, beside
+// the running sequences' decodes, and give the outputs they give whole: greedy or sampled, with n
+// samples forked after the last chunk, and continuing a cached prefix.
+TEST(ClusterTest, LongPromptsArePrefilledInChunksWithIdenticalOutputs) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  std::string text;
+  while (text.size() < 1000) {
+    text +=
+        "Attention offloading moves the KV cache to cheap memory devices, which run attention, while the "
+        "expensive compute devices run the rest of the model. ";
+  }
+  const std::vector<int32_t> long_a = (*local)->tokenizer().EncodePrompt(text + "Question one: why?");
+  const std::vector<int32_t> long_b = (*local)->tokenizer().EncodePrompt(text + "Question two: how?");
+  ASSERT_GT(long_a.size(), 150u);
+  ASSERT_LT(long_a.size(), 600u);
+  const std::vector<int32_t> short_prompt = (*local)->tokenizer().EncodePrompt("We");
+  constexpr int kBudget = 48;
+  ClusterOptions options;
+  options.max_tokens_per_iteration = kBudget;
+
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  {
+    // Alone, a prompt of P tokens takes ceil(P / budget) steps before its first token, each
+    // prefilling at most the budget, then a step per further token.
+    constexpr int kTokens = 4;
+    auto before = (*cluster)->client().Status(absl::Seconds(5));
+    ASSERT_TRUE(before.ok()) << before.status();
+    std::vector<Outcome> alone = GenerateConcurrently((*cluster)->client(), {IdsRequest(long_a, kTokens)});
+    ASSERT_TRUE(alone[0].status.ok()) << alone[0].status;
+    EXPECT_EQ(alone[0].ids, SingleProcess(**local, long_a, kTokens));
+    auto after = (*cluster)->client().Status(absl::Seconds(5));
+    ASSERT_TRUE(after.ok()) << after.status();
+    const int64_t prompt = static_cast<int64_t>(long_a.size());
+    EXPECT_EQ(after->prefilled_tokens() - before->prefilled_tokens(), prompt);
+    EXPECT_EQ(after->iterations() - before->iterations(), (prompt + kBudget - 1) / kBudget + kTokens - 1);
+  }
+
+  // Together: a short prompt decoding while the long ones are prefilled in chunks (one sampled),
+  // the second long prompt sharing the first one's cached blocks, then two samples of one prompt.
+  std::vector<lamina::v1::GenerateRequest> requests = {IdsRequest(short_prompt, 120), IdsRequest(long_a, 40),
+                                                       IdsRequest(long_b, 40), IdsRequest(long_b, 40)};
+  std::vector<std::vector<int32_t>> expected = {SingleProcess(**local, short_prompt, 120),
+                                                SingleProcess(**local, long_a, 40), SingleProcess(**local, long_b, 40)};
+  requests[3].mutable_sampling()->set_temperature(1.0f);
+  requests[3].mutable_sampling()->set_seed(5);
+  auto sampled = [&](const std::vector<int32_t>& prompt, uint64_t seed) {
+    GenerationRequest single;
+    single.prompt = prompt;
+    single.max_tokens = 40;
+    single.ignore_eos = true;
+    single.sampling = {1.0f, 0, 1.0f, seed};
+    std::vector<int32_t> ids;
+    EXPECT_TRUE((*local)->Generate({&single, 1}, [&](const TokenEvent& e) { ids.push_back(e.token); }).ok());
+    return ids;
+  };
+  expected.push_back(sampled(long_b, 5));
+  std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
+    EXPECT_EQ(outcomes[i].ids, expected[i]) << "request " << i;
+  }
+
+  lamina::v1::GenerateRequest two = IdsRequest(long_a, 40);
+  two.set_n(2);
+  two.mutable_sampling()->set_temperature(1.0f);
+  two.mutable_sampling()->set_seed(21);
+  std::map<int32_t, std::vector<int32_t>> samples;
+  absl::Status status = (*cluster)->client().Generate(two, [&](const lamina::v1::GenerateResponse& r) {
+    auto& ids = samples[r.index()];
+    ids.insert(ids.end(), r.token_ids().begin(), r.token_ids().end());
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(samples[0], sampled(long_a, 21));
+  EXPECT_EQ(samples[1], sampled(long_a, 22));
+}
+
 TEST(ClusterTest, UnderMemoryPressurePreemptedRequestsCompleteWithIdenticalOutputs) {
   // Eight requests of up to 155 tokens each on a node of 240 slots: each fits alone, together
   // they run the pool dry, so the youngest are preempted and recomputed later. With two batches
@@ -399,11 +477,14 @@ TEST(ClusterTest, UnderMemoryPressurePreemptedRequestsCompleteWithIdenticalOutpu
     requests.push_back(r);
     expected.push_back(ids);
   }
-  for (const std::string mode : {"none", "rotational"}) {
+  // "chunks": one batch with a 32-token budget, so that resumed samples (prompt and output
+  // recomputed) are prefilled in chunks.
+  for (const std::string mode : {"none", "rotational", "chunks"}) {
     ClusterOptions options;
     options.memory_nodes = 1;
     options.kv_capacity_tokens = 240;
-    options.pipelining = mode;
+    options.pipelining = mode == "chunks" ? "none" : mode;
+    if (mode == "chunks") options.max_tokens_per_iteration = 32;
     auto cluster = ClusterHarness::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);

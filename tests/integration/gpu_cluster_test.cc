@@ -168,6 +168,60 @@ void ExpectGoldenOpening(ClusterHarness& cluster, int index) {
   for (int t = 0; t < 4; ++t) EXPECT_EQ(out[t], expected[t]) << "token " << t;
 }
 
+// A long prompt prefilled in chunks (a 32-token budget an iteration) opens with the tokens it gives
+// prefilled whole, alone and beside a request decoding in the same steps: its later chunks run on
+// the GPUs' decode path, several rows of one sequence attending on the memory node. The memory
+// nodes are on the second GPU when there is one (auto: cuda_ipc), else on the compute node's (tcp).
+TEST(GpuClusterChunkTest, APromptPrefilledInChunksOpensAsAWholeOneDoes) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  std::vector<int32_t> long_prompt;
+  while (long_prompt.size() < 200) {
+    for (int p = 0; p < 4; ++p) {
+      const std::vector<int32_t> ids = golden["prompts"][p]["ids"].get<std::vector<int32_t>>();
+      long_prompt.insert(long_prompt.end(), ids.begin(), ids.end());
+    }
+  }
+  const std::vector<int32_t> short_prompt = golden["prompts"][1]["ids"].get<std::vector<int32_t>>();
+  constexpr int kBudget = 32;
+  const std::string memory_device = GpuNames().size() > 1 ? "cuda:1" : "cuda:0";
+  std::vector<Outcome> alone[2], together[2];  // [chunked]
+  for (const bool chunked : {false, true}) {
+    ClusterOptions options;
+    options.device = "cuda:0";
+    options.memory_devices = {memory_device, memory_device};
+    options.transport = "auto";
+    options.max_tokens_per_iteration = kBudget;
+    options.chunked_prefill = chunked;
+    auto cluster = ClusterHarness::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    auto before = (*cluster)->client().Status(absl::Seconds(5));
+    ASSERT_TRUE(before.ok()) << before.status();
+    alone[chunked] = GenerateConcurrently((*cluster)->client(), {IdsRequest(long_prompt, 8)});
+    auto after = (*cluster)->client().Status(absl::Seconds(5));
+    ASSERT_TRUE(after.ok()) << after.status();
+    const int64_t steps = chunked ? (static_cast<int64_t>(long_prompt.size()) + kBudget - 1) / kBudget : 1;
+    EXPECT_EQ(after->iterations() - before->iterations(), steps + 7) << (chunked ? "chunks" : "whole");
+    together[chunked] =
+        GenerateConcurrently((*cluster)->client(), {IdsRequest(short_prompt, 24), IdsRequest(long_prompt, 8)});
+    for (const std::vector<Outcome>* run : {&alone[chunked], &together[chunked]}) {
+      for (const Outcome& o : *run) {
+        ASSERT_TRUE(o.status.ok()) << o.status << "\ncompute-0's log:\n" << (*cluster)->NodeLog("compute-0");
+      }
+    }
+  }
+  ASSERT_EQ(alone[1][0].ids.size(), 8u);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(alone[1][0].ids[t], alone[0][0].ids[t]) << "token " << t;
+  for (size_t i = 0; i < together[1].size(); ++i) {
+    ASSERT_GE(together[1][i].ids.size(), 8u) << "request " << i;
+    for (int t = 0; t < 4; ++t)
+      EXPECT_EQ(together[1][i].ids[t], together[0][i].ids[t]) << "request " << i << " token " << t;
+  }
+  const std::vector<int32_t> greedy = golden["prompts"][1]["greedy_ids"].get<std::vector<int32_t>>();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(together[1][0].ids[t], greedy[t]) << "token " << t;
+}
+
 // A transport this machine lacks (rdma: our GPU machines have no RDMA NIC) is passed over, saying
 // why, for the next one the topology lists.
 TEST(GpuClusterFallbackTest, ATransportThisMachineLacksFallsBackToTheNext) {

@@ -84,6 +84,19 @@ TEST(TopologyTest, StaggeringStepsIsASchedulerChoiceOffByDefault) {
               "local-cpu.yaml:11: scheduler.stagger");
 }
 
+TEST(TopologyTest, ChunkedPrefillIsASchedulerChoiceOnByDefault) {
+  const std::string original = Original();
+  auto plain = ParseTopology(original, kPath);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->chunked_prefill);
+  auto whole = ParseTopology(
+      absl::StrReplaceAll(original, {{"  max_batch: 64\n", "  max_batch: 64\n  chunked_prefill: false\n"}}), kPath);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_FALSE(whole->chunked_prefill);
+  ExpectError(absl::StrReplaceAll(original, {{"  max_batch: 64\n", "  max_batch: 64\n  chunked_prefill: 12\n"}}),
+              "local-cpu.yaml:11: scheduler.chunked_prefill");
+}
+
 TEST(TopologyTest, GpuBusyTimingIsAComputeNodeChoiceOffByDefault) {
   const std::string original = Original();
   auto plain = ParseTopology(original, kPath);

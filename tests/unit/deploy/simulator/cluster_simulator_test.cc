@@ -48,6 +48,7 @@ TEST(CostModelTest, YamlRoundTrip) {
   c.coordinator_ms = 0.125;
   c.memory_nodes = 2;
   c.kv_capacity_tokens = 8192;
+  c.chunked_prefill = false;
   testing::TempDir dir;
   absl::StatusOr<CostModel> back = LoadCostModel(dir.Write("c.yaml", CostModelToYaml(c)));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -55,6 +56,7 @@ TEST(CostModelTest, YamlRoundTrip) {
   EXPECT_EQ(back->attention_per_ktoken_ms, 3.25);
   EXPECT_EQ(back->memory_nodes, 2);
   EXPECT_EQ(back->kv_capacity_tokens, 8192);
+  EXPECT_FALSE(back->chunked_prefill);
 }
 
 TEST(ClusterSimulatorTest, OneSequenceTakesOneIterationPerToken) {
@@ -70,6 +72,28 @@ TEST(ClusterSimulatorTest, OneSequenceTakesOneIterationPerToken) {
   EXPECT_DOUBLE_EQ(r.ttft_ms.p50, 10);
   EXPECT_DOUBLE_EQ(r.tpot_ms.p50, 10);
   EXPECT_DOUBLE_EQ(r.compute_busy, 1.0);
+}
+
+// As the scheduler does: a prompt longer than the token budget takes ceil(prompt / budget) prefill
+// iterations before its first token with chunked prefill, and one without.
+TEST(ClusterSimulatorTest, ChunkedPrefillSpreadsALongPromptOverIterations) {
+  CostModel c;
+  c.step_fixed_ms = 10;
+  c.prefill_per_token_ms = 0.5;
+  c.kv_capacity_tokens = 1000;
+  c.max_tokens_per_iteration = 16;
+  bench::WorkloadSpec w;
+  w.concurrency = 1;
+  const SimulationResult chunked = Simulate(c, {1, 1, 8}, w, Requests(1, 40, 4));
+  // Chunks of 16, 16 and 8 tokens (18, 18 and 14 ms), then three decode iterations.
+  EXPECT_DOUBLE_EQ(chunked.ttft_ms.p50, 50);
+  EXPECT_DOUBLE_EQ(chunked.wall_s, 0.080);
+  c.chunked_prefill = false;
+  const SimulationResult whole = Simulate(c, {1, 1, 8}, w, Requests(1, 40, 4));
+  EXPECT_DOUBLE_EQ(whole.ttft_ms.p50, 30);  // alone, the whole prompt in one iteration
+  EXPECT_DOUBLE_EQ(whole.wall_s, 0.060);
+  EXPECT_EQ(chunked.output_tokens, 4);
+  EXPECT_EQ(whole.output_tokens, 4);
 }
 
 TEST(ClusterSimulatorTest, KvCapacityLimitsTheBatch) {
