@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
+#include "coordinator/scheduler/prefill_chunk.h"
 #include "coordinator/scheduler/replica_results.h"
 
 namespace lamina {
@@ -16,10 +17,6 @@ std::map<std::string, std::string> MemoryGrpcAddresses(const Topology& topology)
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) out[node->name] = node->grpc_address();
   return out;
 }
-
-// With chunked prefill, the least a step prefills of its first unprefilled prompt, even when
-// the decodes take the whole token budget: a prefix-cache block.
-constexpr int64_t kMinPrefillChunk = 16;
 
 // The prompt once, plus every sample's generated tokens (bounded by the context).
 int64_t SlotsNeeded(const GenerationSpec& spec, const ModelConfig& config) {
@@ -402,7 +399,7 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
       const int64_t rest = PrefillLength(seq) - seq.start_position;
       int64_t chunk = rest;
       if (topology_.chunked_prefill) {
-        chunk = std::min(rest, std::max(left, first_prompt ? kMinPrefillChunk : int64_t{0}));
+        chunk = PrefillChunk(rest, left, first_prompt);
         first_prompt = false;
         left -= chunk;
       }

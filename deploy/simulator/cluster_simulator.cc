@@ -4,12 +4,10 @@
 #include <deque>
 #include <queue>
 
+#include "coordinator/scheduler/prefill_chunk.h"
+
 namespace lamina::simulator {
 namespace {
-
-// With chunked prefill, the least an iteration prefills of its first unfinished prompt (as the
-// scheduler does).
-constexpr int64_t kMinPrefillChunk = 16;
 
 struct Sequence {
   int request = 0;
@@ -110,7 +108,7 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
       const int64_t rest = s.prompt - s.prefilled;
       int64_t chunk = rest;
       if (costs.chunked_prefill) {
-        chunk = std::min(rest, std::max(left, first_prompt ? kMinPrefillChunk : int64_t{0}));
+        chunk = PrefillChunk(rest, left, first_prompt);
         first_prompt = false;
         left -= chunk;
       }
