@@ -1,6 +1,5 @@
-// How much of a prompt a step prefills under chunked prefill (the topology's
-// scheduler.chunked_prefill). The scheduler and the simulator that mirrors it (deploy/simulator)
-// both split prompts this way.
+// How much of each prompt a step prefills (the topology's scheduler.chunked_prefill). The
+// scheduler and the simulator that mirrors it (deploy/simulator) both split prompts this way.
 #ifndef LAMINA_COORDINATOR_SCHEDULER_PREFILL_CHUNK_H_
 #define LAMINA_COORDINATOR_SCHEDULER_PREFILL_CHUNK_H_
 
@@ -13,12 +12,27 @@ namespace lamina {
 // token budget: a prefix-cache block, so that every prompt keeps moving.
 inline constexpr int64_t kMinPrefillChunk = 16;
 
-// The tokens a step prefills of a prompt with `rest` tokens to go, when the decodes and the prompts
-// before it in the step leave `left` of the token budget (negative when overdrawn); `first`: no
-// prompt comes before it in the step.
-inline int64_t PrefillChunk(int64_t rest, int64_t left, bool first) {
-  return std::min(rest, std::max(left, first ? kMinPrefillChunk : int64_t{0}));
-}
+// One step's prompt tokens: what the token budget leaves after the step's decodes, handed to its
+// unfinished prompts in order (the first at least kMinPrefillChunk). Without chunking, each prompt
+// takes all it has to go. Plain value; thread-compatible.
+class PrefillBudget {
+ public:
+  PrefillBudget(int64_t budget, int64_t decodes, bool chunked) : left_(budget - decodes), chunked_(chunked) {}
+
+  // The tokens the step prefills of its next prompt, which has `rest` to go (0: none this step).
+  int64_t Take(int64_t rest) {
+    if (!chunked_) return rest;
+    const int64_t chunk = std::min(rest, std::max(left_, first_ ? kMinPrefillChunk : int64_t{0}));
+    first_ = false;
+    left_ -= chunk;
+    return chunk;
+  }
+
+ private:
+  int64_t left_;  // negative when overdrawn
+  bool chunked_;
+  bool first_ = true;
+};
 
 }  // namespace lamina
 

@@ -389,27 +389,21 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
   }
   for (int64_t seq : batch_->release) plan.add_release(seq);
   batch_->release.clear();
-  // The prompts' share of the token budget: what the decodes leave.
-  int64_t left = topology_.max_tokens_per_iteration;
-  for (const Sequence& seq : batch_->running) left -= seq.prefilled ? 1 : 0;
-  bool first_prompt = true;
+  int64_t decodes = 0;
+  for (const Sequence& seq : batch_->running) decodes += seq.prefilled ? 1 : 0;
+  PrefillBudget prompts(topology_.max_tokens_per_iteration, decodes, topology_.chunked_prefill);
   for (Sequence& seq : batch_->running) {
     const GenerationSpec& spec = seq.request->spec;
     if (!seq.prefilled) {
       const int64_t rest = PrefillLength(seq) - seq.start_position;
-      int64_t chunk = rest;
-      if (topology_.chunked_prefill) {
-        chunk = PrefillChunk(rest, left, first_prompt);
-        first_prompt = false;
-        left -= chunk;
-      }
+      const int64_t chunk = prompts.Take(rest);
       seq.chunk = static_cast<int32_t>(chunk);
       if (chunk == 0) continue;  // no budget left this step
       auto* item = plan.add_prefill();
       item->set_seq_id(seq.seq_id);
       // The prompt, and for a resumed sample its output too: everything it had is recomputed.
+      const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
       for (int64_t t = seq.start_position; t < seq.start_position + chunk; ++t) {
-        const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
         item->add_tokens(t < prompt ? spec.prompt[t] : seq.output[t - prompt]);
       }
       item->set_start_position(seq.start_position);

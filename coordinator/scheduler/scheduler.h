@@ -32,7 +32,7 @@
 //      holds the node too (that batch's step is in flight and cannot be touched),
 //   4. sends one plan to the batch's compute node: decode for the running sequences, prefill for
 //      new ones. With chunked prefill the prompts share what the token budget leaves after the
-//      decodes, in admission order (PrefillChunk: the first one at least 16 tokens, so that it
+//      decodes, in admission order (PrefillBudget: the first one at least 16 tokens, so that it
 //      always moves): a prompt that does not fit goes as a partial item, and later steps send
 //      the rest, chunk by chunk, until its last chunk draws its first token.
 // Collecting a result streams each sampled token to its request and retires the finished ones.

@@ -93,27 +93,19 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
       admitted = true;
       rep.running.push_back({q, prompt_len[q], output_len[q], 0, 0, 0});
     }
-    // The prompts' share: what the decodes leave, in admission order.
-    int64_t left = costs.max_tokens_per_iteration, prefill_tokens = 0;
     double batch = 0, attended = 0;
     for (const Sequence& s : rep.running) {
       if (s.generated == 0) continue;
       batch += 1;
       attended += s.prompt + s.generated;
-      --left;
     }
-    bool first_prompt = true;
+    // The prompts' share: what the decodes leave, in admission order.
+    PrefillBudget prompts(costs.max_tokens_per_iteration, static_cast<int64_t>(batch), costs.chunked_prefill);
+    int64_t prefill_tokens = 0;
     for (Sequence& s : rep.running) {
       if (s.generated > 0) continue;
-      const int64_t rest = s.prompt - s.prefilled;
-      int64_t chunk = rest;
-      if (costs.chunked_prefill) {
-        chunk = PrefillChunk(rest, left, first_prompt);
-        first_prompt = false;
-        left -= chunk;
-      }
-      s.chunk = static_cast<int>(chunk);
-      prefill_tokens += chunk;
+      s.chunk = static_cast<int>(prompts.Take(s.prompt - s.prefilled));
+      prefill_tokens += s.chunk;
     }
     if (batch == 0 && prefill_tokens == 0) return;  // nothing fits yet: wait for a finish
     const double ms = costs.IterationMs(batch, attended, static_cast<double>(prefill_tokens),

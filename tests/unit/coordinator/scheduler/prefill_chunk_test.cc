@@ -1,5 +1,5 @@
-// PrefillChunk: a prompt takes what the budget leaves, at most its rest, and the step's first
-// prompt at least kMinPrefillChunk tokens even when nothing is left.
+// PrefillBudget: a step's prompts take what the budget leaves after its decodes, in order, each at
+// most its rest, the first at least kMinPrefillChunk tokens; without chunking each takes its rest.
 #include "coordinator/scheduler/prefill_chunk.h"
 
 #include "gtest/gtest.h"
@@ -7,19 +7,27 @@
 namespace lamina {
 namespace {
 
-TEST(PrefillChunkTest, APromptTakesWhatTheBudgetLeavesUpToItsRest) {
-  EXPECT_EQ(PrefillChunk(/*rest=*/100, /*left=*/48, /*first=*/true), 48);
-  EXPECT_EQ(PrefillChunk(30, 48, true), 30);
-  EXPECT_EQ(PrefillChunk(100, 48, false), 48);
-  EXPECT_EQ(PrefillChunk(100, 0, false), 0) << "a later prompt waits when nothing is left";
-  EXPECT_EQ(PrefillChunk(100, -20, false), 0) << "or when the budget is overdrawn";
+TEST(PrefillBudgetTest, PromptsTakeWhatTheDecodesLeaveInOrder) {
+  PrefillBudget prompts(/*budget=*/64, /*decodes=*/16, /*chunked=*/true);
+  EXPECT_EQ(prompts.Take(30), 30);
+  EXPECT_EQ(prompts.Take(100), 18);
+  EXPECT_EQ(prompts.Take(100), 0) << "a later prompt waits when nothing is left";
 }
 
-TEST(PrefillChunkTest, TheFirstPromptAlwaysMoves) {
-  EXPECT_EQ(PrefillChunk(100, 0, true), kMinPrefillChunk);
-  EXPECT_EQ(PrefillChunk(100, -500, true), kMinPrefillChunk);
-  EXPECT_EQ(PrefillChunk(5, -500, true), 5);
-  EXPECT_EQ(PrefillChunk(100, kMinPrefillChunk + 1, true), kMinPrefillChunk + 1);
+TEST(PrefillBudgetTest, TheFirstPromptAlwaysMoves) {
+  PrefillBudget overdrawn(/*budget=*/64, /*decodes=*/500, /*chunked=*/true);
+  EXPECT_EQ(overdrawn.Take(100), kMinPrefillChunk);
+  EXPECT_EQ(overdrawn.Take(100), 0);
+  PrefillBudget short_first(64, 500, true);
+  EXPECT_EQ(short_first.Take(5), 5);
+  PrefillBudget roomy(64, 0, true);
+  EXPECT_EQ(roomy.Take(100), 64);
+}
+
+TEST(PrefillBudgetTest, WithoutChunkingEachPromptTakesItsRest) {
+  PrefillBudget prompts(64, 60, /*chunked=*/false);
+  EXPECT_EQ(prompts.Take(300), 300);
+  EXPECT_EQ(prompts.Take(200), 200);
 }
 
 }  // namespace
