@@ -21,6 +21,14 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(size_t bytes) {
   return buffer;
 }
 
+absl::StatusOr<DeviceBuffer> DeviceBuffer::CreateZeroed(size_t bytes) {
+  absl::StatusOr<DeviceBuffer> buffer = Create(bytes);
+  if (!buffer.ok() || bytes == 0) return buffer;
+  const cudaError_t error = cudaMemset(buffer->data(), 0, bytes);
+  if (error != cudaSuccess) return CudaStatus(error, "cudaMemset", "DeviceBuffer::CreateZeroed");
+  return buffer;
+}
+
 absl::StatusOr<DeviceBuffer> DeviceBuffer::CreateOnStream(size_t bytes, cudaStream_t stream) {
   DeviceBuffer buffer;
   if (bytes == 0) return buffer;

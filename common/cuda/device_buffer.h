@@ -20,6 +20,8 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   // ResourceExhausted naming the size when the device is full. A zero size gives an empty buffer.
   static absl::StatusOr<DeviceBuffer> Create(size_t bytes);
+  // The same, its bytes zeroed (cudaMemset: ordered before later work on the legacy default stream).
+  static absl::StatusOr<DeviceBuffer> CreateZeroed(size_t bytes);
   // Stream-ordered (cudaMallocAsync, cudaFreeAsync): allocated and freed in `stream`'s order,
   // which must outlive the buffer, without waiting for the device. cudaFree waits for every
   // kernel of the process, among them waits queued ahead on a peer's flag (the data planes),

@@ -119,24 +119,59 @@ __device__ __forceinline__ void PutOutputPair(const DecodeLink* link, bool faile
   }
 }
 
-// The splits of row `row0` onwards, merged: weights each split by 2^(lse - max lse). Loads bypass
-// L1, since other blocks of the same launch may have written the partials.
-// Unrolled so that eight splits' loads are in flight at once.
-template <int kDim>
-__device__ float MergedOutput(const float* partial_out, const float* partial_lse, int64_t row0, int splits, int d) {
-  float m = -INFINITY;
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(partial_lse + row0 + s));
-  if (m == -INFINITY) return 0.f;
-  float sum = 0.f;
-  float o = 0.f;
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s) {
-    const float w = exp2f(__ldcg(partial_lse + row0 + s) - m);
-    sum += w;
-    o += w * __ldcg(partial_out + (row0 + s) * kDim + d);
+// The last split's block merges the splits of (seq, kv_head): weights each split by
+// 2^(lse - max lse). Warp w takes the query heads w, w + 4, ...; its lanes hold kPer consecutive
+// dims each, and every split's weight comes from the lane that loaded its lse, so a head's row of
+// each split is one load a warp, eight splits in flight. Loads bypass L1: other blocks of the
+// launch wrote the partials. Outputs go where PutOutputPair puts them. The linked launch's merge;
+// a plain launch's splits merge in MergeSplitsKernel, summed in the same order (the same bits).
+template <int kDim, int kG>
+__device__ void MergeSplits(const float* partial_out, const float* partial_lse, int seq, int kv_head, int num_kv_heads,
+                            int splits, const DecodeLink& link, bool failed, float* out, int64_t out_stride) {
+  constexpr int kPer = kDim >= 64 ? kDim / 32 : 2;  // at least a pair, as output lines hold
+  constexpr int kLanes = kDim / kPer;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int g = warp; g < kG; g += kWarpsPerBlock) {
+    const int head = kv_head * kG + g;
+    const int64_t row0 = (static_cast<int64_t>(seq) * num_kv_heads * kG + head) * splits;
+    float m = -INFINITY;
+    for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(partial_lse + row0 + s));
+    m = WarpMax(m);
+    float sum = 0.f;
+    float o[kPer] = {};
+    for (int s0 = 0; s0 < splits; s0 += 32) {
+      const int mine = s0 + lane;
+      const float weight = m != -INFINITY && mine < splits ? exp2f(__ldcg(partial_lse + row0 + mine) - m) : 0.f;
+      const int n = min(32, splits - s0);
+      // Eight splits' loads in flight; one at a time for small heads, which spilled registers
+      // (ptxas) in the kernels of head_dim 16 otherwise.
+#pragma unroll(kDim >= 64 ? 8 : 1)
+      for (int j = 0; j < n; ++j) {
+        const float w = __shfl_sync(0xffffffffu, weight, j);
+        sum += w;
+        if (lane < kLanes) {
+          const float* row = partial_out + (row0 + s0 + j) * kDim + lane * kPer;
+          float v[kPer];
+          if constexpr (kPer == 4) {
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(row));
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+          } else {
+            const float2 x = __ldcg(reinterpret_cast<const float2*>(row));
+            v[0] = x.x, v[1] = x.y;
+          }
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) o[i] = fmaf(w, v[i], o[i]);
+        }
+      }
+    }
+    if (lane < kLanes) {
+#pragma unroll
+      for (int i = 0; i < kPer; i += 2) {
+        PutOutputPair(&link, failed, out, seq * out_stride + head * kDim + lane * kPer + i,
+                      sum > 0.f ? o[i] / sum : 0.f, sum > 0.f ? o[i + 1] / sum : 0.f);
+      }
+    }
   }
-  return sum > 0.f ? o / sum : 0.f;
 }
 
 // Every thread of a linked launch's block, once its outputs are written: the last of `blocks`
@@ -459,14 +494,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(
     __threadfence();
     // Another split's wait may have given up: its arrival came after it set the error word.
     if (link.out_lines != nullptr) failed = failed || ErrorSet(link.error);
-    for (int idx = 2 * threadIdx.x; idx < kG * kDim; idx += 2 * kThreads) {
-      const int head = kv_head * kG + idx / kDim;
-      const int d = idx % kDim;
-      const int64_t row0 = (static_cast<int64_t>(seq) * num_kv_heads * kG + head) * splits;
-      PutOutputPair(&link, failed, out, seq * out_stride + head * kDim + d,
-                    MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d),
-                    MergedOutput<kDim>(partial_out, partial_lse, row0, splits, d + 1));
-    }
+    MergeSplits<kDim, kG>(partial_out, partial_lse, seq, kv_head, num_kv_heads, splits, link, failed, out, out_stride);
   }
   ArriveAndFinish(link, writers);
 }
@@ -607,7 +635,8 @@ constexpr int kTileBlocksPerSm = 2;
 
 // The dynamic shared memory of a tiled DecodeKernel<kDim, kG, kLinked, kStages> launch on the
 // current device. Shallow: its tiles' (TileLayout), or 1/kTileBlocksPerSm of an SM's less what the
-// GPU reserves a block, when more. Deep: its tiles', FailedPrecondition where a block may not have
+// GPU reserves a block and the kernel's static shared memory, when more (a byte past that would
+// leave one block an SM). Deep: its tiles', FailedPrecondition where a block may not have
 // that much. The first call on a device lets the kernel take that much (past the default 48 KiB),
 // shallow ones preferring shared memory to L1 (two blocks an SM take all of it; the tiles bypass
 // L1). Deep ones state no preference: asking for all of it kept the chained GEMVs around a small
@@ -631,10 +660,14 @@ absl::StatusOr<int> PrepareTiledLaunch() {
                                                       " need ", kNeeded, " bytes of shared memory a block; device ",
                                                       device, " allows ", per_block));
   }
-  const int bytes = kStages == kDeepTileStages
-                        ? kNeeded
-                        : std::min(per_block, std::max(kNeeded, per_sm / kTileBlocksPerSm - reserved));
   auto* kernel = DecodeKernel<kDim, kG, kLinked, kStages>;
+  cudaFuncAttributes attributes;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, kernel));
+  const int static_bytes = static_cast<int>(attributes.sharedSizeBytes);
+  const int bytes =
+      kStages == kDeepTileStages
+          ? kNeeded
+          : std::min(per_block - static_bytes, std::max(kNeeded, per_sm / kTileBlocksPerSm - reserved - static_bytes));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (kStages != kDeepTileStages) {
     LAMINA_CUDA_RETURN_IF_ERROR(
@@ -774,8 +807,9 @@ absl::Status Dispatch(const AttentionShape& shape, const DecodePlan& plan, const
   }
 }
 
-// The resident blocks per SM of the tiled DecodeKernel<kDim, kG> on the current device, asked once per
-// device; kTileBlocksPerSm where no GPU answers.
+// The resident blocks per SM of the shallow tiled DecodeKernel<kDim, kG> on the current device, plain
+// or linked, whichever holds fewer (the planner plans both alike), asked once per device;
+// kTileBlocksPerSm where no GPU answers.
 template <int kDim, int kG>
 int TileBlocksPerSm() {
   static std::mutex mutex;
@@ -786,13 +820,16 @@ int TileBlocksPerSm() {
     auto it = known.find(device);
     if (it != known.end()) return it->second;
     const absl::StatusOr<int> bytes = PrepareTiledLaunch<kDim, kG, false, kShallowTileStages>();
-    int blocks = 0;
-    if (bytes.ok() &&
+    const absl::StatusOr<int> linked_bytes = PrepareTiledLaunch<kDim, kG, true, kShallowTileStages>();
+    int blocks = 0, linked_blocks = 0;
+    if (bytes.ok() && linked_bytes.ok() &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeKernel<kDim, kG, false, kShallowTileStages>,
                                                       kThreads, *bytes) == cudaSuccess &&
-        blocks > 0) {
-      known[device] = blocks;
-      return blocks;
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&linked_blocks, DecodeKernel<kDim, kG, true, kShallowTileStages>,
+                                                      kThreads, *linked_bytes) == cudaSuccess &&
+        std::min(blocks, linked_blocks) > 0) {
+      known[device] = std::min(blocks, linked_blocks);
+      return known[device];
     }
   }
   cudaGetLastError();

@@ -1,7 +1,8 @@
 // lamina-bench-kernels: the GPU kernels against baselines measured in the same run.
 //  - decode attention: KV bytes read per second against the best plain read rate of this GPU, for
 //    a call alone and among calls in a CUDA graph, and against PyTorch's SDPA at the same shapes
-//    (from `sdpa_baseline.py`'s CSV, run just before, which times SDPA both ways too);
+//    (from `sdpa_baseline.py`'s CSV, run just before, which times SDPA both ways too); and the
+//    linked launch a memory node runs over a device link (k/v store, attention, done flag) in a graph;
 //  - decode attention at short contexts: a warp per (sequence, kv head) against a block each;
 //  - each compute-slice GEMM of a Llama-3-8B-shaped model: our cuBLASLt path (bf16 in, fp32 out,
 //    epilogue plans) against one plain cublasGemmEx call with the same types.
@@ -74,6 +75,10 @@ struct DecodeInputs {
   // Median milliseconds of one DecodeAttention call under `plan`: alone (host launch included), or
   // `graphed` among calls back to back in a CUDA graph (GraphedMs).
   absl::StatusOr<double> TimeMs(const kc::DecodePlan& plan, cudaStream_t stream, bool graphed = false) const;
+  // The same for LinkedDecodeAttention among calls in a CUDA graph, as a memory node runs it over a
+  // device link: each sequence's new k/v stored at its last slot, the done flag raised in device
+  // memory; the inputs are in place (no ready flag to wait on).
+  absl::StatusOr<double> LinkedGraphedMs(const kc::DecodePlan& plan, cudaStream_t stream) const;
   double kv_bytes() const { return 2.0 * slots * kv_size * sizeof(bf16); }  // one call's
 };
 
@@ -121,6 +126,41 @@ absl::StatusOr<double> DecodeInputs::TimeMs(const kc::DecodePlan& plan, cudaStre
   return graphed ? GraphedMs(call, stream) : MedianMs(call, stream);
 }
 
+absl::StatusOr<double> DecodeInputs::LinkedGraphedMs(const kc::DecodePlan& plan, cudaStream_t stream) const {
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer work,
+                          cuda::DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer counters,
+                          cuda::DeviceBuffer::CreateZeroed(kc::LinkedDecodeCounters(shape, batch) * sizeof(uint32_t)));
+  // The new tokens' k and v rows (zeros), their slots (each context's last), the error word and
+  // the done flag.
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer new_kv,
+                          cuda::DeviceBuffer::CreateZeroed(2 * batch * kv_size * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer words, cuda::DeviceBuffer::CreateZeroed(2 * sizeof(uint64_t)));
+  std::vector<int32_t> last(batch);
+  for (int64_t b = 0; b < batch; ++b) last[b] = static_cast<int32_t>((b + 1) * (slots / batch) - 1);
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer write_slots, cuda::DeviceBuffer::Create(batch * sizeof(int32_t)));
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(write_slots.data(), last.data(), batch * sizeof(int32_t), cudaMemcpyHostToDevice));
+  kc::DecodeLink link;
+  link.k = new_kv.as<float>();
+  link.v = new_kv.as<float>() + batch * kv_size;
+  link.kv_stride = kv_size;
+  link.write_slots = write_slots.as<int32_t>();
+  link.done = words.as<uint64_t>();
+  link.error = reinterpret_cast<uint32_t*>(words.as<uint64_t>() + 1);
+  link.error_code = 1;
+  link.counters = counters.as<uint32_t>();
+  int64_t turn = 0;
+  auto call = [&] {
+    const int64_t at = (turn++ % copies) * slots * kv_size;
+    link.done_value = static_cast<uint64_t>(turn);
+    return kc::LinkedDecodeAttention(shape, plan, q.as<float>(), q_size, k.as<bf16>() + at, v.as<bf16>() + at,
+                                     ids.as<int32_t>(), begin.as<int32_t>(), const_cast<float*>(out.as<float>()),
+                                     q_size, batch, work.as<float>(), link, stream);
+  };
+  return GraphedMs(call, stream);
+}
+
 absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE* csv, cudaStream_t stream) {
   const auto sdpa = LoadSdpa(sdpa_path);
   int sms = 0;
@@ -129,10 +169,10 @@ absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE
       "\nDecode attention, head_dim 128, bf16 KV in token slots (contiguous runs per sequence): one call\n"
       "alone (host launch included), and among 20 in a CUDA graph (as decode steps run); share of the\n"
       "best read rate above, and PyTorch SDPA's time over ours, timed the same way\n");
-  std::printf("%-7s %6s %8s %10s %12s %10s %12s %10s %10s\n", "heads", "batch", "context", "alone us",
-              "of read rate", "graph us", "of read rate", "vs SDPA", "graphed");
-  const std::vector<Shape> shapes = {{32, 8, 1, 4096},   {32, 8, 16, 2048},  {32, 8, 64, 2048},
-                                     {32, 8, 128, 4096}, {32, 32, 1, 4096}, {32, 32, 128, 4096}};
+  std::printf("%-7s %6s %8s %10s %12s %10s %12s %10s %10s %10s %12s\n", "heads", "batch", "context", "alone us",
+              "of read rate", "graph us", "of read rate", "vs SDPA", "graphed", "linked us", "of read rate");
+  const std::vector<Shape> shapes = {{32, 8, 1, 4096},  {32, 8, 4, 2048},   {32, 8, 8, 2048},  {32, 8, 16, 2048},
+                                     {32, 8, 64, 2048}, {32, 8, 128, 4096}, {32, 32, 1, 4096}, {32, 32, 128, 4096}};
   auto ratio = [](double theirs_us, double ours_ms) {
     return theirs_us > 0 ? absl::StrCat(absl::SixDigits(theirs_us / (ours_ms * 1e3)), "x") : std::string("n/a");
   };
@@ -141,19 +181,22 @@ absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE
     const kc::DecodePlan plan = kc::PlanDecode(in.shape, s.batch, s.context, sms);
     LAMINA_ASSIGN_OR_RETURN(const double ms, in.TimeMs(plan, stream));
     LAMINA_ASSIGN_OR_RETURN(const double graph_ms, in.TimeMs(plan, stream, /*graphed=*/true));
+    LAMINA_ASSIGN_OR_RETURN(const double linked_ms, in.LinkedGraphedMs(plan, stream));
+    const double linked_share = in.kv_bytes() / (linked_ms * 1e-3) / read_rate;
     const double share = in.kv_bytes() / (ms * 1e-3) / read_rate;
     const double graph_share = in.kv_bytes() / (graph_ms * 1e-3) / read_rate;
     auto it = sdpa.find({s.q_heads, s.kv_heads, s.batch, s.context});
     const SdpaTimes theirs = it == sdpa.end() ? SdpaTimes{} : it->second;
     const char* kind = plan.deep_tiles ? "deep tiles" : plan.tiled ? "tiled" : "CUDA cores";
-    std::printf("%2d/%-4d %6d %8d %10.1f %12.2f %10.1f %12.2f %10s %10s   (%s, splits %d)\n", s.q_heads,
+    std::printf("%2d/%-4d %6d %8d %10.1f %12.2f %10.1f %12.2f %10s %10s %10.1f %12.2f   (%s, splits %d)\n", s.q_heads,
                 s.kv_heads, s.batch, s.context, ms * 1e3, share, graph_ms * 1e3, graph_share,
-                ratio(theirs.alone_us, ms).c_str(), ratio(theirs.graph_us, graph_ms).c_str(), kind, plan.splits);
+                ratio(theirs.alone_us, ms).c_str(), ratio(theirs.graph_us, graph_ms).c_str(), linked_ms * 1e3,
+                linked_share, kind, plan.splits);
     if (csv) {
-      std::fprintf(csv, "attention,%d/%d,%d,%d,%.2f,%.4f,%.4f,%.4f,%.2f,%.4f,%.4f\n", s.q_heads, s.kv_heads, s.batch,
-                   s.context, ms * 1e3, in.kv_bytes() / (ms * 1e-3) / 1e12, share,
+      std::fprintf(csv, "attention,%d/%d,%d,%d,%.2f,%.4f,%.4f,%.4f,%.2f,%.4f,%.4f,%.2f,%.4f\n", s.q_heads, s.kv_heads,
+                   s.batch, s.context, ms * 1e3, in.kv_bytes() / (ms * 1e-3) / 1e12, share,
                    theirs.alone_us > 0 ? theirs.alone_us / (ms * 1e3) : 0.0, graph_ms * 1e3, graph_share,
-                   theirs.graph_us > 0 ? theirs.graph_us / (graph_ms * 1e3) : 0.0);
+                   theirs.graph_us > 0 ? theirs.graph_us / (graph_ms * 1e3) : 0.0, linked_ms * 1e3, linked_share);
     }
   }
   return absl::OkStatus();

@@ -397,6 +397,19 @@ TEST(DecodePlanTest, SmallBatchesSplitIntoDeepTiles) {
   EXPECT_EQ(plan.workspace_floats, 0);
 }
 
+// Shallow tiles take half an SM's shared memory, so that two blocks of 128 threads share an SM
+// (a third, which the registers allow, read large batches slower). The kernels' own static shared
+// memory must count against that half: a byte more leaves one block an SM. It did for the linked
+// launch (8 polled query heads), which then read large batches at 0.73-0.80 of the read rate
+// rather than 0.89-0.97 (tests/bench/RESULTS.md). Plain and linked launches alike.
+TEST_F(CudaParityTest, ShallowTilesHoldTwoBlocksAnSm) {
+  for (const cpu::AttentionShape& shape : {cpu::AttentionShape{32, 8, 128, 0}, cpu::AttentionShape{32, 32, 128, 0},
+                                           cpu::AttentionShape{8, 4, 32, 0}, cpu::AttentionShape{28, 4, 128, 0}}) {
+    EXPECT_EQ(cuda::DecodeBlocksPerSm(shape), 2)
+        << shape.num_q_heads << "/" << shape.num_kv_heads << " heads, dim " << shape.head_dim;
+  }
+}
+
 TEST_F(CudaParityTest, DecodeAttentionRejectsUnsupportedShapes) {
   const cuda::DecodePlan plan;
   absl::Status status = cuda::DecodeAttention({8, 8, 96, 0}, plan, nullptr, 0, nullptr, nullptr, nullptr, nullptr,
