@@ -400,8 +400,9 @@ TEST(DecodePlanTest, SmallBatchesSplitIntoDeepTiles) {
 // Shallow tiles take half an SM's shared memory, so that two blocks of 128 threads share an SM
 // (a third, which the registers allow, read large batches slower). The kernels' own static shared
 // memory must count against that half: a byte more leaves one block an SM. It did for the linked
-// launch (8 polled query heads), which then read large batches at 0.73-0.80 of the read rate
-// rather than 0.89-0.97 (tests/bench/RESULTS.md). Plain and linked launches alike.
+// launch (its polled query heads), which then read large batches at 0.73-0.80 of the read rate
+// rather than 0.89-0.97 on an H100, 0.55-0.61 rather than 0.79-0.86 on an H200
+// (tests/bench/RESULTS.md). Plain and linked launches alike.
 TEST_F(CudaParityTest, ShallowTilesHoldTwoBlocksAnSm) {
   for (const cpu::AttentionShape& shape : {cpu::AttentionShape{32, 8, 128, 0}, cpu::AttentionShape{32, 32, 128, 0},
                                            cpu::AttentionShape{8, 4, 32, 0}, cpu::AttentionShape{28, 4, 128, 0}}) {
