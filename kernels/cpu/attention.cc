@@ -6,7 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/vector8.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/vectors.h"
 
 namespace lamina::kernels::cpu {
 namespace {
@@ -14,29 +15,18 @@ namespace {
 // Keys are scored in blocks; each block updates the running max, the sum and the output.
 constexpr int64_t kKeyBlock = 16;
 
-// a · b over n floats: vectors of 8 in two chains, then the tail.
-inline __attribute__((always_inline)) float Dot(const float* a, const float* b, int64_t n) {
-  V8 acc0 = {}, acc1 = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 += Load8(a + i) * Load8(b + i);
-    acc1 += Load8(a + i + 8) * Load8(b + i + 8);
-  }
-  if (i + 8 <= n) {
-    acc0 += Load8(a + i) * Load8(b + i);
-    i += 8;
-  }
-  float sum = HorizontalSum(acc0 + acc1);
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// y += p · x over n floats.
-inline __attribute__((always_inline)) void Axpy(float p, const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  const V8 pv = V8{} + p;
-  for (; i + 8 <= n; i += 8) Store8(y + i, Load8(y + i) + pv * Load8(x + i));
-  for (; i < n; ++i) y[i] += p * x[i];
+// The sums of four vectors' lanes, in one vector's first four lanes: pairs of vectors folded
+// into each other by shuffles, so that four sums cost three shuffle pairs, not four reductions.
+inline __attribute__((always_inline)) void Sum4(V8 a, V8 b, V8 c, V8 d, float* out) {
+  typedef int I8 __attribute__((vector_size(32)));
+  const V8 ab =
+      __builtin_shuffle(a, b, I8{0, 8, 1, 9, 2, 10, 3, 11}) + __builtin_shuffle(a, b, I8{4, 12, 5, 13, 6, 14, 7, 15});
+  const V8 cd =
+      __builtin_shuffle(c, d, I8{0, 8, 1, 9, 2, 10, 3, 11}) + __builtin_shuffle(c, d, I8{4, 12, 5, 13, 6, 14, 7, 15});
+  // Lanes of ab: a, b, a, b, ...; of cd: c, d, c, d, ... (each the sum of two of the input's lanes).
+  const V8 abcd = __builtin_shuffle(ab, cd, I8{0, 1, 8, 9, 4, 5, 12, 13}) +
+                  __builtin_shuffle(ab, cd, I8{2, 3, 10, 11, 6, 7, 14, 15});
+  for (int i = 0; i < 4; ++i) out[i] = abcd[i] + abcd[i + 4];
 }
 
 // 2^x for x <= 0, exact at integers (2^0 = 1, so a single key's weight is exactly 1); 0 for x at
@@ -62,6 +52,46 @@ inline __attribute__((always_inline)) float Exp2(float x) {
   return underflow ? 0.0f : p * scale;
 }
 
+// Exp2 on eight lanes at once, the same series: n is rounded to nearest by adding and taking away
+// 1.5 · 2^23 (|x| stays far below 2^22).
+inline __attribute__((always_inline)) V8 Exp2(V8 x) {
+  typedef int32_t I8 __attribute__((vector_size(32)));
+  const I8 in_range = x > -126.0f;  // false for -inf and NaN too
+  x = in_range ? x : V8{} - 126.0f;
+  const V8 whole = (x + 12582912.0f) - 12582912.0f;
+  const V8 y = (x - whole) * 0.69314718056f;
+  V8 p = V8{} + 1.0f / 5040;
+  p = p * y + 1.0f / 720;
+  p = p * y + 1.0f / 120;
+  p = p * y + 1.0f / 24;
+  p = p * y + 1.0f / 6;
+  p = p * y + 0.5f;
+  p = p * y + 1.0f;
+  p = p * y + 1.0f;
+  const I8 exponent_bits = (__builtin_convertvector(whole, I8) + 127) << 23;
+  return in_range ? p * __builtin_bit_cast(V8, exponent_bits) : V8{};
+}
+
+// One query head's step of the online softmax over a block: turns its scores s[0..n) into weights
+// 2^(s - new max), s[n..kKeyBlock) into 0, updates the running max and sum, and returns the factor
+// 2^(old max - new max) by which the head's outputs so far must be scaled.
+inline __attribute__((always_inline)) float SoftmaxStep(float* s, int64_t n, float& running_max, float& running_sum) {
+  static_assert(kKeyBlock == 16, "two vectors of scores");
+  for (int64_t j = n; j < kKeyBlock; ++j) s[j] = -std::numeric_limits<float>::infinity();
+  V8 low = Load8(s), high = Load8(s + 8);
+  const V8 most = low > high ? low : high;
+  float new_max = running_max;
+  for (int l = 0; l < 8; ++l) new_max = std::max(new_max, most[l]);
+  const float correction = Exp2(running_max - new_max);
+  low = Exp2(low - new_max);
+  high = Exp2(high - new_max);
+  Store8(s, low);
+  Store8(s + 8, high);
+  running_sum = running_sum * correction + HorizontalSum(low + high);
+  running_max = new_max;
+  return correction;
+}
+
 // Asks for the k and v of rows[first..last) (`floats` of each from the head's start) ahead of
 // their use: a KV pool's slots lie scattered, so each row is a miss of its own, and a block's worth
 // in flight at once hides their latency.
@@ -78,61 +108,162 @@ inline __attribute__((always_inline)) void Prefetch(const float* k_head, const f
   }
 }
 
-// Attends `heads` consecutive KV heads' query heads, `group` each (query head i is row i of q,
-// `q_head_stride` apart, and reads KV head i / group), to keys rows[begin..end) and writes the
-// normalised outputs (query head i at out + i * out_head_stride). rows == nullptr means row i is
-// i. The heads of one row lie side by side, so taking several together reads whole rows. Scores
-// are kept in log2 units (the queries pre-scaled by log2(e) / sqrt(head_dim)), so the softmax runs
-// on Exp2.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void AttendHeads(const float* q, int64_t q_head_stride, int64_t group, int64_t heads, const float* k_head,
-                 const float* v_head, int64_t row_stride, const int32_t* rows, int64_t begin, int64_t end,
-                 int64_t head_dim, float* out, int64_t out_head_stride) {
+// Scores of kQ query heads (at q, head_dim apart, pre-scaled) against kK keys: s[i * kKeyBlock +
+// j] = q_i · keys[j]. Each vector of a key's dims is loaded once for the kQ heads, and the kQ × kK
+// sums run as independent chains.
+template <typename Vec, int kQ, int kK>
+inline __attribute__((always_inline)) void ScoreKeys(const float* q, const float* const* keys, int64_t head_dim,
+                                                     float* s) {
+  Vec acc[kQ][kK] = {};
+  int64_t d = 0;
+  for (; d + kLanes<Vec> <= head_dim; d += kLanes<Vec>) {
+    Vec key[kK];
+    for (int j = 0; j < kK; ++j) key[j] = Load<Vec>(keys[j] + d);
+    for (int i = 0; i < kQ; ++i) {
+      const Vec query = Load<Vec>(q + i * head_dim + d);
+      for (int j = 0; j < kK; ++j) acc[i][j] += query * key[j];
+    }
+  }
+  for (int i = 0; i < kQ; ++i) {
+    float sums[kK];
+    if constexpr (kK == 4) {
+      Sum4(Fold(acc[i][0]), Fold(acc[i][1]), Fold(acc[i][2]), Fold(acc[i][3]), sums);
+    } else {
+      for (int j = 0; j < kK; ++j) sums[j] = HorizontalSum(acc[i][j]);
+    }
+    for (int64_t t = d; t < head_dim; ++t) {
+      for (int j = 0; j < kK; ++j) sums[j] += q[i * head_dim + t] * keys[j][t];
+    }
+    for (int j = 0; j < kK; ++j) s[i * kKeyBlock + j] = sums[j];
+  }
+}
+
+// kQ query heads' scores against keys[0..n), four keys at a time.
+template <typename Vec, int kQ>
+inline __attribute__((always_inline)) void ScoreBlock(const float* q, const float* const* keys, int64_t n,
+                                                      int64_t head_dim, float* s) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) ScoreKeys<Vec, kQ, 4>(q, keys + j, head_dim, s + j);
+  for (; j < n; ++j) ScoreKeys<Vec, kQ, 1>(q, keys + j, head_dim, s + j);
+}
+
+// o_i[d, d + kV vectors) = o_i[...] · correction[i] + sum over j < n of p[i * kKeyBlock + j] ·
+// values[j][...], for kQ output rows o_i (at o, head_dim apart): the outputs held in registers
+// across the block's keys, each value vector loaded once for the kQ heads.
+template <typename Vec, int kQ, int kV>
+inline __attribute__((always_inline)) void AccumulateDims(const float* p, const float* const* values, int64_t n,
+                                                          int64_t d, int64_t head_dim, const float* correction,
+                                                          float* o) {
+  constexpr int kL = kLanes<Vec>;
+  Vec acc[kQ][kV];
+  for (int i = 0; i < kQ; ++i) {
+    for (int l = 0; l < kV; ++l) acc[i][l] = Load<Vec>(o + i * head_dim + d + kL * l) * correction[i];
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    Vec weight[kQ];
+    for (int i = 0; i < kQ; ++i) weight[i] = Vec{} + p[i * kKeyBlock + j];
+    for (int l = 0; l < kV; ++l) {
+      const Vec value = Load<Vec>(values[j] + d + kL * l);
+      for (int i = 0; i < kQ; ++i) acc[i][l] += weight[i] * value;
+    }
+  }
+  for (int i = 0; i < kQ; ++i) {
+    for (int l = 0; l < kV; ++l) Store(o + i * head_dim + d + kL * l, acc[i][l]);
+  }
+}
+
+// AccumulateDims over all of head_dim: four vectors of dims at a time, then one, then one dim.
+template <typename Vec, int kQ>
+inline __attribute__((always_inline)) void AccumulateBlock(const float* p, const float* const* values, int64_t n,
+                                                           int64_t head_dim, const float* correction, float* o) {
+  constexpr int kL = kLanes<Vec>;
+  int64_t d = 0;
+  for (; d + 4 * kL <= head_dim; d += 4 * kL) AccumulateDims<Vec, kQ, 4>(p, values, n, d, head_dim, correction, o);
+  for (; d + kL <= head_dim; d += kL) AccumulateDims<Vec, kQ, 1>(p, values, n, d, head_dim, correction, o);
+  for (; d < head_dim; ++d) {
+    for (int i = 0; i < kQ; ++i) {
+      float sum = o[i * head_dim + d] * correction[i];
+      for (int64_t j = 0; j < n; ++j) sum += p[i * kKeyBlock + j] * values[j][d];
+      o[i * head_dim + d] = sum;
+    }
+  }
+}
+
+// One work item of attention: `heads` consecutive KV heads' query heads, `group` each (query head
+// i is row i of q, `q_head_stride` apart, and reads KV head i / group), attending to keys
+// rows[begin..end) (rows == nullptr means row i is i); the normalised outputs go to out (query
+// head i at out + i * out_head_stride). Row r of KV head h is at k_head (v_head) + r * row_stride
+// + h * head_dim.
+struct HeadsTask {
+  const float* q;
+  int64_t q_head_stride;
+  int64_t group;
+  int64_t heads;
+  const float* k_head;
+  const float* v_head;
+  int64_t row_stride;
+  const int32_t* rows;
+  int64_t begin;
+  int64_t end;
+  int64_t head_dim;
+  float* out;
+  int64_t out_head_stride;
+};
+
+// Runs a HeadsTask. The heads of one row lie side by side, so taking several together reads whole
+// rows. Scores are kept in log2 units (the queries pre-scaled by log2(e) / sqrt(head_dim)), so the
+// softmax runs on Exp2. Keys go in blocks of kKeyBlock; for each block and KV head, the scores of
+// two query heads at a time (ScoreBlock), the softmax's running max and sum, then the weighted
+// values (AccumulateBlock, which also rescales the outputs to the new max).
+template <typename Vec>
+inline __attribute__((always_inline)) void AttendHeads(const HeadsTask& task) {
+  const auto [q, q_head_stride, group, heads, k_head, v_head, row_stride, rows, begin, end, head_dim, out,
+              out_head_stride] = task;
   const int64_t q_heads = heads * group;
   const float scale = 1.4426950409f / std::sqrt(static_cast<float>(head_dim));
   // Per-thread scratch, reused across calls: the decode path allocates nothing once warm.
-  thread_local std::vector<float> queries, running_max, running_sum, acc, scores;
+  thread_local std::vector<float> queries, running_max, running_sum, correction, acc, scores;
   queries.resize(q_heads * head_dim);
   for (int64_t i = 0; i < q_heads; ++i) {
     for (int64_t d = 0; d < head_dim; ++d) queries[i * head_dim + d] = q[i * q_head_stride + d] * scale;
   }
   running_max.assign(q_heads, -std::numeric_limits<float>::infinity());
   running_sum.assign(q_heads, 0.0f);
+  correction.resize(q_heads);
   acc.assign(q_heads * head_dim, 0.0f);
   scores.resize(q_heads * kKeyBlock);
 
   const int64_t row_floats = heads * head_dim;
+  const float* keys[kKeyBlock];
+  const float* values[kKeyBlock];
   Prefetch(k_head, v_head, row_stride, rows, begin, std::min(end, begin + kKeyBlock), row_floats);
   for (int64_t block = begin; block < end; block += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, end - block);
-    Prefetch(k_head, v_head, row_stride, rows, block + kKeyBlock, std::min(end, block + 2 * kKeyBlock), row_floats);
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t row = rows ? rows[block + j] : block + j;
-      const float* key_row = k_head + row * row_stride;
-      for (int64_t i = 0; i < q_heads; ++i) {
-        scores[i * kKeyBlock + j] = Dot(&queries[i * head_dim], key_row + i / group * head_dim, head_dim);
-      }
-    }
-    for (int64_t i = 0; i < q_heads; ++i) {
-      float* s = &scores[i * kKeyBlock];
-      const float block_max = *std::max_element(s, s + n);
-      const float new_max = std::max(running_max[i], block_max);
-      const float correction = Exp2(running_max[i] - new_max);
-      float* a = &acc[i * head_dim];
-      for (int64_t d = 0; d < head_dim; ++d) a[d] *= correction;
-      float sum = 0.0f;
+    for (int64_t h = 0; h < heads; ++h) {
+      // The next block's share of this head, asked for a head at a time rather than all at once:
+      // a burst of misses (a block of whole rows is up to hundreds of lines) stalls the loads that
+      // the work in between needs.
+      Prefetch(k_head + h * head_dim, v_head + h * head_dim, row_stride, rows, block + kKeyBlock,
+               std::min(end, block + 2 * kKeyBlock), head_dim);
       for (int64_t j = 0; j < n; ++j) {
-        s[j] = Exp2(s[j] - new_max);
-        sum += s[j];
+        const int64_t row = rows ? rows[block + j] : block + j;
+        keys[j] = k_head + row * row_stride + h * head_dim;
+        values[j] = v_head + row * row_stride + h * head_dim;
       }
-      running_sum[i] = running_sum[i] * correction + sum;
-      running_max[i] = new_max;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t row = rows ? rows[block + j] : block + j;
-      const float* value_row = v_head + row * row_stride;
-      for (int64_t i = 0; i < q_heads; ++i) {
-        Axpy(scores[i * kKeyBlock + j], value_row + i / group * head_dim, &acc[i * head_dim], head_dim);
+      const int64_t first = h * group, last = first + group;
+      int64_t i = first;
+      for (; i + 2 <= last; i += 2) {
+        ScoreBlock<Vec, 2>(&queries[i * head_dim], keys, n, head_dim, &scores[i * kKeyBlock]);
+      }
+      if (i < last) ScoreBlock<Vec, 1>(&queries[i * head_dim], keys, n, head_dim, &scores[i * kKeyBlock]);
+      for (i = first; i < last; ++i) {
+        correction[i] = SoftmaxStep(&scores[i * kKeyBlock], n, running_max[i], running_sum[i]);
+      }
+      for (i = first; i + 2 <= last; i += 2) {
+        AccumulateBlock<Vec, 2>(&scores[i * kKeyBlock], values, n, head_dim, &correction[i], &acc[i * head_dim]);
+      }
+      if (i < last) {
+        AccumulateBlock<Vec, 1>(&scores[i * kKeyBlock], values, n, head_dim, &correction[i], &acc[i * head_dim]);
       }
     }
   }
@@ -142,6 +273,17 @@ void AttendHeads(const float* q, int64_t q_head_stride, int64_t group, int64_t h
   }
 }
 
+// AttendHeads compiled for each instruction set (isa.h).
+__attribute__((target("arch=x86-64-v4"))) void AttendHeadsAvx512(const HeadsTask& task) { AttendHeads<V16>(task); }
+__attribute__((target("arch=x86-64-v3"))) void AttendHeadsAvx2(const HeadsTask& task) { AttendHeads<V8>(task); }
+void AttendHeadsBaseline(const HeadsTask& task) { AttendHeads<V8>(task); }
+
+using AttendHeadsFn = void (*)(const HeadsTask&);
+
+AttendHeadsFn AttendHeadsFor(Isa isa) {
+  return isa == Isa::kAvx512 ? AttendHeadsAvx512 : isa == Isa::kAvx2 ? AttendHeadsAvx2 : AttendHeadsBaseline;
+}
+
 }  // namespace
 
 void PrefillAttention(const AttentionShape& shape, const float* q, int64_t q_stride, const float* k,
@@ -149,13 +291,14 @@ void PrefillAttention(const AttentionShape& shape, const float* q, int64_t q_str
                       int64_t num_tokens, ThreadPool& pool) {
   const int64_t group = shape.num_q_heads / shape.num_kv_heads;
   const int64_t d = shape.head_dim;
+  const AttendHeadsFn attend_heads = AttendHeadsFor(ActiveIsa());
   // Work items: (kv head, query token); later tokens cost more, so interleave them.
   pool.ParallelFor(shape.num_kv_heads * num_tokens, [&](int64_t item) {
     const int64_t kv_head = item % shape.num_kv_heads;
     const int64_t t = item / shape.num_kv_heads;
     const int64_t begin = shape.sliding_window > 0 ? std::max<int64_t>(0, t + 1 - shape.sliding_window) : 0;
-    AttendHeads(q + t * q_stride + kv_head * group * d, d, group, 1, k + kv_head * d, v + kv_head * d, kv_stride,
-                nullptr, begin, t + 1, d, out + t * out_stride + kv_head * group * d, d);
+    attend_heads({q + t * q_stride + kv_head * group * d, d, group, 1, k + kv_head * d, v + kv_head * d, kv_stride,
+                  nullptr, begin, t + 1, d, out + t * out_stride + kv_head * group * d, d});
   });
 }
 
@@ -172,6 +315,7 @@ void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stri
                                              shape.num_kv_heads);
   const int64_t heads = (shape.num_kv_heads + splits - 1) / splits;
   const int64_t items_per_seq = (shape.num_kv_heads + heads - 1) / heads;
+  const AttendHeadsFn attend_heads = AttendHeadsFor(ActiveIsa());
   pool.ParallelFor(num_seqs * items_per_seq, [&](int64_t item) {
     const int64_t s = item / items_per_seq;
     const int64_t first = item % items_per_seq * heads;
@@ -179,8 +323,8 @@ void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stri
     int64_t begin = slot_begin[s];
     const int64_t end = slot_begin[s + 1];
     if (shape.sliding_window > 0) begin = std::max(begin, end - shape.sliding_window);
-    AttendHeads(q + s * q_stride + first * group * d, d, group, count, k_cache + first * d, v_cache + first * d,
-                kv_stride, slot_ids, begin, end, d, out + s * out_stride + first * group * d, d);
+    attend_heads({q + s * q_stride + first * group * d, d, group, count, k_cache + first * d, v_cache + first * d,
+                  kv_stride, slot_ids, begin, end, d, out + s * out_stride + first * group * d, d});
   });
 }
 

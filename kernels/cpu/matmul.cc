@@ -2,28 +2,29 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/vector8.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/vectors.h"
 
 namespace lamina::kernels::cpu {
 namespace {
 
 // Output columns per work item: 16 rows of w stay in L2 for K up to ~8K.
 constexpr int64_t kColumnBlock = 16;
-// Register tile: MR rows of x against NR rows of w.
+// Register tile: MR rows of x against NR rows of w, each sum a vector's lanes wide.
 constexpr int kMr = 4;
 constexpr int kNr = 4;
 
 // y[i][j] = x[i]·w[j] for an MR x NR tile, all of k.
-template <int MR, int NR>
-inline __attribute__((always_inline)) void Tile(const float* x, const float* w, const float* bias,
-                                                float* y, int64_t k, int64_t ldy) {
-  V8 acc[MR][NR] = {};
+template <typename Vec, int MR, int NR>
+inline __attribute__((always_inline)) void Tile(const float* x, const float* w, const float* bias, float* y, int64_t k,
+                                                int64_t ldy) {
+  Vec acc[MR][NR] = {};
   int64_t kk = 0;
-  for (; kk + 8 <= k; kk += 8) {
-    V8 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = Load8(w + j * k + kk);
+  for (; kk + kLanes<Vec> <= k; kk += kLanes<Vec>) {
+    Vec wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = Load<Vec>(w + j * k + kk);
     for (int i = 0; i < MR; ++i) {
-      V8 xv = Load8(x + i * k + kk);
+      const Vec xv = Load<Vec>(x + i * k + kk);
       for (int j = 0; j < NR; ++j) acc[i][j] += xv * wv[j];
     }
   }
@@ -36,24 +37,41 @@ inline __attribute__((always_inline)) void Tile(const float* x, const float* w, 
   }
 }
 
-template <int MR>
-inline __attribute__((always_inline)) void RowTile(const float* x, const float* w, const float* bias,
-                                                   float* y, int64_t n_count, int64_t k, int64_t ldy) {
+template <typename Vec, int MR>
+inline __attribute__((always_inline)) void RowTile(const float* x, const float* w, const float* bias, float* y,
+                                                   int64_t n_count, int64_t k, int64_t ldy) {
   int64_t j = 0;
-  for (; j + kNr <= n_count; j += kNr) Tile<MR, kNr>(x, w + j * k, bias ? bias + j : nullptr, y + j, k, ldy);
-  for (; j < n_count; ++j) Tile<MR, 1>(x, w + j * k, bias ? bias + j : nullptr, y + j, k, ldy);
+  for (; j + kNr <= n_count; j += kNr) Tile<Vec, MR, kNr>(x, w + j * k, bias ? bias + j : nullptr, y + j, k, ldy);
+  for (; j < n_count; ++j) Tile<Vec, MR, 1>(x, w + j * k, bias ? bias + j : nullptr, y + j, k, ldy);
 }
 
 // One block of output columns [n_begin, n_end) for all m rows.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void ColumnBlock(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
-                 int64_t k, int64_t n_begin, int64_t n_end) {
+template <typename Vec>
+inline __attribute__((always_inline)) void ColumnBlock(const float* x, const float* w, const float* bias, float* y,
+                                                       int64_t m, int64_t n, int64_t k, int64_t n_begin,
+                                                       int64_t n_end) {
   const float* wb = w + n_begin * k;
   const float* bb = bias ? bias + n_begin : nullptr;
   const int64_t count = n_end - n_begin;
   int64_t i = 0;
-  for (; i + kMr <= m; i += kMr) RowTile<kMr>(x + i * k, wb, bb, y + i * n + n_begin, count, k, n);
-  for (; i < m; ++i) RowTile<1>(x + i * k, wb, bb, y + i * n + n_begin, count, k, n);
+  for (; i + kMr <= m; i += kMr) RowTile<Vec, kMr>(x + i * k, wb, bb, y + i * n + n_begin, count, k, n);
+  for (; i < m; ++i) RowTile<Vec, 1>(x + i * k, wb, bb, y + i * n + n_begin, count, k, n);
+}
+
+// ColumnBlock compiled for each instruction set (isa.h).
+__attribute__((target("arch=x86-64-v4"))) void ColumnBlockAvx512(const float* x, const float* w, const float* bias,
+                                                                 float* y, int64_t m, int64_t n, int64_t k,
+                                                                 int64_t n_begin, int64_t n_end) {
+  ColumnBlock<V16>(x, w, bias, y, m, n, k, n_begin, n_end);
+}
+__attribute__((target("arch=x86-64-v3"))) void ColumnBlockAvx2(const float* x, const float* w, const float* bias,
+                                                               float* y, int64_t m, int64_t n, int64_t k,
+                                                               int64_t n_begin, int64_t n_end) {
+  ColumnBlock<V8>(x, w, bias, y, m, n, k, n_begin, n_end);
+}
+void ColumnBlockBaseline(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n, int64_t k,
+                         int64_t n_begin, int64_t n_end) {
+  ColumnBlock<V8>(x, w, bias, y, m, n, k, n_begin, n_end);
 }
 
 }  // namespace
@@ -61,10 +79,14 @@ void ColumnBlock(const float* x, const float* w, const float* bias, float* y, in
 void Matmul(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k, ThreadPool& pool) {
   if (m == 0 || n == 0) return;
+  const Isa isa = ActiveIsa();
+  const auto column_block = isa == Isa::kAvx512 ? ColumnBlockAvx512
+                            : isa == Isa::kAvx2 ? ColumnBlockAvx2
+                                                : ColumnBlockBaseline;
   const int64_t blocks = (n + kColumnBlock - 1) / kColumnBlock;
   pool.ParallelFor(blocks, [&](int64_t b) {
     int64_t begin = b * kColumnBlock;
-    ColumnBlock(x, w, bias, y, m, n, k, begin, std::min(n, begin + kColumnBlock));
+    column_block(x, w, bias, y, m, n, k, begin, std::min(n, begin + kColumnBlock));
   });
 }
 

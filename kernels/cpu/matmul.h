@@ -1,7 +1,7 @@
 // Dense projection on the CPU: y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]).
 // Weights are row-major as in Hugging Face checkpoints ([out_features, in_features]).
 // Multithreaded over blocks of output columns; each thread streams its block of w once for all m
-// rows (decode is bound by reading w). Vectorised for AVX-512 and AVX2+FMA, chosen at run time.
+// rows (decode is bound by reading w). Vectorised for AVX-512 and AVX2+FMA, chosen at run time (isa.h).
 // Thread-safe; x, w, bias and y must not overlap.
 #ifndef LAMINA_KERNELS_CPU_MATMUL_H_
 #define LAMINA_KERNELS_CPU_MATMUL_H_

@@ -4,7 +4,9 @@
 //   - read bandwidth: a streaming sum over a buffer far larger than the caches; the matmul at
 //     batch 1 (bound by reading weights) is reported against it.
 //   - decode attention (one query per sequence over its cached k/v, slots scattered as a KV pool
-//     leaves them): the k/v bytes it reads per second, reported against the read bandwidth.
+//     leaves them): the k/v bytes it reads per second, reported against the read bandwidth and
+//     against a plain gather of the same rows (summed, every thread a share, prefetched ahead): what
+//     reading those scattered bytes costs with no attention in it.
 //   - tokens/s of the bundled demo model at batch 1 and 16, decoding with the real engine.
 // Usage: lamina-bench-cpu [--model DIR] [--seconds S]
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "common/threading/thread_pool.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
 
 namespace lamina {
@@ -27,13 +30,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 typedef float V8 __attribute__((vector_size(32)));
+typedef float V16 __attribute__((vector_size(64)));
 
 // 12 independent accumulators hide the FMA latency; returns a value so nothing is optimised away.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-float FmaLoop(int64_t iterations, float seed) {
+// Eight floats a vector, as the kernels' AVX2 and baseline builds; FmaLoop16 as their AVX-512 one.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) float FmaLoop8(int64_t iterations, float seed) {
   V8 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = V8{} + seed * (i + 1);
   const V8 a = V8{} + 0.999999f, b = V8{} + 1e-7f;
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = acc[i] * a + b;
+  }
+  float s = 0;
+  for (int i = 0; i < 12; ++i) s += acc[i][0];
+  return s;
+}
+
+__attribute__((target("arch=x86-64-v4"))) float FmaLoop16(int64_t iterations, float seed) {
+  V16 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = V16{} + seed * (i + 1);
+  const V16 a = V16{} + 0.999999f, b = V16{} + 1e-7f;
   for (int64_t it = 0; it < iterations; ++it) {
     for (int i = 0; i < 12; ++i) acc[i] = acc[i] * a + b;
   }
@@ -61,6 +77,34 @@ float SumFloats(const float* p, int64_t n) {
   return s;
 }
 
+// Sums the k and v rows rows[0..n) (`row_floats` each), prefetching 16 rows ahead.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) float SumRows(
+    const float* k, const float* v, int64_t row_floats, const int32_t* rows, int64_t n) {
+  typedef float V8u __attribute__((vector_size(32), aligned(4)));
+  constexpr int64_t kAhead = 16;
+  V8 acc[4] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) {
+      for (int64_t d = 0; d < row_floats; d += 16) {
+        __builtin_prefetch(k + rows[j + kAhead] * row_floats + d);
+        __builtin_prefetch(v + rows[j + kAhead] * row_floats + d);
+      }
+    }
+    const float* k_row = k + rows[j] * row_floats;
+    const float* v_row = v + rows[j] * row_floats;
+    int64_t d = 0;
+    for (; d + 16 <= row_floats; d += 16) {
+      acc[0] += *reinterpret_cast<const V8u*>(k_row + d);
+      acc[1] += *reinterpret_cast<const V8u*>(k_row + d + 8);
+      acc[2] += *reinterpret_cast<const V8u*>(v_row + d);
+      acc[3] += *reinterpret_cast<const V8u*>(v_row + d + 8);
+    }
+    for (; d < row_floats; ++d) acc[0][0] += k_row[d] + v_row[d];
+  }
+  const V8 sum = acc[0] + acc[1] + acc[2] + acc[3];
+  return sum[0] + sum[1] + sum[2] + sum[3] + sum[4] + sum[5] + sum[6] + sum[7];
+}
+
 // Runs fn repeatedly for about `seconds`; returns the best seconds per call.
 double BestTime(double seconds, const std::function<void()>& fn) {
   fn();  // warm up
@@ -76,13 +120,17 @@ double BestTime(double seconds, const std::function<void()>& fn) {
   return best;
 }
 
+// The FMA peak at the vector width of the kernels' best build on this CPU.
 double PeakGflops(ThreadPool& pool, double seconds) {
   const int64_t iterations = 2'000'000;
+  const bool wide = kernels::cpu::BestIsa() == kernels::cpu::Isa::kAvx512;
   volatile float sink = 0;
   double t = BestTime(seconds, [&] {
-    pool.ParallelFor(pool.num_threads(), [&](int64_t i) { sink = sink + FmaLoop(iterations, 1.0f + i); });
+    pool.ParallelFor(pool.num_threads(), [&](int64_t i) {
+      sink = sink + (wide ? FmaLoop16(iterations, 1.0f + i) : FmaLoop8(iterations, 1.0f + i));
+    });
   });
-  const double flops = 2.0 * 8 * 12 * iterations * pool.num_threads();
+  const double flops = 2.0 * (wide ? 16 : 8) * 12 * iterations * pool.num_threads();
   return flops / t / 1e9;
 }
 
@@ -114,10 +162,15 @@ MatmulResult BenchMatmul(ThreadPool& pool, int64_t m, int64_t n, int64_t k, doub
   return {2.0 * m * n * k / t / 1e9, n * k * sizeof(float) / t / 1e9};
 }
 
+struct AttentionResult {
+  double gbps;         // attention: k/v bytes read per second
+  double gather_gbps;  // the same rows summed
+};
+
 // Decode attention over `context` cached tokens per sequence, in slots shuffled across a pool of
-// batch * context: the k/v bytes read per second.
-double DecodeAttentionGbps(ThreadPool& pool, const kernels::cpu::AttentionShape& shape, int64_t batch,
-                           int64_t context, double seconds) {
+// batch * context, and a gather of the same rows.
+AttentionResult BenchDecodeAttention(ThreadPool& pool, const kernels::cpu::AttentionShape& shape, int64_t batch,
+                                     int64_t context, double seconds) {
   const int64_t slots = batch * context;
   const int64_t kv = shape.num_kv_heads * shape.head_dim, q_size = shape.num_q_heads * shape.head_dim;
   std::mt19937 rng(2);
@@ -131,11 +184,20 @@ double DecodeAttentionGbps(ThreadPool& pool, const kernels::cpu::AttentionShape&
   std::shuffle(slot_ids.begin(), slot_ids.end(), rng);
   std::vector<int64_t> begin(batch + 1);
   for (int64_t s = 0; s <= batch; ++s) begin[s] = s * context;
+  const double bytes = 2.0 * slots * kv * sizeof(float);
   const double t = BestTime(seconds, [&] {
     kernels::cpu::DecodeAttention(shape, q.data(), q_size, k.data(), v.data(), kv, slot_ids.data(), begin.data(),
                                   out.data(), q_size, batch, pool);
   });
-  return 2.0 * slots * kv * sizeof(float) / t / 1e9;
+  std::vector<float> partial(pool.num_threads());
+  const double gather_t = BestTime(seconds, [&] {
+    const int64_t share = (slots + pool.num_threads() - 1) / pool.num_threads();
+    pool.ParallelFor(pool.num_threads(), [&](int64_t i) {
+      const int64_t first = std::min(slots, i * share);
+      partial[i] = SumRows(k.data(), v.data(), kv, slot_ids.data() + first, std::min(slots, first + share) - first);
+    });
+  });
+  return {bytes / t / 1e9, bytes / gather_t / 1e9};
 }
 
 double DecodeTokensPerSecond(LocalCluster& cluster, int batch, int max_tokens) {
@@ -167,7 +229,8 @@ int Main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
   }
   ThreadPool& pool = ThreadPool::Default();
-  std::printf("lamina-bench-cpu: %d threads; command: ", pool.num_threads());
+  std::printf("lamina-bench-cpu: %d threads, kernels for %s; command: ", pool.num_threads(),
+              kernels::cpu::IsaName(kernels::cpu::BestIsa()));
   for (int i = 0; i < argc; ++i) std::printf("%s ", argv[i]);
   std::printf("\n\n");
 
@@ -192,7 +255,8 @@ int Main(int argc, char** argv) {
                 100 * r.weight_gbps / read);
   }
 
-  std::printf("\n%-34s %10s %10s\n", "decode attention, slots shuffled", "k/v GB/s", "of read");
+  std::printf("\n%-34s %10s %10s %10s %10s\n", "decode attention, slots shuffled", "k/v GB/s", "of read", "gather GB/s",
+              "of gather");
   struct AttentionCase {
     const char* what;
     kernels::cpu::AttentionShape shape;
@@ -206,8 +270,49 @@ int Main(int argc, char** argv) {
       {"llama-3-8b, 16 x 2048", {32, 8, 128}, 16, 2048},
   };
   for (const AttentionCase& c : attention_cases) {
-    const double gbps = DecodeAttentionGbps(pool, c.shape, c.batch, c.context, seconds);
-    std::printf("%-34s %10.1f %9.0f%%\n", c.what, gbps, 100 * gbps / read);
+    const AttentionResult r = BenchDecodeAttention(pool, c.shape, c.batch, c.context, seconds);
+    std::printf("%-34s %10.1f %9.0f%% %11.1f %9.0f%%\n", c.what, r.gbps, 100 * r.gbps / read, r.gather_gbps,
+                100 * r.gbps / r.gather_gbps);
+  }
+
+  // The same kernels built for each instruction set this CPU has, against the best (isa.h).
+  const kernels::cpu::Isa best_isa = kernels::cpu::BestIsa();
+  if (best_isa != kernels::cpu::Isa::kBaseline) {
+    std::printf("\n%-34s", "instruction sets: best ÷ each");
+    const kernels::cpu::Isa isas[] = {kernels::cpu::Isa::kBaseline, kernels::cpu::Isa::kAvx2,
+                                      kernels::cpu::Isa::kAvx512};
+    for (kernels::cpu::Isa isa : isas) {
+      if (isa <= best_isa) std::printf(" %10s", kernels::cpu::IsaName(isa));
+    }
+    std::printf("\n");
+    struct Figure {
+      const char* what;
+      std::function<double()> measure;  // higher is faster
+    };
+    const Figure figures[] = {
+        {"matmul 4096x4096, batch 16", [&] { return BenchMatmul(pool, 16, 4096, 4096, seconds).gflops; }},
+        {"matmul 4096x4096, batch 128", [&] { return BenchMatmul(pool, 128, 4096, 4096, seconds).gflops; }},
+        {"attention demo, 16 x 256",
+         [&] {
+           return BenchDecodeAttention(pool, {8, 4, 32}, 16, 256, seconds).gbps;
+         }},
+        {"attention llama-3-8b, 16 x 2048",
+         [&] {
+           return BenchDecodeAttention(pool, {32, 8, 128}, 16, 2048, seconds).gbps;
+         }},
+    };
+    for (const Figure& f : figures) {
+      std::vector<double> rates;
+      for (kernels::cpu::Isa isa : isas) {
+        if (isa > best_isa) continue;
+        kernels::cpu::LimitIsa(isa);
+        rates.push_back(f.measure());
+      }
+      kernels::cpu::LimitIsa(best_isa);
+      std::printf("%-34s", f.what);
+      for (double rate : rates) std::printf(" %9.2fx", rates.back() / rate);
+      std::printf("\n");
+    }
   }
 
   auto cluster = LocalCluster::Load(model);

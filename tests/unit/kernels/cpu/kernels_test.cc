@@ -3,9 +3,11 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
 
@@ -29,7 +31,26 @@ double MaxRelativeError(const std::vector<float>& got, const std::vector<double>
   return num / (den > 0 ? den : 1);
 }
 
-TEST(MatmulTest, MatchesFloat64ReferenceAtOddSizes) {
+constexpr Isa kIsas[] = {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512};
+
+// Runs the kernels with at most one instruction set while in scope (isa.h); skips the test where
+// the CPU lacks it.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(Isa isa) { LimitIsa(isa); }
+  ~ScopedIsa() { LimitIsa(Isa::kAvx512); }
+};
+
+std::string IsaCaseName(const ::testing::TestParamInfo<Isa>& info) { return IsaName(info.param); }
+
+#define LAMINA_SKIP_IF_UNSUPPORTED(isa) \
+  if ((isa) > BestIsa()) GTEST_SKIP() << "this CPU lacks " << IsaName(isa) << " (best: " << IsaName(BestIsa()) << ")"
+
+class MatmulTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(MatmulTest, MatchesFloat64ReferenceAtOddSizes) {
+  LAMINA_SKIP_IF_UNSUPPORTED(GetParam());
+  ScopedIsa isa(GetParam());
   ThreadPool pool(3);
   for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 1, 1}, {1, 17, 9}, {3, 33, 31}, {5, 64, 256}, {7, 130, 257}, {16, 100, 688}, {33, 7, 1000}}) {
@@ -46,6 +67,8 @@ TEST(MatmulTest, MatchesFloat64ReferenceAtOddSizes) {
     EXPECT_LT(MaxRelativeError(y, ref), 1e-5) << m << "x" << n << "x" << k;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, MatmulTest, ::testing::ValuesIn(kIsas), IsaCaseName);
 
 TEST(RmsNormTest, MatchesDefinition) {
   const int64_t rows = 3, dim = 37;
@@ -139,10 +162,19 @@ struct AttentionCase {
   int64_t q_heads, kv_heads, head_dim, tokens, window;
 };
 
-class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+// Each shape on each instruction set.
+class AttentionTest : public ::testing::TestWithParam<std::tuple<AttentionCase, Isa>> {
+ protected:
+  void SetUp() override {
+    LAMINA_SKIP_IF_UNSUPPORTED(std::get<1>(GetParam()));
+    LimitIsa(std::get<1>(GetParam()));
+  }
+  void TearDown() override { LimitIsa(Isa::kAvx512); }
+  AttentionCase Case() const { return std::get<0>(GetParam()); }
+};
 
 TEST_P(AttentionTest, PrefillIsCausalSoftmaxAttention) {
-  const AttentionCase c = GetParam();
+  const AttentionCase c = Case();
   const int64_t q_stride = c.q_heads * c.head_dim, kv_stride = c.kv_heads * c.head_dim;
   std::vector<float> q = Random(c.tokens * q_stride, 7), k = Random(c.tokens * kv_stride, 8),
                      v = Random(c.tokens * kv_stride, 9), out(c.tokens * q_stride);
@@ -167,7 +199,7 @@ TEST_P(AttentionTest, PrefillIsCausalSoftmaxAttention) {
 }
 
 TEST_P(AttentionTest, DecodeOverScatteredSlotsEqualsPrefillsLastRow) {
-  const AttentionCase c = GetParam();
+  const AttentionCase c = Case();
   const int64_t q_stride = c.q_heads * c.head_dim, kv_stride = c.kv_heads * c.head_dim;
   std::vector<float> q = Random(c.tokens * q_stride, 10), k = Random(c.tokens * kv_stride, 11),
                      v = Random(c.tokens * kv_stride, 12), prefill(c.tokens * q_stride);
@@ -194,7 +226,7 @@ TEST_P(AttentionTest, DecodeOverScatteredSlotsEqualsPrefillsLastRow) {
 // on pools of 1 to 16 threads, so that a work item takes all of a sequence's kv heads, some, or
 // one: each query head equals the float64 reference.
 TEST_P(AttentionTest, DecodeOfABatchOnAnyThreadCountEqualsTheReference) {
-  const AttentionCase c = GetParam();
+  const AttentionCase c = Case();
   const int64_t q_stride = c.q_heads * c.head_dim, kv_stride = c.kv_heads * c.head_dim, group = c.q_heads / c.kv_heads;
   const std::vector<int64_t> lengths = {1, c.tokens, 16, 17, 3, c.tokens / 2, 33, 2, 15, 40, 5, 64};
   std::vector<int64_t> begin = {0};
@@ -228,12 +260,22 @@ TEST_P(AttentionTest, DecodeOfABatchOnAnyThreadCountEqualsTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(AttentionCase{4, 4, 16, 37, 0},    // MHA
-                                           AttentionCase{8, 2, 32, 70, 0},    // GQA
-                                           AttentionCase{6, 1, 64, 33, 0},    // MQA
-                                           AttentionCase{6, 3, 16, 45, 0},    // 3 kv heads: uneven shares
-                                           AttentionCase{4, 2, 8, 50, 7}));   // sliding window
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Combine(::testing::Values(AttentionCase{4, 4, 16, 37, 0},   // MHA
+                                         AttentionCase{8, 2, 32, 70, 0},   // GQA
+                                         AttentionCase{6, 1, 64, 33, 0},   // MQA
+                                         AttentionCase{6, 3, 16, 45, 0},   // 3 kv heads: uneven shares
+                                         AttentionCase{4, 2, 8, 50, 7},    // sliding window
+                                         AttentionCase{8, 2, 128, 90, 0},  // Llama's head_dim
+                                         AttentionCase{6, 2, 80, 21, 0},   // vectors of dims, then one
+                                         AttentionCase{9, 3, 12, 40, 0}),  // 3 query heads, dims left over
+                       ::testing::ValuesIn(kIsas)),
+    [](const ::testing::TestParamInfo<std::tuple<AttentionCase, Isa>>& info) {
+      const AttentionCase c = std::get<0>(info.param);
+      return absl::StrCat(c.q_heads, "q", c.kv_heads, "kv", c.head_dim, "d", c.window > 0 ? "window" : "", "_",
+                          IsaName(std::get<1>(info.param)));
+    });
 
 }  // namespace
 }  // namespace lamina::kernels::cpu

@@ -1,0 +1,49 @@
+// Float vectors for the CPU kernels, as GCC vectors: V8 (eight floats) and V16 (sixteen). Each
+// kernel body is a template over the vector type, compiled once for each instruction set
+// (kernels/cpu/isa.h): V16 is one register with AVX-512; V8 one register with AVX2 and a pair
+// with the baseline's SSE. Loads and stores take any float-aligned address. Include only from the
+// CPU kernels' .cc files, and call these only from functions compiled for an instruction set
+// (they are always inlined into them).
+#ifndef LAMINA_KERNELS_CPU_VECTORS_H_
+#define LAMINA_KERNELS_CPU_VECTORS_H_
+
+namespace lamina::kernels::cpu {
+
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V16 __attribute__((vector_size(64)));
+
+// Floats in a vector of type Vec.
+template <typename Vec>
+constexpr int kLanes = sizeof(Vec) / sizeof(float);
+
+template <typename Vec>
+inline __attribute__((always_inline)) Vec Load(const float* p) {
+  Vec v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+template <typename Vec>
+inline __attribute__((always_inline)) void Store(float* p, Vec v) {
+  __builtin_memcpy(p, &v, sizeof(v));
+}
+
+inline __attribute__((always_inline)) V8 Load8(const float* p) { return Load<V8>(p); }
+inline __attribute__((always_inline)) void Store8(float* p, V8 v) { Store(p, v); }
+
+// The eight lanes of a V8, or the sums of a V16's two halves.
+inline __attribute__((always_inline)) V8 Fold(V8 v) { return v; }
+inline __attribute__((always_inline)) V8 Fold(V16 v) {
+  return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+         __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// The sum of the lanes, pairwise.
+inline __attribute__((always_inline)) float HorizontalSum(V8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+inline __attribute__((always_inline)) float HorizontalSum(V16 v) { return HorizontalSum(Fold(v)); }
+
+}  // namespace lamina::kernels::cpu
+
+#endif  // LAMINA_KERNELS_CPU_VECTORS_H_
