@@ -29,31 +29,11 @@ inline __attribute__((always_inline)) void Sum4(V8 a, V8 b, V8 c, V8 d, float* o
   for (int i = 0; i < 4; ++i) out[i] = abcd[i] + abcd[i + 4];
 }
 
-// 2^x for x <= 0, exact at integers (2^0 = 1, so a single key's weight is exactly 1); 0 for x at
-// or below -126 (-inf included). Plain arithmetic, so that a loop over it vectorizes: 2^x = 2^n ·
-// e^((x - n) ln 2) with n the nearest integer, the second factor by its Taylor series to degree 7
-// (|x - n| <= 1/2: the series' relative error is below 6e-9, float rounding aside).
-inline __attribute__((always_inline)) float Exp2(float x) {
-  const bool underflow = !(x > -126.0f);  // -inf too
-  x = underflow ? -126.0f : x;
-  const float whole = __builtin_floorf(x + 0.5f);
-  const float y = (x - whole) * 0.69314718056f;
-  float p = 1.0f / 5040;
-  p = p * y + 1.0f / 720;
-  p = p * y + 1.0f / 120;
-  p = p * y + 1.0f / 24;
-  p = p * y + 1.0f / 6;
-  p = p * y + 0.5f;
-  p = p * y + 1.0f;
-  p = p * y + 1.0f;
-  const int32_t exponent_bits = (static_cast<int32_t>(whole) + 127) << 23;
-  float scale;
-  __builtin_memcpy(&scale, &exponent_bits, sizeof(scale));
-  return underflow ? 0.0f : p * scale;
-}
-
-// Exp2 on eight lanes at once, the same series: n is rounded to nearest by adding and taking away
-// 1.5 · 2^23 (|x| stays far below 2^22).
+// 2^x on eight lanes, for x <= 0: exact at integers (2^0 = 1, so a single key's weight is exactly
+// 1); 0 at or below -126 (-inf and NaN included). 2^x = 2^n · e^((x - n) ln 2) with n the nearest
+// integer (rounded by adding and taking away 1.5 · 2^23; |x| stays far below 2^22), the second
+// factor by its Taylor series to degree 7 (|x - n| <= 1/2: the series' relative error is below
+// 6e-9, float rounding aside).
 inline __attribute__((always_inline)) V8 Exp2(V8 x) {
   typedef int32_t I8 __attribute__((vector_size(32)));
   const I8 in_range = x > -126.0f;  // false for -inf and NaN too
@@ -82,7 +62,7 @@ inline __attribute__((always_inline)) float SoftmaxStep(float* s, int64_t n, flo
   const V8 most = low > high ? low : high;
   float new_max = running_max;
   for (int l = 0; l < 8; ++l) new_max = std::max(new_max, most[l]);
-  const float correction = Exp2(running_max - new_max);
+  const float correction = Exp2(V8{} + (running_max - new_max))[0];
   low = Exp2(low - new_max);
   high = Exp2(high - new_max);
   Store8(s, low);

@@ -33,11 +33,11 @@ typedef float V8 __attribute__((vector_size(32)));
 typedef float V16 __attribute__((vector_size(64)));
 
 // 12 independent accumulators hide the FMA latency; returns a value so nothing is optimised away.
-// Eight floats a vector, as the kernels' AVX2 and baseline builds; FmaLoop16 as their AVX-512 one.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) float FmaLoop8(int64_t iterations, float seed) {
-  V8 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = V8{} + seed * (i + 1);
-  const V8 a = V8{} + 0.999999f, b = V8{} + 1e-7f;
+template <typename Vec>
+inline __attribute__((always_inline)) float FmaLoop(int64_t iterations, float seed) {
+  Vec acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = Vec{} + seed * (i + 1);
+  const Vec a = Vec{} + 0.999999f, b = Vec{} + 1e-7f;
   for (int64_t it = 0; it < iterations; ++it) {
     for (int i = 0; i < 12; ++i) acc[i] = acc[i] * a + b;
   }
@@ -46,16 +46,12 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) float FmaLoop8(int64
   return s;
 }
 
+// Eight floats a vector, as the kernels' AVX2 and baseline builds; sixteen, as their AVX-512 one.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) float FmaLoop8(int64_t iterations, float seed) {
+  return FmaLoop<V8>(iterations, seed);
+}
 __attribute__((target("arch=x86-64-v4"))) float FmaLoop16(int64_t iterations, float seed) {
-  V16 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = V16{} + seed * (i + 1);
-  const V16 a = V16{} + 0.999999f, b = V16{} + 1e-7f;
-  for (int64_t it = 0; it < iterations; ++it) {
-    for (int i = 0; i < 12; ++i) acc[i] = acc[i] * a + b;
-  }
-  float s = 0;
-  for (int i = 0; i < 12; ++i) s += acc[i][0];
-  return s;
+  return FmaLoop<V16>(iterations, seed);
 }
 
 // Sums four equal parts of [p, p + n) in lockstep, each into its own vector accumulator: bound by
