@@ -3,7 +3,8 @@
 //
 // Keys and values live in "row" storage: row r of head h is at base + r * row_stride + h * head_dim.
 // Prefill reads the prompt's own rows (row = token index); decode reads a KV cache through slot ids
-// (row = slot). Thread-safe; runs on the given pool.
+// (row = slot). Vectorised for AVX-512 and AVX2+FMA, chosen at run time (isa.h); results differ
+// between the two by float rounding. Thread-safe; runs on the given pool.
 #ifndef LAMINA_KERNELS_CPU_ATTENTION_H_
 #define LAMINA_KERNELS_CPU_ATTENTION_H_
 

@@ -33,8 +33,7 @@ double MaxRelativeError(const std::vector<float>& got, const std::vector<double>
 
 constexpr Isa kIsas[] = {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512};
 
-// Runs the kernels with at most one instruction set while in scope (isa.h); skips the test where
-// the CPU lacks it.
+// Runs the kernels with at most one instruction set while in scope (isa.h).
 class ScopedIsa {
  public:
   explicit ScopedIsa(Isa isa) { LimitIsa(isa); }
@@ -43,6 +42,7 @@ class ScopedIsa {
 
 std::string IsaCaseName(const ::testing::TestParamInfo<Isa>& info) { return IsaName(info.param); }
 
+// Skips the test on a CPU that lacks `isa`, saying so.
 #define LAMINA_SKIP_IF_UNSUPPORTED(isa) \
   if ((isa) > BestIsa()) GTEST_SKIP() << "this CPU lacks " << IsaName(isa) << " (best: " << IsaName(BestIsa()) << ")"
 
