@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/signals.h"
 
@@ -31,6 +33,9 @@ void LoadCudaKernelsEagerly() { ::setenv("CUDA_MODULE_LOADING", "EAGER", /*overw
 
 int DaemonMain(const char* program, int argc, char** argv,
                const std::function<absl::Status(const std::vector<std::string>&)>& run) {
+  // A crash writes its signal and stack to stderr (the node's log), then takes the default action.
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
   BlockTerminationSignals();
   absl::Status status = run(std::vector<std::string>(argv + 1, argv + argc));
   if (status.ok()) return 0;

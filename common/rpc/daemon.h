@@ -23,8 +23,10 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string&
 // `grace`.
 void ServeUntilSignal(grpc::Server* server, absl::Duration grace);
 
-// The body of a daemon's main(): blocks the termination signals (so that ServeUntilSignal can
-// take them), runs `run` on the arguments, and on failure prints "PROGRAM: message" and returns 1.
+// The body of a daemon's main(): has a crash (SIGSEGV, SIGBUS, SIGABRT, ...) print its stack to
+// stderr before the process dies of it, blocks the termination signals (so that ServeUntilSignal
+// can take them), runs `run` on the arguments, and on failure prints "PROGRAM: message" and
+// returns 1.
 int DaemonMain(const char* program, int argc, char** argv,
                const std::function<absl::Status(const std::vector<std::string>&)>& run);
 

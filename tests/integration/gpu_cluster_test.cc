@@ -393,7 +393,10 @@ TEST(GpuPipeliningTest, RotationOverTwoComputeNodesServesPromptsOfManyLengths) {
   for (size_t i = 0; i < outcomes.size(); ++i) {
     ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status << "\ncompute-0's log:\n"
                                          << (*cluster)->NodeLog("compute-0") << "\ncompute-1's log:\n"
-                                         << (*cluster)->NodeLog("compute-1");
+                                         << (*cluster)->NodeLog("compute-1") << "\nmemory-0's log:\n"
+                                         << (*cluster)->NodeLog("memory-0") << "\nmemory-1's log:\n"
+                                         << (*cluster)->NodeLog("memory-1") << "\ncoordinator's log:\n"
+                                         << (*cluster)->NodeLog("coordinator");
     EXPECT_EQ(outcomes[i].ids.size(), 8u) << "request " << i;
   }
   for (const char* node : {"compute-0", "compute-1"}) {
