@@ -1,5 +1,7 @@
 #include "kernels/cuda/data_plane.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/flags.cuh"
@@ -141,17 +143,9 @@ __global__ void SendLinesKernel(const float* src, int64_t src_stride, const int3
   }
 }
 
-// A block a row: polls the row's lines and writes their floats to dst row (rows ? rows[row] :
-// row), read before polling so that it is not on the path. It lets a send queued after it launch
-// at once (that send waits for it to finish before reading anything it wrote).
-__global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
-                                   uint32_t* error, uint32_t code, const int32_t* rows, int64_t cols, float* dst,
-                                   int64_t dst_stride, bool vectorized) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  const int64_t row = blockIdx.x;
-  float* to = dst + (rows ? rows[row] : row) * dst_stride;
-  LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
-  const Line* from = src + row * src_stride / 2;
+// One row's lines polled into `to`, a thread's lines kPolledTogether at a time.
+__device__ void ReceiveLinesRow(const Line* from, uint32_t tag, LinePoll& poll, float* to, int64_t cols,
+                                bool vectorized) {
   const int lines = static_cast<int>(cols / 2);
   for (int base = threadIdx.x; base < lines; base += blockDim.x * kPolledTogether) {
     const Line* polled[kPolledTogether];
@@ -175,6 +169,21 @@ __global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t
         to[2 * item + 1] = values[i].y;
       }
     }
+  }
+}
+
+// Block b polls rows b, b + gridDim.x, ... (a block a row unless the launch was given fewer) and
+// writes each row's floats to dst row (rows ? rows[row] : row), read before polling so that it is
+// not on the path. It lets a send queued after it launch at once (that send waits for it to finish
+// before reading anything it wrote).
+__global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
+                                   uint32_t* error, uint32_t code, const int32_t* rows, int64_t count, int64_t cols,
+                                   float* dst, int64_t dst_stride, bool vectorized) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
+  for (int64_t row = blockIdx.x; row < count; row += gridDim.x) {
+    ReceiveLinesRow(src + row * src_stride / 2, tag, poll, dst + (rows ? rows[row] : row) * dst_stride, cols,
+                    vectorized);
   }
 }
 
@@ -282,13 +291,14 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
 
 absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                           uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
-                          int64_t dst_stride, cudaStream_t stream) {
+                          int64_t dst_stride, cudaStream_t stream, int64_t max_blocks) {
   if (count < 1 || count > kReceiveRowsMax || cols < 0 || cols % 2 != 0 || src_stride % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("ReceiveLines: ", count, " rows (1 to ", kReceiveRowsMax, ") of ",
                                                    cols, " floats, ", src_stride, " a row (lines need an even number)"));
   }
-  ReceiveLinesKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
-      src, src_stride, tag, timeout_ns, error, code, rows, cols, dst, dst_stride, Aligned8(dst, dst_stride));
+  const int64_t blocks = max_blocks > 0 ? std::min(count, max_blocks) : count;
+  ReceiveLinesKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      src, src_stride, tag, timeout_ns, error, code, rows, count, cols, dst, dst_stride, Aligned8(dst, dst_stride));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -63,10 +63,11 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
 // Polls the lines of `count` rows (1 to ReceiveRowsMaxCount()) mirroring [count, src_stride]
 // floats until each is tagged `tag`, and writes row i into dst row (rows ? rows[i] : i). A poll
 // gives up after `timeout_ns` as WaitFlag does (setting *error = code), and once *error is set
-// later polls pass at once. cols and src_stride must be even.
+// later polls pass at once. cols and src_stride must be even. A block a row, or at most
+// `max_blocks` (> 0) blocks taking the rows in turn: fewer blocks spinning while the rows travel.
 absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                           uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
-                          int64_t dst_stride, cudaStream_t stream);
+                          int64_t dst_stride, cudaStream_t stream, int64_t max_blocks = 0);
 
 // Loads the kernels above now. With lazy module loading (CUDA's default) a kernel's first launch
 // may wait for the whole device to be idle, which never happens while a WaitFlag queued ahead

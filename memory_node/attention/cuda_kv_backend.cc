@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "memory_node/attention/kv_backend.h"
+#include "memory_node/attention/spin_budget.h"
 #include "memory_node/data_plane/device_link.h"
 
 namespace lamina {
@@ -26,7 +29,8 @@ namespace kc = kernels::cuda;
 // on a flag, and polling lines, where each block reads lines of its own. On two H200s, 128
 // blocks polling (batch 16, or batch 1 at context 1024 in 16 splits) took 12.6 and 21.0 us a
 // layer where polling ahead in a kernel of its own took 20.6 and 26.4 (lamina-bench-data-plane).
-// Keep them within one wave of the GPU.
+// Keep them within one wave of the GPU. The lanes of a GPU share a budget of such blocks
+// (spin_budget.h): a launch past it waits behind a kernel of a few blocks instead.
 constexpr int64_t kMostWaitingBlocks = 16;
 constexpr int64_t kMostPollingBlocks = 128;
 
@@ -45,6 +49,7 @@ class CudaKvBackend : public KvBackend {
     b->pool_ = std::move(*pool);
     LAMINA_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
     LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&b->num_sms_, cudaDevAttrMultiProcessorCount, device));
+    b->spin_budget_ = std::make_unique<SpinBudget>(std::max(1, b->num_sms_ / 2));
     return b;
   }
 
@@ -118,6 +123,7 @@ class CudaKvBackend : public KvBackend {
   // What a lane reads of the pool.
   const KvBackendOptions& options() const { return options_; }
   int num_sms() const { return num_sms_; }
+  SpinBudget* spin_budget() const { return spin_budget_.get(); }
   cudaStream_t host_path_stream() const { return stream_.get(); }
   bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * options_.num_slots * kv_size_; }
   bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * options_.num_slots * kv_size_; }
@@ -133,6 +139,7 @@ class CudaKvBackend : public KvBackend {
   int device_;
   int64_t kv_size_;
   int num_sms_ = 0;
+  std::unique_ptr<SpinBudget> spin_budget_;  // shared by the lanes: blocks waiting for rows, num_sms / 2
   cuda::DeviceBuffer pool_;  // bf16 [layers][K, V][num_slots, kv_heads, head_dim]
   cuda::Stream stream_;
   // Staging, grown on demand and reused.
@@ -161,11 +168,16 @@ class CudaKvLane : public DeviceKvLane {
     return lane;
   }
 
+  ~CudaKvLane() override { GiveBackSpinning(); }
+
   CUstream_st* stream() const override { return stream_.get(); }
   const float* step_out() const override { return out_.as<float>(); }
+  // Once the step has ended, nothing of it spins: its share of the budget goes back.
   absl::Status Synchronize() override {
     for (const cuda::Stream& s : chunk_streams_) LAMINA_RETURN_IF_ERROR(s.Synchronize());
-    return stream_.Synchronize();
+    LAMINA_RETURN_IF_ERROR(stream_.Synchronize());
+    GiveBackSpinning();
+    return absl::OkStatus();
   }
 
   absl::StatusOr<absl::Duration> TakeBusy() override {
@@ -239,6 +251,7 @@ class CudaKvLane : public DeviceKvLane {
         cudaMemsetAsync(counters_.data(), 0, chunks * chunk_counters_ * sizeof(uint32_t), stream_.get()));
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&busy_starts_, chunks * sizeof(uint64_t), stream_.get()));
     LAMINA_RETURN_IF_ERROR(ForkChunkStreams(chunks));
+    waits_.assign(chunks, std::nullopt);
     rows_ = n;
     return absl::OkStatus();
   }
@@ -304,22 +317,24 @@ class CudaKvLane : public DeviceKvLane {
     cudaStream_t stream = ChunkStream(chunk);
     // Every block of a linked launch spins until the rows arrive. A few spinning blocks cost
     // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
-    // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids wait in one small kernel
-    // queued ahead instead, which also keeps their blocks from crowding out other lanes' work.
+    // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids, and grids past the
+    // lanes' budget, wait behind a small kernel queued ahead instead.
     kc::DecodePlan plan = side_by_side_plans_[chunk];
     // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
     // (short contexts on a small share of the GPU) runs a block per head, one split, instead.
     if (hop.lines != nullptr || hop.out_lines != nullptr) plan.warp_per_head = false;
-    const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
-    if (hop.lines != nullptr && blocks > kMostPollingBlocks) {
+    const bool lines = hop.lines != nullptr;
+    const ChunkWait& wait =
+        WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count, kc::DecodeBlocks(o.attention, plan, r.count));
+    if (lines && wait.in_launch) {
+      link.lines = hop.lines;
+      link.lines_mirror = hop.lines_mirror;
+    } else if (lines) {
       // The rows' lines are polled ahead and put in place, as the flag is waited on below.
       LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns, hop.error,
                                               hop.error_code, nullptr, r.count, layout.row_stride, hop.lines_mirror,
-                                              layout.row_stride, stream));
-    } else if (hop.lines != nullptr) {
-      link.lines = hop.lines;
-      link.lines_mirror = hop.lines_mirror;
-    } else if (blocks > kMostWaitingBlocks) {
+                                              layout.row_stride, stream, wait.ahead_blocks));
+    } else if (!wait.in_launch && hop.ready != nullptr) {
       LAMINA_RETURN_IF_ERROR(
           kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
       link.ready = nullptr;
@@ -349,6 +364,24 @@ class CudaKvLane : public DeviceKvLane {
     return absl::OkStatus();
   }
   cudaStream_t ChunkStream(int chunk) const { return chunks_ > 1 ? chunk_streams_[chunk].get() : stream_.get(); }
+
+  // How the chunk's launches wait for their rows this step: chosen at its first layer (the
+  // budget's blocks taken then), kept for its other layers.
+  const ChunkWait& WaitOf(int chunk, bool waits, bool lines, int64_t rows, int64_t launch_blocks) {
+    if (chunk >= static_cast<int>(waits_.size())) waits_.resize(chunk + 1);
+    std::optional<ChunkWait>& wait = waits_[chunk];
+    if (!wait.has_value()) {
+      wait = ChooseChunkWait(waits, lines, rows, launch_blocks, lines ? kMostPollingBlocks : kMostWaitingBlocks,
+                             pool_->spin_budget());
+      spinning_ += wait->spinning;
+    }
+    return *wait;
+  }
+  void GiveBackSpinning() {
+    pool_->spin_budget()->Give(spinning_);
+    spinning_ = 0;
+    waits_.assign(waits_.size(), std::nullopt);
+  }
 
   // Queues what `queue` queues between a pair of events, which TakeBusy reads: the inputs' wait
   // was queued before, as its own launch, so the pair times the work alone.
@@ -404,6 +437,8 @@ class CudaKvLane : public DeviceKvLane {
   int timed_chunks_ = 0;  // of chunk_events_, recorded since the last TakeBusy
   std::vector<kc::DecodePlan> plans_;               // per chunk, run one after another (unlinked)
   std::vector<kc::DecodePlan> side_by_side_plans_;  // per chunk, run side by side (linked)
+  std::vector<std::optional<ChunkWait>> waits_;     // per chunk, once its first layer is queued
+  int64_t spinning_ = 0;                            // the budget's blocks this step holds
   int64_t rows_ = 0;
 };
 

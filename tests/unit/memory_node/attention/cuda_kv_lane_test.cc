@@ -2,11 +2,12 @@
 // folded into the attention launch) gives the outputs of an unlinked one, raises its done flag,
 // and both count their device time in TakeBusy, which a memory node's busy fraction reports; the
 // linked chunks of a step run side by side, a chunk whose rows are there not waiting for one
-// whose rows are not; a chunk that travels as lines runs whatever plan its share gave it. Skips
-// without a GPU.
+// whose rows are not; a chunk that travels as lines runs whatever plan its share gave it; lanes
+// waiting for their rows leave SMs to a lane whose rows came. Skips without a GPU.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/line.h"
 #include "memory_node/attention/kv_backend.h"
@@ -207,6 +209,130 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
   ASSERT_TRUE((*lane)->QueueChunk(0, 0, source.as<float>(), layout).ok());
   ASSERT_TRUE((*lane)->Synchronize().ok());
   EXPECT_EQ(got, Download<float>((*lane)->step_out(), rows * q));
+}
+
+// Lanes of one GPU whose rows have not come must leave SMs to a lane whose rows have: the compute
+// node may send their rows only once that lane's outputs are back. Llama-3-8B's layer shape, 4
+// sequences of 256 tokens a lane: a launch of 32 (sequence, kv head) pairs in 4 splits, 128 blocks
+// of deep tiles, each holding an SM. When every such launch polled its lines itself, two waiting
+// lanes held every SM of an H200, and the third lane's attention ran only once their waits gave up
+// (a rotating cluster on two H200s stalled so). Under the lanes' budget (spin_budget.h) they wait
+// behind a few blocks instead.
+TEST(CudaKvLaneTest, LanesWaitingForRowsLeaveSmsToALaneWhoseRowsCame) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  namespace kc = kernels::cuda;
+  ASSERT_TRUE(kc::PreloadDataPlaneKernels().ok());
+  const kernels::cpu::AttentionShape shape{32, 8, 128, 0};
+  const int64_t q = 4096, kv = 1024, row = q + 2 * kv;
+  const int64_t seqs = 4, context = 256;
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int64_t blocks = kc::DecodeBlocks(shape, kc::PlanDecode(shape, seqs, context, sms), seqs);
+  // Enough waiting lanes to fill every SM twice over, were their blocks all resident, then the fed one.
+  const int64_t lanes = (2 * sms + blocks - 1) / blocks + 1;
+  auto backend = CreateCudaKvBackend({1, lanes * seqs * context, shape}, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> qkv(seqs * row);
+  for (float& x : qkv) x = dist(rng);
+  DeviceBuffer source = Upload(qkv);
+  auto sender = cuda::Stream::Create();
+  ASSERT_TRUE(sender.ok());
+  const QkvLayout layout{row, 0, q, q + kv};
+
+  struct Lane {
+    std::unique_ptr<DeviceKvLane> lane;
+    DeviceBuffer lines, mirror, out, done, error;
+  };
+  std::vector<Lane> all(lanes);
+  for (int64_t i = 0; i < lanes; ++i) {
+    auto lane = (*backend)->NewDeviceLane();
+    ASSERT_TRUE(lane.ok()) << lane.status();
+    all[i].lane = std::move(*lane);
+    all[i].lines = Upload(std::vector<kc::Line>(seqs * row / 2, kc::Line{}));
+    all[i].mirror = Upload(std::vector<float>(seqs * row, 0.f));
+    all[i].out = Upload(std::vector<float>(seqs * q, 0.f));
+    all[i].done = Upload(std::vector<uint64_t>{0});
+    all[i].error = Upload(std::vector<uint32_t>{0});
+  }
+  // Lane i's sequences hold slots of their own, each lane's the same keys and values; each
+  // sequence writes its last.
+  std::vector<float> cached(seqs * context * kv);
+  for (float& x : cached) x = dist(rng);
+  for (int64_t i = 0; i < lanes; ++i) {
+    std::vector<int32_t> slots(seqs * context);
+    std::iota(slots.begin(), slots.end(), static_cast<int32_t>(i * seqs * context));
+    ASSERT_TRUE((*backend)->Store(0, slots, cached.data(), cached.data(), kv).ok());
+  }
+  const auto set_step = [&](int64_t i) {
+    std::vector<int32_t> write_slots, slot_ids;
+    std::vector<int64_t> begins = {0};
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int32_t first = static_cast<int32_t>((i * seqs + s) * context);
+      for (int32_t t = 0; t < context; ++t) slot_ids.push_back(first + t);
+      write_slots.push_back(first + static_cast<int32_t>(context) - 1);
+      begins.push_back(static_cast<int64_t>(slot_ids.size()));
+    }
+    return all[i].lane->SetStep(write_slots, slot_ids, begins, 1);
+  };
+  const auto queue = [&](int64_t i, uint64_t hop) {
+    DeviceHop h = OutputHop(all[i].error.as<uint32_t>(), all[i].out.as<float>(), q, all[i].done.as<uint64_t>(), hop,
+                            10'000'000'000);
+    h.lines = all[i].lines.as<kc::Line>();
+    h.lines_mirror = all[i].mirror.as<float>();
+    h.line_tag = kc::LineTag(hop);
+    return all[i].lane->QueueLinkedChunk(0, 0, all[i].mirror.as<float>(), layout, h);
+  };
+  const auto send = [&](int64_t i, uint64_t hop) {
+    return kc::SendLines(source.as<float>(), row, nullptr, seqs, row, all[i].lines.as<kc::Line>(), row,
+                         kc::LineTag(hop), nullptr, sender->get());
+  };
+
+  // Hop 1, each lane's rows there before it is queued: loads every kernel the lanes launch while
+  // nothing spins (CUDA's lazy loading waits for the GPU to go idle).
+  for (int64_t i = 0; i < lanes; ++i) {
+    ASSERT_TRUE(send(i, 1).ok());
+    ASSERT_TRUE(sender->Synchronize().ok());
+    ASSERT_TRUE(set_step(i).ok());
+    ASSERT_TRUE(queue(i, 1).ok());
+    ASSERT_TRUE(all[i].lane->Synchronize().ok());
+    ASSERT_EQ(Download<uint32_t>(all[i].error.data(), 1)[0], 0u) << "lane " << i;
+  }
+
+  // Hop 2: every lane queued, only the last one's rows sent.
+  for (int64_t i = 0; i < lanes; ++i) {
+    ASSERT_TRUE(set_step(i).ok());
+    ASSERT_TRUE(queue(i, 2).ok());
+  }
+  const int64_t fed = lanes - 1;
+  ASSERT_TRUE(send(fed, 2).ok());
+  ASSERT_TRUE(sender->Synchronize().ok());
+  bool fed_done = false;
+  for (int i = 0; i < 3000 && !fed_done; ++i) {
+    fed_done = Peek<uint64_t>(all[fed].done.data(), 1)[0] == 2;
+    if (!fed_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(fed_done) << lanes - 1 << " lanes waiting for rows (" << blocks << "-block launches on " << sms
+                        << " SMs) kept the fed lane's attention off the GPU";
+  for (int64_t i = 0; i < fed; ++i) {
+    EXPECT_EQ(Peek<uint64_t>(all[i].done.data(), 1)[0], 1u) << "lane " << i << " ran before its rows came";
+    ASSERT_TRUE(send(i, 2).ok());
+  }
+  ASSERT_TRUE(sender->Synchronize().ok());
+  for (int64_t i = 0; i < lanes; ++i) {
+    ASSERT_TRUE(all[i].lane->Synchronize().ok());
+    EXPECT_EQ(Download<uint32_t>(all[i].error.data(), 1)[0], 0u) << "lane " << i;
+    EXPECT_EQ(Download<uint64_t>(all[i].done.data(), 1)[0], 2u) << "lane " << i;
+  }
+  // The same outputs in every lane (the same rows over equal contexts), and those of the rows
+  // attended unlinked.
+  const std::vector<float> first = Download<float>(all[0].out.data(), seqs * q);
+  for (int64_t i = 1; i < lanes; ++i) EXPECT_EQ(Download<float>(all[i].out.data(), seqs * q), first) << "lane " << i;
+  ASSERT_TRUE(all[0].lane->QueueChunk(0, 0, source.as<float>(), layout).ok());
+  ASSERT_TRUE(all[0].lane->Synchronize().ok());
+  EXPECT_EQ(Download<float>(all[0].lane->step_out(), seqs * q), first);
 }
 
 }  // namespace

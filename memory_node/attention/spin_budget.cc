@@ -1,0 +1,38 @@
+#include "memory_node/attention/spin_budget.h"
+
+#include <algorithm>
+
+namespace lamina {
+
+bool SpinBudget::TryTake(int64_t blocks) {
+  int64_t taken = taken_.load(std::memory_order_relaxed);
+  do {
+    if (taken + blocks > limit_) return false;
+  } while (!taken_.compare_exchange_weak(taken, taken + blocks, std::memory_order_relaxed));
+  return true;
+}
+
+ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_blocks, int64_t most_in_launch,
+                          SpinBudget* budget) {
+  ChunkWait wait;
+  if (!waits) return wait;
+  if (launch_blocks <= most_in_launch && budget->TryTake(launch_blocks)) {
+    wait.in_launch = true;
+    wait.spinning = launch_blocks;
+    return wait;
+  }
+  if (!lines) {
+    wait.ahead_blocks = 1;
+  } else if (budget->TryTake(rows)) {
+    wait.ahead_blocks = rows;
+    wait.spinning = rows;
+    return wait;
+  } else {
+    wait.ahead_blocks = std::min(rows, kFewestPollingBlocks);
+  }
+  budget->Take(wait.ahead_blocks);
+  wait.spinning = wait.ahead_blocks;
+  return wait;
+}
+
+}  // namespace lamina

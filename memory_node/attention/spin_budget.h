@@ -1,0 +1,63 @@
+// How many thread blocks a memory node's linked decode steps may keep spinning on its GPU at once.
+//
+// A linked step queues its layers' attention ahead of their rows, and something on the GPU waits
+// for each: the attention launch itself (each block polls) or a small kernel queued before it. A
+// waiting block holds its SM's share (a deep-tiled attention block the whole SM) until the rows
+// arrive. The rows come from a compute node that interleaves the lanes' layers, so a lane's rows
+// may follow another lane's attention on this GPU. Were that attention unable to find an SM free of
+// waiting blocks, the two would wait on each other until the timeouts fired: two lanes whose
+// launches of 128 deep-tiled blocks each waited stalled a rotating cluster on two H200s.
+//
+// So the lanes of one GPU share a budget of waiting blocks, half its SMs: the blocks past it wait
+// in no SM, and every launch that follows its rows finds SMs. A lane takes its step's share when it
+// queues the step's first layer and gives it back when the step has ended. Thread-safe.
+#ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
+#define LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace lamina {
+
+class SpinBudget {
+ public:
+  explicit SpinBudget(int64_t limit) : limit_(limit) {}
+  SpinBudget(const SpinBudget&) = delete;
+  SpinBudget& operator=(const SpinBudget&) = delete;
+
+  // Takes `blocks` if they fit in what is left; else takes nothing and returns false.
+  bool TryTake(int64_t blocks);
+  // Takes `blocks` whether or not they fit: for the few blocks a wait needs at the least.
+  void Take(int64_t blocks) { taken_.fetch_add(blocks, std::memory_order_relaxed); }
+  void Give(int64_t blocks) { taken_.fetch_sub(blocks, std::memory_order_relaxed); }
+
+  int64_t limit() const { return limit_; }
+  int64_t taken() const { return taken_.load(std::memory_order_relaxed); }
+
+ private:
+  const int64_t limit_;
+  std::atomic<int64_t> taken_{0};
+};
+
+// How a linked chunk waits for its rows, and the blocks that spin meanwhile (taken from the budget).
+struct ChunkWait {
+  bool in_launch = false;    // the attention launch's own blocks poll; else a kernel queued ahead
+  int64_t ahead_blocks = 0;  // the kernel ahead's blocks (a block a row of lines, or 1 on a flag)
+  int64_t spinning = 0;      // what was taken
+};
+
+// The most blocks a kernel ahead polls lines with when the budget has no room for a block a row.
+inline constexpr int64_t kFewestPollingBlocks = 4;
+
+// Chooses how a chunk of `rows` rows waits, whose attention launch has `launch_blocks` blocks and
+// may poll for itself up to `most_in_launch` of them (`lines`: its rows arrive as lines, which a
+// kernel ahead polls a block a row; else behind a flag, which one block waits on). The launch polls
+// when it may and its blocks fit the budget; else the kernel ahead does, with a block a row if
+// they fit and at most kFewestPollingBlocks if not. `waits` false (the rows are in place): nothing
+// spins.
+ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_blocks, int64_t most_in_launch,
+                          SpinBudget* budget);
+
+}  // namespace lamina
+
+#endif  // LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
