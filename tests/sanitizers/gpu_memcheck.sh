@@ -9,7 +9,7 @@ set -uo pipefail
 build=${1:-build}
 sanitizer=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
 [ -x "$sanitizer" ] || { echo "gpu_memcheck: no compute-sanitizer at $sanitizer" >&2; exit 2; }
-spinning='GemmTest.*:CudaKvLaneTest.LinkedChunksRunSideBySide'
+spinning='GemmTest.*:CudaKvLaneTest.LinkedChunksRunSideBySide:CudaKvLaneTest.LanesWaitingForRowsLeaveSmsToALaneWhoseRowsCame'
 failed=0
 check() {  # tool program
   local log
