@@ -58,15 +58,15 @@ inline __attribute__((always_inline)) V8 Exp2(V8 x) {
 inline __attribute__((always_inline)) float SoftmaxStep(float* s, int64_t n, float& running_max, float& running_sum) {
   static_assert(kKeyBlock == 16, "two vectors of scores");
   for (int64_t j = n; j < kKeyBlock; ++j) s[j] = -std::numeric_limits<float>::infinity();
-  V8 low = Load8(s), high = Load8(s + 8);
+  V8 low = Load<V8>(s), high = Load<V8>(s + 8);
   const V8 most = low > high ? low : high;
   float new_max = running_max;
   for (int l = 0; l < 8; ++l) new_max = std::max(new_max, most[l]);
   const float correction = Exp2(V8{} + (running_max - new_max))[0];
   low = Exp2(low - new_max);
   high = Exp2(high - new_max);
-  Store8(s, low);
-  Store8(s + 8, high);
+  Store(s, low);
+  Store(s + 8, high);
   running_sum = running_sum * correction + HorizontalSum(low + high);
   running_max = new_max;
   return correction;

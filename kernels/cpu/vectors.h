@@ -28,9 +28,6 @@ inline __attribute__((always_inline)) void Store(float* p, Vec v) {
   __builtin_memcpy(p, &v, sizeof(v));
 }
 
-inline __attribute__((always_inline)) V8 Load8(const float* p) { return Load<V8>(p); }
-inline __attribute__((always_inline)) void Store8(float* p, V8 v) { Store(p, v); }
-
 // The eight lanes of a V8, or the sums of a V16's two halves.
 inline __attribute__((always_inline)) V8 Fold(V8 v) { return v; }
 inline __attribute__((always_inline)) V8 Fold(V16 v) {
