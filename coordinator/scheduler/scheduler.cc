@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
-#include "coordinator/scheduler/prefill_chunk.h"
+#include "coordinator/scheduler/prefill_budget.h"
 #include "coordinator/scheduler/replica_results.h"
 
 namespace lamina {

@@ -4,7 +4,7 @@
 #include <deque>
 #include <queue>
 
-#include "coordinator/scheduler/prefill_chunk.h"
+#include "coordinator/scheduler/prefill_budget.h"
 
 namespace lamina::simulator {
 namespace {

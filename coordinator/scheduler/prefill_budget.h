@@ -1,7 +1,7 @@
 // How much of each prompt a step prefills (the topology's scheduler.chunked_prefill). The
 // scheduler and the simulator that mirrors it (deploy/simulator) both split prompts this way.
-#ifndef LAMINA_COORDINATOR_SCHEDULER_PREFILL_CHUNK_H_
-#define LAMINA_COORDINATOR_SCHEDULER_PREFILL_CHUNK_H_
+#ifndef LAMINA_COORDINATOR_SCHEDULER_PREFILL_BUDGET_H_
+#define LAMINA_COORDINATOR_SCHEDULER_PREFILL_BUDGET_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -36,4 +36,4 @@ class PrefillBudget {
 
 }  // namespace lamina
 
-#endif  // LAMINA_COORDINATOR_SCHEDULER_PREFILL_CHUNK_H_
+#endif  // LAMINA_COORDINATOR_SCHEDULER_PREFILL_BUDGET_H_

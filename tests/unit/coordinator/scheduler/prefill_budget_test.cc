@@ -1,6 +1,6 @@
 // PrefillBudget: a step's prompts take what the budget leaves after its decodes, in order, each at
 // most its rest, the first at least kMinPrefillChunk tokens; without chunking each takes its rest.
-#include "coordinator/scheduler/prefill_chunk.h"
+#include "coordinator/scheduler/prefill_budget.h"
 
 #include "gtest/gtest.h"
 
