@@ -366,9 +366,8 @@ class CudaKvLane : public DeviceKvLane {
   cudaStream_t ChunkStream(int chunk) const { return chunks_ > 1 ? chunk_streams_[chunk].get() : stream_.get(); }
 
   // How the chunk's launches wait for their rows this step: chosen at its first layer (the
-  // budget's blocks taken then), kept for its other layers.
+  // budget's blocks taken then), kept for its other layers. SetStep sized waits_ with plans_.
   const ChunkWait& WaitOf(int chunk, bool waits, bool lines, int64_t rows, int64_t launch_blocks) {
-    if (chunk >= static_cast<int>(waits_.size())) waits_.resize(chunk + 1);
     std::optional<ChunkWait>& wait = waits_[chunk];
     if (!wait.has_value()) {
       wait = ChooseChunkWait(waits, lines, rows, launch_blocks, lines ? kMostPollingBlocks : kMostWaitingBlocks,
