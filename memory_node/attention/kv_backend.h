@@ -43,8 +43,9 @@ class DeviceKvLane {
   // memory) stored at their write slots, then their attention into the same rows of step_out().
   virtual absl::Status QueueChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout) = 0;
   // QueueChunk with the chunk's hop folded in: waits for the rows to arrive in `qkv`, stores,
-  // attends, writes the outputs to hop.out and raises hop.done. A chunk of no rows is
-  // InvalidArgument (nothing would raise the flag): queue the link's own send for it.
+  // attends, writes the outputs to hop.out (or as hop.out_lines) and raises hop.done (when set).
+  // A chunk of no rows is InvalidArgument (nothing would raise the flag): queue the link's own
+  // send for it.
   virtual absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,
                                         const DeviceHop& hop) = 0;
   // A prefill's k/v over a link: the write slots of its pieces, back to back (waits only for this

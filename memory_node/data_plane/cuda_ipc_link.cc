@@ -329,6 +329,9 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
       hop.lines_mirror = local_.receive.as<float>() + r.first * shape_.qkv_size;
       hop.out_lines = ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size);
       hop.line_tag = kc::LineTag(hop.done_value);
+      // The compute end polls the lines (ReceiveLines): a flag after them would only hold the
+      // launch back while it drains them across the link.
+      hop.done = nullptr;
     }
     return hop;
   }

@@ -124,7 +124,8 @@ struct DeviceHop {
   uint64_t done_value = 0;
   // Lines instead (ready is null then): the chunk's q/k/v arrive as `lines` tagged `line_tag`,
   // mirroring the chunk's rows in received() from `lines_mirror` on, where the launch may write
-  // them; its outputs go back as `out_lines`, mirroring `out` (not written then).
+  // them; its outputs go back as `out_lines`, mirroring `out` (not written then), with no done
+  // flag (null) when the compute end polls the lines.
   const kernels::cuda::Line* lines = nullptr;
   float* lines_mirror = nullptr;
   kernels::cuda::Line* out_lines = nullptr;

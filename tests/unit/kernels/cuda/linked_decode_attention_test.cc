@@ -286,58 +286,71 @@ TEST_F(LinkedDecodeTest, LinesInAndOutGiveTheSameOutputsAndPool) {
   for (const Case& c : cases) {
     Build(c);
     for (const DecodePlan& plan : LinePlans(shape_, seqs_)) {
-      SCOPED_TRACE(Name(c, plan));
-      std::vector<float> want;
-      std::vector<uint16_t> want_k;
-      Reference(plan, &want, &want_k);
+      // With a done flag, and without one (the peer polls the lines): then the launch still counts
+      // its busy time, and leaves its counters zeroed.
+      for (const bool with_done : {true, false}) {
+        SCOPED_TRACE(Name(c, plan) + (with_done ? ", done flag" : ", no done flag"));
+        std::vector<float> want;
+        std::vector<uint16_t> want_k;
+        Reference(plan, &want, &want_k);
 
-      DeviceBuffer source = std::move(d_qkv_);
-      d_qkv_ = Upload(std::vector<float>(seqs_ * row_, 0.f));  // where the lines are put in place
-      DeviceBuffer in_lines = Upload(std::vector<Line>(seqs_ * row_ / 2, Line{}));
-      DeviceBuffer out_lines = Upload(std::vector<Line>(seqs_ * q_size_ / 2, Line{}));
-      DeviceBuffer k = Upload(pool_), v = Upload(pool_);
-      DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, -1.f));
-      DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
-      DeviceBuffer unused_ready = Upload(std::vector<uint64_t>{0});
-      DeviceBuffer done = Upload(std::vector<uint64_t>{0});
-      const int64_t n_counters = LinkedDecodeCounters(shape_, seqs_);
-      DeviceBuffer counters = Upload(std::vector<uint32_t>(n_counters, 0));
-      DecodeLink link = Link(unused_ready, 1, done, 2, counters);
-      link.ready = nullptr;
-      link.lines = in_lines.as<Line>();
-      link.lines_mirror = d_qkv_.as<float>();
-      link.out_lines = out_lines.as<Line>();
-      link.line_tag = tag;
-      auto receiver = lamina::cuda::Stream::Create();
-      auto sender = lamina::cuda::Stream::Create();
-      ASSERT_TRUE(receiver.ok() && sender.ok());
-      ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
-                                        d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_,
-                                        seqs_, work.as<float>(), link, receiver->get())
-                      .ok());
-      absl::SleepFor(absl::Milliseconds(20));
-      ASSERT_TRUE(SendLines(source.as<float>(), row_, nullptr, seqs_, row_, in_lines.as<Line>(), row_, tag, nullptr,
-                            sender->get())
-                      .ok());
-      ASSERT_TRUE(sender->Synchronize().ok());
-      ASSERT_TRUE(receiver->Synchronize().ok());
-      d_qkv_ = std::move(source);
+        DeviceBuffer source = std::move(d_qkv_);
+        d_qkv_ = Upload(std::vector<float>(seqs_ * row_, 0.f));  // where the lines are put in place
+        DeviceBuffer in_lines = Upload(std::vector<Line>(seqs_ * row_ / 2, Line{}));
+        DeviceBuffer out_lines = Upload(std::vector<Line>(seqs_ * q_size_ / 2, Line{}));
+        DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+        DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, -1.f));
+        DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+        DeviceBuffer unused_ready = Upload(std::vector<uint64_t>{0});
+        DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+        const int64_t n_counters = LinkedDecodeCounters(shape_, seqs_);
+        DeviceBuffer counters = Upload(std::vector<uint32_t>(n_counters, 0));
+        DecodeLink link = Link(unused_ready, 1, done, 2, counters);
+        link.ready = nullptr;
+        link.lines = in_lines.as<Line>();
+        link.lines_mirror = d_qkv_.as<float>();
+        link.out_lines = out_lines.as<Line>();
+        link.line_tag = tag;
+        DeviceBuffer busy = Upload(std::vector<uint64_t>{0, 0, 0});  // busy_ns[2], busy_start
+        if (!with_done) {
+          link.done = nullptr;
+          link.busy_ns = busy.as<uint64_t>();
+          link.busy_start = busy.as<uint64_t>() + 2;
+        }
+        auto receiver = lamina::cuda::Stream::Create();
+        auto sender = lamina::cuda::Stream::Create();
+        ASSERT_TRUE(receiver.ok() && sender.ok());
+        ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                          d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_,
+                                          seqs_, work.as<float>(), link, receiver->get())
+                        .ok());
+        absl::SleepFor(absl::Milliseconds(20));
+        ASSERT_TRUE(SendLines(source.as<float>(), row_, nullptr, seqs_, row_, in_lines.as<Line>(), row_, tag, nullptr,
+                              sender->get())
+                        .ok());
+        ASSERT_TRUE(sender->Synchronize().ok());
+        ASSERT_TRUE(receiver->Synchronize().ok());
+        d_qkv_ = std::move(source);
 
-      EXPECT_EQ(*error_.as<uint32_t>(), 0u);
-      std::vector<float> got;
-      bool tagged = true;
-      for (const Line& line : Download<Line>(out_lines, seqs_ * q_size_ / 2)) {
-        tagged = tagged && line.first_tag == tag && line.second_tag == tag;
-        got.push_back(line.first);
-        got.push_back(line.second);
+        EXPECT_EQ(*error_.as<uint32_t>(), 0u);
+        std::vector<float> got;
+        bool tagged = true;
+        for (const Line& line : Download<Line>(out_lines, seqs_ * q_size_ / 2)) {
+          tagged = tagged && line.first_tag == tag && line.second_tag == tag;
+          got.push_back(line.first);
+          got.push_back(line.second);
+        }
+        EXPECT_TRUE(tagged) << "every output line carries the hop's tag";
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(Download<float>(out, 1)[0], -1.f) << "with output lines, out itself is not written";
+        EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
+        EXPECT_EQ(Download<uint64_t>(done, 1)[0], with_done ? 2u : 0u);
+        const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
+        EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << "counters left zeroed";
+        if (!with_done) {
+          EXPECT_GT(Download<uint64_t>(busy, 1)[0], 0u) << "busy time counted";
+        }
       }
-      EXPECT_TRUE(tagged) << "every output line carries the hop's tag";
-      EXPECT_EQ(got, want);
-      EXPECT_EQ(Download<float>(out, 1)[0], -1.f) << "with output lines, out itself is not written";
-      EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
-      EXPECT_EQ(Download<uint64_t>(done, 1)[0], 2u);
-      const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
-      EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << "counters left zeroed";
     }
   }
 }
