@@ -1,0 +1,250 @@
+// lamina-bench-hop: a decode layer's hop over the device data plane as lines (line.h), with both
+// ends in this process on one GPU, each on a stream of its own, every layer queued ahead as a
+// compute node and a memory node queue them over cuda_ipc:
+//   compute end: SendLines (q/k/v out), ReceiveLines (attention outputs back);
+//   memory end: LinkedDecodeAttention polling its q/k/v lines, storing the new k/v, attending and
+//   writing its outputs as lines.
+// The lines cross this GPU's memory rather than a link between two GPUs, so the figures are the
+// kernels' own part of a round trip; what two GPUs add is the link's latency each way, which
+// lamina-bench-data-plane measures where two GPUs are lent. The point is a figure that any one GPU
+// can give, for changes to the kernels on the path.
+//
+// Microseconds a layer in the steady state, for the memory end's launch:
+//   flag:  raising a done flag after its output lines (a system-scope fence, then the flag), as
+//          cuda_ipc did before 2026-11-24;
+//   lines: no flag, the compute end polling the lines (cuda_ipc now), its busy time counted;
+//   ahead: the lines polled by a ReceiveLines queued ahead of the attention, as a memory node
+//          does when its GPU's budget of waiting blocks has no room for the launch's (spin_budget.h);
+// and the baseline of the same run, `echo`: the memory end a ReceiveLines and a SendLines with no
+// attention between them, the chain of line kernels alone. Ratios: flag ÷ lines, lines ÷ echo.
+// Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
+//
+//   lamina-bench-hop [--layers 256] [--contexts 1,1024] [--batches 1,4,16]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/device_buffer.h"
+#include "common/flags/flags.h"
+#include "common/status/status_macros.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/data_plane.h"
+#include "tests/bench/gpu_timing.h"
+
+namespace lamina::bench {
+namespace {
+
+namespace kc = kernels::cuda;
+
+constexpr int64_t kQHeads = 32, kKvHeads = 8, kHeadDim = 128;
+constexpr int64_t kQ = kQHeads * kHeadDim, kKv = kKvHeads * kHeadDim, kQkv = kQ + 2 * kKv;
+constexpr int64_t kTimeoutNs = 2'000'000'000;
+// A linked launch polls for its own lines only up to this many blocks, as memory nodes do.
+constexpr int64_t kMostPollingBlocks = 128;
+
+enum class MemoryEnd { kFlag, kLines, kAhead, kEcho };
+
+// One batch's buffers, all on device 0: `batch` sequences of `context` cached tokens each.
+struct Hop {
+  static absl::StatusOr<Hop> Create(int64_t batch, int64_t context, int sms);
+
+  // Queues `layers` layers of the hop on both streams, held behind `gate` until all are queued.
+  absl::Status Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
+                     cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const;
+
+  int64_t batch = 0, slots = 0;
+  kc::AttentionShape shape{kQHeads, kKvHeads, kHeadDim, 0};
+  kc::DecodePlan plan;
+  cuda::DeviceBuffer qkv;         // the compute end's rows [batch, kQkv]
+  cuda::DeviceBuffer in_lines;    // the memory end's q/k/v lines, mirroring `mirror`
+  cuda::DeviceBuffer mirror;      // [batch, kQkv]
+  cuda::DeviceBuffer out_lines;   // the compute end's output lines, mirroring `out_mirror`
+  cuda::DeviceBuffer out_mirror;  // [batch, kQ]
+  cuda::DeviceBuffer out;         // the compute end's outputs [batch, kQ]
+  cuda::DeviceBuffer k, v;        // the cache, [batch * context, kKv] bf16 each
+  cuda::DeviceBuffer lists;       // slot ids, slot begins, write slots (int32)
+  cuda::DeviceBuffer words;       // counters, then done, busy_ns[2], busy_start (uint64-aligned)
+  cuda::DeviceBuffer workspace;
+  cuda::DeviceBuffer error;  // uint32
+  int64_t counters = 0;
+};
+
+absl::StatusOr<Hop> Hop::Create(int64_t batch, int64_t context, int sms) {
+  Hop h;
+  h.batch = batch;
+  h.slots = batch * context;
+  h.plan = kc::PlanDecode(h.shape, batch, context, sms);
+  h.plan.warp_per_head = false;  // lines go a block per (sequence, kv head), as memory nodes launch them
+  const int64_t slots = batch * context;
+  LAMINA_ASSIGN_OR_RETURN(h.qkv, cuda::DeviceBuffer::CreateZeroed(batch * kQkv * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(h.in_lines, cuda::DeviceBuffer::CreateZeroed(batch * kQkv / 2 * sizeof(kc::Line)));
+  LAMINA_ASSIGN_OR_RETURN(h.mirror, cuda::DeviceBuffer::CreateZeroed(batch * kQkv * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(h.out_lines, cuda::DeviceBuffer::CreateZeroed(batch * kQ / 2 * sizeof(kc::Line)));
+  LAMINA_ASSIGN_OR_RETURN(h.out_mirror, cuda::DeviceBuffer::CreateZeroed(batch * kQ * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(h.out, cuda::DeviceBuffer::CreateZeroed(batch * kQ * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(h.k, cuda::DeviceBuffer::CreateZeroed(slots * kKv * sizeof(kc::bf16)));
+  LAMINA_ASSIGN_OR_RETURN(h.v, cuda::DeviceBuffer::CreateZeroed(slots * kKv * sizeof(kc::bf16)));
+  std::vector<int32_t> lists(slots + 2 * batch + 1);
+  for (int64_t i = 0; i < slots; ++i) lists[i] = static_cast<int32_t>(i);
+  for (int64_t s = 0; s <= batch; ++s) lists[slots + s] = static_cast<int32_t>(s * context);
+  for (int64_t s = 0; s < batch; ++s) lists[slots + batch + 1 + s] = static_cast<int32_t>((s + 1) * context - 1);
+  LAMINA_ASSIGN_OR_RETURN(h.lists, cuda::DeviceBuffer::Create(lists.size() * sizeof(int32_t)));
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(h.lists.data(), lists.data(), lists.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  h.counters = kc::LinkedDecodeCounters(h.shape, batch);
+  const int64_t counter_words = (h.counters + 1) / 2;  // as uint64
+  LAMINA_ASSIGN_OR_RETURN(h.words, cuda::DeviceBuffer::CreateZeroed((counter_words + 4) * sizeof(uint64_t)));
+  LAMINA_ASSIGN_OR_RETURN(h.workspace,
+                          cuda::DeviceBuffer::CreateZeroed(std::max<int64_t>(1, h.plan.workspace_floats) * 4));
+  LAMINA_ASSIGN_OR_RETURN(h.error, cuda::DeviceBuffer::CreateZeroed(sizeof(uint32_t)));
+  return h;
+}
+
+absl::Status Hop::Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
+                        cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const {
+  uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
+  LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, compute));
+  LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, attention));
+  const int32_t* slot_ids = lists.as<int32_t>();
+  uint32_t* error_word = error.as<uint32_t>();
+  uint64_t* done = words.as<uint64_t>() + (counters + 1) / 2;
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    const uint32_t line_tag = kc::LineTag(++*tag);
+    const float* rows = mirror.as<float>();
+    if (memory == MemoryEnd::kEcho) {
+      LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(in_lines.as<kc::Line>(), kQkv, line_tag, kTimeoutNs, error_word, 2,
+                                              nullptr, batch, kQkv, mirror.as<float>(), kQkv, attention));
+      LAMINA_RETURN_IF_ERROR(
+          kc::SendLines(rows, kQkv, nullptr, batch, kQ, out_lines.as<kc::Line>(), kQ, line_tag, error_word, attention));
+    } else {
+      kc::DecodeLink link;
+      link.timeout_ns = kTimeoutNs;
+      link.error = error_word;
+      link.error_code = 3;
+      link.k = rows + kQ;
+      link.v = rows + kQ + kKv;
+      link.kv_stride = kQkv;
+      link.write_slots = slot_ids + slots + batch + 1;
+      link.counters = words.as<uint32_t>();
+      link.out_lines = out_lines.as<kc::Line>();
+      link.line_tag = line_tag;
+      link.busy_ns = done + 1;
+      link.busy_start = done + 3;
+      if (memory == MemoryEnd::kFlag) {
+        link.done = done;
+        link.done_value = *tag;
+      }
+      if (memory == MemoryEnd::kAhead) {
+        LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(in_lines.as<kc::Line>(), kQkv, line_tag, kTimeoutNs, error_word, 2,
+                                                nullptr, batch, kQkv, mirror.as<float>(), kQkv, attention));
+      } else {
+        link.lines = in_lines.as<kc::Line>();
+        link.lines_mirror = rows;
+      }
+      LAMINA_RETURN_IF_ERROR(kc::LinkedDecodeAttention(shape, plan, rows, kQkv, k.as<kc::bf16>(), v.as<kc::bf16>(),
+                                                       slot_ids, slot_ids + slots, out_mirror.as<float>(), kQ, batch,
+                                                       workspace.as<float>(), link, attention));
+    }
+    if (layer == layers / 4) LAMINA_RETURN_IF_ERROR(mid.Record(compute));
+    LAMINA_RETURN_IF_ERROR(kc::SendLines(qkv.as<float>(), kQkv, nullptr, batch, kQkv, in_lines.as<kc::Line>(), kQkv,
+                                         line_tag, error_word, compute));
+    LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(out_lines.as<kc::Line>(), kQ, line_tag, kTimeoutNs, error_word, 4, nullptr,
+                                            batch, kQ, out.as<float>(), kQ, compute));
+  }
+  return end.Record(compute);
+}
+
+// Microseconds a layer from the end of the first quarter of the layers to the last, the best of
+// `reps` runs after a warm-up.
+absl::StatusOr<double> SteadyMicros(const Hop& hop, MemoryEnd memory, int64_t layers, int reps, uint32_t* tag,
+                                    cudaStream_t compute, cudaStream_t attention, uint64_t* gate) {
+  LAMINA_ASSIGN_OR_RETURN(cuda::Event mid, cuda::Event::Create());
+  LAMINA_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create());
+  double best = -1;
+  for (int rep = -1; rep < reps; ++rep) {
+    __atomic_store_n(gate, 0, __ATOMIC_RELEASE);
+    *reinterpret_cast<uint32_t*>(gate + 1) = 0;
+    const absl::Status queued = hop.Queue(memory, layers, tag, mid, end, compute, attention, gate);
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(attention));
+    LAMINA_RETURN_IF_ERROR(queued);
+    uint32_t error = 0;
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(&error, hop.error.data(), sizeof(error), cudaMemcpyDeviceToHost));
+    if (error != 0 || *reinterpret_cast<uint32_t*>(gate + 1) != 0) {
+      return absl::DeadlineExceededError(absl::StrCat("batch ", hop.batch, ": a wait gave up (error word ", error,
+                                                      "): the hop's kernels did not run side by side"));
+    }
+    LAMINA_ASSIGN_OR_RETURN(const float ms, end.ElapsedSince(mid));
+    const double us = ms * 1e3 / (layers - layers / 4);
+    if (rep >= 0 && (best < 0 || us < best)) best = us;
+  }
+  return best;
+}
+
+absl::Status Run(const std::vector<std::string>& args) {
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"layers", "contexts", "batches"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(const int64_t layers, flags.Int("layers", 256));
+  if (layers < 8) return absl::InvalidArgumentError(absl::StrCat("--layers ", layers, ": at least 8"));
+  LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> contexts,
+                          cli::ParseIdList("--contexts", flags.String("contexts", "1,1024")));
+  LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> batches,
+                          cli::ParseIdList("--batches", flags.String("batches", "1,4,16")));
+  for (const int32_t n : contexts) {
+    if (n < 1) return absl::InvalidArgumentError(absl::StrCat("--contexts: ", n, " (at least 1)"));
+  }
+  for (const int32_t n : batches) {
+    if (n < 1 || n > kc::ReceiveRowsMaxCount()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--batches: ", n, " (lines carry 1 to ", kc::ReceiveRowsMaxCount(), " rows)"));
+    }
+  }
+  // Every kernel loaded now: with CUDA's lazy loading a kernel's first launch may wait for the
+  // device to go idle, which it never does while the other end's polls spin.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  cudaDeviceProp prop;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs: a layer's hop as lines, both ends on this GPU (two streams), %lld layers queued ahead\n",
+              prop.name, prop.multiProcessorCount, static_cast<long long>(layers));
+  std::printf("Llama-3-8B shape, float32 rows; us a layer, steady state, best of 5\n\n");
+  LAMINA_ASSIGN_OR_RETURN(cuda::Stream compute, cuda::Stream::Create());
+  LAMINA_ASSIGN_OR_RETURN(cuda::Stream attention, cuda::Stream::Create());
+  LAMINA_ASSIGN_OR_RETURN(cuda::PinnedBuffer gate_words, cuda::PinnedBuffer::Create(2 * sizeof(uint64_t)));
+  uint64_t* gate = gate_words.as<uint64_t>();
+  uint32_t tag = 0;
+  std::printf("%8s %6s %7s | %8s %8s %8s | %8s | %11s %11s\n", "context", "batch", "blocks", "flag", "lines", "ahead",
+              "echo", "flag÷lines", "lines÷echo");
+  for (const int32_t context : contexts) {
+    for (const int32_t batch : batches) {
+      LAMINA_ASSIGN_OR_RETURN(Hop hop, Hop::Create(batch, context, prop.multiProcessorCount));
+      const int64_t blocks = kc::DecodeBlocks(hop.shape, hop.plan, batch);
+      auto time = [&](MemoryEnd memory) {
+        return SteadyMicros(hop, memory, layers, 5, &tag, compute.get(), attention.get(), gate);
+      };
+      LAMINA_ASSIGN_OR_RETURN(const double echo, time(MemoryEnd::kEcho));
+      LAMINA_ASSIGN_OR_RETURN(const double ahead, time(MemoryEnd::kAhead));
+      double flag = -1, lines = -1;
+      if (blocks <= kMostPollingBlocks) {
+        LAMINA_ASSIGN_OR_RETURN(flag, time(MemoryEnd::kFlag));
+        LAMINA_ASSIGN_OR_RETURN(lines, time(MemoryEnd::kLines));
+      }
+      if (lines < 0) {
+        std::printf("%8d %6d %7lld | %8s %8s %8.2f | %8.2f | %11s %11s   (polled ahead past %lld blocks)\n", context,
+                    batch, static_cast<long long>(blocks), "-", "-", ahead, echo, "-", "-",
+                    static_cast<long long>(kMostPollingBlocks));
+      } else {
+        std::printf("%8d %6d %7lld | %8.2f %8.2f %8.2f | %8.2f | %11.2f %11.2f\n", context, batch,
+                    static_cast<long long>(blocks), flag, lines, ahead, echo, flag / lines, lines / echo);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace lamina::bench
+
+int main(int argc, char** argv) { return lamina::bench::BenchMain("lamina-bench-hop", argc, argv, lamina::bench::Run); }
