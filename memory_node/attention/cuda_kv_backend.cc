@@ -49,7 +49,7 @@ class CudaKvBackend : public KvBackend {
     b->pool_ = std::move(*pool);
     LAMINA_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
     LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&b->num_sms_, cudaDevAttrMultiProcessorCount, device));
-    b->spin_budget_ = std::make_unique<SpinBudget>(std::max(1, b->num_sms_ / 2));
+    b->spin_budget_ = SpinBudget::ForSms(b->num_sms_);
     return b;
   }
 
@@ -139,7 +139,7 @@ class CudaKvBackend : public KvBackend {
   int device_;
   int64_t kv_size_;
   int num_sms_ = 0;
-  std::unique_ptr<SpinBudget> spin_budget_;  // shared by the lanes: blocks waiting for rows, num_sms / 2
+  std::unique_ptr<SpinBudget> spin_budget_;  // shared by the lanes: blocks waiting for rows
   cuda::DeviceBuffer pool_;  // bf16 [layers][K, V][num_slots, kv_heads, head_dim]
   cuda::Stream stream_;
   // Staging, grown on demand and reused.
@@ -160,6 +160,7 @@ class CudaKvLane : public DeviceKvLane {
   static absl::StatusOr<std::unique_ptr<CudaKvLane>> Create(const CudaKvBackend* pool) {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool->device()));
     std::unique_ptr<CudaKvLane> lane(new CudaKvLane(pool));
+    pool->spin_budget()->AddLane();
     LAMINA_ASSIGN_OR_RETURN(lane->stream_, cuda::Stream::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->pool_writes_, cuda::Event::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->step_ready_, cuda::Event::Create());
@@ -168,7 +169,10 @@ class CudaKvLane : public DeviceKvLane {
     return lane;
   }
 
-  ~CudaKvLane() override { GiveBackSpinning(); }
+  ~CudaKvLane() override {
+    GiveBackSpinning();
+    pool_->spin_budget()->RemoveLane();
+  }
 
   CUstream_st* stream() const override { return stream_.get(); }
   const float* step_out() const override { return out_.as<float>(); }

@@ -4,10 +4,15 @@
 
 namespace lamina {
 
+std::unique_ptr<SpinBudget> SpinBudget::ForSms(int64_t sms) {
+  return std::make_unique<SpinBudget>(std::max<int64_t>(1, sms / 2), std::max<int64_t>(1, sms - kSmsLeftByALoneLane));
+}
+
 bool SpinBudget::TryTake(int64_t blocks) {
+  const int64_t limit = this->limit();
   int64_t taken = taken_.load(std::memory_order_relaxed);
   do {
-    if (taken + blocks > limit_) return false;
+    if (taken + blocks > limit) return false;
   } while (!taken_.compare_exchange_weak(taken, taken + blocks, std::memory_order_relaxed));
   return true;
 }

@@ -9,35 +9,52 @@
 // launches of 128 deep-tiled blocks each waited stalled a rotating cluster on two H200s.
 //
 // So the lanes of one GPU share a budget of waiting blocks, half its SMs: the blocks past it wait
-// in no SM, and every launch that follows its rows finds SMs. A lane takes its step's share when it
-// queues the step's first layer and gives it back when the step has ended. Thread-safe.
+// in no SM, and every launch that follows its rows finds SMs. A GPU's lone lane (a memory node
+// serving one batch: no other lane's attention can come between it and its rows) may take all
+// but a few: a launch past the budget waits behind a kernel, and that cost a lone lane's 128-block
+// launches 1.4-1.9x a layer (lamina-bench-hop's "ahead" against "lines", tests/bench/RESULTS.md).
+// A lane takes its step's share when it queues the step's first layer and gives it back when the
+// step has ended. Thread-safe.
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
 #define LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 namespace lamina {
 
 class SpinBudget {
  public:
-  explicit SpinBudget(int64_t limit) : limit_(limit) {}
+  // `shared_limit` with several lanes, `lone_limit` with one.
+  SpinBudget(int64_t shared_limit, int64_t lone_limit) : shared_limit_(shared_limit), lone_limit_(lone_limit) {}
+  // Half of `sms` with several lanes; all but kSmsLeftByALoneLane with one.
+  static std::unique_ptr<SpinBudget> ForSms(int64_t sms);
   SpinBudget(const SpinBudget&) = delete;
   SpinBudget& operator=(const SpinBudget&) = delete;
 
-  // Takes `blocks` if they fit in what is left; else takes nothing and returns false.
+  // A lane is created on the GPU, or goes.
+  void AddLane() { lanes_.fetch_add(1, std::memory_order_relaxed); }
+  void RemoveLane() { lanes_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // Takes `blocks` if they fit in what is left of limit(); else takes nothing and returns false.
   bool TryTake(int64_t blocks);
   // Takes `blocks` whether or not they fit: for the few blocks a wait needs at the least.
   void Take(int64_t blocks) { taken_.fetch_add(blocks, std::memory_order_relaxed); }
   void Give(int64_t blocks) { taken_.fetch_sub(blocks, std::memory_order_relaxed); }
 
-  int64_t limit() const { return limit_; }
+  // The limit for the lanes there are now.
+  int64_t limit() const { return lanes_.load(std::memory_order_relaxed) > 1 ? shared_limit_ : lone_limit_; }
   int64_t taken() const { return taken_.load(std::memory_order_relaxed); }
 
  private:
-  const int64_t limit_;
+  const int64_t shared_limit_, lone_limit_;
+  std::atomic<int64_t> lanes_{0};
   std::atomic<int64_t> taken_{0};
 };
+
+// The SMs a lone lane leaves free of waiting blocks, for the memory node's other work.
+inline constexpr int64_t kSmsLeftByALoneLane = 4;
 
 // How a linked chunk waits for its rows, and the blocks that spin meanwhile (taken from the budget).
 struct ChunkWait {

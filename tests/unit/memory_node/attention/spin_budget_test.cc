@@ -2,6 +2,7 @@
 // under it (memory_node/attention/spin_budget.h).
 #include "memory_node/attention/spin_budget.h"
 
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -10,8 +11,17 @@
 namespace lamina {
 namespace {
 
+// The budget of a GPU of 132 SMs (an H100 or H200) with `lanes` lanes.
+std::unique_ptr<SpinBudget> BudgetOf132Sms(int lanes) {
+  std::unique_ptr<SpinBudget> budget = SpinBudget::ForSms(132);
+  for (int i = 0; i < lanes; ++i) budget->AddLane();
+  return budget;
+}
+
 TEST(SpinBudgetTest, TakesOnlyWhatFitsAndGetsItBack) {
-  SpinBudget budget(66);
+  SpinBudget budget(66, 128);
+  budget.AddLane();
+  budget.AddLane();
   EXPECT_TRUE(budget.TryTake(40));
   EXPECT_FALSE(budget.TryTake(27)) << "40 + 27 is past 66";
   EXPECT_EQ(budget.taken(), 40);
@@ -25,7 +35,8 @@ TEST(SpinBudgetTest, TakesOnlyWhatFitsAndGetsItBack) {
 }
 
 TEST(SpinBudgetTest, LanesTakingAtOnceNeverPassTheLimit) {
-  SpinBudget budget(100);
+  SpinBudget budget(100, 200);
+  for (int t = 0; t < 8; ++t) budget.AddLane();
   std::vector<std::thread> lanes;
   std::vector<int> granted(8, 0);
   for (int t = 0; t < 8; ++t) {
@@ -40,55 +51,79 @@ TEST(SpinBudgetTest, LanesTakingAtOnceNeverPassTheLimit) {
   EXPECT_EQ(budget.taken(), 100);
 }
 
+TEST(SpinBudgetTest, ALoneLaneTakesAllButAFewSmsAndASecondLaneHalvesTheLimit) {
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(1);
+  EXPECT_EQ(budget->limit(), 132 - kSmsLeftByALoneLane);
+  EXPECT_TRUE(budget->TryTake(128));
+  budget->AddLane();
+  EXPECT_EQ(budget->limit(), 66);
+  EXPECT_FALSE(budget->TryTake(1)) << "the lone lane's 128 are past the shared limit";
+  budget->Give(128);
+  EXPECT_TRUE(budget->TryTake(66));
+  EXPECT_FALSE(budget->TryTake(1));
+  budget->RemoveLane();
+  EXPECT_TRUE(budget->TryTake(62)) << "alone again";
+  EXPECT_FALSE(budget->TryTake(1));
+}
+
 TEST(ChooseChunkWaitTest, ALaunchWithinItsLimitAndTheBudgetPollsForItself) {
-  SpinBudget budget(66);
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
   const ChunkWait wait = ChooseChunkWait(/*waits=*/true, /*lines=*/true, /*rows=*/4, /*launch_blocks=*/64,
-                                         /*most_in_launch=*/128, &budget);
+                                         /*most_in_launch=*/128, budget.get());
   EXPECT_TRUE(wait.in_launch);
   EXPECT_EQ(wait.spinning, 64);
-  EXPECT_EQ(budget.taken(), 64);
+  EXPECT_EQ(budget->taken(), 64);
+}
+
+TEST(ChooseChunkWaitTest, ALoneLanesLaunchOfAllButAFewSmsPollsForItself) {
+  // Batch 1 at context 1024: 8 kv heads in 16 splits.
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(1);
+  const ChunkWait wait = ChooseChunkWait(true, true, 1, 128, 128, budget.get());
+  EXPECT_TRUE(wait.in_launch);
+  EXPECT_EQ(budget->taken(), 128);
 }
 
 TEST(ChooseChunkWaitTest, ALaunchPastTheBudgetWaitsBehindABlockARow) {
-  // Two H200s' case: 4 rows at a short context, 32 (sequence, kv head) pairs in 4 splits, 128
-  // blocks, which may poll for themselves but would hold all but 4 SMs.
-  SpinBudget budget(66);
-  const ChunkWait wait = ChooseChunkWait(true, true, 4, 128, 128, &budget);
+  // Two H200s' case, a rotating cluster's lanes: 4 rows at a short context, 32 (sequence, kv
+  // head) pairs in 4 splits, 128 blocks, which may poll for themselves but would hold all but 4
+  // SMs.
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
+  const ChunkWait wait = ChooseChunkWait(true, true, 4, 128, 128, budget.get());
   EXPECT_FALSE(wait.in_launch);
   EXPECT_EQ(wait.ahead_blocks, 4);
   EXPECT_EQ(wait.spinning, 4);
-  EXPECT_EQ(budget.taken(), 4);
+  EXPECT_EQ(budget->taken(), 4);
 }
 
 TEST(ChooseChunkWaitTest, WithTheBudgetSpentLinesArePolledByAFewBlocks) {
-  SpinBudget budget(66);
-  ASSERT_TRUE(budget.TryTake(60));
-  const ChunkWait wait = ChooseChunkWait(true, true, 32, 16, 128, &budget);
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
+  ASSERT_TRUE(budget->TryTake(60));
+  const ChunkWait wait = ChooseChunkWait(true, true, 32, 16, 128, budget.get());
   EXPECT_FALSE(wait.in_launch) << "16 blocks do not fit in the 6 left";
   EXPECT_EQ(wait.ahead_blocks, kFewestPollingBlocks);
   EXPECT_EQ(wait.spinning, kFewestPollingBlocks);
-  EXPECT_EQ(budget.taken(), 60 + kFewestPollingBlocks);
+  EXPECT_EQ(budget->taken(), 60 + kFewestPollingBlocks);
 }
 
 TEST(ChooseChunkWaitTest, AFlagIsWaitedOnInTheLaunchOnlyForSmallGrids) {
-  SpinBudget budget(66);
-  const ChunkWait small = ChooseChunkWait(true, /*lines=*/false, 2, 16, /*most_in_launch=*/16, &budget);
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
+  const ChunkWait small = ChooseChunkWait(true, /*lines=*/false, 2, 16, /*most_in_launch=*/16, budget.get());
   EXPECT_TRUE(small.in_launch);
   EXPECT_EQ(small.spinning, 16);
-  const ChunkWait large = ChooseChunkWait(true, false, 8, 64, 16, &budget);
+  const ChunkWait large = ChooseChunkWait(true, false, 8, 64, 16, budget.get());
   EXPECT_FALSE(large.in_launch);
   EXPECT_EQ(large.ahead_blocks, 1);
   EXPECT_EQ(large.spinning, 1);
-  EXPECT_EQ(budget.taken(), 17);
+  EXPECT_EQ(budget->taken(), 17);
 }
 
 TEST(ChooseChunkWaitTest, RowsAlreadyInPlaceSpinNothing) {
-  SpinBudget budget(66);
-  const ChunkWait wait = ChooseChunkWait(/*waits=*/false, false, 8, 64, 16, &budget);
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
+  const ChunkWait wait = ChooseChunkWait(/*waits=*/false, false, 8, 64, 16, budget.get());
   EXPECT_FALSE(wait.in_launch);
   EXPECT_EQ(wait.ahead_blocks, 0);
   EXPECT_EQ(wait.spinning, 0);
-  EXPECT_EQ(budget.taken(), 0);
+  EXPECT_EQ(budget->taken(), 0);
 }
 
 }  // namespace
