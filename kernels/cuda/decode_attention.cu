@@ -174,20 +174,6 @@ __device__ void MergeSplits(const float* partial_out, const float* partial_lse, 
   }
 }
 
-// Called by every thread of a block once its writes are done: true in thread 0 of the last of
-// `blocks` blocks to get here. Relaxed: nothing written before is ordered by it. `arrivals` is a
-// zeroed device word, left zeroed.
-__device__ bool ArriveLast(uint32_t* arrivals, uint32_t blocks) {
-  __syncthreads();
-  if (threadIdx.x != 0) return false;
-  if (blocks == 1) return true;
-  uint32_t before;
-  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(arrivals) : "memory");
-  if (before + 1 != blocks) return false;
-  *arrivals = 0;
-  return true;
-}
-
 // Every thread of a linked launch's block, once its outputs are written: the last of `blocks`
 // blocks raises the done flag and adds the launch's busy time. With no done flag (outputs as
 // lines, which the peer polls), nothing fences: a system-scope fence here drains the block's
@@ -196,10 +182,7 @@ __device__ bool ArriveLast(uint32_t* arrivals, uint32_t blocks) {
 // process: lamina-bench-hop).
 __device__ void ArriveAndFinish(const DecodeLink& link, uint32_t blocks) {
   if (link.done == nullptr && link.busy_ns == nullptr) return;
-  const bool last = link.done == nullptr
-                        ? ArriveLast(link.counters, blocks)
-                        : ArriveAndRaise(link.counters, blocks, link.done, link.done_value, link.error);
-  if (last && link.busy_ns != nullptr) {
+  if (ArriveAndRaise(link.counters, blocks, link.done, link.done_value, link.error) && link.busy_ns != nullptr) {
     // With a done flag, the first block's start is ordered before this through every block's
     // arrival; without one, the start may read as an earlier launch's, and the time counted
     // then runs from there to this end (less what was counted already).

@@ -53,7 +53,8 @@ __device__ inline bool ErrorSet(const uint32_t* error) {
 // here sets *flag = value (release, system scope), unless the error word is set. Only thread 0
 // fences, after the barrier (fences are cumulative), as NVSHMEM's block-scoped put-with-signal
 // does; a lone block needs no more than the release store itself. `arrivals` is a zeroed device
-// word, left zeroed. True in thread 0 of the last block, false elsewhere.
+// word, left zeroed. True in thread 0 of the last block, false elsewhere. A null `flag`: only the
+// count, relaxed, with no fence (nothing written before is ordered by it).
 //
 // `error_read`: ErrorSet(error) as thread 0 read it at the start of the launch, for launches in
 // which no block sets the error word, so that the read is off the path; null reads it here.
@@ -62,13 +63,17 @@ __device__ inline bool ArriveAndRaise(uint32_t* arrivals, uint32_t blocks, uint6
   __syncthreads();
   if (threadIdx.x != 0) return false;
   if (blocks > 1) {
-    __threadfence_system();
     uint32_t before;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(arrivals) : "memory");
+    if (flag != nullptr) {
+      __threadfence_system();
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(arrivals) : "memory");
+    } else {
+      asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(arrivals) : "memory");
+    }
     if (before + 1 != blocks) return false;
     *arrivals = 0;
   }
-  if (!(error_read != nullptr ? *error_read : ErrorSet(error))) StoreRelease(flag, value);
+  if (flag != nullptr && !(error_read != nullptr ? *error_read : ErrorSet(error))) StoreRelease(flag, value);
   return true;
 }
 

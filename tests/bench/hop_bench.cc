@@ -66,10 +66,10 @@ struct Hop {
   cuda::DeviceBuffer out;         // the compute end's outputs [batch, kQ]
   cuda::DeviceBuffer k, v;        // the cache, [batch * context, kKv] bf16 each
   cuda::DeviceBuffer lists;       // slot ids, slot begins, write slots (int32)
-  cuda::DeviceBuffer words;       // counters, then done, busy_ns[2], busy_start (uint64-aligned)
+  cuda::DeviceBuffer counters;    // the linked launch's (LinkedDecodeCounters), uint32
+  cuda::DeviceBuffer words;       // done, busy_ns[2], busy_start (uint64)
   cuda::DeviceBuffer workspace;
   cuda::DeviceBuffer error;  // uint32
-  int64_t counters = 0;
 };
 
 absl::StatusOr<Hop> Hop::Create(int64_t batch, int64_t context, int sms) {
@@ -94,9 +94,9 @@ absl::StatusOr<Hop> Hop::Create(int64_t batch, int64_t context, int sms) {
   LAMINA_ASSIGN_OR_RETURN(h.lists, cuda::DeviceBuffer::Create(lists.size() * sizeof(int32_t)));
   LAMINA_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(h.lists.data(), lists.data(), lists.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  h.counters = kc::LinkedDecodeCounters(h.shape, batch);
-  const int64_t counter_words = (h.counters + 1) / 2;  // as uint64
-  LAMINA_ASSIGN_OR_RETURN(h.words, cuda::DeviceBuffer::CreateZeroed((counter_words + 4) * sizeof(uint64_t)));
+  LAMINA_ASSIGN_OR_RETURN(
+      h.counters, cuda::DeviceBuffer::CreateZeroed(kc::LinkedDecodeCounters(h.shape, batch) * sizeof(uint32_t)));
+  LAMINA_ASSIGN_OR_RETURN(h.words, cuda::DeviceBuffer::CreateZeroed(4 * sizeof(uint64_t)));
   LAMINA_ASSIGN_OR_RETURN(h.workspace,
                           cuda::DeviceBuffer::CreateZeroed(std::max<int64_t>(1, h.plan.workspace_floats) * 4));
   LAMINA_ASSIGN_OR_RETURN(h.error, cuda::DeviceBuffer::CreateZeroed(sizeof(uint32_t)));
@@ -110,7 +110,7 @@ absl::Status Hop::Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const c
   LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, attention));
   const int32_t* slot_ids = lists.as<int32_t>();
   uint32_t* error_word = error.as<uint32_t>();
-  uint64_t* done = words.as<uint64_t>() + (counters + 1) / 2;
+  uint64_t* done = words.as<uint64_t>();
   for (int64_t layer = 0; layer < layers; ++layer) {
     const uint32_t line_tag = kc::LineTag(++*tag);
     const float* rows = mirror.as<float>();
@@ -128,7 +128,7 @@ absl::Status Hop::Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const c
       link.v = rows + kQ + kKv;
       link.kv_stride = kQkv;
       link.write_slots = slot_ids + slots + batch + 1;
-      link.counters = words.as<uint32_t>();
+      link.counters = counters.as<uint32_t>();
       link.out_lines = out_lines.as<kc::Line>();
       link.line_tag = line_tag;
       link.busy_ns = done + 1;
