@@ -114,6 +114,12 @@ struct DecodeLink {
   const float* lines_mirror = nullptr;
   Line* out_lines = nullptr;
   uint32_t line_tag = 0;
+  // The inputs are put in place by the wait queued just before the launch on its stream (WaitFlag,
+  // or ReceiveLines with NextKernel::kStartsOnceIn; data_plane.h): the launch is chained to it
+  // (chaining.h), so that its blocks take SMs only once the inputs have come, and read the slot
+  // tables and queue their first tiles while the wait ends; they read the inputs after its end.
+  // With `ready` and `lines` null.
+  bool chained_to_wait = false;
   // Zeroed device words, LinkedDecodeCounters() of them; the launch leaves them zeroed.
   uint32_t* counters = nullptr;
   // Optional, two device words that launches running side by side may share: busy_ns[0] grows by

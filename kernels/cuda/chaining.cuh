@@ -8,7 +8,9 @@
 //      has finished and its writes are visible.
 // Every chained kernel waits, so each one's end implies the end of all before it: a kernel two
 // places later can rely on both. Kernels that are not launched chained (cuBLAS, the data plane's
-// waits) are ordered as always, and a chained kernel after one of them starts when it has ended.
+// waits) are ordered as always, and a chained kernel after one of them starts when it has ended,
+// or earlier where that kernel lets it (the data plane's waits, data_plane.h), still waiting for
+// its end in WaitForPreviousKernel().
 // Without the launch attribute both calls do nothing, so chained kernels may be launched plainly.
 // Only the dependent launch lets a block wait on another grid, and it does so only once all blocks
 // of that grid are on the GPU: a chain cannot deadlock.

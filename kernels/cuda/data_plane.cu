@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
+#include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/flags.cuh"
 #include "kernels/cuda/lines.cuh"
 
@@ -92,10 +93,12 @@ __global__ void SendRowsKernel(const float* src, int64_t src_stride, const int32
   ArriveAndRaise(arrivals, gridDim.x, flag, value, error, &failed);
 }
 
+// A kernel chained after it may start once the flag is up (or the wait gave up).
 template <bool kExact>
 __global__ void WaitFlagKernel(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
                                uint32_t code) {
   SpinOnFlag<kExact>(flag, value, timeout_ns, error, code);
+  LetNextKernelStart();
 }
 
 // A block a row. Thread 0 of each block waits; the barrier then releases the block's copy. The
@@ -174,16 +177,21 @@ __device__ void ReceiveLinesRow(const Line* from, uint32_t tag, LinePoll& poll, 
 
 // Block b polls rows b, b + gridDim.x, ... (a block a row unless the launch was given fewer) and
 // writes each row's floats to dst row (rows ? rows[row] : row), read before polling so that it is
-// not on the path. It lets a send queued after it launch at once (that send waits for it to finish
-// before reading anything it wrote).
+// not on the path. It lets a kernel chained after it start at once, or once the block's rows are in
+// (`next_starts_once_in`); either waits for it to finish before reading anything it wrote.
 __global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
                                    uint32_t* error, uint32_t code, const int32_t* rows, int64_t count, int64_t cols,
-                                   float* dst, int64_t dst_stride, bool vectorized) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+                                   float* dst, int64_t dst_stride, bool vectorized, bool next_starts_once_in) {
+  if (!next_starts_once_in) LetNextKernelStart();
   LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
   for (int64_t row = blockIdx.x; row < count; row += gridDim.x) {
     ReceiveLinesRow(src + row * src_stride / 2, tag, poll, dst + (rows ? rows[row] : row) * dst_stride, cols,
                     vectorized);
+  }
+  if (next_starts_once_in) {
+    // Every thread's lines, not just the first thread's to get here.
+    __syncthreads();
+    LetNextKernelStart();
   }
 }
 
@@ -291,14 +299,15 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
 
 absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                           uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
-                          int64_t dst_stride, cudaStream_t stream, int64_t max_blocks) {
+                          int64_t dst_stride, cudaStream_t stream, int64_t max_blocks, NextKernel next) {
   if (count < 1 || count > kReceiveRowsMax || cols < 0 || cols % 2 != 0 || src_stride % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("ReceiveLines: ", count, " rows (1 to ", kReceiveRowsMax, ") of ",
                                                    cols, " floats, ", src_stride, " a row (lines need an even number)"));
   }
   const int64_t blocks = max_blocks > 0 ? std::min(count, max_blocks) : count;
   ReceiveLinesKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      src, src_stride, tag, timeout_ns, error, code, rows, count, cols, dst, dst_stride, Aligned8(dst, dst_stride));
+      src, src_stride, tag, timeout_ns, error, code, rows, count, cols, dst, dst_stride, Aligned8(dst, dst_stride),
+      next == NextKernel::kStartsOnceIn);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -35,7 +35,8 @@ absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows,
 
 // Holds `stream` until *flag >= value. After `timeout_ns` it stops waiting and sets *error = code
 // (when *error is still 0), so later work on the stream runs on whatever is there and the host
-// learns of it from *error. Once *error is set, later waits pass at once.
+// learns of it from *error. Once *error is set, later waits pass at once. A kernel chained after
+// it (chaining.h) may start once the wait is over, and then waits for its end as chained kernels do.
 absl::Status WaitFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
                       cudaStream_t stream);
 
@@ -60,6 +61,14 @@ int64_t ReceiveRowsMaxCount();
 absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                        Line* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream);
 
+// When a kernel chained after ReceiveLines (chaining.h) may start:
+//  - kStartsAtOnce: while the lines are still on their way, its blocks taking the SMs the polls
+//    leave (for work that can read its weights meanwhile);
+//  - kStartsOnceIn: once every line is in, so that its blocks hold no SM while the rows travel
+//    (for work queued ahead of rows that may come late: a memory node's attention).
+// Either way it waits for ReceiveLines to end before reading what it wrote.
+enum class NextKernel { kStartsAtOnce, kStartsOnceIn };
+
 // Polls the lines of `count` rows (1 to ReceiveRowsMaxCount()) mirroring [count, src_stride]
 // floats until each is tagged `tag`, and writes row i into dst row (rows ? rows[i] : i). A poll
 // gives up after `timeout_ns` as WaitFlag does (setting *error = code), and once *error is set
@@ -67,7 +76,8 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
 // `max_blocks` (> 0) blocks taking the rows in turn: fewer blocks spinning while the rows travel.
 absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                           uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
-                          int64_t dst_stride, cudaStream_t stream, int64_t max_blocks = 0);
+                          int64_t dst_stride, cudaStream_t stream, int64_t max_blocks = 0,
+                          NextKernel next = NextKernel::kStartsAtOnce);
 
 // Loads the kernels above now. With lazy module loading (CUDA's default) a kernel's first launch
 // may wait for the whole device to be idle, which never happens while a WaitFlag queued ahead

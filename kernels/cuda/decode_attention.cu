@@ -28,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -54,7 +55,10 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr int64_t kWarpMaxContext = 256;
 
 // Thread 0 of each block waits for the inputs (SpinOnFlag); the barrier then releases the block.
+// Chained to a wait queued ahead (DecodeLink::chained_to_wait), every thread first waits for that
+// kernel's end; launched plainly, WaitForPreviousKernel() returns at once.
 __device__ void WaitForInputs(const DecodeLink& link) {
+  WaitForPreviousKernel();
   if (threadIdx.x == 0 && link.ready != nullptr) {
     SpinOnFlag(link.ready, link.ready_value, link.timeout_ns, link.error, link.error_code);
   }
@@ -684,6 +688,19 @@ absl::StatusOr<int> PrepareTiledLaunch() {
   return bytes;
 }
 
+// A linked kernel's launch: plain, as it waits for its inputs itself, or chained to the wait queued
+// ahead of it (DecodeLink::chained_to_wait). It never lets the next kernel start early: that would
+// be the next layer's launch, whose blocks would hold SMs while polling for rows not yet sent.
+template <typename... Params, typename... Args>
+cudaError_t LaunchLinked(void (*kernel)(Params...), dim3 grid, size_t shared_bytes, const DecodeLink& link,
+                         cudaStream_t stream, Args&&... args) {
+  if (link.chained_to_wait) {
+    return LaunchChained(kernel, grid, dim3(kThreads), shared_bytes, stream, std::forward<Args>(args)...);
+  }
+  kernel<<<grid, kThreads, shared_bytes, stream>>>(std::forward<Args>(args)...);
+  return cudaGetLastError();
+}
+
 // One DecodeKernel launch of `grid` blocks, kStages deep (0: on the CUDA cores): linked when `link`
 // is set, else chained.
 template <int kDim, int kG, int kStages>
@@ -696,10 +713,9 @@ absl::Status LaunchDecodeBlocks(dim3 grid, const DecodeLink* link, const float* 
     if constexpr (kStages > 0) {
       LAMINA_ASSIGN_OR_RETURN(bytes, (PrepareTiledLaunch<kDim, kG, true, kStages>()));
     }
-    DecodeKernel<kDim, kG, true, kStages>
-        <<<grid, kThreads, bytes, stream>>>(q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
-                                            kv_heads, window, q_scale, partial_out, partial_lse, *link);
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(DecodeKernel<kDim, kG, true, kStages>, grid, bytes, *link, stream, q,
+                                             q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                                             kv_heads, window, q_scale, partial_out, partial_lse, *link));
     return absl::OkStatus();
   }
   if constexpr (kStages > 0) {
@@ -724,8 +740,9 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
     const unsigned blocks = static_cast<unsigned>(DecodeBlocks(shape, plan, num_seqs));
     const int seqs = static_cast<int>(num_seqs);
     if (link != nullptr) {
-      WarpDecodeKernel<kDim, kG, true><<<blocks, kThreads, 0, stream>>>(
-          q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window, q_scale, *link);
+      LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(WarpDecodeKernel<kDim, kG, true>, dim3(blocks), 0, *link, stream, q,
+                                               q_stride, k_cache, v_cache, slot_ids, slot_begin, out, out_stride,
+                                               kv_heads, seqs, window, q_scale, *link));
     } else {
       LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(WarpDecodeKernel<kDim, kG, false>, dim3(blocks), dim3(kThreads), 0,
                                                 stream, q, q_stride, k_cache, v_cache, slot_ids, slot_begin, out,
@@ -985,6 +1002,10 @@ absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan
                                 (link.k - link.lines_mirror) % 2 != 0 || (link.v - link.lines_mirror) % 2 != 0)) {
     return absl::InvalidArgumentError(
         "linked decode attention: input lines need lines_mirror, no ready flag, and q, k and v at even floats");
+  }
+  if (link.chained_to_wait && (link.ready != nullptr || link.lines != nullptr)) {
+    return absl::InvalidArgumentError(
+        "linked decode attention: chained to a wait ahead, yet waiting on a ready flag or input lines too");
   }
   if (link.out_lines != nullptr && out_stride % 2 != 0) {
     return absl::InvalidArgumentError("linked decode attention: output lines need an even out_stride");

@@ -337,11 +337,14 @@ class CudaKvLane : public DeviceKvLane {
       // The rows' lines are polled ahead and put in place, as the flag is waited on below.
       LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns, hop.error,
                                               hop.error_code, nullptr, r.count, layout.row_stride, hop.lines_mirror,
-                                              layout.row_stride, stream, wait.ahead_blocks));
+                                              layout.row_stride, stream, wait.ahead_blocks,
+                                              kc::NextKernel::kStartsOnceIn));
+      link.chained_to_wait = true;
     } else if (!wait.in_launch && hop.ready != nullptr) {
       LAMINA_RETURN_IF_ERROR(
           kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
       link.ready = nullptr;
+      link.chained_to_wait = true;
     }
     float* workspace = workspace_.as<float>() + chunk * workspace_floats_;
     return kc::LinkedDecodeAttention(o.attention, plan, rows + layout.q_offset, layout.row_stride, pool_->keys(layer),

@@ -14,9 +14,13 @@
 //          cuda_ipc did before 2026-11-24;
 //   lines: no flag, the compute end polling the lines (cuda_ipc now), its busy time counted;
 //   ahead: the lines polled by a ReceiveLines queued ahead of the attention, as a memory node
-//          does when its GPU's budget of waiting blocks has no room for the launch's (spin_budget.h);
+//          does when its GPU's budget of waiting blocks has no room for the launch's (spin_budget.h),
+//          the attention launched after it has ended, as memory nodes did before 2026-11-25;
+//   chained: the same, with the attention chained to it (DecodeLink::chained_to_wait), starting
+//          once its lines are in (memory nodes now);
 // and the baseline of the same run, `echo`: the memory end a ReceiveLines and a SendLines with no
-// attention between them, the chain of line kernels alone. Ratios: flag ÷ lines, lines ÷ echo.
+// attention between them, the chain of line kernels alone. Ratios: flag ÷ lines, lines ÷ echo,
+// ahead ÷ chained.
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-hop [--layers 256] [--contexts 1,1024] [--batches 1,4,16]
@@ -45,7 +49,7 @@ constexpr int64_t kTimeoutNs = 2'000'000'000;
 // A linked launch polls for its own lines only up to this many blocks, as memory nodes do.
 constexpr int64_t kMostPollingBlocks = 128;
 
-enum class MemoryEnd { kFlag, kLines, kAhead, kEcho };
+enum class MemoryEnd { kFlag, kLines, kAhead, kChained, kEcho };
 
 // One batch's buffers, all on device 0: `batch` sequences of `context` cached tokens each.
 struct Hop {
@@ -137,9 +141,13 @@ absl::Status Hop::Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const c
         link.done = done;
         link.done_value = *tag;
       }
-      if (memory == MemoryEnd::kAhead) {
-        LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(in_lines.as<kc::Line>(), kQkv, line_tag, kTimeoutNs, error_word, 2,
-                                                nullptr, batch, kQkv, mirror.as<float>(), kQkv, attention));
+      if (memory == MemoryEnd::kAhead || memory == MemoryEnd::kChained) {
+        const bool chained = memory == MemoryEnd::kChained;
+        LAMINA_RETURN_IF_ERROR(
+            kc::ReceiveLines(in_lines.as<kc::Line>(), kQkv, line_tag, kTimeoutNs, error_word, 2, nullptr, batch, kQkv,
+                             mirror.as<float>(), kQkv, attention, 0,
+                             chained ? kc::NextKernel::kStartsOnceIn : kc::NextKernel::kStartsAtOnce));
+        link.chained_to_wait = chained;
       } else {
         link.lines = in_lines.as<kc::Line>();
         link.lines_mirror = rows;
@@ -215,8 +223,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cuda::PinnedBuffer gate_words, cuda::PinnedBuffer::Create(2 * sizeof(uint64_t)));
   uint64_t* gate = gate_words.as<uint64_t>();
   uint32_t tag = 0;
-  std::printf("%8s %6s %7s | %8s %8s %8s | %8s | %11s %11s\n", "context", "batch", "blocks", "flag", "lines", "ahead",
-              "echo", "flag÷lines", "lines÷echo");
+  std::printf("%8s %6s %7s | %8s %8s %8s %8s | %8s | %11s %11s %14s\n", "context", "batch", "blocks", "flag", "lines",
+              "ahead", "chained", "echo", "flag÷lines", "lines÷echo", "ahead÷chained");
   for (const int32_t context : contexts) {
     for (const int32_t batch : batches) {
       LAMINA_ASSIGN_OR_RETURN(Hop hop, Hop::Create(batch, context, prop.multiProcessorCount));
@@ -226,18 +234,21 @@ absl::Status Run(const std::vector<std::string>& args) {
       };
       LAMINA_ASSIGN_OR_RETURN(const double echo, time(MemoryEnd::kEcho));
       LAMINA_ASSIGN_OR_RETURN(const double ahead, time(MemoryEnd::kAhead));
+      LAMINA_ASSIGN_OR_RETURN(const double chained, time(MemoryEnd::kChained));
       double flag = -1, lines = -1;
       if (blocks <= kMostPollingBlocks) {
         LAMINA_ASSIGN_OR_RETURN(flag, time(MemoryEnd::kFlag));
         LAMINA_ASSIGN_OR_RETURN(lines, time(MemoryEnd::kLines));
       }
       if (lines < 0) {
-        std::printf("%8d %6d %7lld | %8s %8s %8.2f | %8.2f | %11s %11s   (polled ahead past %lld blocks)\n", context,
-                    batch, static_cast<long long>(blocks), "-", "-", ahead, echo, "-", "-",
-                    static_cast<long long>(kMostPollingBlocks));
+        std::printf(
+            "%8d %6d %7lld | %8s %8s %8.2f %8.2f | %8.2f | %11s %11s %14.2f   (polled ahead past %lld blocks)\n",
+            context, batch, static_cast<long long>(blocks), "-", "-", ahead, chained, echo, "-", "-", ahead / chained,
+            static_cast<long long>(kMostPollingBlocks));
       } else {
-        std::printf("%8d %6d %7lld | %8.2f %8.2f %8.2f | %8.2f | %11.2f %11.2f\n", context, batch,
-                    static_cast<long long>(blocks), flag, lines, ahead, echo, flag / lines, lines / echo);
+        std::printf("%8d %6d %7lld | %8.2f %8.2f %8.2f %8.2f | %8.2f | %11.2f %11.2f %14.2f\n", context, batch,
+                    static_cast<long long>(blocks), flag, lines, ahead, chained, echo, flag / lines, lines / echo,
+                    ahead / chained);
       }
     }
   }
