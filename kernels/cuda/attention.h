@@ -114,11 +114,12 @@ struct DecodeLink {
   const float* lines_mirror = nullptr;
   Line* out_lines = nullptr;
   uint32_t line_tag = 0;
-  // The inputs are put in place by the wait queued just before the launch on its stream (WaitFlag,
-  // or ReceiveLines with NextKernel::kStartsOnceIn; data_plane.h): the launch is chained to it
-  // (chaining.h), so that its blocks take SMs only once the inputs have come, and read the slot
-  // tables and queue their first tiles while the wait ends; they read the inputs after its end.
-  // With `ready` and `lines` null.
+  // The launch is chained (chaining.h) to a wait for its inputs queued just before it on its
+  // stream (WaitFlag on `ready`, or ReceiveLines with NextKernel::kStartsOnceIn on `lines`;
+  // data_plane.h), which lets it start once the inputs have come: its blocks hold no SM while the
+  // inputs travel, yet read the slot tables and queue their first tiles while the wait ends. With
+  // `ready` or `lines` set, the blocks then find them there themselves; with both null, they wait
+  // for the wait's end and read what it put in place.
   bool chained_to_wait = false;
   // Zeroed device words, LinkedDecodeCounters() of them; the launch leaves them zeroed.
   uint32_t* counters = nullptr;

@@ -146,7 +146,7 @@ __global__ void SendLinesKernel(const float* src, int64_t src_stride, const int3
   }
 }
 
-// One row's lines polled into `to`, a thread's lines kPolledTogether at a time.
+// One row's lines polled into `to` (null: only polled), a thread's lines kPolledTogether at a time.
 __device__ void ReceiveLinesRow(const Line* from, uint32_t tag, LinePoll& poll, float* to, int64_t cols,
                                 bool vectorized) {
   const int lines = static_cast<int>(cols / 2);
@@ -161,6 +161,7 @@ __device__ void ReceiveLinesRow(const Line* from, uint32_t tag, LinePoll& poll, 
     }
     float2 values[kPolledTogether];
     PollLines<kPolledTogether>(polled, n, tag, poll, values);
+    if (to == nullptr) continue;
 #pragma unroll
     for (int i = 0; i < kPolledTogether; ++i) {
       const int item = base + i * blockDim.x;
@@ -177,16 +178,17 @@ __device__ void ReceiveLinesRow(const Line* from, uint32_t tag, LinePoll& poll, 
 
 // Block b polls rows b, b + gridDim.x, ... (a block a row unless the launch was given fewer) and
 // writes each row's floats to dst row (rows ? rows[row] : row), read before polling so that it is
-// not on the path. It lets a kernel chained after it start at once, or once the block's rows are in
-// (`next_starts_once_in`); either waits for it to finish before reading anything it wrote.
+// not on the path (with dst null, it writes nothing). It lets a kernel chained after it start at
+// once, or once the block's rows are in (`next_starts_once_in`); either waits for it to finish
+// before reading anything it wrote.
 __global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
                                    uint32_t* error, uint32_t code, const int32_t* rows, int64_t count, int64_t cols,
                                    float* dst, int64_t dst_stride, bool vectorized, bool next_starts_once_in) {
   if (!next_starts_once_in) LetNextKernelStart();
   LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
   for (int64_t row = blockIdx.x; row < count; row += gridDim.x) {
-    ReceiveLinesRow(src + row * src_stride / 2, tag, poll, dst + (rows ? rows[row] : row) * dst_stride, cols,
-                    vectorized);
+    float* to = dst != nullptr ? dst + (rows ? rows[row] : row) * dst_stride : nullptr;
+    ReceiveLinesRow(src + row * src_stride / 2, tag, poll, to, cols, vectorized);
   }
   if (next_starts_once_in) {
     // Every thread's lines, not just the first thread's to get here.

@@ -74,6 +74,8 @@ enum class NextKernel { kStartsAtOnce, kStartsOnceIn };
 // gives up after `timeout_ns` as WaitFlag does (setting *error = code), and once *error is set
 // later polls pass at once. cols and src_stride must be even. A block a row, or at most
 // `max_blocks` (> 0) blocks taking the rows in turn: fewer blocks spinning while the rows travel.
+// With `dst` null the lines are only waited for: for a kernel chained after it that takes them
+// from the lines itself.
 absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                           uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
                           int64_t dst_stride, cudaStream_t stream, int64_t max_blocks = 0,

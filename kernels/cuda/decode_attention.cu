@@ -55,10 +55,11 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr int64_t kWarpMaxContext = 256;
 
 // Thread 0 of each block waits for the inputs (SpinOnFlag); the barrier then releases the block.
-// Chained to a wait queued ahead (DecodeLink::chained_to_wait), every thread first waits for that
-// kernel's end; launched plainly, WaitForPreviousKernel() returns at once.
+// With no ready flag, every thread waits for the end of a wait chained ahead (a launch with
+// DecodeLink::chained_to_wait, whose inputs that wait put in place); launched plainly,
+// WaitForPreviousKernel() returns at once.
 __device__ void WaitForInputs(const DecodeLink& link) {
-  WaitForPreviousKernel();
+  if (link.ready == nullptr) WaitForPreviousKernel();
   if (threadIdx.x == 0 && link.ready != nullptr) {
     SpinOnFlag(link.ready, link.ready_value, link.timeout_ns, link.error, link.error_code);
   }
@@ -1002,10 +1003,6 @@ absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan
                                 (link.k - link.lines_mirror) % 2 != 0 || (link.v - link.lines_mirror) % 2 != 0)) {
     return absl::InvalidArgumentError(
         "linked decode attention: input lines need lines_mirror, no ready flag, and q, k and v at even floats");
-  }
-  if (link.chained_to_wait && (link.ready != nullptr || link.lines != nullptr)) {
-    return absl::InvalidArgumentError(
-        "linked decode attention: chained to a wait ahead, yet waiting on a ready flag or input lines too");
   }
   if (link.out_lines != nullptr && out_stride % 2 != 0) {
     return absl::InvalidArgumentError("linked decode attention: output lines need an even out_stride");

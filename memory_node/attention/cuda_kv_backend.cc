@@ -330,20 +330,22 @@ class CudaKvLane : public DeviceKvLane {
     const bool lines = hop.lines != nullptr;
     const ChunkWait& wait =
         WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count, kc::DecodeBlocks(o.attention, plan, r.count));
-    if (lines && wait.in_launch) {
+    if (lines) {
       link.lines = hop.lines;
       link.lines_mirror = hop.lines_mirror;
-    } else if (lines) {
-      // The rows' lines are polled ahead and put in place, as the flag is waited on below.
-      LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns, hop.error,
-                                              hop.error_code, nullptr, r.count, layout.row_stride, hop.lines_mirror,
-                                              layout.row_stride, stream, wait.ahead_blocks,
-                                              kc::NextKernel::kStartsOnceIn));
-      link.chained_to_wait = true;
-    } else if (!wait.in_launch && hop.ready != nullptr) {
-      LAMINA_RETURN_IF_ERROR(
-          kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
-      link.ready = nullptr;
+    }
+    if (!wait.in_launch && (lines || hop.ready != nullptr)) {
+      // A kernel queued ahead waits for the rows; the launch, chained to it, starts once they have
+      // come and finds them there (lamina-bench-hop: "chained" against "ahead", a plain launch after
+      // the rows were put in place).
+      if (lines) {
+        LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(
+            hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns, hop.error, hop.error_code, nullptr, r.count,
+            layout.row_stride, nullptr, layout.row_stride, stream, wait.ahead_blocks, kc::NextKernel::kStartsOnceIn));
+      } else {
+        LAMINA_RETURN_IF_ERROR(
+            kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
+      }
       link.chained_to_wait = true;
     }
     float* workspace = workspace_.as<float>() + chunk * workspace_floats_;

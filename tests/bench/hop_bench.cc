@@ -16,8 +16,9 @@
 //   ahead: the lines polled by a ReceiveLines queued ahead of the attention, as a memory node
 //          does when its GPU's budget of waiting blocks has no room for the launch's (spin_budget.h),
 //          the attention launched after it has ended, as memory nodes did before 2026-11-25;
-//   chained: the same, with the attention chained to it (DecodeLink::chained_to_wait), starting
-//          once its lines are in (memory nodes now);
+//   chained: the lines waited for by a ReceiveLines queued ahead, the attention chained to it
+//          (DecodeLink::chained_to_wait), starting once they are in and taking them from the
+//          lines itself (memory nodes now);
 // and the baseline of the same run, `echo`: the memory end a ReceiveLines and a SendLines with no
 // attention between them, the chain of line kernels alone. Ratios: flag ÷ lines, lines ÷ echo,
 // ahead ÷ chained.
@@ -141,13 +142,16 @@ absl::Status Hop::Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const c
         link.done = done;
         link.done_value = *tag;
       }
-      if (memory == MemoryEnd::kAhead || memory == MemoryEnd::kChained) {
-        const bool chained = memory == MemoryEnd::kChained;
-        LAMINA_RETURN_IF_ERROR(
-            kc::ReceiveLines(in_lines.as<kc::Line>(), kQkv, line_tag, kTimeoutNs, error_word, 2, nullptr, batch, kQkv,
-                             mirror.as<float>(), kQkv, attention, 0,
-                             chained ? kc::NextKernel::kStartsOnceIn : kc::NextKernel::kStartsAtOnce));
-        link.chained_to_wait = chained;
+      if (memory == MemoryEnd::kAhead) {
+        LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(in_lines.as<kc::Line>(), kQkv, line_tag, kTimeoutNs, error_word, 2,
+                                                nullptr, batch, kQkv, mirror.as<float>(), kQkv, attention));
+      } else if (memory == MemoryEnd::kChained) {
+        LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(in_lines.as<kc::Line>(), kQkv, line_tag, kTimeoutNs, error_word, 2,
+                                                nullptr, batch, kQkv, nullptr, kQkv, attention, 0,
+                                                kc::NextKernel::kStartsOnceIn));
+        link.chained_to_wait = true;
+        link.lines = in_lines.as<kc::Line>();
+        link.lines_mirror = rows;
       } else {
         link.lines = in_lines.as<kc::Line>();
         link.lines_mirror = rows;

@@ -226,64 +226,76 @@ TEST_F(LinkedDecodeTest, WaitsForRowsThatArriveLater) {
 
 // The wait queued ahead of the launch, the launch chained to it (as a memory node queues a layer
 // whose blocks do not fit its budget of waiting blocks): a WaitFlag before rows sent behind a flag,
-// or a ReceiveLines before lines, the rows sent 20 ms after both were queued. Same outputs and
-// pool as StoreKv + DecodeAttention, the done flag raised.
+// or a ReceiveLines before lines, the rows sent 20 ms after both were queued. The launch finds its
+// inputs itself (its ready flag, or its lines, already there), or reads them after the wait's end
+// (the rows the sender wrote, or those ReceiveLines put in place). Same outputs and pool as
+// StoreKv + DecodeAttention, the done flag raised.
 TEST_F(LinkedDecodeTest, ChainedToAWaitAheadTakesRowsThatArriveLater) {
   Build({32, 8, 128, {40, 5, 700}});
   const uint32_t tag = 12;
   for (const DecodePlan& plan : Plans(shape_, seqs_, longest_)) {
     for (const bool lines : {false, true}) {
-      if (lines && plan.warp_per_head) continue;  // lines go a block per (sequence, kv head)
-      SCOPED_TRACE((plan.warp_per_head ? "warp per head" : "splits " + std::to_string(plan.splits)) +
-                   (lines ? ", lines" : ", flag"));
-      std::vector<float> want;
-      std::vector<uint16_t> want_k;
-      Reference(plan, &want, &want_k);
+      for (const bool finds_them : {true, false}) {
+        if (lines && finds_them && plan.warp_per_head) continue;  // lines go a block per (sequence, kv head)
+        SCOPED_TRACE((plan.warp_per_head ? "warp per head" : "splits " + std::to_string(plan.splits)) +
+                     (lines ? ", lines" : ", flag") + (finds_them ? ", found by the launch" : ", after the wait"));
+        std::vector<float> want;
+        std::vector<uint16_t> want_k;
+        Reference(plan, &want, &want_k);
 
-      DeviceBuffer source = std::move(d_qkv_);
-      d_qkv_ = Upload(std::vector<float>(seqs_ * row_, 0.f));  // the landing rows, empty until sent
-      DeviceBuffer in_lines = Upload(std::vector<Line>(seqs_ * row_ / 2, Line{}));
-      DeviceBuffer k = Upload(pool_), v = Upload(pool_);
-      DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
-      DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
-      DeviceBuffer ready = Upload(std::vector<uint64_t>{0});
-      DeviceBuffer done = Upload(std::vector<uint64_t>{0});
-      DeviceBuffer arrivals = Upload(std::vector<uint32_t>{0});
-      DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape_, seqs_), 0));
-      auto receiver = lamina::cuda::Stream::Create();
-      auto sender = lamina::cuda::Stream::Create();
-      ASSERT_TRUE(receiver.ok() && sender.ok());
-      if (lines) {
-        ASSERT_TRUE(ReceiveLines(in_lines.as<Line>(), row_, tag, 5'000'000'000, error_.as<uint32_t>(), 3, nullptr,
-                                 seqs_, row_, d_qkv_.as<float>(), row_, receiver->get(), 0, NextKernel::kStartsOnceIn)
+        DeviceBuffer source = std::move(d_qkv_);
+        d_qkv_ = Upload(std::vector<float>(seqs_ * row_, 0.f));  // the landing rows, empty until sent
+        DeviceBuffer in_lines = Upload(std::vector<Line>(seqs_ * row_ / 2, Line{}));
+        DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+        DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, 0.f));
+        DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+        DeviceBuffer ready = Upload(std::vector<uint64_t>{0});
+        DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+        DeviceBuffer arrivals = Upload(std::vector<uint32_t>{0});
+        DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape_, seqs_), 0));
+        auto receiver = lamina::cuda::Stream::Create();
+        auto sender = lamina::cuda::Stream::Create();
+        ASSERT_TRUE(receiver.ok() && sender.ok());
+        DecodeLink link = Link(ready, 1, done, 1, counters);
+        link.chained_to_wait = true;
+        if (lines) {
+          // Found by the launch: only waited for ahead; else put in place there.
+          float* put = finds_them ? nullptr : d_qkv_.as<float>();
+          ASSERT_TRUE(ReceiveLines(in_lines.as<Line>(), row_, tag, 5'000'000'000, error_.as<uint32_t>(), 3, nullptr,
+                                   seqs_, row_, put, row_, receiver->get(), 0, NextKernel::kStartsOnceIn)
+                          .ok());
+          link.ready = nullptr;
+          if (finds_them) {
+            link.lines = in_lines.as<Line>();
+            link.lines_mirror = d_qkv_.as<float>();
+            link.line_tag = tag;
+          }
+        } else {
+          ASSERT_TRUE(WaitFlag(ready.as<uint64_t>(), 1, 5'000'000'000, error_.as<uint32_t>(), 3, receiver->get()).ok());
+          if (!finds_them) link.ready = nullptr;
+        }
+        ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                          d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_,
+                                          seqs_, work.as<float>(), link, receiver->get())
                         .ok());
-      } else {
-        ASSERT_TRUE(WaitFlag(ready.as<uint64_t>(), 1, 5'000'000'000, error_.as<uint32_t>(), 3, receiver->get()).ok());
+        absl::SleepFor(absl::Milliseconds(20));
+        if (lines) {
+          ASSERT_TRUE(SendLines(source.as<float>(), row_, nullptr, seqs_, row_, in_lines.as<Line>(), row_, tag, nullptr,
+                                sender->get())
+                          .ok());
+        } else {
+          ASSERT_TRUE(SendRows(source.as<float>(), row_, nullptr, seqs_, row_, d_qkv_.as<float>(), row_,
+                               ready.as<uint64_t>(), 1, nullptr, arrivals.as<uint32_t>(), sender->get())
+                          .ok());
+        }
+        ASSERT_TRUE(sender->Synchronize().ok());
+        ASSERT_TRUE(receiver->Synchronize().ok());
+        d_qkv_ = std::move(source);
+        EXPECT_EQ(*error_.as<uint32_t>(), 0u);
+        EXPECT_EQ(Download<float>(out, want.size()), want);
+        EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
+        EXPECT_EQ(Download<uint64_t>(done, 1)[0], 1u);
       }
-      DecodeLink link = Link(ready, 1, done, 1, counters);
-      link.ready = nullptr;
-      link.chained_to_wait = true;
-      ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
-                                        d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_, seqs_,
-                                        work.as<float>(), link, receiver->get())
-                      .ok());
-      absl::SleepFor(absl::Milliseconds(20));
-      if (lines) {
-        ASSERT_TRUE(SendLines(source.as<float>(), row_, nullptr, seqs_, row_, in_lines.as<Line>(), row_, tag, nullptr,
-                              sender->get())
-                        .ok());
-      } else {
-        ASSERT_TRUE(SendRows(source.as<float>(), row_, nullptr, seqs_, row_, d_qkv_.as<float>(), row_,
-                             ready.as<uint64_t>(), 1, nullptr, arrivals.as<uint32_t>(), sender->get())
-                        .ok());
-      }
-      ASSERT_TRUE(sender->Synchronize().ok());
-      ASSERT_TRUE(receiver->Synchronize().ok());
-      d_qkv_ = std::move(source);
-      EXPECT_EQ(*error_.as<uint32_t>(), 0u);
-      EXPECT_EQ(Download<float>(out, want.size()), want);
-      EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
-      EXPECT_EQ(Download<uint64_t>(done, 1)[0], 1u);
     }
   }
 }
@@ -469,27 +481,6 @@ TEST_F(LinkedDecodeTest, LinesRefuseAWarpPerHeadPlanAndAReadyFlag) {
                                                       nullptr, nullptr, nullptr, q_size_, seqs_, nullptr, link,
                                                       nullptr);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  }
-}
-
-// A launch chained to a wait ahead must not wait on a flag or lines itself.
-TEST_F(LinkedDecodeTest, ChainedToAWaitRefusesAReadyFlagAndLines) {
-  Build({8, 4, 32, {10}});
-  DeviceBuffer lines = Upload(std::vector<Line>(row_, Line{}));
-  DeviceBuffer ready = Upload(std::vector<uint64_t>{0}), done = Upload(std::vector<uint64_t>{0});
-  DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape_, seqs_), 0));
-  const DecodePlan plan;
-  DecodeLink with_flag = Link(ready, 1, done, 1, counters);
-  with_flag.chained_to_wait = true;
-  DecodeLink with_lines = with_flag;
-  with_lines.ready = nullptr;
-  with_lines.lines = lines.as<Line>();
-  with_lines.lines_mirror = d_qkv_.as<float>();
-  for (const DecodeLink& link : {with_flag, with_lines}) {
-    const absl::Status status = LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, nullptr, nullptr, nullptr,
-                                                      nullptr, nullptr, q_size_, seqs_, nullptr, link, nullptr);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-    EXPECT_NE(status.message().find("chained to a wait ahead"), std::string::npos) << status;
   }
 }
 
