@@ -1,0 +1,144 @@
+// Decode attention on the CUDA cores (a plan without `tiled`, and warp_per_head): a token group
+// of kDim / 8 lanes shares each token, every lane holding 8 dims of k, v and the kv head's query
+// heads in registers, and takes kCoreUnroll tokens a turn with all their loads issued before the
+// first use. Include only from decode_attention.cu.
+#ifndef LAMINA_KERNELS_CUDA_DECODE_CORES_CUH_
+#define LAMINA_KERNELS_CUDA_DECODE_CORES_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/packed.cuh"
+
+namespace lamina::kernels::cuda {
+
+constexpr int kCoreUnroll = 4;
+
+// Each lane's 8 dims of the group's kG query heads, pre-scaled. Through L2: with a link the rows
+// were just written by a peer GPU. Two 16-byte loads a head where the rows allow: scalar loads
+// fetch each 32-byte sector from L2 eight times over. Not at head_dim 32, where ptxas spilled with
+// them (at 6 query heads a kv head).
+template <int kDim, int kG>
+__device__ __forceinline__ void LoadQuery(const float* q, int64_t q_stride, int seq, int kv_head, int lane,
+                                          float q_scale, float (&qr)[kG][8]) {
+  const float* src = q + seq * q_stride + kv_head * kG * kDim + lane * 8;
+  if (kDim >= 64 && (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (q_stride & 3) == 0) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      const float4 lo = __ldcg(reinterpret_cast<const float4*>(src + g * kDim));
+      const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + g * kDim + 4));
+      qr[g][0] = lo.x, qr[g][1] = lo.y, qr[g][2] = lo.z, qr[g][3] = lo.w;
+      qr[g][4] = hi.x, qr[g][5] = hi.y, qr[g][6] = hi.z, qr[g][7] = hi.w;
+    }
+  } else {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qr[g][i] = __ldcg(src + g * kDim + i);
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qr[g][i] *= q_scale;
+  }
+}
+
+// A token group's online softmax over slots [lo, hi): the group takes kCoreUnroll tokens at a time,
+// `group` counting from the first group of the token range and `stride_groups` groups sharing it.
+// The loop runs while the warp's first group (`warp_first_group`) has tokens, so every lane of a
+// warp takes the same trip count (the shuffles need the whole warp); a group past the end masks
+// its tokens.
+template <int kDim, int kG>
+__device__ __forceinline__ void AttendTokens(const float (&qr)[kG][8], const bf16* k_cache, const bf16* v_cache,
+                                             const int32_t* __restrict__ slot_ids, int64_t slot_stride,
+                                             int64_t head_offset, int lo, int hi, int group, int warp_first_group,
+                                             int stride_groups, float (&acc)[kG][8], float (&run_max)[kG],
+                                             float (&run_sum)[kG]) {
+  constexpr int kLanes = kDim / 8;
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    run_max[g] = -INFINITY;
+    run_sum[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
+  }
+  for (int t0 = lo + group * kCoreUnroll, w0 = lo + warp_first_group * kCoreUnroll; w0 < hi;
+       t0 += stride_groups * kCoreUnroll, w0 += stride_groups * kCoreUnroll) {
+    uint4 kraw[kCoreUnroll];
+    uint4 vraw[kCoreUnroll];
+#pragma unroll
+    for (int u = 0; u < kCoreUnroll; ++u) {
+      const int t = t0 + u;
+      if (t < hi) {
+        const int64_t base = static_cast<int64_t>(slot_ids[t]) * slot_stride + head_offset;
+        kraw[u] = __ldcs(reinterpret_cast<const uint4*>(k_cache + base));
+        vraw[u] = __ldcs(reinterpret_cast<const uint4*>(v_cache + base));
+      } else {
+        kraw[u] = make_uint4(0, 0, 0, 0);
+        vraw[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    float score[kCoreUnroll][kG];
+#pragma unroll
+    for (int u = 0; u < kCoreUnroll; ++u) {
+      float kf[8];
+      Unpack8(kraw[u], kf);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        float dot = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dot = fmaf(qr[g][i], kf[i], dot);
+#pragma unroll
+        for (int o = kLanes / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        score[u][g] = (t0 + u < hi) ? dot : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      float m = run_max[g];
+#pragma unroll
+      for (int u = 0; u < kCoreUnroll; ++u) m = fmaxf(m, score[u][g]);
+      if (m == -INFINITY) continue;  // nothing valid seen yet
+      const float correction = exp2f(run_max[g] - m);
+      run_sum[g] *= correction;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] *= correction;
+      run_max[g] = m;
+#pragma unroll
+      for (int u = 0; u < kCoreUnroll; ++u) {
+        const float p = exp2f(score[u][g] - m);
+        run_sum[g] += p;
+        float vf[8];
+        Unpack8(vraw[u], vf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(p, vf[i], acc[g][i]);
+      }
+    }
+  }
+}
+
+// kCount consecutive floats, in one store when `dst` is aligned for it.
+template <int kCount>
+__device__ __forceinline__ void StoreShare(float* dst, const float (&v)[kCount]) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(dst) % (kCount * sizeof(float))) == 0;
+  if constexpr (kCount == 4) {
+    if (aligned) {
+      *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+      return;
+    }
+  } else if constexpr (kCount == 2) {
+    if (aligned) {
+      *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) dst[j] = v[j];
+}
+
+}  // namespace lamina::kernels::cuda
+
+#endif  // LAMINA_KERNELS_CUDA_DECODE_CORES_CUH_

@@ -1,0 +1,193 @@
+// The data-plane hop of a linked decode launch (LinkedDecodeAttention, attention.h), device side:
+// waiting for the inputs (a flag, a wait chained ahead, or lines polled by each block), storing the
+// new token's k and v, writing the outputs (into rows, or as lines), merging a (sequence, kv head)'s
+// splits in the launch, and the last block's done flag and busy time. For a decode block of
+// kTileThreads threads. Include only from decode_attention.cu.
+#ifndef LAMINA_KERNELS_CUDA_DECODE_LINK_CUH_
+#define LAMINA_KERNELS_CUDA_DECODE_LINK_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/chaining.cuh"
+#include "kernels/cuda/decode_tiles.cuh"
+#include "kernels/cuda/flags.cuh"
+#include "kernels/cuda/lines.cuh"
+#include "kernels/cuda/reduce.cuh"
+
+namespace lamina::kernels::cuda {
+
+// Thread 0 of each block waits for the inputs (SpinOnFlag); the barrier then releases the block.
+// With no ready flag, every thread waits for the end of a wait chained ahead (a launch with
+// DecodeLink::chained_to_wait, whose inputs that wait put in place); launched plainly,
+// WaitForPreviousKernel() returns at once.
+__device__ inline void WaitForInputs(const DecodeLink& link) {
+  if (link.ready == nullptr) {
+    WaitForPreviousKernel();
+  } else if (threadIdx.x == 0) {
+    SpinOnFlag(link.ready, link.ready_value, link.timeout_ns, link.error, link.error_code);
+  }
+  __syncthreads();
+}
+
+// The block's inputs as lines (DecodeLink::lines): the query heads of its kv head, written to
+// `q_to` (kG * kDim floats, shared memory), and, when `k_slot` is set (the block's split holds the
+// new token), the new token's k and v for it, stored straight into the cache at k_slot and v_slot.
+// Each thread polls its share of the lines at once (PollLines); the barrier makes the block's
+// writes visible to its loads. True when any of the block's polls gave up or the step had failed
+// already.
+template <int kDim, int kG>
+__device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
+                                  float* q_to, bf16* k_slot, bf16* v_slot) {
+  // Pairs of floats: the query heads', then k's, then v's.
+  constexpr int kQPairs = kG * kDim / 2, kKvPairs = kDim / 2, kMostPairs = kQPairs + 2 * kKvPairs;
+  constexpr int kPerThread = (kMostPairs + kTileThreads - 1) / kTileThreads;
+  const int pairs = k_slot != nullptr ? kMostPairs : kQPairs;
+  const float* q_at = q + seq * q_stride + kv_head * kG * kDim;
+  const float* k_at = link.k + seq * link.kv_stride + kv_head * kDim;
+  const float* v_at = link.v + seq * link.kv_stride + kv_head * kDim;
+  const Line* polled[kPerThread];
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int pair = threadIdx.x + i * kTileThreads;
+    const float* at = pair < kQPairs              ? q_at + 2 * pair
+                      : pair < kQPairs + kKvPairs ? k_at + 2 * (pair - kQPairs)
+                                                  : v_at + 2 * (pair - kQPairs - kKvPairs);
+    polled[i] = LineOf(link.lines, link.lines_mirror, pair < pairs ? at : q_at);
+    if (pair < pairs) n = i + 1;
+  }
+  LinePoll poll = LinePoll::Begin(link.timeout_ns, link.error, link.error_code);
+  float2 values[kPerThread];
+  PollLines<kPerThread>(polled, n, link.line_tag, poll, values);
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int pair = threadIdx.x + i * kTileThreads;
+    if (i >= n) break;
+    if (pair < kQPairs) {
+      reinterpret_cast<float2*>(q_to)[pair] = values[i];
+    } else {
+      const bool is_k = pair < kQPairs + kKvPairs;
+      bf16* slot = is_k ? k_slot + 2 * (pair - kQPairs) : v_slot + 2 * (pair - kQPairs - kKvPairs);
+      *reinterpret_cast<__nv_bfloat162*>(slot) = __floats2bfloat162_rn(values[i].x, values[i].y);
+    }
+  }
+  return __syncthreads_or(poll.failed) != 0;
+}
+
+// Output value `i` (even) and the next one of a row of `out`, where the launch writes them: as a
+// line when out_lines is set, unless `failed` (a wait of the step gave up: the peer must not take
+// the garbage for outputs, as the done flag that plain outputs wait on stays down then).
+__device__ __forceinline__ void PutOutputPair(const DecodeLink* link, bool failed, float* out, int64_t i, float first,
+                                              float second) {
+  if (link != nullptr && link->out_lines != nullptr) {
+    if (!failed) StoreLine(link->out_lines + i / 2, first, second, link->line_tag);
+  } else {
+    out[i] = first;
+    out[i + 1] = second;
+  }
+}
+
+// The last split's block merges the splits of (seq, kv_head): weights each split by
+// 2^(lse - max lse). Warp w takes the query heads w, w + 4, ...; its lanes hold kPer consecutive
+// dims each, and every split's weight comes from the lane that loaded its lse, so a head's row of
+// each split is one load a warp, eight splits in flight. Loads bypass L1: other blocks of the
+// launch wrote the partials. Outputs go where PutOutputPair puts them. The linked launch's merge;
+// a plain launch's splits merge in MergeSplitsKernel, summed in the same order (the same bits).
+template <int kDim, int kG>
+__device__ void MergeSplits(const float* partial_out, const float* partial_lse, int seq, int kv_head, int num_kv_heads,
+                            int splits, const DecodeLink& link, bool failed, float* out, int64_t out_stride) {
+  constexpr int kPer = kDim >= 64 ? kDim / 32 : 2;  // at least a pair, as output lines hold
+  constexpr int kLanes = kDim / kPer;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int g = warp; g < kG; g += kTileWarps) {
+    const int head = kv_head * kG + g;
+    const int64_t row0 = (static_cast<int64_t>(seq) * num_kv_heads * kG + head) * splits;
+    float m = -INFINITY;
+    for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(partial_lse + row0 + s));
+    m = WarpMax(m);
+    float sum = 0.f;
+    float o[kPer] = {};
+    for (int s0 = 0; s0 < splits; s0 += 32) {
+      const int mine = s0 + lane;
+      const float weight = m != -INFINITY && mine < splits ? exp2f(__ldcg(partial_lse + row0 + mine) - m) : 0.f;
+      const int n = min(32, splits - s0);
+      // Eight splits' loads in flight; one at a time for small heads, which spilled registers
+      // (ptxas) in the kernels of head_dim 16 otherwise.
+#pragma unroll(kDim >= 64 ? 8 : 1)
+      for (int j = 0; j < n; ++j) {
+        const float w = __shfl_sync(0xffffffffu, weight, j);
+        sum += w;
+        if (lane < kLanes) {
+          const float* row = partial_out + (row0 + s0 + j) * kDim + lane * kPer;
+          float v[kPer];
+          if constexpr (kPer == 4) {
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(row));
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+          } else {
+            const float2 x = __ldcg(reinterpret_cast<const float2*>(row));
+            v[0] = x.x, v[1] = x.y;
+          }
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) o[i] = fmaf(w, v[i], o[i]);
+        }
+      }
+    }
+    if (lane < kLanes) {
+#pragma unroll
+      for (int i = 0; i < kPer; i += 2) {
+        PutOutputPair(&link, failed, out, seq * out_stride + head * kDim + lane * kPer + i,
+                      sum > 0.f ? o[i] / sum : 0.f, sum > 0.f ? o[i + 1] / sum : 0.f);
+      }
+    }
+  }
+}
+
+// Every thread of a linked launch's block, once its outputs are written: the last of `blocks`
+// blocks raises the done flag and adds the launch's busy time. With no done flag (outputs as
+// lines, which the peer polls), nothing fences: a system-scope fence here drains the block's
+// output lines across the link before the launch may end and the next layer's may start, on the
+// path of every hop of a few rows (2.0 of 9.5 us a layer at batch 1 on one H100, both ends in one
+// process: lamina-bench-hop).
+__device__ inline void ArriveAndFinish(const DecodeLink& link, uint32_t blocks) {
+  if (link.done == nullptr && link.busy_ns == nullptr) return;
+  if (ArriveAndRaise(link.counters, blocks, link.done, link.done_value, link.error) && link.busy_ns != nullptr) {
+    // With a done flag, the first block's start is ordered before this through every block's
+    // arrival; without one, the start may read as an earlier launch's, and the time counted
+    // then runs from there to this end (less what was counted already).
+    const unsigned long long end = GlobalTimerNs();
+    const unsigned long long start = *const_cast<volatile uint64_t*>(link.busy_start);
+    auto* words = reinterpret_cast<unsigned long long*>(link.busy_ns);
+    const unsigned long long from = max(start, atomicMax(&words[1], end));
+    if (end > from) atomicAdd(&words[0], end - from);
+  }
+}
+
+// LoadQuery from the block's query heads as ReceiveInputLines left them in shared memory.
+template <int kDim, int kG>
+__device__ __forceinline__ void LoadPolledQuery(const float* polled, int lane, float q_scale, float (&qr)[kG][8]) {
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qr[g][i] = polled[g * kDim + lane * 8 + i] * q_scale;
+  }
+}
+
+// A linked launch's new token for (seq, kv_head): its k/v row stored at write_slots[seq], by
+// `count` threads numbered `index`. The caller's barrier orders the stores before its loads.
+template <int kDim>
+__device__ __forceinline__ void StoreNewToken(const DecodeLink& link, bf16* k_cache, bf16* v_cache, int seq,
+                                              int kv_head, int64_t slot_stride, int index, int count) {
+  const int64_t from = seq * link.kv_stride + kv_head * kDim;
+  const int64_t to = static_cast<int64_t>(link.write_slots[seq]) * slot_stride + kv_head * kDim;
+  for (int d = index; d < kDim; d += count) {
+    k_cache[to + d] = __float2bfloat16(__ldcg(link.k + from + d));
+    v_cache[to + d] = __float2bfloat16(__ldcg(link.v + from + d));
+  }
+}
+
+}  // namespace lamina::kernels::cuda
+
+#endif  // LAMINA_KERNELS_CUDA_DECODE_LINK_CUH_
