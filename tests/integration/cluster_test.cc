@@ -4,11 +4,9 @@
 
 #include <atomic>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/transport/transport.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "grpcpp/grpcpp.h"
@@ -16,21 +14,11 @@
 #include "lamina/v1/generation.grpc.pb.h"
 #include "tests/integration/cluster_harness.h"
 #include "tests/integration/requests_in_flight.h"
+#include "tests/integration/single_process.h"
 #include "tests/support/golden.h"
 
 namespace lamina::testing {
 namespace {
-
-// Greedy ids from single-process mode, the reference for the cluster.
-std::vector<int32_t> SingleProcess(LocalCluster& local, const std::vector<int32_t>& prompt, int max_tokens) {
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  std::vector<int32_t> ids;
-  EXPECT_TRUE(local.Generate({&r, 1}, [&](const TokenEvent& e) { ids.push_back(e.token); }).ok());
-  return ids;
-}
 
 TEST(ClusterTest, ThirtyTwoConcurrentRequestsMatchSingleProcessModeOnBothMemoryNodes) {
   auto cluster = ClusterHarness::Start({});
@@ -54,12 +42,12 @@ TEST(ClusterTest, ThirtyTwoConcurrentRequestsMatchSingleProcessModeOnBothMemoryN
       r.set_text(text);
     }
     requests.push_back(r);
-    expected.push_back(SingleProcess(**local, prompt, max_tokens));
+    expected.push_back(SingleProcessIds(**local, prompt, max_tokens));
   }
   // The golden fixture agrees with single-process mode where it applies.
   for (int p = 0; p < 4; ++p) {
     std::vector<int32_t> greedy = golden["prompts"][p]["greedy_ids"].get<std::vector<int32_t>>();
-    EXPECT_EQ(SingleProcess(**local, golden["prompts"][p]["ids"].get<std::vector<int32_t>>(), 48), greedy);
+    EXPECT_EQ(SingleProcessIds(**local, golden["prompts"][p]["ids"].get<std::vector<int32_t>>(), 48), greedy);
   }
 
   std::atomic<bool> done{false};
@@ -132,7 +120,7 @@ TEST(ClusterTest, KillingAMemoryNodeFailsOnlyItsSequencesAndTheSurvivorServesNew
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok());
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
-  const std::vector<int32_t> expected = SingleProcess(**local, prompt, 600);
+  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
 
   RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
   absl::SleepFor(absl::Milliseconds(400));  // mid-run
@@ -185,7 +173,7 @@ TEST(ClusterTest, RequestsBeyondCapacityQueueAndCompleteAndImpossibleOnesAreRefu
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok());
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("FlashAttention");
-  const std::vector<int32_t> expected = SingleProcess(**local, prompt, 60);
+  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 60);
 
   const std::vector<Outcome> outcomes =
       GenerateConcurrently((*cluster)->client(), std::vector<lamina::v1::GenerateRequest>(16, IdsRequest(prompt, 60)));
@@ -286,7 +274,7 @@ TEST(ClusterTest, ASharedSystemPromptIsReusedWithIdenticalOutputsAndOnlyTheRestP
   // Long enough that a request holds the shared slots across several heartbeats, which is how
   // the memory node's shared count reaches `lamina status`.
   constexpr int kOutputTokens = 160;
-  const std::vector<int32_t> expected = SingleProcess(**local, second, kOutputTokens);
+  const std::vector<int32_t> expected = SingleProcessIds(**local, second, kOutputTokens);
 
   struct Timed {
     Outcome outcome;
@@ -403,7 +391,7 @@ TEST(ClusterTest, LongPromptsArePrefilledInChunksWithIdenticalOutputs) {
     ASSERT_TRUE(before.ok()) << before.status();
     std::vector<Outcome> alone = GenerateConcurrently((*cluster)->client(), {IdsRequest(long_a, kTokens)});
     ASSERT_TRUE(alone[0].status.ok()) << alone[0].status;
-    EXPECT_EQ(alone[0].ids, SingleProcess(**local, long_a, kTokens));
+    EXPECT_EQ(alone[0].ids, SingleProcessIds(**local, long_a, kTokens));
     auto after = (*cluster)->client().Status(absl::Seconds(5));
     ASSERT_TRUE(after.ok()) << after.status();
     const int64_t prompt = static_cast<int64_t>(long_a.size());
@@ -415,8 +403,9 @@ TEST(ClusterTest, LongPromptsArePrefilledInChunksWithIdenticalOutputs) {
   // the second long prompt sharing the first one's cached blocks, then two samples of one prompt.
   std::vector<lamina::v1::GenerateRequest> requests = {IdsRequest(short_prompt, 120), IdsRequest(long_a, 40),
                                                        IdsRequest(long_b, 40), IdsRequest(long_b, 40)};
-  std::vector<std::vector<int32_t>> expected = {SingleProcess(**local, short_prompt, 120),
-                                                SingleProcess(**local, long_a, 40), SingleProcess(**local, long_b, 40)};
+  std::vector<std::vector<int32_t>> expected = {SingleProcessIds(**local, short_prompt, 120),
+                                                SingleProcessIds(**local, long_a, 40),
+                                                SingleProcessIds(**local, long_b, 40)};
   requests[3].mutable_sampling()->set_temperature(1.0f);
   requests[3].mutable_sampling()->set_seed(5);
   auto sampled = [&](const std::vector<int32_t>& prompt, uint64_t seed) {
@@ -550,214 +539,6 @@ TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   EXPECT_EQ(o.finish, lamina::v1::FINISH_REASON_STOP);
 }
 
-// Staggered pipelining changes when and where batches run, never what they compute: the same
-// requests give the same tokens under `none` (one batch), `fixed` (a batch on each of two compute
-// nodes), `rotational` on one compute node (two batches alternating on it) and `rotational` over
-// two and three compute nodes (three and four batches, each batch's slices moving from node to
-// node), with and without steps staggered, greedy and seeded sampling alike; in `fixed` and over
-// several nodes every node works.
-TEST(ClusterTest, PipeliningModesGiveIdenticalOutputs) {
-  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
-  ASSERT_TRUE(local.ok()) << local.status();
-  const std::vector<std::string> texts = {"Attention offloading", "The memory devices", "FlashAttention",
-                                          "In this paper, we", "Decode attention is", "GPU memory"};
-  std::vector<lamina::v1::GenerateRequest> requests;
-  for (int i = 0; i < 18; ++i) {
-    lamina::v1::GenerateRequest r = IdsRequest((*local)->tokenizer().EncodePrompt(texts[i % texts.size()]),
-                                               6 + (i * 5) % 23);
-    if (i % 3 == 2) {  // seeded sampling: the seed, not the batch, decides the tokens
-      r.mutable_sampling()->set_temperature(0.8f);
-      r.mutable_sampling()->set_top_k(40);
-      r.mutable_sampling()->set_seed(100 + i);
-    }
-    requests.push_back(r);
-  }
-  struct Mode {
-    std::string pipelining;
-    int compute_nodes;
-    bool stagger = false;
-  };
-  std::map<std::string, std::vector<std::vector<int32_t>>> outputs;
-  for (const Mode& m : std::vector<Mode>{{"none", 1},
-                                         {"fixed", 2},
-                                         {"rotational", 1},
-                                         {"rotational", 1, /*stagger=*/true},
-                                         {"rotational", 2},
-                                         {"rotational", 3},
-                                         {"rotational", 3, /*stagger=*/true}}) {
-    const std::string& mode = m.pipelining;
-    const int compute_nodes = m.compute_nodes;
-    SCOPED_TRACE(absl::StrCat(mode, " on ", compute_nodes, " compute nodes", m.stagger ? ", staggered" : ""));
-    ClusterOptions options;
-    options.pipelining = mode;
-    options.compute_nodes = compute_nodes;
-    options.stagger = m.stagger;
-    options.max_batch = 4;  // several iterations' worth of admissions per batch
-    auto cluster = ClusterHarness::Start(options);
-    ASSERT_TRUE(cluster.ok()) << mode << ": " << cluster.status();
-    const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
-    for (size_t i = 0; i < requests.size(); ++i) {
-      ASSERT_TRUE(outcomes[i].status.ok()) << mode << " request " << i << ": " << outcomes[i].status;
-      ASSERT_EQ(outcomes[i].ids.size(), static_cast<size_t>(requests[i].max_tokens())) << mode << " request " << i;
-      outputs[absl::StrCat(mode, compute_nodes, m.stagger ? " staggered" : "")].push_back(outcomes[i].ids);
-    }
-    if (compute_nodes > 1) {
-      auto status = (*cluster)->client().Status(absl::Seconds(5));
-      ASSERT_TRUE(status.ok()) << status.status();
-      absl::SleepFor(absl::Milliseconds(300));  // a heartbeat past the last step
-      status = (*cluster)->client().Status(absl::Seconds(5));
-      ASSERT_TRUE(status.ok()) << status.status();
-      for (const auto& node : status->nodes()) {
-        if (node.role() == lamina::v1::NODE_ROLE_COMPUTE) {
-          EXPECT_GT(node.load().busy_count(), 0) << node.name() << " ran no plan";
-        }
-      }
-    }
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].sampling().temperature() == 0) {
-      std::vector<int32_t> prompt(requests[i].token_ids().ids().begin(), requests[i].token_ids().ids().end());
-      EXPECT_EQ(outputs["none1"][i], SingleProcess(**local, prompt, requests[i].max_tokens())) << "request " << i;
-    }
-    for (const char* mode : {"fixed2", "rotational1", "rotational1 staggered", "rotational2", "rotational3",
-                             "rotational3 staggered"}) {
-      EXPECT_EQ(outputs[mode][i], outputs["none1"][i]) << mode << ", request " << i;
-    }
-  }
-}
-
-// Under `fixed` pipelining a dead compute node fails only its own batch's requests; the other
-// compute node serves everything after.
-TEST(ClusterTest, KillingOneOfTwoComputeNodesFailsOnlyItsBatchAndTheOtherServesNewRequests) {
-  ClusterOptions options;
-  options.pipelining = "fixed";
-  options.compute_nodes = 2;
-  auto cluster = ClusterHarness::Start(options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
-  ASSERT_TRUE(local.ok());
-  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
-  const std::vector<int32_t> expected = SingleProcess(**local, prompt, 600);
-
-  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
-  absl::SleepFor(absl::Milliseconds(400));  // mid-run, both batches full
-  auto pid = (*cluster)->NodePid("compute-1");
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  const std::vector<Outcome> outcomes = requests.Join();
-
-  int failed = 0, succeeded = 0;
-  for (const Outcome& o : outcomes) {
-    if (o.status.ok()) {
-      ++succeeded;
-      EXPECT_EQ(o.ids, expected) << "a survivor's output must be unaffected";
-    } else {
-      ++failed;
-      EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
-      EXPECT_NE(std::string(o.status.message()).find("compute"), std::string::npos) << o.status;
-    }
-  }
-  EXPECT_GT(failed, 0);
-  EXPECT_GT(succeeded, 0);
-
-  // New requests, more than one batch's worth, all go to the surviving compute node.
-  std::vector<lamina::v1::GenerateRequest> after(6, IdsRequest(prompt, 16));
-  for (const Outcome& o : GenerateConcurrently((*cluster)->client(), after)) {
-    ASSERT_TRUE(o.status.ok()) << o.status;
-    EXPECT_EQ(o.ids, std::vector<int32_t>(expected.begin(), expected.begin() + 16));
-  }
-}
-
-// Under rotational pipelining over two compute nodes every batch runs through both, so killing
-// one ends every running request, promptly and naming it (the survivor's lanes, waiting for hand-
-// overs that will never come, do not hold the clients), and new requests are refused at once
-// rather than left waiting.
-TEST(ClusterTest, KillingARotatingComputeNodeEndsItsBatchesPromptlyNamingIt) {
-  ClusterOptions options;
-  options.pipelining = "rotational";
-  options.compute_nodes = 2;
-  auto cluster = ClusterHarness::Start(options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
-  ASSERT_TRUE(local.ok());
-  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
-
-  RequestsInFlight requests((*cluster)->client(), std::vector(6, IdsRequest(prompt, 2000)));
-  absl::SleepFor(absl::Milliseconds(400));  // mid-run, all three batches rotating
-  auto pid = (*cluster)->NodePid("compute-1");
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  const absl::Time killed = absl::Now();
-  const std::vector<Outcome> outcomes = requests.Join();
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_FALSE(outcomes[i].status.ok()) << "request " << i << " outlived the compute node it ran through";
-    EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
-    EXPECT_NE(std::string(outcomes[i].status.message()).find("compute-1"), std::string::npos) << outcomes[i].status;
-    EXPECT_LT(outcomes[i].ended - killed, absl::Seconds(10)) << "request " << i;
-  }
-  const absl::Time asked = absl::Now();
-  const Outcome after = Generate((*cluster)->client(), IdsRequest(prompt, 8));
-  EXPECT_EQ(after.status.code(), absl::StatusCode::kUnavailable) << after.status;
-  EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
-}
-
-// `auto` on one compute node: one batch while few sequences run or wait, a second batch once
-// more than `rotational_above` do; the outputs are the same either way.
-TEST(ClusterTest, AutoPipeliningAddsTheSecondBatchOnlyAboveItsThreshold) {
-  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
-  ASSERT_TRUE(local.ok()) << local.status();
-  ClusterOptions options;
-  options.pipelining = "auto";
-  options.rotational_above = 6;
-  options.max_batch = 16;
-  auto cluster = ClusterHarness::Start(options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-
-  // Watches the largest number of sequences each batch held.
-  std::atomic<bool> done{false};
-  std::mutex mu;
-  std::vector<int64_t> most(2, 0);
-  std::string mode;
-  std::thread watcher([&] {
-    while (!done) {
-      auto status = (*cluster)->client().Status(absl::Seconds(1));
-      if (status.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        mode = status->pipelining();
-        for (int b = 0; b < status->running_per_batch_size() && b < 2; ++b) {
-          most[b] = std::max(most[b], status->running_per_batch(b));
-        }
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-  });
-  auto run = [&](int count) {
-    std::vector<lamina::v1::GenerateRequest> requests;
-    std::vector<std::vector<int32_t>> expected;
-    for (int i = 0; i < count; ++i) {
-      const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt(i % 2 ? "GPU memory" : "The KV cache");
-      requests.push_back(IdsRequest(prompt, 40 + i));
-      expected.push_back(SingleProcess(**local, prompt, 40 + i));
-    }
-    const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
-    for (int i = 0; i < count; ++i) {
-      ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
-      EXPECT_EQ(outcomes[i].ids, expected[i]) << count << " requests, request " << i;
-    }
-  };
-  run(4);  // at most 4 sequences: never above 6
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    EXPECT_EQ(mode, "auto");
-    EXPECT_GT(most[0], 0);
-    EXPECT_EQ(most[1], 0) << "the second batch took requests below the threshold";
-  }
-  run(14);  // 14 waiting at once: the second batch joins
-  done = true;
-  watcher.join();
-  EXPECT_GT(most[1], 0) << "the second batch never ran above the threshold";
-}
-
 // `weights: random` runs the model folder's shape with weights drawn from the seed: the cluster's
 // greedy ids equal single-process mode's over ModelWeights::Random of that shape and seed, and
 // differ from the checkpoint's.
@@ -778,8 +559,8 @@ TEST(ClusterTest, RandomWeightsOfTheModelsShapeMatchSingleProcessModeWithTheSame
   const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
-    EXPECT_EQ(outcomes[i].ids, SingleProcess(**random, prompts[i], 12)) << "request " << i;
-    EXPECT_NE(outcomes[i].ids, SingleProcess(**checkpoint, prompts[i], 12)) << "request " << i;
+    EXPECT_EQ(outcomes[i].ids, SingleProcessIds(**random, prompts[i], 12)) << "request " << i;
+    EXPECT_NE(outcomes[i].ids, SingleProcessIds(**checkpoint, prompts[i], 12)) << "request " << i;
   }
 }
 

@@ -1,0 +1,232 @@
+// Staggered pipelining on a real cluster (`lamina up`, separate processes on loopback): the modes
+// give the same tokens, a dead compute node ends only what it served, and `auto` adds its second
+// batch only above its threshold.
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/embedded/local_cluster.h"
+#include "gtest/gtest.h"
+#include "lamina/v1/generation.grpc.pb.h"
+#include "tests/integration/cluster_harness.h"
+#include "tests/integration/requests_in_flight.h"
+#include "tests/integration/single_process.h"
+#include "tests/support/golden.h"
+
+namespace lamina::testing {
+namespace {
+
+// Staggered pipelining changes when and where batches run, never what they compute: the same
+// requests give the same tokens under `none` (one batch), `fixed` (a batch on each of two compute
+// nodes), `rotational` on one compute node (two batches alternating on it) and `rotational` over
+// two and three compute nodes (three and four batches, each batch's slices moving from node to
+// node), with and without steps staggered, greedy and seeded sampling alike; in `fixed` and over
+// several nodes every node works.
+TEST(PipeliningTest, ModesGiveIdenticalOutputs) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::vector<std::string> texts = {"Attention offloading", "The memory devices",  "FlashAttention",
+                                          "In this paper, we",    "Decode attention is", "GPU memory"};
+  std::vector<lamina::v1::GenerateRequest> requests;
+  for (int i = 0; i < 18; ++i) {
+    lamina::v1::GenerateRequest r =
+        IdsRequest((*local)->tokenizer().EncodePrompt(texts[i % texts.size()]), 6 + (i * 5) % 23);
+    if (i % 3 == 2) {  // seeded sampling: the seed, not the batch, decides the tokens
+      r.mutable_sampling()->set_temperature(0.8f);
+      r.mutable_sampling()->set_top_k(40);
+      r.mutable_sampling()->set_seed(100 + i);
+    }
+    requests.push_back(r);
+  }
+  struct Mode {
+    std::string pipelining;
+    int compute_nodes;
+    bool stagger = false;
+  };
+  std::map<std::string, std::vector<std::vector<int32_t>>> outputs;
+  for (const Mode& m : std::vector<Mode>{{"none", 1},
+                                         {"fixed", 2},
+                                         {"rotational", 1},
+                                         {"rotational", 1, /*stagger=*/true},
+                                         {"rotational", 2},
+                                         {"rotational", 3},
+                                         {"rotational", 3, /*stagger=*/true}}) {
+    const std::string& mode = m.pipelining;
+    const int compute_nodes = m.compute_nodes;
+    SCOPED_TRACE(absl::StrCat(mode, " on ", compute_nodes, " compute nodes", m.stagger ? ", staggered" : ""));
+    ClusterOptions options;
+    options.pipelining = mode;
+    options.compute_nodes = compute_nodes;
+    options.stagger = m.stagger;
+    options.max_batch = 4;  // several iterations' worth of admissions per batch
+    auto cluster = ClusterHarness::Start(options);
+    ASSERT_TRUE(cluster.ok()) << mode << ": " << cluster.status();
+    const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_TRUE(outcomes[i].status.ok()) << mode << " request " << i << ": " << outcomes[i].status;
+      ASSERT_EQ(outcomes[i].ids.size(), static_cast<size_t>(requests[i].max_tokens())) << mode << " request " << i;
+      outputs[absl::StrCat(mode, compute_nodes, m.stagger ? " staggered" : "")].push_back(outcomes[i].ids);
+    }
+    if (compute_nodes > 1) {
+      auto status = (*cluster)->client().Status(absl::Seconds(5));
+      ASSERT_TRUE(status.ok()) << status.status();
+      absl::SleepFor(absl::Milliseconds(300));  // a heartbeat past the last step
+      status = (*cluster)->client().Status(absl::Seconds(5));
+      ASSERT_TRUE(status.ok()) << status.status();
+      for (const auto& node : status->nodes()) {
+        if (node.role() == lamina::v1::NODE_ROLE_COMPUTE) {
+          EXPECT_GT(node.load().busy_count(), 0) << node.name() << " ran no plan";
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].sampling().temperature() == 0) {
+      std::vector<int32_t> prompt(requests[i].token_ids().ids().begin(), requests[i].token_ids().ids().end());
+      EXPECT_EQ(outputs["none1"][i], SingleProcessIds(**local, prompt, requests[i].max_tokens())) << "request " << i;
+    }
+    for (const char* mode :
+         {"fixed2", "rotational1", "rotational1 staggered", "rotational2", "rotational3", "rotational3 staggered"}) {
+      EXPECT_EQ(outputs[mode][i], outputs["none1"][i]) << mode << ", request " << i;
+    }
+  }
+}
+
+// Under `fixed` pipelining a dead compute node fails only its own batch's requests; the other
+// compute node serves everything after.
+TEST(PipeliningTest, KillingOneOfTwoComputeNodesFailsOnlyItsBatchAndTheOtherServesNewRequests) {
+  ClusterOptions options;
+  options.pipelining = "fixed";
+  options.compute_nodes = 2;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
+
+  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
+  absl::SleepFor(absl::Milliseconds(400));  // mid-run, both batches full
+  auto pid = (*cluster)->NodePid("compute-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  const std::vector<Outcome> outcomes = requests.Join();
+
+  int failed = 0, succeeded = 0;
+  for (const Outcome& o : outcomes) {
+    if (o.status.ok()) {
+      ++succeeded;
+      EXPECT_EQ(o.ids, expected) << "a survivor's output must be unaffected";
+    } else {
+      ++failed;
+      EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+      EXPECT_NE(std::string(o.status.message()).find("compute"), std::string::npos) << o.status;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(succeeded, 0);
+
+  // New requests, more than one batch's worth, all go to the surviving compute node.
+  std::vector<lamina::v1::GenerateRequest> after(6, IdsRequest(prompt, 16));
+  for (const Outcome& o : GenerateConcurrently((*cluster)->client(), after)) {
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.ids, std::vector<int32_t>(expected.begin(), expected.begin() + 16));
+  }
+}
+
+// Under rotational pipelining over two compute nodes every batch runs through both, so killing
+// one ends every running request, promptly and naming it (the survivor's lanes, waiting for hand-
+// overs that will never come, do not hold the clients), and new requests are refused at once
+// rather than left waiting.
+TEST(PipeliningTest, KillingARotatingComputeNodeEndsItsBatchesPromptlyNamingIt) {
+  ClusterOptions options;
+  options.pipelining = "rotational";
+  options.compute_nodes = 2;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+
+  RequestsInFlight requests((*cluster)->client(), std::vector(6, IdsRequest(prompt, 2000)));
+  absl::SleepFor(absl::Milliseconds(400));  // mid-run, all three batches rotating
+  auto pid = (*cluster)->NodePid("compute-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  const std::vector<Outcome> outcomes = requests.Join();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_FALSE(outcomes[i].status.ok()) << "request " << i << " outlived the compute node it ran through";
+    EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
+    EXPECT_NE(std::string(outcomes[i].status.message()).find("compute-1"), std::string::npos) << outcomes[i].status;
+    EXPECT_LT(outcomes[i].ended - killed, absl::Seconds(10)) << "request " << i;
+  }
+  const absl::Time asked = absl::Now();
+  const Outcome after = Generate((*cluster)->client(), IdsRequest(prompt, 8));
+  EXPECT_EQ(after.status.code(), absl::StatusCode::kUnavailable) << after.status;
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
+}
+
+// `auto` on one compute node: one batch while few sequences run or wait, a second batch once
+// more than `rotational_above` do; the outputs are the same either way.
+TEST(PipeliningTest, AutoAddsTheSecondBatchOnlyAboveItsThreshold) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  ClusterOptions options;
+  options.pipelining = "auto";
+  options.rotational_above = 6;
+  options.max_batch = 16;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  // Watches the largest number of sequences each batch held.
+  std::atomic<bool> done{false};
+  std::mutex mu;
+  std::vector<int64_t> most(2, 0);
+  std::string mode;
+  std::thread watcher([&] {
+    while (!done) {
+      auto status = (*cluster)->client().Status(absl::Seconds(1));
+      if (status.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        mode = status->pipelining();
+        for (int b = 0; b < status->running_per_batch_size() && b < 2; ++b) {
+          most[b] = std::max(most[b], status->running_per_batch(b));
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  });
+  auto run = [&](int count) {
+    std::vector<lamina::v1::GenerateRequest> requests;
+    std::vector<std::vector<int32_t>> expected;
+    for (int i = 0; i < count; ++i) {
+      const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt(i % 2 ? "GPU memory" : "The KV cache");
+      requests.push_back(IdsRequest(prompt, 40 + i));
+      expected.push_back(SingleProcessIds(**local, prompt, 40 + i));
+    }
+    const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
+    for (int i = 0; i < count; ++i) {
+      ASSERT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
+      EXPECT_EQ(outcomes[i].ids, expected[i]) << count << " requests, request " << i;
+    }
+  };
+  run(4);  // at most 4 sequences: never above 6
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(mode, "auto");
+    EXPECT_GT(most[0], 0);
+    EXPECT_EQ(most[1], 0) << "the second batch took requests below the threshold";
+  }
+  run(14);  // 14 waiting at once: the second batch joins
+  done = true;
+  watcher.join();
+  EXPECT_GT(most[1], 0) << "the second batch never ran above the threshold";
+}
+
+}  // namespace
+}  // namespace lamina::testing
