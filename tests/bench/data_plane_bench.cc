@@ -1,11 +1,12 @@
 // The per-layer round trip between a compute node's GPU and a memory node's GPU: q/k/v out, the
 // memory node's k/v store and attention, the attention output back. Two processes, as in a
 // cluster: this one is the compute end on GPU 0 (RemoteAttention), a child is the memory node
-// (AttentionExecutor on GPU 1, or GPU 0 when there is one GPU, behind an AttentionServer).
+// (AttentionExecutor on GPU 1, behind an AttentionServer). It needs two GPUs: two processes on one
+// GPU take turns on it, and lamina-bench-hop times the hop's kernels there instead.
 //
 // For each batch: tcp (the host path, with the compute node's device-host copies), cuda_ipc in one
 // chunk of rows behind a flag, cuda_ipc as lines (up to 32 rows), cuda_ipc in chunks
-// (communication-attention overlap), and nccl (with two GPUs). The baseline, measured in the
+// (communication-attention overlap), and nccl. The baseline, measured in the
 // same run, is the peer-copy rate from GPU 0 to the memory node's GPU: the target for cuda_ipc is
 // 5 us + bytes / that rate, and at batch 1024 at least 80% of it. At a context where attention
 // takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
@@ -291,7 +292,18 @@ double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t 
 
 int Compute(const Options& o, const std::string& address) {
   const int gpus = GpuCount();
-  const int peer = gpus > 1 ? 1 : 0;
+  if (gpus < 2) {
+    // Both processes' kernels would share one GPU, which CUDA time-slices between their contexts:
+    // every cuda_ipc figure came out at 4.4 ms a layer whatever the rows (tests/bench/RESULTS.md,
+    // "Both ends on one GPU").
+    std::fprintf(stderr,
+                 "lamina-bench-data-plane needs two GPUs (found %d): two processes on one GPU take turns, so the\n"
+                 "round trip would time the turns. On one GPU, lamina-bench-hop times the hop's kernels with both\n"
+                 "ends in one process.\n",
+                 gpus);
+    return 2;
+  }
+  const int peer = 1;
   const double rate = PeerCopyRate(peer, size_t{256} << 20);
   cudaSetDevice(0);
   std::printf("data plane: compute end on GPU 0, memory end on GPU %d (another process); %lld layers of\n", peer,
@@ -325,7 +337,6 @@ int Compute(const Options& o, const std::string& address) {
   as_lines.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
   as_lines.set_line_rows(kernels::cuda::ReceiveRowsMaxCount());
   over_nccl.EnableDeviceLinks(0, max_batch, {{"m", {"nccl"}}}, 1);
-  const bool nccl = gpus > 1;  // NCCL joins two GPUs
   auto stream = cuda::Stream::Create();
   Buffers b;
   if (!stream.ok()) return 1;
@@ -372,8 +383,7 @@ int Compute(const Options& o, const std::string& address) {
         chunked_us.push_back(DeviceMicros(*r, entries, b, o.layers, reps, true, stream->get()).steady_us);
         if (chunked_us.back() > 0 && (split_us < 0 || chunked_us.back() < split_us)) split_us = chunked_us.back();
       }
-      const DeviceTiming over =
-          nccl ? DeviceMicros(over_nccl, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
+      const DeviceTiming over = DeviceMicros(over_nccl, entries, b, o.layers, reps, true, stream->get());
       const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
       const double transfer_us = bytes / (rate * 1e9) * 1e6;
       const double target = 5.0 + transfer_us;
@@ -384,24 +394,24 @@ int Compute(const Options& o, const std::string& address) {
                   paced.steady_us, one.steady_us, lines.steady_us);
       for (double us : chunked_us) std::printf(" %9.1f", us);
       std::printf(" %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n", one.start_us, over.steady_us, target,
-                  best / target, transfer_us / best, nccl ? transfer_us / over.steady_us : 0.0,
+                  best / target, transfer_us / best, transfer_us / over.steady_us,
                   (one.steady_us - split_us) / transfer_us, alone);
       std::fflush(stdout);
       for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
     }
     std::printf("\n");
   }
-  std::printf("Per layer, in the steady state (the last three quarters of the layers). ipc paced: cuda_ipc in\n"
-              "one chunk, the compute stream running as the host queues it; ipc 1 and N ch (a layer in one\n"
-              "chunk of rows behind a flag, or up to N of at least 32 rows), ipc lines (one chunk as\n"
-              "lines, up to 32 rows; -1 above), nccl and attn alone: queued, the stream held until\n"
-              "both ends have queued the whole step, so the GPUs' time alone. start: what a queued step's first\n"
-              "layers take beyond the steady rate, per step. ipc/tgt: the best queued cuda_ipc time over 5 us +\n"
-              "bytes / link rate (target <= 1); link use: bytes / time / link rate, cuda_ipc's best and nccl's\n"
-              "(target >= 0.8 at batch 1024); hidden: the share of the transfer time that chunking (the best of\n"
-              "the N ch columns) hid behind attention; attn alone: the memory node's k/v store and attention for\n"
-              "the step with nothing moving (the same kernels, unlinked, on its GPU).%s\n",
-              nccl ? "" : " nccl needs two GPUs: -1 where not run.");
+  std::printf(
+      "Per layer, in the steady state (the last three quarters of the layers). ipc paced: cuda_ipc in\n"
+      "one chunk, the compute stream running as the host queues it; ipc 1 and N ch (a layer in one\n"
+      "chunk of rows behind a flag, or up to N of at least 32 rows), ipc lines (one chunk as\n"
+      "lines, up to 32 rows; -1 above), nccl and attn alone: queued, the stream held until\n"
+      "both ends have queued the whole step, so the GPUs' time alone. start: what a queued step's first\n"
+      "layers take beyond the steady rate, per step. ipc/tgt: the best queued cuda_ipc time over 5 us +\n"
+      "bytes / link rate (target <= 1); link use: bytes / time / link rate, cuda_ipc's best and nccl's\n"
+      "(target >= 0.8 at batch 1024); hidden: the share of the transfer time that chunking (the best of\n"
+      "the N ch columns) hid behind attention; attn alone: the memory node's k/v store and attention for\n"
+      "the step with nothing moving (the same kernels, unlinked, on its GPU).\n");
   return 0;
 }
 
