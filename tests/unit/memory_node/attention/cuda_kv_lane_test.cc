@@ -2,7 +2,8 @@
 // folded into the attention launch) gives the outputs of an unlinked one, raises its done flag,
 // and both count their device time in TakeBusy, which a memory node's busy fraction reports; the
 // linked chunks of a step run side by side, a chunk whose rows are there not waiting for one
-// whose rows are not; a chunk that travels as lines runs whatever plan its share gave it; lanes
+// whose rows are not; a launch too large to wait on its flag itself waits behind one queued
+// ahead; a chunk that travels as lines runs whatever plan its share gave it; lanes
 // waiting for their rows leave SMs to a lane whose rows came. Skips without a GPU.
 #include <cuda_runtime_api.h>
 
@@ -141,6 +142,60 @@ TEST(CudaKvLaneTest, LinkedChunksRunSideBySide) {
   for (int c = 0; c < 2; ++c) ASSERT_TRUE((*lane)->QueueChunk(0, c, d_qkv.as<float>(), layout).ok());
   ASSERT_TRUE((*lane)->Synchronize().ok());
   EXPECT_EQ(Download<float>(out.data(), 4 * q), Download<float>((*lane)->step_out(), 4 * q));
+}
+
+// A launch of more blocks than may wait on a flag in the launch (24, past 16) waits behind a
+// WaitFlag queued ahead, chained to it: nothing runs before the rows' flag is up, the outputs then
+// equal an unlinked chunk's, and the wait is not busy time.
+TEST(CudaKvLaneTest, ALaunchTooLargeToWaitInItselfWaitsBehindAFlagAheadAndMatchesUnlinked) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const kernels::cpu::AttentionShape shape{4, 2, 16, 0};
+  const int64_t q = 64, kv = 32, row = q + 2 * kv, seqs = 12;
+  auto backend = CreateCudaKvBackend({1, 64, shape}, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto lane = (*backend)->NewDeviceLane();
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  // Twelve sequences of two slots each (2i and 2i + 1), each writing its second: 24 (sequence, kv
+  // head) pairs, too short a context to split.
+  std::vector<int32_t> write, slots(2 * seqs);
+  std::vector<int64_t> begin;
+  std::iota(slots.begin(), slots.end(), 0);
+  for (int32_t i = 0; i < seqs; ++i) {
+    write.push_back(2 * i + 1);
+    begin.push_back(2 * i);
+  }
+  begin.push_back(2 * seqs);
+  ASSERT_TRUE((*lane)->SetStep(write, slots, begin, 1).ok());
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> qkv(seqs * row);
+  for (float& x : qkv) x = dist(rng);
+  DeviceBuffer d_qkv = Upload(qkv);
+  DeviceBuffer ready = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer error = Upload(std::vector<uint32_t>{0});
+  DeviceBuffer out = Upload(std::vector<float>(seqs * q, 0.f));
+  const QkvLayout layout{row, 0, q, q + kv};
+  DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>(), q, done.as<uint64_t>(), 3, 10'000'000'000);
+  hop.ready = ready.as<uint64_t>();
+  hop.ready_value = 1;
+  ASSERT_TRUE((*lane)->QueueLinkedChunk(0, 0, d_qkv.as<float>(), layout, hop).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Peek<uint64_t>(done.data(), 1)[0], 0u) << "the launch ran before its rows' flag was up";
+  const uint64_t arrived = 1;
+  ASSERT_EQ(cudaMemcpy(ready.as<uint64_t>(), &arrived, sizeof(arrived), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(Download<uint64_t>(done.data(), 1)[0], 3u);
+  EXPECT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u);
+  auto busy = (*lane)->TakeBusy();
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_GT(*busy, absl::ZeroDuration());
+  EXPECT_LT(*busy, absl::Milliseconds(200)) << "the 300 ms wait for the rows is not busy time";
+
+  ASSERT_TRUE((*lane)->QueueChunk(0, 0, d_qkv.as<float>(), layout).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(Download<float>(out.data(), seqs * q), Download<float>((*lane)->step_out(), seqs * q));
 }
 
 // A chunk that arrives and leaves as lines, in a step of so many chunks that its share of the GPU
