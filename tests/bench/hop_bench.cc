@@ -15,7 +15,7 @@
 //   lines: no flag, the compute end polling the lines (cuda_ipc now), its busy time counted;
 //   ahead: the lines polled by a ReceiveLines queued ahead of the attention, as a memory node
 //          does when its GPU's budget of waiting blocks has no room for the launch's (spin_budget.h),
-//          the attention launched after it has ended, as memory nodes did before 2026-11-25;
+//          the attention launched after it has ended, as memory nodes did before e8f8bd2;
 //   chained: the lines waited for by a ReceiveLines queued ahead, the attention chained to it
 //          (DecodeLink::chained_to_wait), starting once they are in and taking them from the
 //          lines itself (memory nodes now);
