@@ -12,7 +12,8 @@
 // in no SM, and every launch that follows its rows finds SMs. A GPU's lone lane (a memory node
 // serving one batch: no other lane's attention can come between it and its rows) may take all
 // but a few: a launch past the budget waits behind a kernel, and that cost a lone lane's 128-block
-// launches 1.4-1.9x a layer (lamina-bench-hop's "ahead" against "lines", tests/bench/RESULTS.md).
+// launches 1.4-1.9x a layer when they were launched after that kernel (lamina-bench-hop's "ahead"
+// against "lines", tests/bench/RESULTS.md), and still 1.2-1.9x chained to it ("chained").
 // A lane takes its step's share when it queues the step's first layer and gives it back when the
 // step has ended. Thread-safe.
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
