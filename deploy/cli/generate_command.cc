@@ -1,5 +1,6 @@
 #include "deploy/cli/generate_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -9,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/cuda/device.h"
+#include "common/flags/flags.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
-#include "common/topology/topology.h"
 #include "common/tokenizer/incremental_decoder.h"
+#include "common/topology/topology.h"
 #include "coordinator/embedded/local_cluster.h"
-#include "common/flags/flags.h"
 #include "deploy/cli/cluster_client.h"
 #include "deploy/cli/ordered_printer.h"
 
@@ -39,6 +40,29 @@ const char kGenerateUsage[] =
     "  --print-ids        print generated token ids, one line per prompt, instead of text\n";
 
 namespace {
+
+// The completions that the model's context cut short, for a note once all are printed: a person
+// who asked for more tokens than fit should learn why fewer came.
+class ContextFullNotes {
+ public:
+  explicit ContextFullNotes(size_t samples) : samples_(samples) {}
+  void Add(size_t slot) { slots_.push_back(slot); }
+  // `limit`: the context length, or 0 when unknown (a remote cluster).
+  void Print(int64_t limit) {
+    std::fflush(stdout);  // after the completions, also where both go to one pipe
+    std::sort(slots_.begin(), slots_.end());
+    for (size_t slot : slots_) {
+      std::string which = absl::StrCat("prompt ", slot / samples_ + 1);
+      if (samples_ > 1) absl::StrAppend(&which, ", sample ", slot % samples_ + 1, ",");
+      std::fprintf(stderr, "lamina generate: %s stopped before --max-tokens: the model's context%s is full\n",
+                   which.c_str(), limit > 0 ? absl::StrCat(" of ", limit, " tokens").c_str() : "");
+    }
+  }
+
+ private:
+  size_t samples_;
+  std::vector<size_t> slots_;
+};
 
 struct GenerateOptions {
   std::string model_dir;
@@ -138,6 +162,7 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
   OrderedPrinter printer(requests.size() * n, stdout);
   std::mutex printer_mu;
   std::vector<absl::Status> results(requests.size());
+  ContextFullNotes notes(n);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < requests.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -152,6 +177,7 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
         } else {
           printer.Write(slot, response.text());
         }
+        if (response.finish_reason() == lamina::v1::FINISH_REASON_CONTEXT_FULL) notes.Add(slot);
         if (response.finish_reason() != lamina::v1::FINISH_REASON_UNSPECIFIED) {
           if (options.print_ids) printer.Write(slot, absl::StrJoin(ids[sample], " "));
           printer.Finish(slot);
@@ -170,6 +196,7 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
       return absl::Status(results[i].code(), absl::StrCat("request ", i + 1, ": ", results[i].message()));
     }
   }
+  notes.Print(/*limit=*/0);
   return absl::OkStatus();
 }
 
@@ -197,8 +224,10 @@ absl::Status Generate(const std::vector<std::string>& args) {
   OrderedPrinter printer(requests.size() * n, stdout);
   std::vector<IncrementalDecoder> decoders(requests.size() * n, IncrementalDecoder(&tokenizer, /*at_text_start=*/false));
   std::vector<std::vector<int32_t>> generated(requests.size() * n);
-  return cluster->Generate(requests, [&](const TokenEvent& event) {
+  ContextFullNotes notes(n);
+  LAMINA_RETURN_IF_ERROR(cluster->Generate(requests, [&](const TokenEvent& event) {
     const size_t slot = event.request * n + static_cast<size_t>(event.sample);
+    if (event.finish == FinishReason::kContextFull) notes.Add(slot);
     if (options.print_ids) {
       generated[slot].push_back(event.token);
       if (event.finish != FinishReason::kNone) {
@@ -212,7 +241,9 @@ absl::Status Generate(const std::vector<std::string>& args) {
       printer.Write(slot, decoders[slot].Finish());
       printer.Finish(slot);
     }
-  });
+  }));
+  notes.Print(cluster->config().max_position_embeddings);
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -100,6 +100,28 @@ TEST(CliTest, NSamplesPrintInTurnAndEachEqualsARunWithItsSeed) {
   EXPECT_EQ(std::count(n3.out.begin(), n3.out.end(), '\n'), 3);
 }
 
+// A completion that the model's context cuts short of --max-tokens is named on stderr, after the
+// tokens that fit; one that ends as asked is not.
+TEST(CliTest, ACompletionThatTheContextCutShortIsNamed) {
+  const std::string long_prompt = absl::StrJoin(std::vector<std::string>(1000, "40"), ",");
+  Result r = RunLamina("generate --model " + ModelDir("lamina-demo-6m") + " --prompt-ids 7,8 --prompt-ids " +
+                           long_prompt + " --max-tokens 100 --ignore-eos --print-ids --n 2 --temperature 1",
+                       "", true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 6u) << r.out;
+  for (int i : {0, 1}) EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[i], ' ')).size(), 100u);
+  for (int i : {2, 3})
+    EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[i], ' ')).size(),
+              25u);  // 1024 - 1000, and the last one drawn
+  EXPECT_EQ(lines[4],
+            "lamina generate: prompt 2, sample 1, stopped before --max-tokens: the model's context of 1024 "
+            "tokens is full");
+  EXPECT_EQ(lines[5],
+            "lamina generate: prompt 2, sample 2, stopped before --max-tokens: the model's context of 1024 "
+            "tokens is full");
+}
+
 TEST(CliTest, ErrorsAreClearAndExitNonZero) {
   Result missing = RunLamina("generate --model /nonexistent/model --prompt hi", "", true);
   EXPECT_EQ(missing.exit_code, 1);

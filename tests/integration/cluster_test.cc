@@ -4,9 +4,13 @@
 
 #include <atomic>
 #include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/transport/transport.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "grpcpp/grpcpp.h"
@@ -537,6 +541,25 @@ TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   ASSERT_TRUE(o.status.ok()) << o.status;
   EXPECT_EQ(o.text, " introduce attention offloading, an innovative architectural approach to improve the cost ");
   EXPECT_EQ(o.finish, lamina::v1::FINISH_REASON_STOP);
+}
+
+// `lamina generate --endpoint` says on stderr which completion the model's context cut short of
+// --max-tokens, and prints the tokens that fit.
+TEST(ClusterTest, TheCliNamesACompletionThatTheContextCutShort) {
+  ClusterOptions options;
+  options.memory_nodes = 1;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string long_prompt = absl::StrJoin(std::vector<std::string>(1000, "40"), ",");
+  auto [code, out] = RunCli("generate --endpoint " + (*cluster)->endpoint() + " --prompt-ids 7,8 --prompt-ids " +
+                            long_prompt + " --max-tokens 100 --ignore-eos --print-ids");
+  ASSERT_EQ(code, 0) << out;
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << out;
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[0], ' ')).size(), 100u);
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[1], ' ')).size(),
+            25u);  // 1024 - 1000, and the last one drawn
+  EXPECT_EQ(lines[2], "lamina generate: prompt 2 stopped before --max-tokens: the model's context is full");
 }
 
 // `weights: random` runs the model folder's shape with weights drawn from the seed: the cluster's
