@@ -72,16 +72,16 @@ inline __attribute__((always_inline)) float SoftmaxStep(float* s, int64_t n, flo
   return correction;
 }
 
-// Asks for the k and v of rows[first..last) (`floats` of each from the head's start) ahead of
+// Asks for the k and v of rows[first..last) (`elements` of each from the head's start) ahead of
 // their use: a KV pool's slots lie scattered, so each row is a miss of its own, and a block's worth
 // in flight at once hides their latency.
-inline __attribute__((always_inline)) void Prefetch(const float* k_head, const float* v_head, int64_t row_stride,
-                                                    const int32_t* rows, int64_t first, int64_t last,
-                                                    int64_t floats) {
-  constexpr int64_t kLineFloats = 16;  // 64-byte cache lines
+template <typename T>
+inline __attribute__((always_inline)) void Prefetch(const T* k_head, const T* v_head, int64_t row_stride,
+                                                    const int32_t* rows, int64_t first, int64_t last, int64_t elements) {
+  constexpr int64_t kLineElements = 64 / sizeof(T);  // 64-byte cache lines
   for (int64_t j = first; j < last; ++j) {
     const int64_t row = rows ? rows[j] : j;
-    for (int64_t d = 0; d < floats; d += kLineFloats) {
+    for (int64_t d = 0; d < elements; d += kLineElements) {
       __builtin_prefetch(k_head + row * row_stride + d);
       __builtin_prefetch(v_head + row * row_stride + d);
     }
@@ -91,9 +91,8 @@ inline __attribute__((always_inline)) void Prefetch(const float* k_head, const f
 // Scores of kQ query heads (at q, head_dim apart, pre-scaled) against kK keys: s[i * kKeyBlock +
 // j] = q_i · keys[j]. Each vector of a key's dims is loaded once for the kQ heads, and the kQ × kK
 // sums run as independent chains.
-template <typename Vec, int kQ, int kK>
-inline __attribute__((always_inline)) void ScoreKeys(const float* q, const float* const* keys, int64_t head_dim,
-                                                     float* s) {
+template <typename Vec, int kQ, int kK, typename T>
+inline __attribute__((always_inline)) void ScoreKeys(const float* q, const T* const* keys, int64_t head_dim, float* s) {
   Vec acc[kQ][kK] = {};
   int64_t d = 0;
   for (; d + kLanes<Vec> <= head_dim; d += kLanes<Vec>) {
@@ -112,16 +111,18 @@ inline __attribute__((always_inline)) void ScoreKeys(const float* q, const float
       for (int j = 0; j < kK; ++j) sums[j] = HorizontalSum(acc[i][j]);
     }
     for (int64_t t = d; t < head_dim; ++t) {
-      for (int j = 0; j < kK; ++j) sums[j] += q[i * head_dim + t] * keys[j][t];
+      // Fused explicitly, here and in AccumulateBlock's dims left over, so that the compiler's
+      // choice to fuse or not cannot differ between a float cache and a bfloat16 one.
+      for (int j = 0; j < kK; ++j) sums[j] = __builtin_fmaf(q[i * head_dim + t], ToFloat(keys[j][t]), sums[j]);
     }
     for (int j = 0; j < kK; ++j) s[i * kKeyBlock + j] = sums[j];
   }
 }
 
 // kQ query heads' scores against keys[0..n), four keys at a time.
-template <typename Vec, int kQ>
-inline __attribute__((always_inline)) void ScoreBlock(const float* q, const float* const* keys, int64_t n,
-                                                      int64_t head_dim, float* s) {
+template <typename Vec, int kQ, typename T>
+inline __attribute__((always_inline)) void ScoreBlock(const float* q, const T* const* keys, int64_t n, int64_t head_dim,
+                                                      float* s) {
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) ScoreKeys<Vec, kQ, 4>(q, keys + j, head_dim, s + j);
   for (; j < n; ++j) ScoreKeys<Vec, kQ, 1>(q, keys + j, head_dim, s + j);
@@ -130,10 +131,9 @@ inline __attribute__((always_inline)) void ScoreBlock(const float* q, const floa
 // o_i[d, d + kV vectors) = o_i[...] · correction[i] + sum over j < n of p[i * kKeyBlock + j] ·
 // values[j][...], for kQ output rows o_i (at o, head_dim apart): the outputs held in registers
 // across the block's keys, each value vector loaded once for the kQ heads.
-template <typename Vec, int kQ, int kV>
-inline __attribute__((always_inline)) void AccumulateDims(const float* p, const float* const* values, int64_t n,
-                                                          int64_t d, int64_t head_dim, const float* correction,
-                                                          float* o) {
+template <typename Vec, int kQ, int kV, typename T>
+inline __attribute__((always_inline)) void AccumulateDims(const float* p, const T* const* values, int64_t n, int64_t d,
+                                                          int64_t head_dim, const float* correction, float* o) {
   constexpr int kL = kLanes<Vec>;
   Vec acc[kQ][kV];
   for (int i = 0; i < kQ; ++i) {
@@ -153,8 +153,8 @@ inline __attribute__((always_inline)) void AccumulateDims(const float* p, const 
 }
 
 // AccumulateDims over all of head_dim: four vectors of dims at a time, then one, then one dim.
-template <typename Vec, int kQ>
-inline __attribute__((always_inline)) void AccumulateBlock(const float* p, const float* const* values, int64_t n,
+template <typename Vec, int kQ, typename T>
+inline __attribute__((always_inline)) void AccumulateBlock(const float* p, const T* const* values, int64_t n,
                                                            int64_t head_dim, const float* correction, float* o) {
   constexpr int kL = kLanes<Vec>;
   int64_t d = 0;
@@ -163,7 +163,7 @@ inline __attribute__((always_inline)) void AccumulateBlock(const float* p, const
   for (; d < head_dim; ++d) {
     for (int i = 0; i < kQ; ++i) {
       float sum = o[i * head_dim + d] * correction[i];
-      for (int64_t j = 0; j < n; ++j) sum += p[i * kKeyBlock + j] * values[j][d];
+      for (int64_t j = 0; j < n; ++j) sum = __builtin_fmaf(p[i * kKeyBlock + j], ToFloat(values[j][d]), sum);
       o[i * head_dim + d] = sum;
     }
   }
@@ -173,14 +173,15 @@ inline __attribute__((always_inline)) void AccumulateBlock(const float* p, const
 // i is row i of q, `q_head_stride` apart, and reads KV head i / group), attending to keys
 // rows[begin..end) (rows == nullptr means row i is i); the normalised outputs go to out (query
 // head i at out + i * out_head_stride). Row r of KV head h is at k_head (v_head) + r * row_stride
-// + h * head_dim.
+// + h * head_dim. T: float, or uint16_t for bfloat16 (widened to float as it is read).
+template <typename T>
 struct HeadsTask {
   const float* q;
   int64_t q_head_stride;
   int64_t group;
   int64_t heads;
-  const float* k_head;
-  const float* v_head;
+  const T* k_head;
+  const T* v_head;
   int64_t row_stride;
   const int32_t* rows;
   int64_t begin;
@@ -195,8 +196,8 @@ struct HeadsTask {
 // softmax runs on Exp2. Keys go in blocks of kKeyBlock; for each block and KV head, the scores of
 // two query heads at a time (ScoreBlock), the softmax's running max and sum, then the weighted
 // values (AccumulateBlock, which also rescales the outputs to the new max).
-template <typename Vec>
-inline __attribute__((always_inline)) void AttendHeads(const HeadsTask& task) {
+template <typename Vec, typename T>
+inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task) {
   const auto [q, q_head_stride, group, heads, k_head, v_head, row_stride, rows, begin, end, head_dim, out,
               out_head_stride] = task;
   const int64_t q_heads = heads * group;
@@ -214,8 +215,8 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask& task) {
   scores.resize(q_heads * kKeyBlock);
 
   const int64_t row_floats = heads * head_dim;
-  const float* keys[kKeyBlock];
-  const float* values[kKeyBlock];
+  const T* keys[kKeyBlock];
+  const T* values[kKeyBlock];
   Prefetch(k_head, v_head, row_stride, rows, begin, std::min(end, begin + kKeyBlock), row_floats);
   for (int64_t block = begin; block < end; block += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, end - block);
@@ -253,25 +254,62 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask& task) {
   }
 }
 
-// AttendHeads compiled for each instruction set (isa.h).
-__attribute__((target("arch=x86-64-v4"))) void AttendHeadsAvx512(const HeadsTask& task) { AttendHeads<V16>(task); }
-__attribute__((target("arch=x86-64-v3"))) void AttendHeadsAvx2(const HeadsTask& task) { AttendHeads<V8>(task); }
-void AttendHeadsBaseline(const HeadsTask& task) { AttendHeads<V8>(task); }
+// AttendHeads compiled for each instruction set (isa.h) and element type.
+template <typename T>
+__attribute__((target("arch=x86-64-v4"))) void AttendHeadsAvx512(const HeadsTask<T>& task) {
+  AttendHeads<V16>(task);
+}
+template <typename T>
+__attribute__((target("arch=x86-64-v3"))) void AttendHeadsAvx2(const HeadsTask<T>& task) {
+  AttendHeads<V8>(task);
+}
+template <typename T>
+void AttendHeadsBaseline(const HeadsTask<T>& task) {
+  AttendHeads<V8>(task);
+}
 
-using AttendHeadsFn = void (*)(const HeadsTask&);
+template <typename T>
+using AttendHeadsFn = void (*)(const HeadsTask<T>&);
 
-AttendHeadsFn AttendHeadsFor(Isa isa) {
-  return isa == Isa::kAvx512 ? AttendHeadsAvx512 : isa == Isa::kAvx2 ? AttendHeadsAvx2 : AttendHeadsBaseline;
+template <typename T>
+AttendHeadsFn<T> AttendHeadsFor(Isa isa) {
+  return isa == Isa::kAvx512 ? AttendHeadsAvx512<T> : isa == Isa::kAvx2 ? AttendHeadsAvx2<T> : AttendHeadsBaseline<T>;
+}
+
+// DecodeAttention over a cache of T (the public overloads below).
+template <typename T>
+void DecodeAttentionOf(const AttentionShape& shape, const float* q, int64_t q_stride, const T* k_cache,
+                       const T* v_cache, int64_t kv_stride, const int32_t* slot_ids, const int64_t* slot_begin,
+                       float* out, int64_t out_stride, int64_t num_seqs, ThreadPool& pool) {
+  const int64_t group = shape.num_q_heads / shape.num_kv_heads;
+  const int64_t d = shape.head_dim;
+  // A work item takes a sequence's kv heads [first, first + heads): all of them when the batch
+  // alone keeps every thread busy, so that each slot's row is read whole, else fewer.
+  const int64_t wanted_items = 4 * pool.num_threads();
+  const int64_t splits = std::clamp<int64_t>((wanted_items + num_seqs - 1) / std::max<int64_t>(1, num_seqs), 1,
+                                             shape.num_kv_heads);
+  const int64_t heads = (shape.num_kv_heads + splits - 1) / splits;
+  const int64_t items_per_seq = (shape.num_kv_heads + heads - 1) / heads;
+  const AttendHeadsFn<T> attend_heads = AttendHeadsFor<T>(ActiveIsa());
+  pool.ParallelFor(num_seqs * items_per_seq, [&](int64_t item) {
+    const int64_t s = item / items_per_seq;
+    const int64_t first = item % items_per_seq * heads;
+    const int64_t count = std::min(heads, shape.num_kv_heads - first);
+    int64_t begin = slot_begin[s];
+    const int64_t end = slot_begin[s + 1];
+    if (shape.sliding_window > 0) begin = std::max(begin, end - shape.sliding_window);
+    attend_heads({q + s * q_stride + first * group * d, d, group, count, k_cache + first * d, v_cache + first * d,
+                  kv_stride, slot_ids, begin, end, d, out + s * out_stride + first * group * d, d});
+  });
 }
 
 }  // namespace
 
-void PrefillAttention(const AttentionShape& shape, const float* q, int64_t q_stride, const float* k,
-                      const float* v, int64_t kv_stride, float* out, int64_t out_stride,
-                      int64_t num_tokens, ThreadPool& pool) {
+void PrefillAttention(const AttentionShape& shape, const float* q, int64_t q_stride, const float* k, const float* v,
+                      int64_t kv_stride, float* out, int64_t out_stride, int64_t num_tokens, ThreadPool& pool) {
   const int64_t group = shape.num_q_heads / shape.num_kv_heads;
   const int64_t d = shape.head_dim;
-  const AttendHeadsFn attend_heads = AttendHeadsFor(ActiveIsa());
+  const AttendHeadsFn<float> attend_heads = AttendHeadsFor<float>(ActiveIsa());
   // Work items: (kv head, query token); later tokens cost more, so interleave them.
   pool.ParallelFor(shape.num_kv_heads * num_tokens, [&](int64_t item) {
     const int64_t kv_head = item % shape.num_kv_heads;
@@ -283,29 +321,17 @@ void PrefillAttention(const AttentionShape& shape, const float* q, int64_t q_str
 }
 
 void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stride, const float* k_cache,
-                     const float* v_cache, int64_t kv_stride, const int32_t* slot_ids,
-                     const int64_t* slot_begin, float* out, int64_t out_stride, int64_t num_seqs,
-                     ThreadPool& pool) {
-  const int64_t group = shape.num_q_heads / shape.num_kv_heads;
-  const int64_t d = shape.head_dim;
-  // A work item takes a sequence's kv heads [first, first + heads): all of them when the batch
-  // alone keeps every thread busy, so that each slot's row is read whole, else fewer.
-  const int64_t wanted_items = 4 * pool.num_threads();
-  const int64_t splits = std::clamp<int64_t>((wanted_items + num_seqs - 1) / std::max<int64_t>(1, num_seqs), 1,
-                                             shape.num_kv_heads);
-  const int64_t heads = (shape.num_kv_heads + splits - 1) / splits;
-  const int64_t items_per_seq = (shape.num_kv_heads + heads - 1) / heads;
-  const AttendHeadsFn attend_heads = AttendHeadsFor(ActiveIsa());
-  pool.ParallelFor(num_seqs * items_per_seq, [&](int64_t item) {
-    const int64_t s = item / items_per_seq;
-    const int64_t first = item % items_per_seq * heads;
-    const int64_t count = std::min(heads, shape.num_kv_heads - first);
-    int64_t begin = slot_begin[s];
-    const int64_t end = slot_begin[s + 1];
-    if (shape.sliding_window > 0) begin = std::max(begin, end - shape.sliding_window);
-    attend_heads({q + s * q_stride + first * group * d, d, group, count, k_cache + first * d, v_cache + first * d,
-                  kv_stride, slot_ids, begin, end, d, out + s * out_stride + first * group * d, d});
-  });
+                     const float* v_cache, int64_t kv_stride, const int32_t* slot_ids, const int64_t* slot_begin,
+                     float* out, int64_t out_stride, int64_t num_seqs, ThreadPool& pool) {
+  DecodeAttentionOf(shape, q, q_stride, k_cache, v_cache, kv_stride, slot_ids, slot_begin, out, out_stride, num_seqs,
+                    pool);
+}
+
+void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stride, const uint16_t* k_cache,
+                     const uint16_t* v_cache, int64_t kv_stride, const int32_t* slot_ids, const int64_t* slot_begin,
+                     float* out, int64_t out_stride, int64_t num_seqs, ThreadPool& pool) {
+  DecodeAttentionOf(shape, q, q_stride, k_cache, v_cache, kv_stride, slot_ids, slot_begin, out, out_stride, num_seqs,
+                    pool);
 }
 
 }  // namespace lamina::kernels::cpu

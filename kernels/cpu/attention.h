@@ -3,8 +3,9 @@
 //
 // Keys and values live in "row" storage: row r of head h is at base + r * row_stride + h * head_dim.
 // Prefill reads the prompt's own rows (row = token index); decode reads a KV cache through slot ids
-// (row = slot). Vectorised for AVX-512 and AVX2+FMA, chosen at run time (isa.h); results differ
-// between the two by float rounding. Thread-safe; runs on the given pool.
+// (row = slot), whose values may be float32 or bfloat16. Vectorised for AVX-512 and AVX2+FMA,
+// chosen at run time (isa.h); results differ between the two by float rounding. Thread-safe; runs
+// on the given pool.
 #ifndef LAMINA_KERNELS_CPU_ATTENTION_H_
 #define LAMINA_KERNELS_CPU_ATTENTION_H_
 
@@ -37,6 +38,15 @@ void DecodeAttention(const AttentionShape& shape,
                      int64_t kv_stride,
                      const int32_t* slot_ids,    // [total context tokens]
                      const int64_t* slot_begin,  // [num_seqs + 1]
+                     float* out, int64_t out_stride,  // [num_seqs, out_stride]
+                     int64_t num_seqs, ThreadPool& pool = ThreadPool::Default());
+// The same over a cache of bfloat16 values (their bits): each read widened to the float it stands
+// for, exactly, so the result equals the float32 call's over those widened values, bit for bit.
+void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stride,  // [num_seqs, q_stride]
+                     const uint16_t* k_cache, const uint16_t* v_cache,               // [num_slots, kv_stride] bfloat16
+                     int64_t kv_stride,
+                     const int32_t* slot_ids,         // [total context tokens]
+                     const int64_t* slot_begin,       // [num_seqs + 1]
                      float* out, int64_t out_stride,  // [num_seqs, out_stride]
                      int64_t num_seqs, ThreadPool& pool = ThreadPool::Default());
 

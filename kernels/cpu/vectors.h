@@ -3,9 +3,11 @@
 // (kernels/cpu/isa.h): V16 is one register with AVX-512; V8 one register with AVX2 and a pair
 // with the baseline's SSE. Loads and stores take any float-aligned address. Include only from the
 // CPU kernels' .cc files, and call these only from functions compiled for an instruction set
-// (they are always inlined into them).
+// (they are always inlined into them). Loads also widen bfloat16 values (their bits, as uint16_t).
 #ifndef LAMINA_KERNELS_CPU_VECTORS_H_
 #define LAMINA_KERNELS_CPU_VECTORS_H_
+
+#include <cstdint>
 
 namespace lamina::kernels::cpu {
 
@@ -21,6 +23,35 @@ inline __attribute__((always_inline)) Vec Load(const float* p) {
   Vec v;
   __builtin_memcpy(&v, p, sizeof(v));
   return v;
+}
+
+// Loads kLanes<Vec> bfloat16 values (their bits) widened to floats, exactly: a bfloat16 is the
+// top half of the float it stands for.
+template <typename Vec>
+Vec Load(const uint16_t* p);
+
+template <>
+inline __attribute__((always_inline)) V8 Load<V8>(const uint16_t* p) {
+  typedef uint16_t Halves __attribute__((vector_size(16)));
+  typedef uint32_t Words __attribute__((vector_size(32)));
+  Halves h;
+  __builtin_memcpy(&h, p, sizeof(h));
+  return __builtin_bit_cast(V8, __builtin_convertvector(h, Words) << 16);
+}
+
+template <>
+inline __attribute__((always_inline)) V16 Load<V16>(const uint16_t* p) {
+  typedef uint16_t Halves __attribute__((vector_size(32)));
+  typedef uint32_t Words __attribute__((vector_size(64)));
+  Halves h;
+  __builtin_memcpy(&h, p, sizeof(h));
+  return __builtin_bit_cast(V16, __builtin_convertvector(h, Words) << 16);
+}
+
+// One element as a float: itself, or a bfloat16's bits widened.
+inline __attribute__((always_inline)) float ToFloat(float x) { return x; }
+inline __attribute__((always_inline)) float ToFloat(uint16_t bits) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(bits) << 16);
 }
 
 template <typename Vec>

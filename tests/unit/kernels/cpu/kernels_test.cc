@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/tensor/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
@@ -257,6 +258,38 @@ TEST_P(AttentionTest, DecodeOfABatchOnAnyThreadCountEqualsTheReference) {
         }
       }
     }
+  }
+}
+
+// Over a bfloat16 cache, each value read is widened to its float exactly: the outputs equal, bit
+// for bit, the float32 call's over a cache of the widened values (so every float32 check holds for
+// the bfloat16 path too), on any thread count.
+TEST_P(AttentionTest, DecodeOverABfloat16CacheEqualsTheFloatCallOverItsValues) {
+  const AttentionCase c = Case();
+  const int64_t q_stride = c.q_heads * c.head_dim, kv_stride = c.kv_heads * c.head_dim;
+  const std::vector<int64_t> begin = {0, 1, 1 + c.tokens, 18 + c.tokens, 51 + c.tokens};
+  const int64_t seqs = static_cast<int64_t>(begin.size()) - 1, total = begin.back();
+  std::vector<int32_t> slots(total + 3);
+  for (int32_t i = 0; i < static_cast<int32_t>(slots.size()); ++i) slots[i] = i;
+  std::shuffle(slots.begin(), slots.end(), std::mt19937(24));
+  const std::vector<float> q = Random(seqs * q_stride, 25);
+  std::vector<float> k_wide = Random(slots.size() * kv_stride, 26), v_wide = Random(slots.size() * kv_stride, 27);
+  std::vector<uint16_t> k_bits(k_wide.size()), v_bits(v_wide.size());
+  for (size_t i = 0; i < k_wide.size(); ++i) {
+    k_bits[i] = FloatToBFloat16(k_wide[i]);
+    v_bits[i] = FloatToBFloat16(v_wide[i]);
+    k_wide[i] = BFloat16ToFloat(k_bits[i]);
+    v_wide[i] = BFloat16ToFloat(v_bits[i]);
+  }
+  for (const int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    const AttentionShape shape{c.q_heads, c.kv_heads, c.head_dim, c.window};
+    std::vector<float> narrow(seqs * q_stride, -1.0f), wide(seqs * q_stride, -2.0f);
+    DecodeAttention(shape, q.data(), q_stride, k_bits.data(), v_bits.data(), kv_stride, slots.data(), begin.data(),
+                    narrow.data(), q_stride, seqs, pool);
+    DecodeAttention(shape, q.data(), q_stride, k_wide.data(), v_wide.data(), kv_stride, slots.data(), begin.data(),
+                    wide.data(), q_stride, seqs, pool);
+    for (size_t i = 0; i < narrow.size(); ++i) ASSERT_EQ(narrow[i], wide[i]) << threads << " threads, output " << i;
   }
 }
 
