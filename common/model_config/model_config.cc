@@ -191,6 +191,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
   LAMINA_ASSIGN_OR_RETURN(out.max_position_embeddings, reader.PositiveInt("max_position_embeddings"));
   LAMINA_ASSIGN_OR_RETURN(out.rms_norm_eps, reader.PositiveNumberOr("rms_norm_eps", 1e-6));
   LAMINA_ASSIGN_OR_RETURN(out.tie_word_embeddings, reader.BoolOr("tie_word_embeddings", false));
+  LAMINA_ASSIGN_OR_RETURN(std::string torch_dtype, reader.StringOr("torch_dtype", ""));
+  LAMINA_ASSIGN_OR_RETURN(out.dtype, reader.StringOr("dtype", torch_dtype));
   bool default_bias = out.architecture == "Qwen2ForCausalLM";
   LAMINA_ASSIGN_OR_RETURN(out.attention_bias, reader.BoolOr("attention_bias", default_bias));
   LAMINA_ASSIGN_OR_RETURN(bool mlp_bias, reader.BoolOr("mlp_bias", false));

@@ -44,6 +44,9 @@ struct ModelConfig {
   int64_t sliding_window = 0;   // 0: full attention; else a query sees the last N positions
   std::vector<int64_t> bos_token_ids;
   std::vector<int64_t> eos_token_ids;
+  // The checkpoint's element type as config.json names it ("dtype", or "torch_dtype" before
+  // transformers 5): "bfloat16", "float16", "float32"; empty when it says none.
+  std::string dtype;
 
   int64_t q_size() const { return num_q_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }

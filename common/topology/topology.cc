@@ -61,7 +61,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
            {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads", "kind",
-            "gpu_busy_timing", "chunk_rows", "line_rows"});
+            "gpu_busy_timing", "chunk_rows", "line_rows", "kv_dtype"});
   LAMINA_RETURN_IF_ERROR(f.CheckShape());
   NodeSpec spec;
   spec.line = node.Mark().line + 1;
@@ -94,6 +94,15 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     spec.data_port = static_cast<int>(data_port);
     LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
     LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
+    const std::string default_kv_dtype = "auto";
+    LAMINA_ASSIGN_OR_RETURN(spec.kv_dtype, f.String("kv_dtype", &default_kv_dtype));
+    if (spec.kv_dtype != "auto" && spec.kv_dtype != "float32" && spec.kv_dtype != "bfloat16") {
+      return f.Error(f.Get("kv_dtype"), "kv_dtype",
+                     absl::StrCat("expected auto, float32 or bfloat16, got '", spec.kv_dtype, "'"));
+    }
+    if (spec.kv_dtype == "float32" && spec.device != "cpu") {
+      return f.Error(f.Get("kv_dtype"), "kv_dtype", "float32 is for the CPU; a GPU's KV pool is bfloat16");
+    }
     for (const char* field : {"gpu_busy_timing", "chunk_rows", "line_rows"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only compute nodes have this field");
     }
@@ -104,7 +113,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     // Compute nodes: where the previous replica hands batches over under rotational pipelining.
     LAMINA_ASSIGN_OR_RETURN(int64_t data_port, f.Integer("data_port", &zero, 1, 65535));
     spec.data_port = static_cast<int>(data_port);
-    for (const char* field : {"kv_capacity_tokens", "transport"}) {
+    for (const char* field : {"kv_capacity_tokens", "transport", "kv_dtype"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only memory nodes have this field");
     }
   }

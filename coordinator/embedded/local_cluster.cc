@@ -26,6 +26,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(std::unique_p
       new LocalCluster(std::move(on_device), std::make_unique<Tokenizer>(std::move(tokenizer)), pool));
 }
 
+absl::Status LocalCluster::SetKvDtype(std::string_view setting) {
+  LAMINA_ASSIGN_OR_RETURN(kv_dtype_, ChooseKvDtype(setting, config(), weights_->device().is_cuda));
+  return absl::OkStatus();
+}
+
 absl::Status LocalCluster::Validate(absl::Span<const GenerationRequest> requests) const {
   const ModelConfig& c = config();
   for (size_t r = 0; r < requests.size(); ++r) {
@@ -64,11 +69,13 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     slots += prompt + req.n * std::min<int64_t>(req.max_tokens, c.max_position_embeddings - prompt);
   }
   const DeviceSpec& device = weights_->device();
-  LAMINA_ASSIGN_OR_RETURN(
-      std::unique_ptr<AttentionExecutor> memory_node,
-      AttentionExecutor::Create({c.num_layers, slots, {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window},
-                                 device.is_cuda ? device.index : -1},
-                                pool_));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<AttentionExecutor> memory_node,
+                          AttentionExecutor::Create({c.num_layers,
+                                                     slots,
+                                                     {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window},
+                                                     device.is_cuda ? device.index : -1,
+                                                     kv_dtype_},
+                                                    pool_));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine_owner, weights_->MakeEngine(memory_node.get(), pool_));
   ComputeEngine& engine = *engine_owner;
 

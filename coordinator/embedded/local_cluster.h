@@ -10,17 +10,19 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/cuda/device.h"
 #include "common/threading/thread_pool.h"
 #include "common/tokenizer/tokenizer.h"
-#include "common/cuda/device.h"
 #include "compute_node/engine/device_engine.h"
 #include "compute_node/model/model_weights.h"
 #include "compute_node/sampling/sampler.h"
 #include "coordinator/sequence/stop_conditions.h"
+#include "memory_node/kv_cache/kv_dtype.h"
 
 namespace lamina {
 
@@ -65,14 +67,23 @@ class LocalCluster {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& config() const { return weights_->config(); }
 
+  // The KV pool's element type from now on, as a topology's memory node's `kv_dtype`
+  // (memory_node/kv_cache/kv_dtype.h; "auto" at first). InvalidArgument for a setting that
+  // ChooseKvDtype refuses here.
+  absl::Status SetKvDtype(std::string_view setting);
+  DType kv_dtype() const { return kv_dtype_; }
+
  private:
   LocalCluster(std::unique_ptr<DeviceWeights> weights, std::unique_ptr<Tokenizer> tokenizer, ThreadPool* pool)
-      : weights_(std::move(weights)), tokenizer_(std::move(tokenizer)), pool_(pool) {}
+      : weights_(std::move(weights)), tokenizer_(std::move(tokenizer)), pool_(pool) {
+    kv_dtype_ = *ChooseKvDtype("auto", config(), weights_->device().is_cuda);
+  }
   absl::Status Validate(absl::Span<const GenerationRequest> requests) const;
 
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ThreadPool* pool_;
+  DType kv_dtype_;
 };
 
 }  // namespace lamina

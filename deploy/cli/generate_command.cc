@@ -18,6 +18,7 @@
 #include "coordinator/embedded/local_cluster.h"
 #include "deploy/cli/cluster_client.h"
 #include "deploy/cli/ordered_printer.h"
+#include "memory_node/kv_cache/kv_dtype.h"
 
 namespace lamina::cli {
 
@@ -29,6 +30,8 @@ const char kGenerateUsage[] =
     "  --prompt or --prompt-ids, prompts are read from standard input, one per line.\n"
     "options:\n"
     "  --device D         with --model: cpu (default) or cuda:N\n"
+    "  --kv-dtype T       with --model: the KV cache's element type: auto (default: bfloat16 for a\n"
+    "                     bfloat16 checkpoint or on a GPU, else float32), float32 (CPU) or bfloat16\n"
     "  --max-tokens N     tokens to generate per prompt (default 64)\n"
     "  --n N              samples per prompt, printed in turn; the prompt's KV is shared (default 1)\n"
     "  --temperature T    0 = greedy (default 0)\n"
@@ -67,6 +70,7 @@ class ContextFullNotes {
 struct GenerateOptions {
   std::string model_dir;
   DeviceSpec device;
+  std::string kv_dtype;
   std::string endpoint;
   std::vector<std::string> stop_strings;
   std::vector<std::vector<int32_t>> prompts;
@@ -77,8 +81,9 @@ struct GenerateOptions {
 absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& args,
                                              Flags* flags_out) {
   LAMINA_ASSIGN_OR_RETURN(
-      Flags flags, Flags::Parse(args, {"model", "endpoint", "topology", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k",
-                                       "top-p", "seed", "stop", "n", "device"},
+      Flags flags, Flags::Parse(args,
+                                {"model", "endpoint", "topology", "prompt", "prompt-ids", "max-tokens", "temperature",
+                                 "top-k", "top-p", "seed", "stop", "n", "device", "kv-dtype"},
                                 {"print-ids", "ignore-eos"}));
   GenerateOptions options;
   options.model_dir = flags.String("model", "");
@@ -94,6 +99,15 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
   if (flags.Has("device")) {
     if (options.model_dir.empty()) return absl::InvalidArgumentError("--device needs --model");
     LAMINA_ASSIGN_OR_RETURN(options.device, ParseDevice(flags.String("device", "")));
+  }
+  options.kv_dtype = flags.String("kv-dtype", "auto");
+  if (flags.Has("kv-dtype")) {
+    if (options.model_dir.empty()) {
+      return absl::InvalidArgumentError("--kv-dtype needs --model (a cluster's memory nodes set kv_dtype)");
+    }
+    // Checked before the model loads; the model's config only chooses what "auto" means.
+    absl::Status valid = ChooseKvDtype(options.kv_dtype, ModelConfig{}, options.device.is_cuda).status();
+    if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", valid.message()));
   }
   options.stop_strings = flags.All("stop");
   if (!options.stop_strings.empty() && options.endpoint.empty()) {
@@ -206,6 +220,7 @@ absl::Status Generate(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(std::vector<std::string> texts, PromptTexts(flags));
   if (!options.endpoint.empty()) return GenerateRemote(options, texts);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Load(options.model_dir, &ThreadPool::Default(), options.device));
+  LAMINA_RETURN_IF_ERROR(cluster->SetKvDtype(options.kv_dtype));
   const Tokenizer& tokenizer = cluster->tokenizer();
 
   // Text prompts first, then id prompts, each in the order given.

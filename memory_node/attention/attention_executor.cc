@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<AttentionExecutor>> AttentionExecutor::Create(
   if (options.num_layers <= 0 || options.num_slots <= 0) {
     return absl::InvalidArgumentError("KV pool needs at least one layer and one slot");
   }
-  const KvBackendOptions backend_options{options.num_layers, options.num_slots, a};
+  const KvBackendOptions backend_options{options.num_layers, options.num_slots, a, options.kv_dtype};
   std::unique_ptr<KvBackend> backend;
   if (options.cuda_device >= 0) {
     LAMINA_ASSIGN_OR_RETURN(backend, CreateCudaKvBackend(backend_options, options.cuda_device));

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/attention/attention_service.h"
+#include "common/tensor/dtype.h"
 #include "common/threading/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "memory_node/attention/kv_backend.h"
@@ -26,6 +27,8 @@ struct AttentionExecutorOptions {
   int64_t num_slots;
   kernels::cpu::AttentionShape attention;
   int cuda_device = -1;  // >= 0: the pool and attention live on this GPU; else on the CPU
+  // The pool's element type on the CPU, kF32 or kBF16 (kv_cache/kv_dtype.h); a GPU's is bf16.
+  DType kv_dtype = DType::kF32;
 };
 
 class AttentionExecutor : public AttentionService {

@@ -1,5 +1,5 @@
-// Where a memory node keeps its KV pool and runs attention: the CPU (float32 pool, CPU kernels) or
-// a GPU (bf16 pool, CUDA kernels). AttentionExecutor owns the slot bookkeeping and validation and
+// Where a memory node keeps its KV pool and runs attention: the CPU (float32 or bfloat16 pool, CPU
+// kernels) or a GPU (bf16 pool, CUDA kernels). AttentionExecutor owns the slot bookkeeping and validation and
 // hands a backend only well-formed work: slots inside the pool, layers in range.
 // All pointers passed in are host memory. Thread-compatible.
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/attention/attention_service.h"
+#include "common/tensor/dtype.h"
 #include "common/threading/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "memory_node/data_plane/device_link.h"
@@ -24,6 +25,8 @@ struct KvBackendOptions {
   int64_t num_layers;
   int64_t num_slots;
   kernels::cpu::AttentionShape attention;
+  // The pool's element type on the CPU: kF32 or kBF16 (ChooseKvDtype). A GPU's pool is bf16.
+  DType kv_dtype = DType::kF32;
 };
 
 // A lane of device-side decode steps on a GPU pool (for a device-side data plane,
@@ -85,7 +88,9 @@ class KvBackend {
                               float* out, int64_t out_stride) = 0;               // [seqs, out_stride]
 };
 
-// The float32 pool on the CPU kernels. ResourceExhausted when the pool does not fit in memory.
+// The pool of options.kv_dtype on the CPU kernels: each stored k/v value rounded to it (to nearest
+// even for bfloat16). InvalidArgument for another dtype; ResourceExhausted when the pool does not
+// fit in memory.
 absl::StatusOr<std::unique_ptr<KvBackend>> CreateCpuKvBackend(const KvBackendOptions& options, ThreadPool* pool);
 
 // The bf16 pool on GPU `device`. FailedPrecondition when this build has no CUDA or the device is

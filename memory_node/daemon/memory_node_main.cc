@@ -17,8 +17,8 @@
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
-#include "common/rpc/node_agent.h"
 #include "common/rpc/daemon.h"
+#include "common/rpc/node_agent.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
 #include "common/topology/topology.h"
@@ -27,6 +27,7 @@
 #include "lamina/v1/node.grpc.pb.h"
 #include "memory_node/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
+#include "memory_node/kv_cache/kv_dtype.h"
 
 namespace lamina {
 namespace {
@@ -69,13 +70,20 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
 
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
+  absl::StatusOr<DType> kv_dtype = ChooseKvDtype(spec->kv_dtype, config, device.is_cuda);
+  if (!kv_dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(topology.path, ":", spec->line, ": nodes[", spec->name,
+                                                   "].kv_dtype: ", kv_dtype.status().message()));
+  }
   ThreadPool pool(spec->threads);
   std::mutex executor_mu;
   LAMINA_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionExecutor> executor,
-      AttentionExecutor::Create({config.num_layers, spec->kv_capacity_tokens,
+      AttentionExecutor::Create({config.num_layers,
+                                 spec->kv_capacity_tokens,
                                  {config.num_q_heads, config.num_kv_heads, config.head_dim, config.sliding_window},
-                                 device.is_cuda ? device.index : -1},
+                                 device.is_cuda ? device.index : -1,
+                                 *kv_dtype},
                                 &pool));
   // The connections from compute nodes are tcp; device links open on them (device_link.h).
   std::unique_ptr<Transport> transport = MakeTcpTransport();
@@ -113,10 +121,11 @@ absl::Status Run(const std::vector<std::string>& args) {
     heartbeat->mutable_load()->set_busy_count(busy.count);
   });
 
-  const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * (device.is_cuda ? 2 : 4);  // bf16 : float
-  std::fprintf(stderr, "%s: %lld KV slots (%.1f MB), data plane on %s, gRPC on %s\n", spec->name.c_str(),
-               static_cast<long long>(spec->kv_capacity_tokens), spec->kv_capacity_tokens * slot_bytes / 1e6,
-               data_plane->address().c_str(), spec->grpc_address().c_str());
+  const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * static_cast<int64_t>(DTypeSize(*kv_dtype));
+  std::fprintf(stderr, "%s: %lld KV slots in %s (%.1f MB), data plane on %s, gRPC on %s\n", spec->name.c_str(),
+               static_cast<long long>(spec->kv_capacity_tokens), KvDtypeName(*kv_dtype),
+               spec->kv_capacity_tokens * slot_bytes / 1e6, data_plane->address().c_str(),
+               spec->grpc_address().c_str());
   ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();
 }

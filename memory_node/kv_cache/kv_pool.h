@@ -1,5 +1,7 @@
-// The memory node's KV storage: one K and one V array per layer, each laid out
-// [slot][kv_head][head_dim], so one slot holds one token's keys and values for a layer.
+// The memory node's KV storage on the CPU: one K and one V array per layer, each laid out
+// [slot][kv_head][head_dim], so one slot holds one token's keys and values for a layer. The
+// element type T is float, or uint16_t for bfloat16 values (their bits): half the bytes, so twice
+// the tokens in the same memory, and rows read that much faster (kernels/cpu/attention.h).
 // Thread-compatible: concurrent writes to distinct slots are safe.
 #ifndef LAMINA_MEMORY_NODE_KV_CACHE_KV_POOL_H_
 #define LAMINA_MEMORY_NODE_KV_CACHE_KV_POOL_H_
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/tensor/tensor.h"
 
 namespace lamina {
 
@@ -18,29 +19,37 @@ struct KvPoolShape {
   int64_t num_kv_heads;
   int64_t head_dim;
 
-  int64_t slot_stride() const { return num_kv_heads * head_dim; }  // floats per slot per layer
-  // Bytes of K and V for one token across all layers.
-  int64_t bytes_per_slot() const { return 2 * num_layers * slot_stride() * static_cast<int64_t>(sizeof(float)); }
+  int64_t slot_stride() const { return num_kv_heads * head_dim; }  // elements per slot per layer
 };
 
+template <typename T>
 class KvPool {
  public:
-  // ResourceExhausted when the pool cannot be allocated.
+  // InvalidArgument for a shape not positive everywhere; ResourceExhausted when the pool cannot
+  // be allocated.
   static absl::StatusOr<KvPool> Create(const KvPoolShape& shape);
 
+  // Bytes of K and V for one token across all layers.
+  static int64_t BytesPerSlot(const KvPoolShape& shape) {
+    return 2 * shape.num_layers * shape.slot_stride() * static_cast<int64_t>(sizeof(T));
+  }
+
   const KvPoolShape& shape() const { return shape_; }
-  float* keys(int64_t layer) { return keys_[layer].data(); }      // [num_slots, kv_heads, head_dim]
-  float* values(int64_t layer) { return values_[layer].data(); }  // [num_slots, kv_heads, head_dim]
-  const float* keys(int64_t layer) const { return keys_[layer].data(); }
-  const float* values(int64_t layer) const { return values_[layer].data(); }
+  T* keys(int64_t layer) { return keys_[layer].data(); }      // [num_slots, kv_heads, head_dim]
+  T* values(int64_t layer) { return values_[layer].data(); }  // [num_slots, kv_heads, head_dim]
+  const T* keys(int64_t layer) const { return keys_[layer].data(); }
+  const T* values(int64_t layer) const { return values_[layer].data(); }
 
  private:
   explicit KvPool(const KvPoolShape& shape) : shape_(shape) {}
 
   KvPoolShape shape_;
-  std::vector<Tensor> keys_;
-  std::vector<Tensor> values_;
+  std::vector<std::vector<T>> keys_;
+  std::vector<std::vector<T>> values_;
 };
+
+extern template class KvPool<float>;
+extern template class KvPool<uint16_t>;
 
 }  // namespace lamina
 

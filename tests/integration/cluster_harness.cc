@@ -80,7 +80,8 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
     const std::string device = i < static_cast<int>(options.memory_devices.size()) ? options.memory_devices[i]
                                                                                    : options.device;
     absl::StrAppend(&yaml, "  - name: memory-", i, "\n    role: memory\n    device: ", device,
-                    options.transport.empty() ? "" : "\n    transport: " + options.transport, "\n    port: ", FreePort(),
+                    options.transport.empty() ? "" : "\n    transport: " + options.transport,
+                    options.kv_dtype.empty() ? "" : "\n    kv_dtype: " + options.kv_dtype, "\n    port: ", FreePort(),
                     "\n    data_port: ", FreePort(), "\n    kv_capacity_tokens: ", options.kv_capacity_tokens, "\n");
   }
   const std::string topology = h->dir_.Write("topology.yaml", yaml);

@@ -27,6 +27,7 @@ struct ClusterOptions {
   std::vector<std::string> memory_devices;
   std::vector<std::string> compute_devices;  // compute node i's device when given (else `device`)
   std::string transport;
+  std::string kv_dtype;                        // set: the memory nodes' `kv_dtype`
   std::optional<int64_t> random_weights_seed;  // set: `weights: random` with this seed
   std::string pipelining = "none";             // the topology's `pipelining`
   int rotational_above = 128;                  // and its `scheduler.rotational_above`

@@ -587,6 +587,37 @@ TEST(ClusterTest, RandomWeightsOfTheModelsShapeMatchSingleProcessModeWithTheSame
   }
 }
 
+// A memory node's `kv_dtype` sets its pool's element type, which it reports when it starts
+// ("auto" is bfloat16 for the demo model's bfloat16 checkpoint): float32 takes twice the bytes for
+// the same tokens. The greedy ids equal single-process mode's with that dtype. (The numbers
+// themselves are checked in AttentionExecutorTest; on this model the ids of the two dtypes agree.)
+TEST(ClusterTest, AMemoryNodesKvDtypeSetsItsPoolsElementType) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::vector<std::vector<int32_t>> prompts = {{1021, 5, 77, 300}, {1021, 900}};
+  struct Case {
+    std::string setting, reported;
+  };
+  for (const Case& c :
+       {Case{"float32", "8192 KV slots in float32 (50.3 MB)"}, Case{"auto", "8192 KV slots in bfloat16 (25.2 MB)"}}) {
+    ClusterOptions options;
+    options.memory_nodes = 1;
+    options.kv_dtype = c.setting;
+    auto cluster = ClusterHarness::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    EXPECT_NE((*cluster)->NodeLog("memory-0").find(c.reported), std::string::npos)
+        << (*cluster)->NodeLog("memory-0") << "\nexpected: " << c.reported;
+    ASSERT_TRUE((*local)->SetKvDtype(c.setting).ok());
+    std::vector<lamina::v1::GenerateRequest> requests;
+    for (const std::vector<int32_t>& prompt : prompts) requests.push_back(IdsRequest(prompt, 16));
+    const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(outcomes[i].status.ok()) << c.setting << ", request " << i << ": " << outcomes[i].status;
+      EXPECT_EQ(outcomes[i].ids, SingleProcessIds(**local, prompts[i], 16)) << c.setting << ", request " << i;
+    }
+  }
+}
+
 TEST(ClusterTest, MalformedTopologiesAreRefusedBeforeAnyProcessStarts) {
   TempDir dir;
   const std::string good = absl::StrCat("model: ", ModelDir("lamina-demo-6m"), R"(
@@ -606,10 +637,19 @@ nodes:
     std::string from, to, expected;
   };
   const std::vector<Case> cases = {
-      {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: 1024\n    flavour: vanilla", "topology.yaml:13: nodes[1].flavour: unknown field"},
-      {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: lots", "topology.yaml:12: nodes[1].kv_capacity_tokens: expected an integer"},
+      {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: 1024\n    flavour: vanilla",
+       "topology.yaml:13: nodes[1].flavour: unknown field"},
+      {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: lots",
+       "topology.yaml:12: nodes[1].kv_capacity_tokens: expected an integer"},
       {"name: memory-0", "name: compute-0", "topology.yaml:8: nodes[1].name: duplicate node name 'compute-0'"},
-      {"model: " + ModelDir("lamina-demo-6m"), "model: /nonexistent/model", "topology.yaml:1: model: '/nonexistent/model'"},
+      {"model: " + ModelDir("lamina-demo-6m"), "model: /nonexistent/model",
+       "topology.yaml:1: model: '/nonexistent/model'"},
+      {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: 1024\n    kv_dtype: fp8",
+       "topology.yaml:13: nodes[1].kv_dtype: expected auto, float32 or bfloat16, got 'fp8'"},
+      {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: 1024\n    kv_dtype: float32\n    device: cuda:0",
+       "topology.yaml:13: nodes[1].kv_dtype: float32 is for the CPU; a GPU's KV pool is bfloat16"},
+      {"    role: compute", "    role: compute\n    kv_dtype: bfloat16",
+       "topology.yaml:7: nodes[0].kv_dtype: only memory nodes have this field"},
   };
   for (const Case& c : cases) {
     std::string yaml = good;

@@ -47,6 +47,23 @@ TEST(ModelConfigTest, ExplicitHeadDimMqaTiedEmbeddingsAndEosList) {
   EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{7, 9}));
 }
 
+// The checkpoint's dtype, as transformers 5 ("dtype") or 4 ("torch_dtype") writes it; empty when
+// neither is given.
+TEST(ModelConfigTest, ReadsTheCheckpointsDtypeInBothLayouts) {
+  auto demo = LoadModelConfig(testing::ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_EQ(demo->dtype, "bfloat16");
+  auto llama2 = LoadModelConfig(testing::ModelDir("tiny-llama2"));
+  ASSERT_TRUE(llama2.ok()) << llama2.status();
+  EXPECT_EQ(llama2->dtype, "float32");
+  auto both = ParseModelConfig(Config(R"(, "dtype": "bfloat16", "torch_dtype": "float16")"), "config.json");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->dtype, "bfloat16");
+  auto none = ParseModelConfig(Config(R"(, "torch_dtype": null)"), "config.json");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->dtype, "");
+}
+
 TEST(ModelConfigTest, Llama3RopeScalingInBothLayouts) {
   const std::string scaling = R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192)";

@@ -2,13 +2,16 @@
 // float64 by Hugging Face transformers.
 #include "compute_node/engine/compute_engine.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute_node/sampling/sampler.h"
+#include "gtest/gtest.h"
 #include "memory_node/attention/attention_executor.h"
+#include "memory_node/kv_cache/kv_dtype.h"
 #include "tests/support/golden.h"
 
 namespace lamina {
@@ -27,13 +30,13 @@ struct Harness {
   std::unique_ptr<AttentionExecutor> memory;
   std::unique_ptr<ComputeEngine> engine;
 
-  explicit Harness(const std::string& model, int64_t slots = 4096) {
+  explicit Harness(const std::string& model, int64_t slots = 4096, DType kv_dtype = DType::kF32) {
     auto loaded = ModelWeights::Load(ModelDir(model));
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     weights = std::move(*loaded);
     const ModelConfig& c = weights->config;
     auto executor = AttentionExecutor::Create(
-        {c.num_layers, slots, {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window}});
+        {c.num_layers, slots, {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window}, -1, kv_dtype});
     EXPECT_TRUE(executor.ok()) << executor.status();
     memory = std::move(*executor);
     engine = std::make_unique<ComputeEngine>(weights.get(), memory.get());
@@ -94,8 +97,19 @@ TEST_P(TinyModelGoldenTest, TeacherForcedDecodeLogitsAndGreedyIdsMatch) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, TinyModelGoldenTest, ::testing::Values("tiny-llama2", "tiny-llama3"));
 
-TEST(DemoModelGoldenTest, TeacherForcedLogitsMatchFromBf16Weights) {
-  Harness h("lamina-demo-6m");
+// With a float32 KV pool, and with a bfloat16 one (the demo checkpoint's, and so what its memory
+// nodes keep by default): decode steps then attend over k/v rounded to bfloat16, so the logits may
+// stray further, though the greedy ids stay the golden ones.
+struct DemoCase {
+  DType kv_dtype;
+  double tolerance;
+};
+
+class DemoModelGoldenTest : public ::testing::TestWithParam<DemoCase> {};
+
+TEST_P(DemoModelGoldenTest, TeacherForcedLogitsMatchFromBf16Weights) {
+  Harness h("lamina-demo-6m", 4096, GetParam().kv_dtype);
+  double worst = 0;
   GoldenTensors golden("lamina-demo-6m");
   for (int p = 0; p < 4; ++p) {
     std::vector<int32_t> ids = golden.Ids(Key(p, "ids"));
@@ -110,13 +124,21 @@ TEST(DemoModelGoldenTest, TeacherForcedLogitsMatchFromBf16Weights) {
         DecodeToken token{p, greedy[s - 1], static_cast<int32_t>(ids.size() + s - 1)};
         ASSERT_TRUE(h.engine->Decode({&token, 1}, &logits).ok());
       }
-      EXPECT_LT(RelativeError(logits.row(0), expected.row(s), expected.dim(1)), kLogitTolerance)
-          << "prompt " << p << " step " << s;
+      const double error = RelativeError(logits.row(0), expected.row(s), expected.dim(1));
+      EXPECT_LT(error, GetParam().tolerance) << "prompt " << p << " step " << s;
+      worst = std::max(worst, error);
       EXPECT_EQ(ArgMaxOf(logits, 0), greedy[s]) << "prompt " << p << " step " << s;
     }
     h.memory->Free(p);
   }
+  std::printf("largest relative error of the logits: %.3g\n", worst);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, DemoModelGoldenTest,
+                         ::testing::Values(DemoCase{DType::kF32, kLogitTolerance}, DemoCase{DType::kBF16, 2e-2}),
+                         [](const ::testing::TestParamInfo<DemoCase>& info) {
+                           return std::string(KvDtypeName(info.param.kv_dtype));
+                         });
 
 }  // namespace
 }  // namespace lamina

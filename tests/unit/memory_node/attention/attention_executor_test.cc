@@ -1,7 +1,10 @@
 #include "memory_node/attention/attention_executor.h"
 
+#include <algorithm>
+#include <random>
 #include <vector>
 
+#include "common/tensor/dtype.h"
 #include "gtest/gtest.h"
 
 namespace lamina {
@@ -82,6 +85,44 @@ TEST(AttentionExecutorTest, ForkSharesTheSlotsSoBothSequencesAttendAlike) {
   EXPECT_EQ(e->num_free_slots(), 5) << "sequence 2 still holds the two shared slots and its own";
   e->Free(2);
   EXPECT_EQ(e->num_free_slots(), 8);
+}
+
+// A bfloat16 pool rounds each k/v value it stores to nearest even and attends over those values:
+// its outputs equal, bit for bit, a float32 pool's that was given the rounded values, and differ
+// from one given the values themselves. Prompt stores and decode steps both.
+TEST(AttentionExecutorTest, ABfloat16PoolAttendsOverTheRoundedValues) {
+  const kernels::cpu::AttentionShape shape{8, 2, 16, 0};
+  const int64_t q = 8 * 16, kv = 2 * 16, stride = q + 2 * kv, prompt = 21;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-2, 2);
+  std::vector<float> qkv((prompt + 1) * stride);
+  for (float& x : qkv) x = dist(rng);
+  std::vector<float> rounded = qkv;
+  for (float& x : rounded) x = BFloat16ToFloat(FloatToBFloat16(x));
+
+  // Each pool stores the prompt's k/v (layer 1), then decodes one more token over them.
+  auto run = [&](DType dtype, const std::vector<float>& rows) {
+    auto e = AttentionExecutor::Create({2, 64, shape, -1, dtype});
+    EXPECT_TRUE(e.ok()) << e.status();
+    Reservation r[] = {{3, prompt + 1}};
+    EXPECT_TRUE((*e)->Reserve(r).ok());
+    EXPECT_TRUE((*e)->StoreKv(1, 3, 0, prompt, rows.data() + q, rows.data() + q + kv, stride).ok());
+    std::vector<float> out(q);
+    DecodeEntry entry{3, prompt};
+    EXPECT_TRUE(
+        (*e)->Decode(1, {&entry, 1}, rows.data() + prompt * stride, {stride, 0, q, q + kv}, out.data(), q).ok());
+    return out;
+  };
+  // Only the cache is rounded, not q.
+  std::vector<float> rounded_kv = rounded;
+  for (int64_t t = 0; t <= prompt; ++t) std::copy_n(&qkv[t * stride], q, &rounded_kv[t * stride]);
+  const std::vector<float> bf16 = run(DType::kBF16, qkv);
+  EXPECT_EQ(bf16, run(DType::kF32, rounded_kv));
+  EXPECT_NE(bf16, run(DType::kF32, qkv));
+  EXPECT_NE(bf16, run(DType::kF32, rounded));
+
+  EXPECT_EQ(AttentionExecutor::Create({2, 64, shape, -1, DType::kF16}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

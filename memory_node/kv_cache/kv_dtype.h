@@ -1,0 +1,28 @@
+// The element type of a memory node's KV pool, from a topology's `kv_dtype` setting:
+//   "bfloat16": kBF16: half the bytes of float32, so twice the tokens in the same memory, and on
+//               the CPU rows read that much faster (each k/v value rounded to nearest even);
+//   "float32":  kF32, on the CPU only (a GPU's pool is always bfloat16);
+//   "auto":     kBF16 on a GPU, and on the CPU when the checkpoint is bfloat16 (config.json's
+//               dtype), as the framework it was made in keeps its cache; kF32 otherwise.
+// Thread-safe: pure functions.
+#ifndef LAMINA_MEMORY_NODE_KV_CACHE_KV_DTYPE_H_
+#define LAMINA_MEMORY_NODE_KV_CACHE_KV_DTYPE_H_
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/model_config/model_config.h"
+#include "common/tensor/dtype.h"
+
+namespace lamina {
+
+// InvalidArgument for another setting, or float32 on a GPU; its message names no
+// field, for the caller to say where the setting came from.
+absl::StatusOr<DType> ChooseKvDtype(std::string_view setting, const ModelConfig& config, bool on_gpu);
+
+// "float32" or "bfloat16", for logs.
+const char* KvDtypeName(DType dtype);
+
+}  // namespace lamina
+
+#endif  // LAMINA_MEMORY_NODE_KV_CACHE_KV_DTYPE_H_
