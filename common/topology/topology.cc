@@ -1,7 +1,5 @@
 #include "common/topology/topology.h"
 
-#include "common/cuda/device.h"
-
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,7 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cuda/device.h"
 #include "common/status/status_macros.h"
+#include "common/topology/kv_dtype.h"
 #include "common/yaml/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
@@ -96,13 +96,9 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
     const std::string default_kv_dtype = "auto";
     LAMINA_ASSIGN_OR_RETURN(spec.kv_dtype, f.String("kv_dtype", &default_kv_dtype));
-    if (spec.kv_dtype != "auto" && spec.kv_dtype != "float32" && spec.kv_dtype != "bfloat16") {
-      return f.Error(f.Get("kv_dtype"), "kv_dtype",
-                     absl::StrCat("expected auto, float32 or bfloat16, got '", spec.kv_dtype, "'"));
-    }
-    if (spec.kv_dtype == "float32" && spec.device != "cpu") {
-      return f.Error(f.Get("kv_dtype"), "kv_dtype", "float32 is for the CPU; a GPU's KV pool is bfloat16");
-    }
+    // The model's config only chooses what "auto" means, which is never refused.
+    const absl::Status kv_dtype = ChooseKvDtype(spec.kv_dtype, ModelConfig{}, spec.device != "cpu").status();
+    if (!kv_dtype.ok()) return f.Error(f.Get("kv_dtype"), "kv_dtype", std::string(kv_dtype.message()));
     for (const char* field : {"gpu_busy_timing", "chunk_rows", "line_rows"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only compute nodes have this field");
     }

@@ -43,7 +43,7 @@ struct NodeSpec {
   std::vector<std::string> transports = {"tcp"};
   int64_t kv_capacity_tokens = 0;   // memory nodes
   // Memory nodes: the KV pool's element type, "auto", "float32" or "bfloat16"
-  // (memory_node/kv_cache/kv_dtype.h).
+  // (kv_dtype.h).
   std::string kv_dtype = "auto";
   int threads = 0;                  // CPU threads for kernels; 0 = one per core
   // Compute nodes on a GPU: busy time measured on the device (CUDA events between the slices and

@@ -18,11 +18,11 @@
 #include "common/cuda/device.h"
 #include "common/threading/thread_pool.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/topology/kv_dtype.h"
 #include "compute_node/engine/device_engine.h"
 #include "compute_node/model/model_weights.h"
 #include "compute_node/sampling/sampler.h"
 #include "coordinator/sequence/stop_conditions.h"
-#include "memory_node/kv_cache/kv_dtype.h"
 
 namespace lamina {
 
@@ -68,15 +68,14 @@ class LocalCluster {
   const ModelConfig& config() const { return weights_->config(); }
 
   // The KV pool's element type from now on, as a topology's memory node's `kv_dtype`
-  // (memory_node/kv_cache/kv_dtype.h; "auto" at first). InvalidArgument for a setting that
+  // (common/topology/kv_dtype.h; "auto" at first). InvalidArgument for a setting that
   // ChooseKvDtype refuses here.
   absl::Status SetKvDtype(std::string_view setting);
-  DType kv_dtype() const { return kv_dtype_; }
 
  private:
   LocalCluster(std::unique_ptr<DeviceWeights> weights, std::unique_ptr<Tokenizer> tokenizer, ThreadPool* pool)
       : weights_(std::move(weights)), tokenizer_(std::move(tokenizer)), pool_(pool) {
-    kv_dtype_ = *ChooseKvDtype("auto", config(), weights_->device().is_cuda);
+    kv_dtype_ = *ChooseKvDtype("auto", config(), weights_->device().is_cuda);  // "auto" is never refused
   }
   absl::Status Validate(absl::Span<const GenerationRequest> requests) const;
 

@@ -14,11 +14,11 @@
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
 #include "common/tokenizer/incremental_decoder.h"
+#include "common/topology/kv_dtype.h"
 #include "common/topology/topology.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "deploy/cli/cluster_client.h"
 #include "deploy/cli/ordered_printer.h"
-#include "memory_node/kv_cache/kv_dtype.h"
 
 namespace lamina::cli {
 

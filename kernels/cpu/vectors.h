@@ -25,27 +25,30 @@ inline __attribute__((always_inline)) Vec Load(const float* p) {
   return v;
 }
 
-// Loads kLanes<Vec> bfloat16 values (their bits) widened to floats, exactly: a bfloat16 is the
-// top half of the float it stands for.
-template <typename Vec>
-Vec Load(const uint16_t* p);
-
-template <>
-inline __attribute__((always_inline)) V8 Load<V8>(const uint16_t* p) {
-  typedef uint16_t Halves __attribute__((vector_size(16)));
-  typedef uint32_t Words __attribute__((vector_size(32)));
+// Widens the bfloat16s at p exactly: a bfloat16 is the top half of the float it stands for.
+// Halves: them as a vector of uint16_t, Words: as uint32_t, each as many lanes as Vec.
+template <typename Vec, typename Halves, typename Words>
+inline __attribute__((always_inline)) Vec Widen(const uint16_t* p) {
   Halves h;
   __builtin_memcpy(&h, p, sizeof(h));
-  return __builtin_bit_cast(V8, __builtin_convertvector(h, Words) << 16);
+  return __builtin_bit_cast(Vec, __builtin_convertvector(h, Words) << 16);
 }
 
+typedef uint16_t U16x8 __attribute__((vector_size(16)));
+typedef uint32_t U32x8 __attribute__((vector_size(32)));
+typedef uint16_t U16x16 __attribute__((vector_size(32)));
+typedef uint32_t U32x16 __attribute__((vector_size(64)));
+
+// Loads kLanes<Vec> bfloat16 values (their bits) widened to floats.
+template <typename Vec>
+Vec Load(const uint16_t* p);
+template <>
+inline __attribute__((always_inline)) V8 Load<V8>(const uint16_t* p) {
+  return Widen<V8, U16x8, U32x8>(p);
+}
 template <>
 inline __attribute__((always_inline)) V16 Load<V16>(const uint16_t* p) {
-  typedef uint16_t Halves __attribute__((vector_size(32)));
-  typedef uint32_t Words __attribute__((vector_size(64)));
-  Halves h;
-  __builtin_memcpy(&h, p, sizeof(h));
-  return __builtin_bit_cast(V16, __builtin_convertvector(h, Words) << 16);
+  return Widen<V16, U16x16, U32x16>(p);
 }
 
 // One element as a float: itself, or a bfloat16's bits widened.

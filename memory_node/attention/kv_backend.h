@@ -25,7 +25,7 @@ struct KvBackendOptions {
   int64_t num_layers;
   int64_t num_slots;
   kernels::cpu::AttentionShape attention;
-  // The pool's element type on the CPU: kF32 or kBF16 (ChooseKvDtype). A GPU's pool is bf16.
+  // The pool's element type on the CPU: kF32 or kBF16 (common/topology/kv_dtype.h). A GPU's pool is bf16.
   DType kv_dtype = DType::kF32;
 };
 

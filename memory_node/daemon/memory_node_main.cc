@@ -21,13 +21,13 @@
 #include "common/rpc/node_agent.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
+#include "common/topology/kv_dtype.h"
 #include "common/topology/topology.h"
 #include "common/transport/transport.h"
 #include "grpcpp/grpcpp.h"
 #include "lamina/v1/node.grpc.pb.h"
 #include "memory_node/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
-#include "memory_node/kv_cache/kv_dtype.h"
 
 namespace lamina {
 namespace {
@@ -70,11 +70,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
 
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
-  absl::StatusOr<DType> kv_dtype = ChooseKvDtype(spec->kv_dtype, config, device.is_cuda);
-  if (!kv_dtype.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(topology.path, ":", spec->line, ": nodes[", spec->name,
-                                                   "].kv_dtype: ", kv_dtype.status().message()));
-  }
+  LAMINA_ASSIGN_OR_RETURN(const DType kv_dtype, ChooseKvDtype(spec->kv_dtype, config, device.is_cuda));
   ThreadPool pool(spec->threads);
   std::mutex executor_mu;
   LAMINA_ASSIGN_OR_RETURN(
@@ -83,7 +79,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                                  spec->kv_capacity_tokens,
                                  {config.num_q_heads, config.num_kv_heads, config.head_dim, config.sliding_window},
                                  device.is_cuda ? device.index : -1,
-                                 *kv_dtype},
+                                 kv_dtype},
                                 &pool));
   // The connections from compute nodes are tcp; device links open on them (device_link.h).
   std::unique_ptr<Transport> transport = MakeTcpTransport();
@@ -121,9 +117,9 @@ absl::Status Run(const std::vector<std::string>& args) {
     heartbeat->mutable_load()->set_busy_count(busy.count);
   });
 
-  const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * static_cast<int64_t>(DTypeSize(*kv_dtype));
+  const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * static_cast<int64_t>(DTypeSize(kv_dtype));
   std::fprintf(stderr, "%s: %lld KV slots in %s (%.1f MB), data plane on %s, gRPC on %s\n", spec->name.c_str(),
-               static_cast<long long>(spec->kv_capacity_tokens), KvDtypeName(*kv_dtype),
+               static_cast<long long>(spec->kv_capacity_tokens), KvDtypeName(kv_dtype),
                spec->kv_capacity_tokens * slot_bytes / 1e6, data_plane->address().c_str(),
                spec->grpc_address().c_str());
   ServeUntilSignal(server.get(), absl::Milliseconds(500));

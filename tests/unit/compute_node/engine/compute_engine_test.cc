@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "common/topology/kv_dtype.h"
 #include "compute_node/sampling/sampler.h"
 #include "gtest/gtest.h"
 #include "memory_node/attention/attention_executor.h"
-#include "memory_node/kv_cache/kv_dtype.h"
 #include "tests/support/golden.h"
 
 namespace lamina {

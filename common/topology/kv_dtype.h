@@ -1,12 +1,12 @@
 // The element type of a memory node's KV pool, from a topology's `kv_dtype` setting:
 //   "bfloat16": kBF16: half the bytes of float32, so twice the tokens in the same memory, and on
-//               the CPU rows read that much faster (each k/v value rounded to nearest even);
+//               the CPU rows read faster (each k/v value rounded to nearest even);
 //   "float32":  kF32, on the CPU only (a GPU's pool is always bfloat16);
 //   "auto":     kBF16 on a GPU, and on the CPU when the checkpoint is bfloat16 (config.json's
 //               dtype), as the framework it was made in keeps its cache; kF32 otherwise.
 // Thread-safe: pure functions.
-#ifndef LAMINA_MEMORY_NODE_KV_CACHE_KV_DTYPE_H_
-#define LAMINA_MEMORY_NODE_KV_CACHE_KV_DTYPE_H_
+#ifndef LAMINA_COMMON_TOPOLOGY_KV_DTYPE_H_
+#define LAMINA_COMMON_TOPOLOGY_KV_DTYPE_H_
 
 #include <string_view>
 
@@ -25,4 +25,4 @@ const char* KvDtypeName(DType dtype);
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_KV_CACHE_KV_DTYPE_H_
+#endif  // LAMINA_COMMON_TOPOLOGY_KV_DTYPE_H_

@@ -1,4 +1,4 @@
-#include "memory_node/kv_cache/kv_dtype.h"
+#include "common/topology/kv_dtype.h"
 
 #include <string>
 
