@@ -166,6 +166,11 @@ const std::string& Tokenizer::TokenBytes(int32_t id) const {
   return token_bytes_[id];
 }
 
+std::string Tokenizer::TokenText(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  return utf8::Sanitize(token_bytes_[id]);
+}
+
 bool Tokenizer::IsControl(int32_t id) const { return id >= 0 && id < vocab_size() && is_control_[id]; }
 
 std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special) const {

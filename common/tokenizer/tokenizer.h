@@ -42,6 +42,9 @@ class Tokenizer {
   // The raw bytes token `id` contributes in the middle of a text ("" for control tokens and ids
   // out of range); may be part of a multi-byte character.
   const std::string& TokenBytes(int32_t id) const;
+  // Token `id` on its own, for display (log probabilities): its bytes with invalid UTF-8 (a piece
+  // of a multi-byte character) as U+FFFD, or a control token's content ("</s>"); "" out of range.
+  std::string TokenText(int32_t id) const;
   bool IsControl(int32_t id) const;
   int strip_leading_spaces() const { return decoder_.strip_leading_spaces(); }
 

@@ -15,7 +15,18 @@ SamplingParams FromProto(const lamina::v1::SamplingParams& p) {
   params.top_k = p.top_k();
   params.top_p = p.top_p() > 0 ? p.top_p() : 1.0f;
   params.seed = p.seed();
+  params.logprobs = p.logprobs();
+  params.top_logprobs = p.top_logprobs();
   return params;
+}
+
+void ToProto(const TokenLogprobs& logprobs, lamina::v1::TokenLogprobs* out) {
+  out->set_logprob(logprobs.logprob);
+  for (int32_t k = 0; k < logprobs.top_count; ++k) {
+    auto* top = out->add_top();
+    top->set_token_id(logprobs.top_ids[k]);
+    top->set_logprob(logprobs.top_logprobs[k]);
+  }
 }
 
 }  // namespace
@@ -181,12 +192,13 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   engine->set_handoff(*relay);  // every plan sets it (null: no rotation) before the engine runs
 
   std::vector<int32_t> prefill_tokens(prefill_draws.size()), decode_tokens(decode_draws.size());
+  std::vector<TokenLogprobs> prefill_logprobs(prefill_draws.size()), decode_logprobs(decode_draws.size());
   if (!prefill.empty()) {
-    absl::Status status = engine->Prefill(prefill, prefill_draws, prefill_tokens.data());
+    absl::Status status = engine->Prefill(prefill, prefill_draws, prefill_tokens.data(), prefill_logprobs.data());
     if (!status.ok()) return fail(status);
   }
   if (!decode.empty()) {
-    absl::Status status = engine->Decode(decode, decode_draws, decode_tokens.data());
+    absl::Status status = engine->Decode(decode, decode_draws, decode_tokens.data(), decode_logprobs.data());
     if (!status.ok()) return fail(status);
   }
   {
@@ -198,6 +210,10 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     auto* token = result.add_tokens();
     token->set_seq_id(slot.seq);
     token->set_token(slot.from_prefill ? prefill_tokens[slot.draw] : decode_tokens[slot.draw]);
+    const TokenDraw& draw = slot.from_prefill ? prefill_draws[slot.draw] : decode_draws[slot.draw];
+    if (draw.params.wants_logprobs()) {
+      ToProto(slot.from_prefill ? prefill_logprobs[slot.draw] : decode_logprobs[slot.draw], token->mutable_logprobs());
+    }
   }
   return result;
 }

@@ -53,7 +53,7 @@ absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, b
 }
 
 absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, absl::Span<const TokenDraw> draws,
-                                    int32_t* tokens) {
+                                    int32_t* tokens, TokenLogprobs* logprobs) {
   for (const TokenDraw& d : draws) {
     if (d.row < 0 || d.row >= static_cast<int64_t>(prompts.size())) {
       return absl::InvalidArgumentError(absl::StrCat("a draw names prompt ", d.row, " of ", prompts.size()));
@@ -65,7 +65,7 @@ absl::Status ComputeEngine::Prefill(absl::Span<const PrefillSequence> prompts, a
     for (const PrefillSequence& p : prompts) last_row.push_back((end += static_cast<int64_t>(p.tokens.size())) - 1);
     std::vector<TokenDraw> at_rows(draws.begin(), draws.end());
     for (TokenDraw& d : at_rows) d.row = last_row[d.row];
-    return b.RunLastAndSample(at_rows, tokens);
+    return b.RunLastAndSample(at_rows, tokens, logprobs);
   });
 }
 
@@ -240,13 +240,13 @@ absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, Tensor* 
 }
 
 absl::Status ComputeEngine::Decode(absl::Span<const DecodeToken> batch, absl::Span<const TokenDraw> draws,
-                                   int32_t* tokens) {
+                                   int32_t* tokens, TokenLogprobs* logprobs) {
   for (const TokenDraw& d : draws) {
     if (d.row < 0 || d.row >= static_cast<int64_t>(batch.size())) {
       return absl::InvalidArgumentError(absl::StrCat("a draw names batch row ", d.row, " of ", batch.size()));
     }
   }
-  return DecodeThen(batch, [&](SliceBackend& b) { return b.RunLastAndSample(draws, tokens); });
+  return DecodeThen(batch, [&](SliceBackend& b) { return b.RunLastAndSample(draws, tokens, logprobs); });
 }
 
 absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, LastSlice last) {

@@ -64,11 +64,15 @@ class ComputeEngine {
   // One decode step for a batch of sequences: logits [batch, vocab].
   absl::Status Decode(absl::Span<const DecodeToken> batch, Tensor* logits);
 
-  // The same passes, ending in one token per draw instead of logits: tokens[draws.size()]. A
-  // prefill draw's row is the index of its prompt; a decode draw's row is its index in the batch.
-  // On a GPU the tokens are drawn on the device and only they come back to the host.
-  absl::Status Prefill(absl::Span<const PrefillSequence> prompts, absl::Span<const TokenDraw> draws, int32_t* tokens);
-  absl::Status Decode(absl::Span<const DecodeToken> batch, absl::Span<const TokenDraw> draws, int32_t* tokens);
+  // The same passes, ending in one token per draw instead of logits: tokens[draws.size()], and
+  // logprobs[i] for each draw whose params want log probabilities (`logprobs` [draws.size()] may
+  // be null when none does). A prefill draw's row is the index of its prompt; a decode draw's row
+  // is its index in the batch. On a GPU the tokens are drawn on the device and only they (and
+  // the log probabilities asked for) come back to the host.
+  absl::Status Prefill(absl::Span<const PrefillSequence> prompts, absl::Span<const TokenDraw> draws, int32_t* tokens,
+                       TokenLogprobs* logprobs = nullptr);
+  absl::Status Decode(absl::Span<const DecodeToken> batch, absl::Span<const TokenDraw> draws, int32_t* tokens,
+                      TokenLogprobs* logprobs = nullptr);
 
   const ModelConfig& config() const { return decode_->config(); }
   // The route of the next batches through the compute nodes (null: every slice runs here). Must

@@ -6,14 +6,19 @@
 
 namespace lamina {
 
-absl::Status SliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens) {
+absl::Status SliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens,
+                                            TokenLogprobs* logprobs) {
   std::vector<int64_t> rows;
   rows.reserve(draws.size());
   for (const TokenDraw& d : draws) rows.push_back(d.row);
   Tensor logits;
   LAMINA_RETURN_IF_ERROR(RunLast(rows, &logits));
   for (size_t i = 0; i < draws.size(); ++i) {
-    tokens[i] = SampleToken(logits.row(static_cast<int64_t>(i)), logits.dim(1), draws[i].params, draws[i].counter);
+    const float* row = logits.row(static_cast<int64_t>(i));
+    tokens[i] = SampleToken(row, logits.dim(1), draws[i].params, draws[i].counter);
+    if (logprobs != nullptr && draws[i].params.wants_logprobs()) {
+      logprobs[i] = ComputeLogprobs(row, logits.dim(1), tokens[i], draws[i].params.top_logprobs);
+    }
   }
   return absl::OkStatus();
 }

@@ -19,6 +19,7 @@
 #include "common/metrics/interval_union.h"
 #include "common/model_config/model_config.h"
 #include "common/tensor/tensor.h"
+#include "compute_node/sampling/logprobs.h"
 #include "compute_node/sampling/sampler.h"
 
 namespace lamina {
@@ -39,9 +40,11 @@ class SliceBackend {
   // The last slice; logits [rows.size(), vocab] for the given batch rows.
   virtual absl::Status RunLast(absl::Span<const int64_t> rows, Tensor* logits) = 0;
   // The last slice, then one token per draw into tokens[draws.size()] (draws[i].row is a batch
-  // row; rows may repeat). By default RunLast, then SampleToken on the host; a GPU backend
-  // samples on the device and moves only the tokens.
-  virtual absl::Status RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens);
+  // row; rows may repeat), and into logprobs[i] the log probabilities of each draw whose params
+  // want them (`logprobs` [draws.size()] may be null when no draw does). By default RunLast, then
+  // SampleToken and ComputeLogprobs on the host; a GPU backend does both on the device and moves
+  // only what they give.
+  virtual absl::Status RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens, TokenLogprobs* logprobs);
 
   // The batch's q/k/v after the latest slice, in host memory: [tokens, qkv_layout().row_stride].
   // Valid until the next call.

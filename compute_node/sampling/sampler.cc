@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compute_node/sampling/logprobs.h"
 
 namespace lamina {
 namespace {
@@ -44,6 +45,10 @@ absl::Status SamplingParams::Validate() const {
   if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k));
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
+  }
+  if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs must be from 0 to ", kMaxTopLogprobs, ", got ", top_logprobs));
   }
   return absl::OkStatus();
 }

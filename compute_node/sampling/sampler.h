@@ -23,6 +23,13 @@ struct SamplingParams {
   int32_t top_k = 0;         // 0: no limit
   float top_p = 1.0f;        // 1: no limit
   uint64_t seed = 0;         // the random stream's seed
+  // Log probabilities to return with each token (compute_node/sampling/logprobs.h): the drawn
+  // token's, and those of the `top_logprobs` most likely tokens (0 to kMaxTopLogprobs; more than 0
+  // implies `logprobs`). They do not change which token is drawn.
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+
+  bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
 
   // InvalidArgument naming the field when a value is out of range.
   absl::Status Validate() const;

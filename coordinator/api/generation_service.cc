@@ -20,6 +20,19 @@ lamina::v1::FinishReason ToProto(FinishReason reason) {
   return lamina::v1::FINISH_REASON_UNSPECIFIED;
 }
 
+void AddLogprobs(int32_t token, const TokenLogprobs& logprobs, const Tokenizer& tokenizer,
+                 lamina::v1::GenerateResponse* response) {
+  auto* out = response->add_logprobs();
+  out->set_logprob(logprobs.logprob);
+  out->set_token(tokenizer.TokenText(token));
+  for (int32_t k = 0; k < logprobs.top_count; ++k) {
+    auto* top = out->add_top();
+    top->set_token_id(logprobs.top_ids[k]);
+    top->set_logprob(logprobs.top_logprobs[k]);
+    top->set_token(tokenizer.TokenText(logprobs.top_ids[k]));
+  }
+}
+
 }  // namespace
 
 grpc::Status ToGrpc(const absl::Status& status) {
@@ -39,6 +52,8 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lam
   spec.sampling.top_k = request->sampling().top_k();
   spec.sampling.top_p = request->sampling().top_p() > 0 ? request->sampling().top_p() : 1.0f;
   spec.sampling.seed = request->sampling().seed();
+  spec.sampling.logprobs = request->sampling().logprobs();
+  spec.sampling.top_logprobs = request->sampling().top_logprobs();
   spec.n = request->n() > 0 ? request->n() : 1;
   spec.stop.max_tokens = request->max_tokens();
   spec.stop.ignore_eos = request->ignore_eos();
@@ -58,6 +73,9 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lam
     lamina::v1::GenerateResponse response;
     response.set_index(event.index);
     for (int32_t id : event.token_ids) response.add_token_ids(id);
+    for (size_t i = 0; i < event.logprobs.size() && i < event.token_ids.size(); ++i) {
+      AddLogprobs(event.token_ids[i], event.logprobs[i], *tokenizer_, &response);
+    }
     response.set_text(event.text);
     if (event.finish != FinishReason::kNone) {
       response.set_finish_reason(ToProto(event.finish));

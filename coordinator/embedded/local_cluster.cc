@@ -90,13 +90,13 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     int32_t generated = 0;
   };
   // Reports a sampled token; false when the sample finished (its slots are freed).
-  auto record = [&](Active& a, int32_t token) {
+  auto record = [&](Active& a, int32_t token, const TokenLogprobs& logprobs) {
     const GenerationRequest& req = requests[a.request];
     ++a.generated;
     a.last_token = token;
     const FinishReason finish =
         CheckFinish(token, a.generated, a.next_position, {req.max_tokens, req.ignore_eos, req.stop_ids}, c);
-    on_token({a.request, a.sample, token, finish});
+    on_token({a.request, a.sample, token, finish, a.sampling.wants_logprobs() ? &logprobs : nullptr});
     if (finish == FinishReason::kNone) return true;
     memory_node->Free(a.seq);
     return false;
@@ -122,7 +122,8 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     }
   }
   std::vector<int32_t> tokens(draws.size());
-  LAMINA_RETURN_IF_ERROR(engine.Prefill(prompts, draws, tokens.data()));
+  std::vector<TokenLogprobs> logprobs(draws.size());
+  LAMINA_RETURN_IF_ERROR(engine.Prefill(prompts, draws, tokens.data(), logprobs.data()));
   for (const Active& a : samples) {
     if (a.sample > 0) {
       LAMINA_RETURN_IF_ERROR(memory_node->Fork(static_cast<SequenceId>(a.request), a.seq, a.next_position));
@@ -130,7 +131,7 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
   }
   std::vector<Active> active;
   for (size_t i = 0; i < samples.size(); ++i) {
-    if (record(samples[i], tokens[i])) active.push_back(std::move(samples[i]));
+    if (record(samples[i], tokens[i], logprobs[i])) active.push_back(std::move(samples[i]));
   }
 
   std::vector<DecodeToken> batch;
@@ -142,10 +143,11 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
       batch.push_back({a.seq, a.last_token, a.next_position++});
     }
     tokens.resize(draws.size());
-    LAMINA_RETURN_IF_ERROR(engine.Decode(batch, draws, tokens.data()));
+    logprobs.resize(draws.size());
+    LAMINA_RETURN_IF_ERROR(engine.Decode(batch, draws, tokens.data(), logprobs.data()));
     std::vector<Active> still_active;
     for (size_t i = 0; i < active.size(); ++i) {
-      if (record(active[i], tokens[i])) still_active.push_back(std::move(active[i]));
+      if (record(active[i], tokens[i], logprobs[i])) still_active.push_back(std::move(active[i]));
     }
     active = std::move(still_active);
   }

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "compute_node/sampling/logprobs.h"
 #include "compute_node/sampling/sampler.h"
 #include "coordinator/sequence/stop_conditions.h"
 
@@ -30,6 +31,7 @@ struct GenerationSpec {
 struct RequestEvent {
   int32_t index = 0;  // the sample
   std::vector<int32_t> token_ids;
+  std::vector<TokenLogprobs> logprobs;  // one per token id, when the request asked
   std::string text;
   bool done = false;
   FinishReason finish = FinishReason::kNone;

@@ -25,6 +25,17 @@ int64_t SlotsNeeded(const GenerationSpec& spec, const ModelConfig& config) {
   return prompt + spec.n * std::max<int64_t>(per_sample, 0);
 }
 
+TokenLogprobs FromProto(const lamina::v1::TokenLogprobs& p) {
+  TokenLogprobs out;
+  out.logprob = p.logprob();
+  out.top_count = std::min<int32_t>(p.top_size(), kMaxTopLogprobs);
+  for (int32_t k = 0; k < out.top_count; ++k) {
+    out.top_ids[k] = p.top(k).token_id();
+    out.top_logprobs[k] = p.top(k).logprob();
+  }
+  return out;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer,
@@ -413,6 +424,8 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
       s->set_temperature(spec.sampling.temperature);
       s->set_top_k(spec.sampling.top_k);
       s->set_top_p(spec.sampling.top_p);
+      s->set_logprobs(spec.sampling.logprobs);
+      s->set_top_logprobs(spec.sampling.top_logprobs);
       // Sample k of n draws with seed + k: the compute node adds k for the forks of sample 0; a
       // resumed sample comes alone and carries its own.
       s->set_seed(spec.sampling.seed + (seq.resume ? seq.index : 0));
@@ -576,7 +589,8 @@ std::vector<Scheduler::Sequence> Scheduler::ForkSamples(Sequence& first) {
   return forks;
 }
 
-bool Scheduler::Advance(Sequence& seq, int32_t token) {
+bool Scheduler::Advance(Sequence& seq, const lamina::v1::SampledToken& sampled) {
+  const int32_t token = sampled.token();
   const GenerationSpec& spec = seq.request->spec;
   seq.last_token = token;
   seq.output.push_back(token);
@@ -584,6 +598,7 @@ bool Scheduler::Advance(Sequence& seq, int32_t token) {
   RequestEvent event;
   event.index = seq.index;
   event.token_ids.push_back(token);
+  if (spec.sampling.wants_logprobs()) event.logprobs.push_back(FromProto(sampled.logprobs()));
   bool stopped = false;
   event.text = seq.text->Add(token, &stopped);
   const FinishReason finish =
@@ -597,14 +612,14 @@ bool Scheduler::Advance(Sequence& seq, int32_t token) {
 }
 
 void Scheduler::ApplyResult(const lamina::v1::StepResult& result) {
-  std::map<int64_t, int32_t> tokens;
-  for (const auto& t : result.tokens()) tokens[t.seq_id()] = t.token();
+  std::map<int64_t, const lamina::v1::SampledToken*> tokens;
+  for (const auto& t : result.tokens()) tokens[t.seq_id()] = &t;
   std::vector<Sequence> keep;
   auto take = [&](Sequence seq) {
     auto it = tokens.find(seq.seq_id);
     if (it == tokens.end()) {
       Finish(seq, FinishReason::kNone, absl::InternalError("the compute node returned no token for this request"));
-    } else if (Advance(seq, it->second)) {
+    } else if (Advance(seq, *it->second)) {
       keep.push_back(std::move(seq));
     }
   };

@@ -173,7 +173,7 @@ class Scheduler {
   static int64_t PrefillLength(const Sequence& seq);
   void ApplyResult(const lamina::v1::StepResult& result);
   // Records a sampled token; false when the sample finished (and was retired).
-  bool Advance(Sequence& seq, int32_t token);
+  bool Advance(Sequence& seq, const lamina::v1::SampledToken& sampled);
   // After sample 0's prefill: fork its prompt into samples 1 .. n-1 on the memory node.
   std::vector<Sequence> ForkSamples(Sequence& first);
   // After a prefill: keep the prompt's whole blocks on its memory node for later prompts.

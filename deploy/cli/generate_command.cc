@@ -7,7 +7,9 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
@@ -40,7 +42,10 @@ const char kGenerateUsage[] =
     "  --seed S           random seed for sampling (default 0)\n"
     "  --ignore-eos       keep generating past the end-of-sequence token\n"
     "  --stop TEXT        stop when the text contains TEXT (repeatable; --endpoint only)\n"
-    "  --print-ids        print generated token ids, one line per prompt, instead of text\n";
+    "  --print-ids        print generated token ids, one line per prompt, instead of text\n"
+    "  --logprobs N       after each completion, a line per token: its log probability under the\n"
+    "                     model (before temperature, top-k, top-p) and the N most likely tokens at\n"
+    "                     its step (0 to 20)\n";
 
 namespace {
 
@@ -67,6 +72,29 @@ class ContextFullNotes {
   std::vector<size_t> slots_;
 };
 
+// One generated token's line of --logprobs output.
+struct LogprobRow {
+  int32_t id = 0;
+  std::string text;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // the most likely tokens' text and log probability
+};
+
+// A token's text quoted, with control and invalid bytes escaped.
+std::string Quoted(const std::string& text) { return absl::StrCat("\"", absl::Utf8SafeCEscape(text), "\""); }
+
+// What follows a completion: a line per token, "  -0.0123  \" the\" (279)  top: \" the\" -0.0123 | ...".
+std::string FormatLogprobs(const std::vector<LogprobRow>& rows) {
+  std::string out;
+  for (const LogprobRow& row : rows) {
+    absl::StrAppendFormat(&out, "\n  %9.4f  %s (%d)", row.logprob, Quoted(row.text), row.id);
+    for (size_t k = 0; k < row.top.size(); ++k) {
+      absl::StrAppendFormat(&out, "%s%s %.4f", k == 0 ? "  top: " : " | ", Quoted(row.top[k].first), row.top[k].second);
+    }
+  }
+  return out;
+}
+
 struct GenerateOptions {
   std::string model_dir;
   DeviceSpec device;
@@ -78,12 +106,14 @@ struct GenerateOptions {
   bool print_ids = false;
 };
 
+bool WantsLogprobs(const GenerateOptions& options) { return options.defaults.sampling.wants_logprobs(); }
+
 absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& args,
                                              Flags* flags_out) {
   LAMINA_ASSIGN_OR_RETURN(
       Flags flags, Flags::Parse(args,
                                 {"model", "endpoint", "topology", "prompt", "prompt-ids", "max-tokens", "temperature",
-                                 "top-k", "top-p", "seed", "stop", "n", "device", "kv-dtype"},
+                                 "top-k", "top-p", "seed", "stop", "n", "device", "kv-dtype", "logprobs"},
                                 {"print-ids", "ignore-eos"}));
   GenerateOptions options;
   options.model_dir = flags.String("model", "");
@@ -127,6 +157,14 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
                                static_cast<float>(top_p), static_cast<uint64_t>(seed)};
   absl::Status sampling = options.defaults.sampling.Validate();
   if (!sampling.ok()) return absl::InvalidArgumentError(std::string(sampling.message()));
+  if (flags.Has("logprobs")) {
+    LAMINA_ASSIGN_OR_RETURN(int64_t top, flags.Int("logprobs", 0));
+    if (top < 0 || top > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(absl::StrCat("--logprobs must be from 0 to ", kMaxTopLogprobs));
+    }
+    options.defaults.sampling.logprobs = true;
+    options.defaults.sampling.top_logprobs = static_cast<int32_t>(top);
+  }
   options.defaults.ignore_eos = flags.Has("ignore-eos");
   options.print_ids = flags.Has("print-ids");
   for (const std::string& ids : flags.All("prompt-ids")) {
@@ -168,6 +206,8 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
     r.mutable_sampling()->set_top_k(options.defaults.sampling.top_k);
     r.mutable_sampling()->set_top_p(options.defaults.sampling.top_p);
     r.mutable_sampling()->set_seed(options.defaults.sampling.seed);
+    r.mutable_sampling()->set_logprobs(options.defaults.sampling.logprobs);
+    r.mutable_sampling()->set_top_logprobs(options.defaults.sampling.top_logprobs);
     for (const std::string& stop : options.stop_strings) r.add_stop_strings(stop);
   }
   // One output slot per sample, prompt-major.
@@ -181,6 +221,7 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
   for (size_t i = 0; i < requests.size(); ++i) {
     threads.emplace_back([&, i] {
       std::vector<std::vector<int32_t>> ids(n);
+      std::vector<std::vector<LogprobRow>> logprobs(n);
       std::vector<bool> finished(n, false);
       results[i] = client.Generate(requests[i], [&](const lamina::v1::GenerateResponse& response) {
         std::lock_guard<std::mutex> lock(printer_mu);
@@ -191,9 +232,16 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
         } else {
           printer.Write(slot, response.text());
         }
+        for (int t = 0; t < response.logprobs_size() && t < response.token_ids_size(); ++t) {
+          const lamina::v1::TokenLogprobs& got = response.logprobs(t);
+          LogprobRow row{response.token_ids(t), got.token(), got.logprob(), {}};
+          for (const auto& top : got.top()) row.top.emplace_back(top.token(), top.logprob());
+          logprobs[sample].push_back(std::move(row));
+        }
         if (response.finish_reason() == lamina::v1::FINISH_REASON_CONTEXT_FULL) notes.Add(slot);
         if (response.finish_reason() != lamina::v1::FINISH_REASON_UNSPECIFIED) {
           if (options.print_ids) printer.Write(slot, absl::StrJoin(ids[sample], " "));
+          if (WantsLogprobs(options)) printer.Write(slot, FormatLogprobs(logprobs[sample]));
           printer.Finish(slot);
           finished[sample] = true;
         }
@@ -239,21 +287,27 @@ absl::Status Generate(const std::vector<std::string>& args) {
   OrderedPrinter printer(requests.size() * n, stdout);
   std::vector<IncrementalDecoder> decoders(requests.size() * n, IncrementalDecoder(&tokenizer, /*at_text_start=*/false));
   std::vector<std::vector<int32_t>> generated(requests.size() * n);
+  std::vector<std::vector<LogprobRow>> logprobs(requests.size() * n);
   ContextFullNotes notes(n);
   LAMINA_RETURN_IF_ERROR(cluster->Generate(requests, [&](const TokenEvent& event) {
     const size_t slot = event.request * n + static_cast<size_t>(event.sample);
     if (event.finish == FinishReason::kContextFull) notes.Add(slot);
+    if (event.logprobs != nullptr) {
+      const TokenLogprobs& got = *event.logprobs;
+      LogprobRow row{event.token, tokenizer.TokenText(event.token), got.logprob, {}};
+      for (int32_t k = 0; k < got.top_count; ++k) {
+        row.top.emplace_back(tokenizer.TokenText(got.top_ids[k]), got.top_logprobs[k]);
+      }
+      logprobs[slot].push_back(std::move(row));
+    }
     if (options.print_ids) {
       generated[slot].push_back(event.token);
-      if (event.finish != FinishReason::kNone) {
-        printer.Write(slot, absl::StrJoin(generated[slot], " "));
-        printer.Finish(slot);
-      }
-      return;
+    } else {
+      printer.Write(slot, decoders[slot].Add(event.token));
     }
-    printer.Write(slot, decoders[slot].Add(event.token));
     if (event.finish != FinishReason::kNone) {
-      printer.Write(slot, decoders[slot].Finish());
+      printer.Write(slot, options.print_ids ? absl::StrJoin(generated[slot], " ") : decoders[slot].Finish());
+      if (WantsLogprobs(options)) printer.Write(slot, FormatLogprobs(logprobs[slot]));
       printer.Finish(slot);
     }
   }));

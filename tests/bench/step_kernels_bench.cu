@@ -4,6 +4,7 @@
 //    of 128,256 logits, flat (normal, sd 2.5: a nucleus of thousands of tokens) or peaked (the
 //    same with 20 tokens lifted 3 to 9 above the rest, as a confident model's), and against
 //    reading the logits once at the best plain read rate;
+//  - log probabilities with 0, 5 or 20 alternatives against greedy sampling of the same rows;
 //  - the elementwise kernels and decode attention of one layer (Llama-3-8B shapes, context 2048)
 //    against an empty kernel timed the same way (the launch floor).
 //   lamina-bench-step-kernels [--batches 1,8,32,128]
@@ -23,6 +24,7 @@
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/sampling.h"
 #include "tests/bench/gpu_timing.h"
 
@@ -91,6 +93,52 @@ absl::Status BenchSampling(const std::vector<int32_t>& batches, double read_rate
       }
       std::printf("\n");
     }
+  }
+  return absl::OkStatus();
+}
+
+// Log probabilities asked for with the tokens (kernels/cuda/logprobs.h) against greedy sampling
+// of the same rows, both timed here: the cost a request adds by asking.
+absl::Status BenchLogprobs(const std::vector<int32_t>& batches, double read_rate, cudaStream_t stream) {
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  std::vector<float> logits(static_cast<size_t>(max_batch) * kVocab);
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.f, 2.5f);
+  for (float& l : logits) l = normal(rng);
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_logits, Upload(logits));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_tokens, Upload(std::vector<int32_t>(max_batch, 5)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_out,
+                          cuda::DeviceBuffer::Create(max_batch * sizeof(kc::DeviceTokenLogprobs)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_greedy,
+                          Upload(std::vector<kc::DeviceSamplingParams>(max_batch, {0.f, 0, 1.f, 7, 0})));
+  const int32_t tops[] = {0, 5, 20};
+  std::printf("\nLog probabilities over %lld logits a row, us per call (and x greedy sampling)\n",
+              static_cast<long long>(kVocab));
+  std::printf("%6s %11s %10s", "batch", "read floor", "greedy");
+  for (int32_t top : tops) std::printf("        top %2d", top);
+  std::printf("\n");
+  for (int batch : batches) {
+    LAMINA_ASSIGN_OR_RETURN(double greedy_ms, MedianMs(
+                                                  [&] {
+                                                    return kc::Sample(d_logits.as<float>(), nullptr,
+                                                                      d_greedy.as<kc::DeviceSamplingParams>(),
+                                                                      d_tokens.as<int32_t>(), batch, kVocab, stream);
+                                                  },
+                                                  stream, 20));
+    std::printf("%6d %11.1f %10.1f", batch, batch * kVocab * sizeof(float) / read_rate * 1e6, greedy_ms * 1e3);
+    for (int32_t top : tops) {
+      LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_tops, Upload(std::vector<int32_t>(batch, top)));
+      LAMINA_ASSIGN_OR_RETURN(double ms, MedianMs(
+                                             [&] {
+                                               return kc::Logprobs(d_logits.as<float>(), nullptr,
+                                                                   d_tokens.as<int32_t>(), d_tops.as<int32_t>(),
+                                                                   d_out.as<kc::DeviceTokenLogprobs>(), batch, kVocab,
+                                                                   stream);
+                                             },
+                                             stream, 20));
+      std::printf(" %6.1f (%4.1fx)", ms * 1e3, ms / greedy_ms);
+    }
+    std::printf("\n");
   }
   return absl::OkStatus();
 }
@@ -186,6 +234,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
   LAMINA_ASSIGN_OR_RETURN(double read_rate, ReportReadRate(stream.get()));
   LAMINA_RETURN_IF_ERROR(BenchSampling(batches, read_rate, stream.get()));
+  LAMINA_RETURN_IF_ERROR(BenchLogprobs(batches, read_rate, stream.get()));
   return BenchLayerKernels(batches, stream.get());
 }
 

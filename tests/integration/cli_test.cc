@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -76,6 +77,32 @@ TEST(CliTest, PromptIdsAndPrintIdsGiveTheGoldenIds) {
   Result r = RunLamina(args);
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, expected);
+}
+
+// --logprobs N: after the completion, a line per token with its id and log probability and the N
+// most likely tokens, the first of which is the token itself when decoding greedily.
+TEST(CliTest, LogprobsFollowTheCompletionALineAToken) {
+  GoldenTensors golden("tiny-llama3");
+  const std::vector<int32_t> greedy = golden.Ids("prompt_0.greedy_ids");
+  Result r = RunLamina("generate --model " + ModelDir("tiny-llama3") + " --max-tokens 5 --ignore-eos --print-ids " +
+                       "--logprobs 2 --prompt-ids " + absl::StrJoin(golden.Ids("prompt_0.ids"), ","));
+  ASSERT_EQ(r.exit_code, 0);
+  const std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 6u) << r.out;
+  EXPECT_EQ(lines[0], absl::StrJoin(greedy.begin(), greedy.begin() + 5, " "));
+  for (int t = 0; t < 5; ++t) {
+    const std::string& line = lines[t + 1];
+    // "    -0.0123  " the" (279)  top: " the" -0.0123 | " a" -4.5200"
+    const size_t id_at = line.find(" (" + std::to_string(greedy[t]) + ")  top: ");
+    ASSERT_NE(id_at, std::string::npos) << line;
+    const std::string logprob = std::string(absl::StripAsciiWhitespace(line.substr(0, line.find("  \""))));
+    const std::string token = line.substr(line.find('"'), id_at - line.find('"'));
+    const std::vector<std::string> top = absl::StrSplit(line.substr(line.find("top: ") + 5), " | ");
+    ASSERT_EQ(top.size(), 2u) << line;
+    EXPECT_EQ(top[0], token + " " + logprob) << line;
+    EXPECT_LE(std::stod(logprob), 0.0) << line;
+  }
+  EXPECT_EQ(RunLamina("generate --model " + ModelDir("tiny-llama3") + " --prompt x --logprobs 21").exit_code, 2);
 }
 
 TEST(CliTest, ReadsPromptsFromStandardInputOneALine) {

@@ -562,6 +562,88 @@ TEST(ClusterTest, TheCliNamesACompletionThatTheContextCutShort) {
   EXPECT_EQ(lines[2], "lamina generate: prompt 2 stopped before --max-tokens: the model's context is full");
 }
 
+// Log probabilities come with each token when asked, through the gRPC API with each token's text,
+// and equal single-process mode's; asking changes no token; a bad top_logprobs is refused.
+TEST(ClusterTest, LogprobsComeWithEachTokenAndEqualSingleProcessModes) {
+  ClusterOptions options;
+  options.memory_nodes = 1;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const Tokenizer& tokenizer = (*local)->tokenizer();
+
+  const std::vector<int32_t> prompt = tokenizer.EncodePrompt("We");
+  std::vector<GenerationRequest> singles(3);
+  std::vector<lamina::v1::GenerateRequest> requests;
+  for (int i = 0; i < 3; ++i) {
+    singles[i].prompt = prompt;
+    singles[i].max_tokens = 12;
+    singles[i].ignore_eos = true;
+    lamina::v1::GenerateRequest r = IdsRequest(prompt, 12);
+    if (i > 0) {  // sampled
+      singles[i].sampling = {1.2f, 0, 1.0f, 5};
+      r.mutable_sampling()->set_temperature(1.2f);
+      r.mutable_sampling()->set_seed(5);
+    }
+    if (i < 2) {  // 0: greedy with 3 alternatives; 1: sampled, the token's own only; 2: none
+      singles[i].sampling.logprobs = true;
+      singles[i].sampling.top_logprobs = i == 0 ? 3 : 0;
+      r.mutable_sampling()->set_logprobs(true);
+      r.mutable_sampling()->set_top_logprobs(singles[i].sampling.top_logprobs);
+    }
+    requests.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> ids(3);
+  std::vector<std::vector<TokenLogprobs>> want(3);
+  ASSERT_TRUE((*local)
+                  ->Generate(singles,
+                             [&](const TokenEvent& e) {
+                               ids[e.request].push_back(e.token);
+                               if (e.logprobs != nullptr) want[e.request].push_back(*e.logprobs);
+                             })
+                  .ok());
+  const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    ASSERT_TRUE(outcomes[i].status.ok()) << outcomes[i].status;
+    EXPECT_EQ(outcomes[i].ids, ids[i]);
+    ASSERT_EQ(outcomes[i].logprobs.size(), want[i].size());
+    for (size_t t = 0; t < want[i].size(); ++t) {
+      const lamina::v1::TokenLogprobs& got = outcomes[i].logprobs[t];
+      EXPECT_NEAR(got.logprob(), want[i][t].logprob, 1e-5) << "token " << t;
+      EXPECT_EQ(got.token(), tokenizer.TokenText(ids[i][t])) << "token " << t;
+      ASSERT_EQ(got.top_size(), want[i][t].top_count) << "token " << t;
+      for (int k = 0; k < got.top_size(); ++k) {
+        EXPECT_EQ(got.top(k).token_id(), want[i][t].top_ids[k]) << "token " << t << ", rank " << k;
+        EXPECT_NEAR(got.top(k).logprob(), want[i][t].top_logprobs[k], 1e-5) << "token " << t << ", rank " << k;
+        EXPECT_EQ(got.top(k).token(), tokenizer.TokenText(got.top(k).token_id()));
+      }
+    }
+  }
+  EXPECT_EQ(outcomes[0].logprobs.size(), 12u);
+  EXPECT_EQ(outcomes[1].ids, outcomes[2].ids);  // asking changed nothing
+  EXPECT_TRUE(outcomes[2].logprobs.empty());
+
+  lamina::v1::GenerateRequest bad = IdsRequest(prompt, 4);
+  bad.mutable_sampling()->set_top_logprobs(21);
+  const Outcome refused = Generate((*cluster)->client(), bad);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status.message().find("top_logprobs must be from 0 to 20, got 21"), std::string::npos)
+      << refused.status;
+
+  // lamina generate prints a line per token after the completion.
+  auto [code, out] =
+      RunCli("generate --endpoint " + (*cluster)->endpoint() + " --prompt We --max-tokens 4 --logprobs 2");
+  ASSERT_EQ(code, 0) << out;
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 5u) << out;
+  for (size_t t = 1; t < lines.size(); ++t) {
+    EXPECT_NE(lines[t].find("  top: \""), std::string::npos) << lines[t];
+    EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[t], " | ")).size(), 2u) << lines[t];
+  }
+}
+
 // `weights: random` runs the model folder's shape with weights drawn from the seed: the cluster's
 // greedy ids equal single-process mode's over ModelWeights::Random of that shape and seed, and
 // differ from the checkpoint's.

@@ -11,6 +11,7 @@ void StreamInto(cli::ClusterClient& client, const lamina::v1::GenerateRequest& r
     std::unique_lock<std::mutex> lock;
     if (mu != nullptr) lock = std::unique_lock<std::mutex>(*mu);
     o->ids.insert(o->ids.end(), r.token_ids().begin(), r.token_ids().end());
+    o->logprobs.insert(o->logprobs.end(), r.logprobs().begin(), r.logprobs().end());
     o->text += r.text();
     if (r.finish_reason() != lamina::v1::FINISH_REASON_UNSPECIFIED) o->finish = r.finish_reason();
   });

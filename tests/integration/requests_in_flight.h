@@ -25,6 +25,7 @@ lamina::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_
 struct Outcome {
   absl::Status status;
   std::vector<int32_t> ids;
+  std::vector<lamina::v1::TokenLogprobs> logprobs;  // when the request asked
   std::string text;
   lamina::v1::FinishReason finish = lamina::v1::FINISH_REASON_UNSPECIFIED;
   absl::Time ended;  // when the call returned

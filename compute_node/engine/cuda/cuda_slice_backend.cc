@@ -11,6 +11,7 @@
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/sampling.h"
 
 namespace lamina {
@@ -339,7 +340,8 @@ absl::Status CudaSliceBackend::RunLast(absl::Span<const int64_t> rows, Tensor* l
   return SynchronizePass();
 }
 
-absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens) {
+absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens,
+                                                TokenLogprobs* logprobs) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   if (draws.empty()) return busy_ != nullptr ? SynchronizePass() : absl::OkStatus();  // the pass's stretches
   std::vector<int64_t> rows;
@@ -370,9 +372,46 @@ absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draw
                                     config().vocab_size, stream()));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_draw_tokens_.data(), draw_tokens_.data(), n * sizeof(int32_t),
                                               cudaMemcpyDeviceToHost, stream()));
+  bool with_logprobs = false;
+  if (logprobs != nullptr) {
+    LAMINA_ASSIGN_OR_RETURN(with_logprobs, QueueLogprobs(draws));
+  }
   LAMINA_RETURN_IF_ERROR(SynchronizePass());
   std::copy(host_draw_tokens_.as<int32_t>(), host_draw_tokens_.as<int32_t>() + n, tokens);
+  if (!with_logprobs) return absl::OkStatus();
+  const auto* got = host_draw_logprobs_.as<kc::DeviceTokenLogprobs>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!draws[i].params.wants_logprobs()) continue;
+    TokenLogprobs& out = logprobs[i];
+    out.logprob = got[i].logprob;
+    out.top_count = got[i].top_count;
+    std::copy(got[i].top_ids, got[i].top_ids + got[i].top_count, out.top_ids);
+    std::copy(got[i].top_logprobs, got[i].top_logprobs + got[i].top_count, out.top_logprobs);
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaSliceBackend::QueueLogprobs(absl::Span<const TokenDraw> draws) {
+  const int64_t n = static_cast<int64_t>(draws.size());
+  if (std::none_of(draws.begin(), draws.end(), [](const TokenDraw& d) { return d.params.wants_logprobs(); })) {
+    return false;
+  }
+  static_assert(kc::kMaxDeviceTopLogprobs == kMaxTopLogprobs);
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_draw_tops_, n * sizeof(int32_t), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(
+      cuda::EnsureCapacityKeepingOld(&host_draw_logprobs_, n * sizeof(kc::DeviceTokenLogprobs), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&draw_tops_, n * sizeof(int32_t), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&draw_logprobs_, n * sizeof(kc::DeviceTokenLogprobs), stream()));
+  auto* tops = host_draw_tops_.as<int32_t>();
+  for (int64_t i = 0; i < n; ++i) tops[i] = draws[i].params.wants_logprobs() ? draws[i].params.top_logprobs : -1;
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(draw_tops_.data(), tops, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+  LAMINA_RETURN_IF_ERROR(kc::Logprobs(logits_.as<float>(), draw_rows_.as<int32_t>(), draw_tokens_.as<int32_t>(),
+                                      draw_tops_.as<int32_t>(), draw_logprobs_.as<kc::DeviceTokenLogprobs>(), n,
+                                      config().vocab_size, stream()));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_draw_logprobs_.data(), draw_logprobs_.data(),
+                                              n * sizeof(kc::DeviceTokenLogprobs), cudaMemcpyDeviceToHost, stream()));
+  return true;
 }
 
 absl::StatusOr<const float*> CudaSliceBackend::HostQkv() {

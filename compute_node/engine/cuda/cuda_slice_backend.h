@@ -48,7 +48,7 @@ class CudaSliceBackend : public SliceBackend {
   absl::Status RunFirst(absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions) override;
   absl::Status RunMiddle(int64_t slice) override;
   absl::Status RunLast(absl::Span<const int64_t> rows, Tensor* logits) override;
-  absl::Status RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens) override;
+  absl::Status RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens, TokenLogprobs* logprobs) override;
   absl::StatusOr<const float*> HostQkv() override;
   float* HostAttnOut() override;
   absl::Status PrefillAttention(int64_t first_row, int64_t count) override;
@@ -103,6 +103,9 @@ class CudaSliceBackend : public SliceBackend {
   absl::Status StageQkv();       // qkv_ -> host_qkv_, padded rows
   // The last slice. Afterwards the logits of rows[i] are in logits_ row (*logits_rows)[i].
   absl::Status RunLastSlice(absl::Span<const int64_t> rows, std::vector<int32_t>* logits_rows);
+  // After the draws' Sample: queues the log probabilities of those that want them, and their copy
+  // to host_draw_logprobs_. False (nothing queued) when none does.
+  absl::StatusOr<bool> QueueLogprobs(absl::Span<const TokenDraw> draws);
   absl::Status PreAttention(int64_t layer);
   absl::Status PostAttention(int64_t layer);
   absl::Status UploadAttnOutIfOnHost();
@@ -142,12 +145,13 @@ class CudaSliceBackend : public SliceBackend {
   cuda::PinnedBuffer host_positions_;  // int32 [capacity]
   cuda::PinnedBuffer host_qkv_;        // float [capacity, qkv_size]
   cuda::PinnedBuffer host_attn_out_;   // float [capacity, q_size]
-  // Token draws: the logits row, parameters and token of each.
-  cuda::PinnedBuffer host_draw_rows_, host_draw_params_, host_draw_tokens_;
+  // Token draws: the logits row, parameters and token of each; for log probabilities, how many
+  // alternatives each wants (-1: none) and what it got.
+  cuda::PinnedBuffer host_draw_rows_, host_draw_params_, host_draw_tokens_, host_draw_tops_, host_draw_logprobs_;
   // Outgrown pinned buffers, kept: cudaFreeHost may wait for the whole device, where a data plane's
   // waits may spin on another node's progress. Device buffers are stream-ordered for the same reason.
   std::vector<cuda::PinnedBuffer> retired_host_;
-  cuda::DeviceBuffer draw_rows_, draw_params_, draw_tokens_;
+  cuda::DeviceBuffer draw_rows_, draw_params_, draw_tokens_, draw_tops_, draw_logprobs_;
   // Busy timing (set_device_busy): clock_ marks the stream's computing between exchanges.
   IntervalUnion* busy_ = nullptr;
   cuda::StreamClock clock_;

@@ -73,7 +73,10 @@ TEST(SamplerTest, ValidateNamesTheBadField) {
   EXPECT_NE(message({-1.0f, 0, 1.0f, 0}).find("temperature"), std::string::npos);
   EXPECT_NE(message({1.0f, -2, 1.0f, 0}).find("top_k"), std::string::npos);
   EXPECT_NE(message({1.0f, 0, 0.0f, 0}).find("top_p"), std::string::npos);
+  EXPECT_NE(message({1.0f, 0, 1.0f, 0, true, 21}).find("top_logprobs must be from 0 to 20, got 21"), std::string::npos);
+  EXPECT_NE(message({1.0f, 0, 1.0f, 0, false, -1}).find("top_logprobs"), std::string::npos);
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
+  EXPECT_TRUE((SamplingParams{0.0f, 0, 1.0f, 0, true, 20}).Validate().ok());
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // Single-process mode on a GPU: the same batching loop, with the compute engine (CUDA graphs,
 // device sampling) and the memory node's pool and attention on cuda:0. Skips with the reason where
 // no GPU is present; there, asking for a GPU must fail with that reason instead.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -77,6 +80,48 @@ TEST(LocalClusterCudaTest, GreedyIdsMatchGoldenAndSeededSamplesReproduce) {
   EXPECT_NE(first[0], std::vector<int32_t>(greedy[0].begin(), greedy[0].begin() + sampled.max_tokens));
   sampled.sampling.seed = 8;  // sample 0 of seed 8 is sample 1 of seed 7
   EXPECT_EQ(GenerateAll(**cluster, {sampled})[0], first[1]);
+}
+
+// Log probabilities computed on the GPU (kernels/cuda/logprobs.h) with each drawn token: the
+// greedy token first among the alternatives, near the golden logits' log_softmax (bf16 weights
+// and KV move the logits by up to 2e-2 relative), and asking changes no token.
+TEST(LocalClusterCudaTest, LogprobsComeFromTheGpuNearTheGoldenOnes) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"), &ThreadPool::Default(), kGpu);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GoldenTensors golden("lamina-demo-6m");
+  const std::vector<int32_t> greedy = golden.Ids("prompt_0.greedy_ids");  // a path with wide margins
+  const Tensor logits = golden.Float("prompt_0.greedy_logits");           // row s chose greedy[s]
+  GenerationRequest r;
+  r.prompt = golden.Ids("prompt_0.ids");
+  r.max_tokens = static_cast<int32_t>(greedy.size());
+  r.ignore_eos = true;
+  r.sampling.top_logprobs = 4;
+  std::vector<int32_t> ids;
+  double worst = 0.0;
+  ASSERT_TRUE((*cluster)
+                  ->Generate({&r, 1},
+                             [&](const TokenEvent& e) {
+                               const int64_t s = static_cast<int64_t>(ids.size());
+                               ids.push_back(e.token);
+                               ASSERT_NE(e.logprobs, nullptr);
+                               ASSERT_EQ(e.logprobs->top_count, 4);
+                               EXPECT_EQ(e.logprobs->top_ids[0], e.token) << "token " << s;
+                               EXPECT_EQ(e.logprobs->top_logprobs[0], e.logprobs->logprob) << "token " << s;
+                               const float* row = logits.row(s);
+                               double max = -INFINITY, sum = 0.0;
+                               for (int64_t i = 0; i < logits.dim(1); ++i) max = std::max<double>(max, row[i]);
+                               for (int64_t i = 0; i < logits.dim(1); ++i) sum += std::exp(row[i] - max);
+                               const double want = row[e.token] - max - std::log(sum);
+                               EXPECT_NEAR(e.logprobs->logprob, want, 0.05) << "token " << s;
+                               worst = std::max(worst, std::fabs(e.logprobs->logprob - want));
+                             })
+                  .ok());
+  EXPECT_EQ(ids, greedy);
+  std::printf("largest error of a greedy token's logprob on the GPU against the golden logits: %.2e\n", worst);
+  r.sampling.top_logprobs = 0;
+  EXPECT_EQ(GenerateAll(**cluster, {r})[0], ids);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "coordinator/embedded/local_cluster.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
-#include <vector>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,69 @@ TEST_P(LocalClusterGoldenTest, GreedyIdsMatchGoldenAndABatchMatchesEachAlone) {
   }
 }
 
+// The golden logits after which greedy token k of prompt p was chosen (golden.safetensors keeps
+// them at different offsets for the tiny models and the demo model).
+std::vector<float> GoldenRowBefore(const GoldenTensors& golden, const std::string& model, int p, int k) {
+  const std::string key = "prompt_" + std::to_string(p);
+  Tensor rows;
+  int64_t row = k;
+  if (model == "lamina-demo-6m") {
+    rows = golden.Float(key + ".greedy_logits");
+  } else if (k == 0) {
+    rows = golden.Float(key + ".prefill_logits");
+    row = rows.dim(0) - 1;
+  } else {
+    rows = golden.Float(key + ".greedy_logits");
+    row = k - 1;
+  }
+  return std::vector<float>(rows.row(row), rows.row(row) + rows.dim(1));
+}
+
+std::vector<double> LogSoftmax(const std::vector<float>& logits) {
+  double max = -INFINITY, sum = 0.0;
+  for (float v : logits) max = std::max<double>(max, v);
+  for (float v : logits) sum += std::exp(v - max);
+  std::vector<double> out;
+  for (float v : logits) out.push_back(v - max - std::log(sum));
+  return out;
+}
+
+TEST_P(LocalClusterGoldenTest, LogprobsAreTheLogSoftmaxOfTheGoldenLogits) {
+  auto cluster = LocalCluster::Load(ModelDir(GetParam()));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // A float32 KV cache for the demo model too (a bfloat16 one moves its logits by up to 2e-2
+  // relative, the fixtures' bound, which tells nothing of the log probabilities' own accuracy).
+  ASSERT_TRUE((*cluster)->SetKvDtype("float32").ok());
+  GoldenTensors golden(GetParam());
+  const double tolerance = 1e-4;  // about 10x the largest error seen (9e-6, tiny-llama3)
+  GenerationRequest r = Greedy(golden.Ids("prompt_0.ids"), 0);
+  const std::vector<int32_t> greedy = golden.Ids("prompt_0.greedy_ids");
+  r.max_tokens = static_cast<int32_t>(greedy.size());
+  r.sampling.top_logprobs = 5;
+  std::vector<int32_t> ids;
+  double worst = 0.0;
+  ASSERT_TRUE((*cluster)
+                  ->Generate({&r, 1},
+                             [&](const TokenEvent& e) {
+                               const int k = static_cast<int>(ids.size());
+                               ids.push_back(e.token);
+                               ASSERT_NE(e.logprobs, nullptr);
+                               const std::vector<double> want = LogSoftmax(GoldenRowBefore(golden, GetParam(), 0, k));
+                               EXPECT_NEAR(e.logprobs->logprob, want[e.token], tolerance) << "token " << k;
+                               worst = std::max(worst, std::fabs(e.logprobs->logprob - want[e.token]));
+                               ASSERT_EQ(e.logprobs->top_count, 5);
+                               EXPECT_EQ(e.logprobs->top_ids[0], e.token) << "greedy takes the most likely";
+                               for (int32_t j = 0; j < 5; ++j) {
+                                 EXPECT_NEAR(e.logprobs->top_logprobs[j], want[e.logprobs->top_ids[j]], tolerance)
+                                     << "token " << k << ", rank " << j;
+                                 if (j > 0) EXPECT_LE(e.logprobs->top_logprobs[j], e.logprobs->top_logprobs[j - 1]);
+                               }
+                             })
+                  .ok());
+  EXPECT_EQ(ids, greedy);
+  std::printf("%s: largest logprob error against the golden logits %.2e\n", GetParam().c_str(), worst);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllModels, LocalClusterGoldenTest,
                          ::testing::Values("tiny-llama2", "tiny-llama3", "lamina-demo-6m"));
 
@@ -111,6 +176,31 @@ TEST(LocalClusterTest, SampleKOfAnNRequestEqualsASingleRequestWithSeedPlusK) {
     EXPECT_EQ(GenerateAll(**cluster, {single})[0].ids, samples[k]) << "sample " << k;
   }
   EXPECT_NE(samples[0], samples[1]);
+}
+
+TEST(LocalClusterTest, AskingForLogprobsChangesNoTokenAndOnlyThoseWhoAskGetThem) {
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GenerationRequest plain = Greedy((*cluster)->tokenizer().EncodePrompt("We"), 24);
+  plain.sampling = {1.3f, 40, 0.9f, 77};
+  GenerationRequest asking = plain;
+  asking.sampling.logprobs = true;  // no alternatives
+  std::vector<std::vector<int32_t>> ids(2);
+  std::vector<int> with_logprobs(2, 0);
+  ASSERT_TRUE((*cluster)
+                  ->Generate({plain, asking},
+                             [&](const TokenEvent& e) {
+                               ids[e.request].push_back(e.token);
+                               if (e.logprobs == nullptr) return;
+                               ++with_logprobs[e.request];
+                               EXPECT_LE(e.logprobs->logprob, 0.0f);
+                               EXPECT_EQ(e.logprobs->top_count, 0);
+                             })
+                  .ok());
+  EXPECT_EQ(ids[0], ids[1]);
+  EXPECT_EQ(with_logprobs[0], 0);
+  EXPECT_EQ(with_logprobs[1], 24);
+  EXPECT_EQ(GenerateAll(**cluster, {plain})[0].ids, ids[0]);
 }
 
 TEST(LocalClusterTest, StopsWhenTheContextIsFull) {
