@@ -1,9 +1,10 @@
+#include "kernels/cuda/logprobs.h"
+
 #include <climits>
 #include <cstdint>
 
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/chaining.cuh"
-#include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {
