@@ -73,6 +73,16 @@ struct TopList {
   }
 };
 
+// f(logit, id) for the four logits of group g.
+template <typename F>
+__device__ __forceinline__ void EachOfGroup(const float4& v, int64_t g, F& f) {
+  const int32_t id = static_cast<int32_t>(4 * g);
+  f(v.x, id);
+  f(v.y, id + 1);
+  f(v.z, id + 2);
+  f(v.w, id + 3);
+}
+
 // Calls f(logit, id) for each logit of `row`, each thread for its share, with kAhead loads in
 // flight before any is used: a block alone on its SM is bound by how many bytes it has in flight,
 // not by its arithmetic. A row of a multiple of 4 logits (aligned to 16 bytes) is read four
@@ -89,22 +99,9 @@ __device__ __forceinline__ void ForEachLogit(const float* row, int64_t vocab, F 
 #pragma unroll
       for (int u = 0; u < kAhead; ++u) v[u] = groups[g + u * kThreads];
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        const int32_t id = static_cast<int32_t>(4 * (g + u * kThreads));
-        f(v[u].x, id);
-        f(v[u].y, id + 1);
-        f(v[u].z, id + 2);
-        f(v[u].w, id + 3);
-      }
+      for (int u = 0; u < kAhead; ++u) EachOfGroup(v[u], g + u * kThreads, f);
     }
-    for (; g < count; g += kThreads) {
-      const float4 v = groups[g];
-      const int32_t id = static_cast<int32_t>(4 * g);
-      f(v.x, id);
-      f(v.y, id + 1);
-      f(v.z, id + 2);
-      f(v.w, id + 3);
-    }
+    for (; g < count; g += kThreads) EachOfGroup(groups[g], g, f);
     return;
   }
   int64_t i = threadIdx.x;
