@@ -41,7 +41,7 @@ struct TokenEvent {
   int32_t sample;  // which of the request's n samples
   int32_t token;
   FinishReason finish;
-  const TokenLogprobs* logprobs;  // when the request's sampling asks for them; else null
+  const TokenLogprobs* logprobs;  // when the request's sampling asks for them, for the callback's span; else null
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
