@@ -203,6 +203,42 @@ TEST(LocalClusterTest, AskingForLogprobsChangesNoTokenAndOnlyThoseWhoAskGetThem)
   EXPECT_EQ(GenerateAll(**cluster, {plain})[0].ids, ids[0]);
 }
 
+// Each of n samples gets its own tokens' log probabilities, those a single request with its seed
+// gets.
+TEST(LocalClusterTest, EachSampleOfAnNRequestGetsItsOwnLogprobs) {
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GenerationRequest r = Greedy((*cluster)->tokenizer().EncodePrompt("We"), 10);
+  r.sampling = {1.2f, 0, 1.0f, 40, true, 2};
+  r.n = 2;
+  auto collect = [&](const GenerationRequest& request) {
+    std::map<int32_t, std::vector<float>> logprobs;  // sample -> the drawn tokens' log probabilities
+    EXPECT_TRUE((*cluster)
+                    ->Generate({&request, 1},
+                               [&](const TokenEvent& e) {
+                                 ASSERT_NE(e.logprobs, nullptr);
+                                 EXPECT_EQ(e.logprobs->top_count, 2);
+                                 logprobs[e.sample].push_back(e.logprobs->logprob);
+                               })
+                    .ok());
+    return logprobs;
+  };
+  const auto both = collect(r);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_NE(both.at(0), both.at(1));
+  for (int32_t k = 0; k < 2; ++k) {
+    GenerationRequest single = r;
+    single.n = 1;
+    single.sampling.seed = 40 + k;
+    const std::vector<float> alone = collect(single).at(0);
+    ASSERT_EQ(alone.size(), both.at(k).size()) << "sample " << k;
+    for (size_t t = 0; t < alone.size(); ++t) {
+      // A batch of two and a batch of one may round the matmuls apart.
+      EXPECT_NEAR(alone[t], both.at(k)[t], 1e-4) << "sample " << k << ", token " << t;
+    }
+  }
+}
+
 TEST(LocalClusterTest, StopsWhenTheContextIsFull) {
   auto cluster = LocalCluster::Load(ModelDir("tiny-llama2"));  // context 512
   ASSERT_TRUE(cluster.ok()) << cluster.status();
