@@ -194,8 +194,8 @@ struct HeadsTask {
 // Runs a HeadsTask. The heads of one row lie side by side, so taking several together reads whole
 // rows. Scores are kept in log2 units (the queries pre-scaled by log2(e) / sqrt(head_dim)), so the
 // softmax runs on Exp2. Keys go in blocks of kKeyBlock; for each block and KV head, the scores of
-// two query heads at a time (ScoreBlock), the softmax's running max and sum, then the weighted
-// values (AccumulateBlock, which also rescales the outputs to the new max).
+// four query heads at a time with AVX-512, else two (ScoreBlock), the softmax's running max and
+// sum, then the weighted values (AccumulateBlock, which also rescales the outputs to the new max).
 template <typename Vec, typename T>
 inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task) {
   const auto [q, q_head_stride, group, heads, k_head, v_head, row_stride, rows, begin, end, head_dim, out,
@@ -214,6 +214,10 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task)
   acc.assign(q_heads * head_dim, 0.0f);
   scores.resize(q_heads * kKeyBlock);
 
+  // Four query heads of a group scored and accumulated together where 32 vector registers hold
+  // their 4 x 4 tile of sums (AVX-512): each key and value is then loaded (and a bfloat16 one
+  // widened) once for the four. Sixteen registers (AVX2) hold two heads' tiles.
+  constexpr bool kFourHeads = kLanes<Vec> >= 16;
   const int64_t row_floats = heads * head_dim;
   const T* keys[kKeyBlock];
   const T* values[kKeyBlock];
@@ -233,6 +237,11 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task)
       }
       const int64_t first = h * group, last = first + group;
       int64_t i = first;
+      if constexpr (kFourHeads) {
+        for (; i + 4 <= last; i += 4) {
+          ScoreBlock<Vec, 4>(&queries[i * head_dim], keys, n, head_dim, &scores[i * kKeyBlock]);
+        }
+      }
       for (; i + 2 <= last; i += 2) {
         ScoreBlock<Vec, 2>(&queries[i * head_dim], keys, n, head_dim, &scores[i * kKeyBlock]);
       }
@@ -240,7 +249,13 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task)
       for (i = first; i < last; ++i) {
         correction[i] = SoftmaxStep(&scores[i * kKeyBlock], n, running_max[i], running_sum[i]);
       }
-      for (i = first; i + 2 <= last; i += 2) {
+      i = first;
+      if constexpr (kFourHeads) {
+        for (; i + 4 <= last; i += 4) {
+          AccumulateBlock<Vec, 4>(&scores[i * kKeyBlock], values, n, head_dim, &correction[i], &acc[i * head_dim]);
+        }
+      }
+      for (; i + 2 <= last; i += 2) {
         AccumulateBlock<Vec, 2>(&scores[i * kKeyBlock], values, n, head_dim, &correction[i], &acc[i * head_dim]);
       }
       if (i < last) {
