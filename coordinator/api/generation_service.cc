@@ -20,17 +20,13 @@ lamina::v1::FinishReason ToProto(FinishReason reason) {
   return lamina::v1::FINISH_REASON_UNSPECIFIED;
 }
 
-void AddLogprobs(int32_t token, const TokenLogprobs& logprobs, const Tokenizer& tokenizer,
+// The compute node's log probabilities of `token`, with each token's text added.
+void AddLogprobs(int32_t token, const lamina::v1::TokenLogprobs& logprobs, const Tokenizer& tokenizer,
                  lamina::v1::GenerateResponse* response) {
-  auto* out = response->add_logprobs();
-  out->set_logprob(logprobs.logprob);
+  lamina::v1::TokenLogprobs* out = response->add_logprobs();
+  *out = logprobs;
   out->set_token(tokenizer.TokenText(token));
-  for (int32_t k = 0; k < logprobs.top_count; ++k) {
-    auto* top = out->add_top();
-    top->set_token_id(logprobs.top_ids[k]);
-    top->set_logprob(logprobs.top_logprobs[k]);
-    top->set_token(tokenizer.TokenText(logprobs.top_ids[k]));
-  }
+  for (lamina::v1::TokenLogprob& top : *out->mutable_top()) top.set_token(tokenizer.TokenText(top.token_id()));
 }
 
 }  // namespace

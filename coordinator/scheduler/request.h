@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "compute_node/sampling/logprobs.h"
 #include "compute_node/sampling/sampler.h"
 #include "coordinator/sequence/stop_conditions.h"
+#include "lamina/v1/generation.pb.h"
 
 namespace lamina {
 
@@ -31,7 +31,8 @@ struct GenerationSpec {
 struct RequestEvent {
   int32_t index = 0;  // the sample
   std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;  // one per token id, when the request asked
+  // One per token id, when the request asked: as the compute node sent them (no token text).
+  std::vector<lamina::v1::TokenLogprobs> logprobs;
   std::string text;
   bool done = false;
   FinishReason finish = FinishReason::kNone;

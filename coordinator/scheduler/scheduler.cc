@@ -25,17 +25,6 @@ int64_t SlotsNeeded(const GenerationSpec& spec, const ModelConfig& config) {
   return prompt + spec.n * std::max<int64_t>(per_sample, 0);
 }
 
-TokenLogprobs FromProto(const lamina::v1::TokenLogprobs& p) {
-  TokenLogprobs out;
-  out.logprob = p.logprob();
-  out.top_count = std::min<int32_t>(p.top_size(), kMaxTopLogprobs);
-  for (int32_t k = 0; k < out.top_count; ++k) {
-    out.top_ids[k] = p.top(k).token_id();
-    out.top_logprobs[k] = p.top(k).logprob();
-  }
-  return out;
-}
-
 }  // namespace
 
 Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer,
@@ -598,7 +587,7 @@ bool Scheduler::Advance(Sequence& seq, const lamina::v1::SampledToken& sampled) 
   RequestEvent event;
   event.index = seq.index;
   event.token_ids.push_back(token);
-  if (spec.sampling.wants_logprobs()) event.logprobs.push_back(FromProto(sampled.logprobs()));
+  if (spec.sampling.wants_logprobs()) event.logprobs.push_back(sampled.logprobs());
   bool stopped = false;
   event.text = seq.text->Add(token, &stopped);
   const FinishReason finish =
