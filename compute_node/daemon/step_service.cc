@@ -5,20 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compute_node/sampling/sampling_proto.h"
 
 namespace lamina {
 namespace {
-
-SamplingParams FromProto(const lamina::v1::SamplingParams& p) {
-  SamplingParams params;
-  params.temperature = p.temperature();
-  params.top_k = p.top_k();
-  params.top_p = p.top_p() > 0 ? p.top_p() : 1.0f;
-  params.seed = p.seed();
-  params.logprobs = p.logprobs();
-  params.top_logprobs = p.top_logprobs();
-  return params;
-}
 
 void ToProto(const TokenLogprobs& logprobs, lamina::v1::TokenLogprobs* out) {
   out->set_logprob(logprobs.logprob);
@@ -27,6 +17,23 @@ void ToProto(const TokenLogprobs& logprobs, lamina::v1::TokenLogprobs* out) {
     top->set_token_id(logprobs.top_ids[k]);
     top->set_logprob(logprobs.top_logprobs[k]);
   }
+}
+
+// The tokens a prompt's penalties count (none without penalties): the context the coordinator sent
+// for positions before start_position, then the item's own tokens.
+absl::StatusOr<std::optional<TokenHistory>> PromptHistory(const lamina::v1::PrefillItem& item,
+                                                          const SamplingParams& params) {
+  if (!params.has_penalties()) return std::nullopt;
+  if (item.context_tokens_size() != item.start_position()) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", item.seq_id(), " has penalties and starts at position ",
+                                                   item.start_position(), " but its prefill item carries ",
+                                                   item.context_tokens_size(), " context tokens"));
+  }
+  TokenHistory history(item.prompt_length());
+  int32_t position = 0;
+  for (int32_t token : item.context_tokens()) history.Add(position++, token);
+  for (int32_t token : item.tokens()) history.Add(position++, token);
+  return history;
 }
 
 }  // namespace
@@ -134,7 +141,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     size_t draw;
   };
   std::vector<Slot> order;
-  std::vector<std::pair<int64_t, SamplingParams>> new_sampling;  // registered once the step succeeds
+  std::vector<std::pair<int64_t, SequenceSampling>> new_sampling;  // registered once the step succeeds
   for (const auto& item : plan.decode()) {
     absl::Status assigned = attention->Assign(item.seq_id(), item.memory_node());
     if (!assigned.ok()) return fail(assigned);
@@ -163,16 +170,18 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     if (item.partial()) continue;  // its sampling parameters come again with its last chunk
     // The token drawn sits right after the prompt; sample k of n uses seed + k.
     const uint64_t counter = static_cast<uint64_t>(item.start_position()) + item.tokens_size();
-    const SamplingParams params = FromProto(item.sampling());
+    const SamplingParams params = SamplingFromProto(item.sampling());
+    absl::StatusOr<std::optional<TokenHistory>> history = PromptHistory(item, params);
+    if (!history.ok()) return fail(history.status());
     std::vector<int64_t> samples = {item.seq_id()};
     samples.insert(samples.end(), item.fork_seq_ids().begin(), item.fork_seq_ids().end());
     for (size_t k = 0; k < samples.size(); ++k) {
-      SamplingParams own = params;
-      own.seed = params.seed + k;
+      SequenceSampling own{params, *history ? std::make_unique<TokenHistory>(**history) : nullptr};
+      own.params.seed = params.seed + k;
       std::vector<TokenDraw>& draws = continues ? decode_draws : prefill_draws;
       order.push_back({samples[k], !continues, draws.size()});
-      draws.push_back({row, own, counter});
-      new_sampling.emplace_back(samples[k], own);
+      draws.push_back({row, own.params, counter, own.history.get()});
+      new_sampling.emplace_back(samples[k], std::move(own));
     }
   }
   {
@@ -180,9 +189,15 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     for (int i = 0; i < plan.decode_size(); ++i) {
       const auto& item = plan.decode(i);
       auto it = sampling_.find(item.seq_id());
-      const SamplingParams params = it == sampling_.end() ? SamplingParams{} : it->second;
+      SamplingParams params;
+      TokenHistory* history = nullptr;
+      if (it != sampling_.end()) {
+        params = it->second.params;
+        history = it->second.history.get();
+        if (history != nullptr) history->Add(item.position(), item.token());  // the token fed back
+      }
       order.push_back({item.seq_id(), false, decode_draws.size()});
-      decode_draws.push_back({i, params, static_cast<uint64_t>(item.position()) + 1});
+      decode_draws.push_back({i, params, static_cast<uint64_t>(item.position()) + 1, history});
     }
   }
 
@@ -203,7 +218,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   }
   {
     std::lock_guard<std::mutex> lock(sampling_mu_);
-    for (const auto& [seq, params] : new_sampling) sampling_.insert_or_assign(seq, params);
+    for (auto& [seq, sampling] : new_sampling) sampling_.insert_or_assign(seq, std::move(sampling));
   }
   if (!engine->RunsLastSlice()) return result;  // another compute node drew the tokens
   for (const Slot& slot : order) {

@@ -17,6 +17,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/remote/remote_attention.h"
 #include "compute_node/rotation/slice_relay.h"
+#include "compute_node/sampling/penalties.h"
 #include "compute_node/sampling/sampler.h"
 #include "lamina/v1/node.grpc.pb.h"
 
@@ -83,8 +85,13 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   // Each sequence's sampling parameters, from its prefill until it is released. They outlive
   // lanes: a preempted sequence may resume in another batch. Draws are keyed by position, so a
   // resumed sequence draws what it would have drawn.
+  // With penalties, each also keeps the tokens they count: the prompt's, then each token fed back.
+  struct SequenceSampling {
+    SamplingParams params;
+    std::unique_ptr<TokenHistory> history;  // when params.has_penalties()
+  };
   std::mutex sampling_mu_;
-  std::map<SequenceId, SamplingParams> sampling_;
+  std::map<SequenceId, SequenceSampling> sampling_;
   BusyMeter busy_;
   BusyUnion computing_;
   IntervalUnion device_computing_;  // fed by GPU engines (ComputeEngine::set_device_busy)

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/status/status_macros.h"
+#include "compute_node/sampling/penalties.h"
 
 namespace lamina {
 
@@ -13,9 +14,17 @@ absl::Status SliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, i
   for (const TokenDraw& d : draws) rows.push_back(d.row);
   Tensor logits;
   LAMINA_RETURN_IF_ERROR(RunLast(rows, &logits));
+  std::vector<float> penalized;
   for (size_t i = 0; i < draws.size(); ++i) {
     const float* row = logits.row(static_cast<int64_t>(i));
-    tokens[i] = SampleToken(row, logits.dim(1), draws[i].params, draws[i].counter);
+    const float* drawn_from = row;  // log probabilities stay those of the raw logits
+    if (draws[i].params.has_penalties()) {
+      if (draws[i].history == nullptr) return absl::InternalError("a draw with penalties has no token history");
+      penalized.assign(row, row + logits.dim(1));
+      ApplyPenalties(PenaltyEdits(draws[i].params, *draws[i].history), penalized.data(), logits.dim(1));
+      drawn_from = penalized.data();
+    }
+    tokens[i] = SampleToken(drawn_from, logits.dim(1), draws[i].params, draws[i].counter);
     if (logprobs != nullptr && draws[i].params.wants_logprobs()) {
       logprobs[i] = ComputeLogprobs(row, logits.dim(1), tokens[i], draws[i].params.top_logprobs);
     }

@@ -41,9 +41,10 @@ class SliceBackend {
   virtual absl::Status RunLast(absl::Span<const int64_t> rows, Tensor* logits) = 0;
   // The last slice, then one token per draw into tokens[draws.size()] (draws[i].row is a batch
   // row; rows may repeat), and into logprobs[i] the log probabilities of each draw whose params
-  // want them (`logprobs` [draws.size()] may be null when no draw does). By default RunLast, then
-  // SampleToken and ComputeLogprobs on the host; a GPU backend does both on the device and moves
-  // only what they give.
+  // want them (`logprobs` [draws.size()] may be null when no draw does). A draw's penalties edit
+  // the logits it draws from, not those of its log probabilities. By default RunLast, then
+  // ApplyPenalties, SampleToken and ComputeLogprobs on the host; a GPU backend does them on the
+  // device and moves only what they give.
   virtual absl::Status RunLastAndSample(absl::Span<const TokenDraw> draws, int32_t* tokens, TokenLogprobs* logprobs);
 
   // The batch's q/k/v after the latest slice, in host memory: [tokens, qkv_layout().row_stride].

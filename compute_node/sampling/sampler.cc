@@ -46,6 +46,15 @@ absl::Status SamplingParams::Validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
   }
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    return absl::InvalidArgumentError(absl::StrCat("repetition_penalty must be > 0, got ", repetition_penalty));
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("presence_penalty must be from -2 to 2, got ", presence_penalty));
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("frequency_penalty must be from -2 to 2, got ", frequency_penalty));
+  }
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(
         absl::StrCat("top_logprobs must be from 0 to ", kMaxTopLogprobs, ", got ", top_logprobs));

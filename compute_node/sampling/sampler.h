@@ -1,7 +1,7 @@
-// Token sampling, the CPU reference for the GPU kernel in kernels/cuda/sampling.h: greedy at
-// temperature 0 (the largest logit, lowest id on ties); otherwise the softmax at the temperature,
-// restricted to the top_k largest logits (every logit tied with the k-th is kept), then to the
-// fewest largest logits whose probability reaches top_p, and one draw from what is kept.
+// Token sampling, the CPU reference for the GPU kernel in kernels/cuda/sampling.h. A draw's
+// penalties (penalties.h) change its logits first; then it is greedy at temperature 0 (the largest logit, lowest id on
+// ties); otherwise the softmax at the temperature, restricted to the top_k largest logits (every logit tied with the
+// k-th is kept), then to the fewest largest logits whose probability reaches top_p, and one draw from what is kept.
 //
 // A draw is a pure function of (logits, params, counter): probability masses are 32.32 fixed-point
 // integers, so their sums are exact in any order, and the random number is SplitMix64 of
@@ -29,18 +29,35 @@ struct SamplingParams {
   bool logprobs = false;
   int32_t top_logprobs = 0;
 
+  // Penalties on the tokens the sequence has seen (penalties.h), applied to its logits before
+  // anything else, greedy decoding included: a token in the prompt or generated has its logit
+  // divided by `repetition_penalty` when positive and multiplied by it otherwise (1: off, above 1
+  // discourages repeats); a generated token's logit then drops by `frequency_penalty` for each
+  // time it was generated and by `presence_penalty` once (-2 to 2; 0: off).
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+
   bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
 
   // InvalidArgument naming the field when a value is out of range.
   absl::Status Validate() const;
 };
 
+class TokenHistory;
+
 // One token to draw after a batch: from logits row `row`, with `params`, using random number
-// `counter` of the seed's stream (the position of the token being drawn).
+// `counter` of the seed's stream (the position of the token being drawn). `history`: the
+// sequence's tokens, which its penalties count; needed when params.has_penalties(), and must
+// outlive the draw. Draws of one row (the samples of one prompt) have the same penalties.
 struct TokenDraw {
   int64_t row;
   SamplingParams params;
   uint64_t counter;
+  const TokenHistory* history = nullptr;
 };
 
 // One token from logits [vocab_size].

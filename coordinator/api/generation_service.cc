@@ -1,5 +1,7 @@
 #include "coordinator/api/generation_service.h"
 
+#include "compute_node/sampling/sampling_proto.h"
+
 namespace lamina {
 namespace {
 
@@ -44,12 +46,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lam
   } else {
     spec.prompt = tokenizer_->EncodePrompt(request->text());
   }
-  spec.sampling.temperature = request->sampling().temperature();
-  spec.sampling.top_k = request->sampling().top_k();
-  spec.sampling.top_p = request->sampling().top_p() > 0 ? request->sampling().top_p() : 1.0f;
-  spec.sampling.seed = request->sampling().seed();
-  spec.sampling.logprobs = request->sampling().logprobs();
-  spec.sampling.top_logprobs = request->sampling().top_logprobs();
+  spec.sampling = SamplingFromProto(request->sampling());
   spec.n = request->n() > 0 ? request->n() : 1;
   spec.stop.max_tokens = request->max_tokens();
   spec.stop.ignore_eos = request->ignore_eos();

@@ -1,11 +1,13 @@
 #include "coordinator/embedded/local_cluster.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "compute_node/engine/compute_engine.h"
+#include "compute_node/sampling/penalties.h"
 #include "memory_node/attention/attention_executor.h"
 
 namespace lamina {
@@ -88,12 +90,14 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     int32_t last_token = 0;
     int32_t next_position = 0;  // where last_token is fed back
     int32_t generated = 0;
+    std::unique_ptr<TokenHistory> history = nullptr;  // what the penalties count, when the sampling has them
   };
   // Reports a sampled token; false when the sample finished (its slots are freed).
   auto record = [&](Active& a, int32_t token, const TokenLogprobs& logprobs) {
     const GenerationRequest& req = requests[a.request];
     ++a.generated;
     a.last_token = token;
+    if (a.history != nullptr) a.history->Add(a.next_position, token);
     const FinishReason finish =
         CheckFinish(token, a.generated, a.next_position, {req.max_tokens, req.ignore_eos, req.stop_ids}, c);
     on_token({a.request, a.sample, token, finish, a.sampling.wants_logprobs() ? &logprobs : nullptr});
@@ -117,8 +121,13 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
       params.seed += k;
       const SequenceId seq = k == 0 ? static_cast<SequenceId>(r) : next_seq++;
       samples.push_back({r, k, seq, params});
-      samples.back().next_position = prompt;
-      draws.push_back({static_cast<int64_t>(r), params, static_cast<uint64_t>(prompt)});
+      Active& sample = samples.back();
+      sample.next_position = prompt;
+      if (params.has_penalties()) {
+        sample.history = std::make_unique<TokenHistory>(prompt);
+        for (int32_t t = 0; t < prompt; ++t) sample.history->Add(t, requests[r].prompt[t]);
+      }
+      draws.push_back({static_cast<int64_t>(r), params, static_cast<uint64_t>(prompt), sample.history.get()});
     }
   }
   std::vector<int32_t> tokens(draws.size());
@@ -139,7 +148,8 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     batch.clear();
     draws.clear();
     for (Active& a : active) {
-      draws.push_back({static_cast<int64_t>(batch.size()), a.sampling, static_cast<uint64_t>(a.next_position) + 1});
+      draws.push_back({static_cast<int64_t>(batch.size()), a.sampling, static_cast<uint64_t>(a.next_position) + 1,
+                       a.history.get()});
       batch.push_back({a.seq, a.last_token, a.next_position++});
     }
     tokens.resize(draws.size());

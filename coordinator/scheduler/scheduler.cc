@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
+#include "compute_node/sampling/sampling_proto.h"
 #include "coordinator/scheduler/prefill_budget.h"
 #include "coordinator/scheduler/replica_results.h"
 
@@ -409,20 +410,22 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
       item->set_start_position(seq.start_position);
       item->set_resume(seq.resume);
       item->set_memory_node(seq.request->memory_node);
-      auto* s = item->mutable_sampling();
-      s->set_temperature(spec.sampling.temperature);
-      s->set_top_k(spec.sampling.top_k);
-      s->set_top_p(spec.sampling.top_p);
-      s->set_logprobs(spec.sampling.logprobs);
-      s->set_top_logprobs(spec.sampling.top_logprobs);
       // Sample k of n draws with seed + k: the compute node adds k for the forks of sample 0; a
       // resumed sample comes alone and carries its own.
-      s->set_seed(spec.sampling.seed + (seq.resume ? seq.index : 0));
+      SamplingParams sampling = spec.sampling;
+      sampling.seed += seq.resume ? seq.index : 0;
+      SamplingToProto(sampling, item->mutable_sampling());
       if (chunk < rest) {
         item->set_partial(true);  // the forks come with the last chunk
       } else {
         for (SequenceId fork : seq.forks) item->add_fork_seq_ids(fork);
+        if (sampling.has_penalties()) {  // the penalties count the tokens the compute node did not see
+          for (int64_t t = 0; t < seq.start_position; ++t) {
+            item->add_context_tokens(t < prompt ? spec.prompt[t] : seq.output[t - prompt]);
+          }
+        }
       }
+      if (sampling.has_penalties()) item->set_prompt_length(static_cast<int32_t>(prompt));
     } else {
       auto* item = plan.add_decode();
       item->set_seq_id(seq.seq_id);

@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/status/status_macros.h"
+#include "compute_node/sampling/penalties.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/logprobs.h"
+#include "kernels/cuda/penalties.h"
 #include "kernels/cuda/sampling.h"
 
 namespace lamina {
@@ -367,6 +370,7 @@ absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draw
                                               cudaMemcpyHostToDevice, stream()));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(draw_params_.data(), host_draw_params_.data(),
                                               n * sizeof(kc::DeviceSamplingParams), cudaMemcpyHostToDevice, stream()));
+  LAMINA_ASSIGN_OR_RETURN(const int64_t edits, QueuePenalties(draws, logits_rows));
   LAMINA_RETURN_IF_ERROR(kc::Sample(logits_.as<float>(), draw_rows_.as<int32_t>(),
                                     draw_params_.as<kc::DeviceSamplingParams>(), draw_tokens_.as<int32_t>(), n,
                                     config().vocab_size, stream()));
@@ -374,6 +378,9 @@ absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draw
                                               cudaMemcpyDeviceToHost, stream()));
   bool with_logprobs = false;
   if (logprobs != nullptr) {
+    // Log probabilities are of the raw logits.
+    LAMINA_RETURN_IF_ERROR(kc::RestoreLogits(logits_.as<float>(), penalty_edits_.as<kc::DevicePenaltyEdit>(),
+                                             penalty_saved_.as<float>(), edits, config().vocab_size, stream()));
     LAMINA_ASSIGN_OR_RETURN(with_logprobs, QueueLogprobs(draws));
   }
   LAMINA_RETURN_IF_ERROR(SynchronizePass());
@@ -389,6 +396,43 @@ absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draw
     std::copy(got[i].top_logprobs, got[i].top_logprobs + got[i].top_count, out.top_logprobs);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CudaSliceBackend::QueuePenalties(absl::Span<const TokenDraw> draws,
+                                                         absl::Span<const int32_t> logits_rows) {
+  // One set of edits per logits row: the draws of one row (samples of one prompt) share it.
+  std::map<int32_t, std::vector<PenaltyEdit>> by_row;
+  for (size_t i = 0; i < draws.size(); ++i) {
+    if (!draws[i].params.has_penalties()) continue;
+    if (draws[i].history == nullptr) return absl::InternalError("a draw with penalties has no token history");
+    std::vector<PenaltyEdit> edits = PenaltyEdits(draws[i].params, *draws[i].history);
+    auto [it, added] = by_row.try_emplace(logits_rows[i], std::move(edits));
+    if (!added && it->second != edits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("draw ", i, " shares logits row ", draws[i].row, " with another draw but not its penalties"));
+    }
+  }
+  int64_t count = 0;
+  for (const auto& [row, edits] : by_row) count += static_cast<int64_t>(edits.size());
+  if (count == 0) return 0;
+  LAMINA_RETURN_IF_ERROR(
+      cuda::EnsureCapacityKeepingOld(&host_penalty_edits_, count * sizeof(kc::DevicePenaltyEdit), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(
+      cuda::EnsureCapacityOnStream(&penalty_edits_, count * sizeof(kc::DevicePenaltyEdit), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&penalty_saved_, count * sizeof(float), stream()));
+  auto* out = host_penalty_edits_.as<kc::DevicePenaltyEdit>();
+  const int64_t vocab = config().vocab_size;
+  int64_t n = 0;
+  for (const auto& [row, edits] : by_row) {
+    for (const PenaltyEdit& e : edits) {
+      if (e.token >= 0 && e.token < vocab) out[n++] = {row, e.token, e.divisor, e.subtract};
+    }
+  }
+  LAMINA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(penalty_edits_.data(), out, n * sizeof(kc::DevicePenaltyEdit), cudaMemcpyHostToDevice, stream()));
+  LAMINA_RETURN_IF_ERROR(kc::ApplyPenalties(logits_.as<float>(), penalty_edits_.as<kc::DevicePenaltyEdit>(),
+                                            penalty_saved_.as<float>(), n, vocab, stream()));
+  return n;
 }
 
 absl::StatusOr<bool> CudaSliceBackend::QueueLogprobs(absl::Span<const TokenDraw> draws) {

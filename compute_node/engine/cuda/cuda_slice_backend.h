@@ -103,6 +103,10 @@ class CudaSliceBackend : public SliceBackend {
   absl::Status StageQkv();       // qkv_ -> host_qkv_, padded rows
   // The last slice. Afterwards the logits of rows[i] are in logits_ row (*logits_rows)[i].
   absl::Status RunLastSlice(absl::Span<const int64_t> rows, std::vector<int32_t>* logits_rows);
+  // Before the draws' Sample: queues their penalties' edits of the logits (the rows of
+  // `logits_rows`); returns how many, for RestoreLogits. InvalidArgument when draws of one row ask
+  // for different edits.
+  absl::StatusOr<int64_t> QueuePenalties(absl::Span<const TokenDraw> draws, absl::Span<const int32_t> logits_rows);
   // After the draws' Sample: queues the log probabilities of those that want them, and their copy
   // to host_draw_logprobs_. False (nothing queued) when none does.
   absl::StatusOr<bool> QueueLogprobs(absl::Span<const TokenDraw> draws);
@@ -152,6 +156,8 @@ class CudaSliceBackend : public SliceBackend {
   // waits may spin on another node's progress. Device buffers are stream-ordered for the same reason.
   std::vector<cuda::PinnedBuffer> retired_host_;
   cuda::DeviceBuffer draw_rows_, draw_params_, draw_tokens_, draw_tops_, draw_logprobs_;
+  cuda::PinnedBuffer host_penalty_edits_;
+  cuda::DeviceBuffer penalty_edits_, penalty_saved_;  // penalized logits' edits and old values
   // Busy timing (set_device_busy): clock_ marks the stream's computing between exchanges.
   IntervalUnion* busy_ = nullptr;
   cuda::StreamClock clock_;

@@ -122,7 +122,9 @@ TEST_P(LocalClusterGoldenTest, LogprobsAreTheLogSoftmaxOfTheGoldenLogits) {
                                for (int32_t j = 0; j < 5; ++j) {
                                  EXPECT_NEAR(e.logprobs->top_logprobs[j], want[e.logprobs->top_ids[j]], tolerance)
                                      << "token " << k << ", rank " << j;
-                                 if (j > 0) EXPECT_LE(e.logprobs->top_logprobs[j], e.logprobs->top_logprobs[j - 1]);
+                                 if (j > 0) {
+                                   EXPECT_LE(e.logprobs->top_logprobs[j], e.logprobs->top_logprobs[j - 1]);
+                                 }
                                }
                              })
                   .ok());

@@ -1,0 +1,69 @@
+// Repetition, presence and frequency penalties (SamplingParams): the tokens a sequence has seen,
+// and the edits its penalties make to a row of logits. The CPU reference for
+// kernels/cuda/penalties.h, which applies the same edits with the same float operations.
+//
+// An edit of token t: logit' = (logit > 0 ? logit / divisor : logit * divisor) - subtract, with
+// divisor = repetition_penalty for a token in the prompt or generated (1 otherwise), and subtract
+// = frequency_penalty * (times generated) + presence_penalty (0 for a token never generated), as
+// vLLM and Hugging Face define them.
+#ifndef LAMINA_COMPUTE_NODE_SAMPLING_PENALTIES_H_
+#define LAMINA_COMPUTE_NODE_SAMPLING_PENALTIES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "compute_node/sampling/sampler.h"
+
+namespace lamina {
+
+// The tokens of one sequence by position: the first `prompt_length` are its prompt, the rest were
+// generated. Thread-compatible.
+class TokenHistory {
+ public:
+  explicit TokenHistory(int32_t prompt_length) : prompt_length_(prompt_length) {}
+
+  // Counts `token` at `position`. A position below length() was counted already and is skipped,
+  // so a step that is run again (after a failure) counts its tokens once.
+  void Add(int32_t position, int32_t token);
+
+  struct Seen {
+    int32_t generated = 0;   // times generated
+    bool in_prompt = false;  // appears in the prompt
+  };
+  const absl::flat_hash_map<int32_t, Seen>& seen() const { return seen_; }
+  // Positions counted so far (one past the last).
+  int32_t length() const { return length_; }
+  int32_t prompt_length() const { return prompt_length_; }
+
+ private:
+  int32_t prompt_length_;
+  int32_t length_ = 0;
+  absl::flat_hash_map<int32_t, Seen> seen_;
+};
+
+struct PenaltyEdit {
+  int32_t token;
+  float divisor;
+  float subtract;
+
+  bool operator==(const PenaltyEdit& o) const {
+    return token == o.token && divisor == o.divisor && subtract == o.subtract;
+  }
+};
+
+// The edits `params`' penalties make for the tokens in `history`, in token order; none for a token
+// they leave as it is (every edit when the params have no penalties is none).
+std::vector<PenaltyEdit> PenaltyEdits(const SamplingParams& params, const TokenHistory& history);
+
+// One edited logit.
+inline float EditLogit(float logit, const PenaltyEdit& edit) {
+  return (logit > 0.0f ? logit / edit.divisor : logit * edit.divisor) - edit.subtract;
+}
+
+// Applies the edits to logits [vocab_size]; tokens outside the vocabulary are skipped.
+void ApplyPenalties(const std::vector<PenaltyEdit>& edits, float* logits, int64_t vocab_size);
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMPUTE_NODE_SAMPLING_PENALTIES_H_

@@ -1,0 +1,31 @@
+#include "compute_node/sampling/sampling_proto.h"
+
+namespace lamina {
+
+SamplingParams SamplingFromProto(const lamina::v1::SamplingParams& proto) {
+  SamplingParams params;
+  params.temperature = proto.temperature();
+  params.top_k = proto.top_k();
+  params.top_p = proto.top_p() != 0.0f ? proto.top_p() : 1.0f;
+  params.seed = proto.seed();
+  params.logprobs = proto.logprobs();
+  params.top_logprobs = proto.top_logprobs();
+  params.repetition_penalty = proto.repetition_penalty() != 0.0f ? proto.repetition_penalty() : 1.0f;
+  params.presence_penalty = proto.presence_penalty();
+  params.frequency_penalty = proto.frequency_penalty();
+  return params;
+}
+
+void SamplingToProto(const SamplingParams& params, lamina::v1::SamplingParams* proto) {
+  proto->set_temperature(params.temperature);
+  proto->set_top_k(params.top_k);
+  proto->set_top_p(params.top_p);
+  proto->set_seed(params.seed);
+  proto->set_logprobs(params.logprobs);
+  proto->set_top_logprobs(params.top_logprobs);
+  proto->set_repetition_penalty(params.repetition_penalty);
+  proto->set_presence_penalty(params.presence_penalty);
+  proto->set_frequency_penalty(params.frequency_penalty);
+}
+
+}  // namespace lamina

@@ -1,0 +1,106 @@
+#include "compute_node/sampling/penalties.h"
+
+#include <vector>
+
+#include "compute_node/sampling/sampler.h"
+#include "gtest/gtest.h"
+
+namespace lamina {
+namespace {
+
+// Prompt 5 7 5, then generated 7 9 9.
+TokenHistory ExampleHistory() {
+  TokenHistory history(3);
+  const std::vector<int32_t> tokens = {5, 7, 5, 7, 9, 9};
+  for (int32_t p = 0; p < static_cast<int32_t>(tokens.size()); ++p) history.Add(p, tokens[p]);
+  return history;
+}
+
+TEST(TokenHistoryTest, CountsPromptAndGeneratedTokensOncePerPosition) {
+  TokenHistory history = ExampleHistory();
+  history.Add(4, 9);  // a step run again: counted already
+  history.Add(2, 1);
+  EXPECT_EQ(history.length(), 6);
+  ASSERT_EQ(history.seen().size(), 3u);
+  EXPECT_TRUE(history.seen().at(5).in_prompt);
+  EXPECT_EQ(history.seen().at(5).generated, 0);
+  EXPECT_TRUE(history.seen().at(7).in_prompt);
+  EXPECT_EQ(history.seen().at(7).generated, 1);
+  EXPECT_FALSE(history.seen().at(9).in_prompt);
+  EXPECT_EQ(history.seen().at(9).generated, 2);
+  history.Add(6, 1);
+  EXPECT_EQ(history.seen().at(1).generated, 1);
+  EXPECT_EQ(history.length(), 7);
+}
+
+TEST(PenaltiesTest, EditsFollowTheDefinitionAndLeaveOtherTokens) {
+  SamplingParams params;
+  params.repetition_penalty = 2.0f;
+  params.presence_penalty = 0.5f;
+  params.frequency_penalty = 0.25f;
+  std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 3.0f, 1.0f, -1.0f, 1.0f, 4.0f, 1.0f};
+  ApplyPenalties(PenaltyEdits(params, ExampleHistory()), logits.data(), static_cast<int64_t>(logits.size()));
+  // 5 (prompt): 3 / 2. 7 (prompt, generated once): -1 * 2 - (0.25 + 0.5). 9 (generated twice):
+  // 4 / 2 - (0.5 + 0.5).
+  const std::vector<float> want = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.5f, 1.0f, -2.75f, 1.0f, 1.0f, 1.0f};
+  EXPECT_EQ(logits, want);
+}
+
+TEST(PenaltiesTest, EachPenaltyAloneTouchesOnlyItsTokens) {
+  SamplingParams presence;
+  presence.presence_penalty = -1.0f;  // negative: encourages repeats
+  const std::vector<PenaltyEdit> edits = PenaltyEdits(presence, ExampleHistory());
+  ASSERT_EQ(edits.size(), 2u);  // only generated tokens, in token order
+  EXPECT_EQ(edits[0], (PenaltyEdit{7, 1.0f, -1.0f}));
+  EXPECT_EQ(edits[1], (PenaltyEdit{9, 1.0f, -1.0f}));
+
+  SamplingParams repetition;
+  repetition.repetition_penalty = 0.5f;
+  std::vector<float> logits(10, -3.0f);
+  logits[5] = 2.0f;
+  ApplyPenalties(PenaltyEdits(repetition, ExampleHistory()), logits.data(), 10);
+  EXPECT_EQ(logits[5], 4.0f);
+  EXPECT_EQ(logits[7], -1.5f);
+  EXPECT_EQ(logits[9], -1.5f);
+  EXPECT_EQ(logits[6], -3.0f);
+}
+
+TEST(PenaltiesTest, NoPenaltiesNoEditsAndTokensOutsideTheVocabularyAreSkipped) {
+  EXPECT_TRUE(PenaltyEdits(SamplingParams{}, ExampleHistory()).empty());
+  SamplingParams params;
+  params.frequency_penalty = 1.0f;
+  std::vector<float> logits(8, 0.0f);  // token 9 is outside
+  ApplyPenalties(PenaltyEdits(params, ExampleHistory()), logits.data(), 8);
+  EXPECT_EQ(logits[7], -1.0f);
+  EXPECT_EQ(logits[5], 0.0f);  // prompt only: no frequency penalty
+}
+
+TEST(PenaltiesTest, APenaltyChangesTheGreedyToken) {
+  SamplingParams params;
+  params.presence_penalty = 2.0f;
+  std::vector<float> logits(12, 0.0f);
+  logits[9] = 3.0f;  // generated twice
+  logits[4] = 1.5f;
+  EXPECT_EQ(SampleToken(logits.data(), 12, params, 0), 9);  // SampleToken itself does not penalize
+  ApplyPenalties(PenaltyEdits(params, ExampleHistory()), logits.data(), 12);
+  EXPECT_EQ(SampleToken(logits.data(), 12, params, 0), 4);
+}
+
+TEST(PenaltiesTest, ValidateNamesTheFieldOutOfRange) {
+  SamplingParams params;
+  params.repetition_penalty = 0.0f;
+  EXPECT_EQ(params.Validate().message(), "repetition_penalty must be > 0, got 0");
+  params.repetition_penalty = 1.2f;
+  params.presence_penalty = 2.5f;
+  EXPECT_EQ(params.Validate().message(), "presence_penalty must be from -2 to 2, got 2.5");
+  params.presence_penalty = -2.0f;
+  params.frequency_penalty = -3.0f;
+  EXPECT_EQ(params.Validate().message(), "frequency_penalty must be from -2 to 2, got -3");
+  params.frequency_penalty = 2.0f;
+  EXPECT_TRUE(params.Validate().ok());
+  EXPECT_TRUE(params.has_penalties());
+  EXPECT_FALSE(SamplingParams{}.has_penalties());
+}
+
+}  // namespace
+}  // namespace lamina
