@@ -1,7 +1,5 @@
 #include "compute_node/sampling/penalties.h"
 
-#include <algorithm>
-
 namespace lamina {
 
 void TokenHistory::Add(int32_t position, int32_t token) {
@@ -26,7 +24,6 @@ std::vector<PenaltyEdit> PenaltyEdits(const SamplingParams& params, const TokenH
     const PenaltyEdit edit{token, params.repetition_penalty, subtract};
     if (edit.divisor != 1.0f || edit.subtract != 0.0f) edits.push_back(edit);
   }
-  std::sort(edits.begin(), edits.end(), [](const PenaltyEdit& a, const PenaltyEdit& b) { return a.token < b.token; });
   return edits;
 }
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/btree_map.h"
 #include "compute_node/sampling/sampler.h"
 
 namespace lamina {
@@ -31,7 +31,8 @@ class TokenHistory {
     int32_t generated = 0;   // times generated
     bool in_prompt = false;  // appears in the prompt
   };
-  const absl::flat_hash_map<int32_t, Seen>& seen() const { return seen_; }
+  // By token id.
+  const absl::btree_map<int32_t, Seen>& seen() const { return seen_; }
   // Positions counted so far (one past the last).
   int32_t length() const { return length_; }
   int32_t prompt_length() const { return prompt_length_; }
@@ -39,7 +40,7 @@ class TokenHistory {
  private:
   int32_t prompt_length_;
   int32_t length_ = 0;
-  absl::flat_hash_map<int32_t, Seen> seen_;
+  absl::btree_map<int32_t, Seen> seen_;
 };
 
 struct PenaltyEdit {

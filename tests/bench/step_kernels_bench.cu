@@ -5,12 +5,16 @@
 //    same with 20 tokens lifted 3 to 9 above the rest, as a confident model's), and against
 //    reading the logits once at the best plain read rate;
 //  - log probabilities with 0, 5 or 20 alternatives against greedy sampling of the same rows;
+//  - repetition, presence and frequency penalties over histories of 2048 tokens: the host's edits
+//    (compute_node/sampling/penalties.h) and the device's upload, edit and restore, against
+//    greedy sampling of the same rows;
 //  - the elementwise kernels and decode attention of one layer (Llama-3-8B shapes, context 2048)
 //    against an empty kernel timed the same way (the launch floor).
 //   lamina-bench-step-kernels [--batches 1,8,32,128]
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <numeric>
@@ -22,9 +26,11 @@
 #include "common/cuda/device_buffer.h"
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
+#include "compute_node/sampling/penalties.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/logprobs.h"
+#include "kernels/cuda/penalties.h"
 #include "kernels/cuda/sampling.h"
 #include "tests/bench/gpu_timing.h"
 
@@ -143,6 +149,87 @@ absl::Status BenchLogprobs(const std::vector<int32_t>& batches, double read_rate
   return absl::OkStatus();
 }
 
+// Penalties as CudaSliceBackend applies them: a row's edits built on the host from its history,
+// uploaded, applied before the draw and undone after it, against greedy sampling of the same rows.
+// Each row's history: a 1024-token prompt and 1024 generated tokens, drawn from a skewed
+// distribution over the first 32,000 ids (a text's repeats), about 1,300 distinct tokens.
+absl::Status BenchPenalties(const std::vector<int32_t>& batches, cudaStream_t stream) {
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  std::vector<float> logits(static_cast<size_t>(max_batch) * kVocab);
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.f, 2.5f);
+  for (float& l : logits) l = normal(rng);
+  std::vector<TokenHistory> histories;
+  for (int b = 0; b < max_batch; ++b) {
+    histories.emplace_back(1024);
+    for (int32_t p = 0; p < 2048; ++p) {
+      const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+      histories.back().Add(p, static_cast<int32_t>(32000 * u * u * u));
+    }
+  }
+  SamplingParams params;
+  params.repetition_penalty = 1.1f;
+  params.presence_penalty = 0.5f;
+  params.frequency_penalty = 0.2f;
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_logits, Upload(logits));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_tokens, cuda::DeviceBuffer::Create(max_batch * sizeof(int32_t)));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_greedy,
+                          Upload(std::vector<kc::DeviceSamplingParams>(max_batch, {0.f, 0, 1.f, 7, 0})));
+  std::printf(
+      "\nPenalties over histories of 2048 tokens (%zu distinct in the first), us per step (and x greedy "
+      "sampling)\n",
+      histories[0].seen().size());
+  std::printf("%6s %10s %9s %16s %16s\n", "batch", "greedy", "edits", "host edits", "device");
+  for (int batch : batches) {
+    LAMINA_ASSIGN_OR_RETURN(double greedy_ms, MedianMs(
+                                                  [&] {
+                                                    return kc::Sample(d_logits.as<float>(), nullptr,
+                                                                      d_greedy.as<kc::DeviceSamplingParams>(),
+                                                                      d_tokens.as<int32_t>(), batch, kVocab, stream);
+                                                  },
+                                                  stream, 20));
+    std::vector<kc::DevicePenaltyEdit> edits;
+    auto build = [&] {
+      edits.clear();
+      for (int b = 0; b < batch; ++b) {
+        for (const PenaltyEdit& e : PenaltyEdits(params, histories[b]))
+          edits.push_back({b, e.token, e.divisor, e.subtract});
+      }
+    };
+    std::vector<double> host_us;
+    for (int run = 0; run < 21; ++run) {
+      const auto start = std::chrono::steady_clock::now();
+      build();
+      host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(host_us.begin(), host_us.end());
+    const int64_t count = static_cast<int64_t>(edits.size());
+    LAMINA_ASSIGN_OR_RETURN(cuda::PinnedBuffer h_edits,
+                            cuda::PinnedBuffer::Create(count * sizeof(kc::DevicePenaltyEdit)));
+    std::copy(edits.begin(), edits.end(), h_edits.as<kc::DevicePenaltyEdit>());
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_edits,
+                            cuda::DeviceBuffer::Create(count * sizeof(kc::DevicePenaltyEdit)));
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_saved, cuda::DeviceBuffer::Create(count * sizeof(float)));
+    LAMINA_ASSIGN_OR_RETURN(
+        double device_ms,
+        MedianMs(
+            [&]() -> absl::Status {
+              LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_edits.data(), h_edits.data(),
+                                                          count * sizeof(kc::DevicePenaltyEdit), cudaMemcpyHostToDevice,
+                                                          stream));
+              LAMINA_RETURN_IF_ERROR(kc::ApplyPenalties(d_logits.as<float>(), d_edits.as<kc::DevicePenaltyEdit>(),
+                                                        d_saved.as<float>(), count, kVocab, stream));
+              return kc::RestoreLogits(d_logits.as<float>(), d_edits.as<kc::DevicePenaltyEdit>(), d_saved.as<float>(),
+                                       count, kVocab, stream);
+            },
+            stream, 20));
+    std::printf("%6d %10.1f %9lld %8.1f (%4.1fx) %8.1f (%4.1fx)\n", batch, greedy_ms * 1e3,
+                static_cast<long long>(count), host_us[host_us.size() / 2],
+                host_us[host_us.size() / 2] / (greedy_ms * 1e3), device_ms * 1e3, device_ms / greedy_ms);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BenchLayerKernels(const std::vector<int32_t>& batches, cudaStream_t stream) {
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   int sms = 0;
@@ -235,6 +322,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(double read_rate, ReportReadRate(stream.get()));
   LAMINA_RETURN_IF_ERROR(BenchSampling(batches, read_rate, stream.get()));
   LAMINA_RETURN_IF_ERROR(BenchLogprobs(batches, read_rate, stream.get()));
+  LAMINA_RETURN_IF_ERROR(BenchPenalties(batches, stream.get()));
   return BenchLayerKernels(batches, stream.get());
 }
 

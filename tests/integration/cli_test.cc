@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/embedded/local_cluster.h"
 #include "gtest/gtest.h"
 #include "tests/support/golden.h"
 #include "tests/support/temp_dir.h"
@@ -103,6 +104,35 @@ TEST(CliTest, LogprobsFollowTheCompletionALineAToken) {
     EXPECT_LE(std::stod(logprob), 0.0) << line;
   }
   EXPECT_EQ(RunLamina("generate --model " + ModelDir("tiny-llama3") + " --prompt x --logprobs 21").exit_code, 2);
+}
+
+// The penalty flags reach the sampler: the ids are single-process mode's with the same penalties,
+// and not the greedy ones.
+TEST(CliTest, PenaltyFlagsGiveThePenalizedTokens) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  GenerationRequest request;
+  request.prompt = (*local)->tokenizer().EncodePrompt("We are the");
+  request.max_tokens = 40;
+  request.ignore_eos = true;
+  request.sampling.repetition_penalty = 2.0f;
+  request.sampling.presence_penalty = 1.5f;
+  request.sampling.frequency_penalty = 1.0f;
+  std::vector<int32_t> want;
+  ASSERT_TRUE((*local)->Generate({&request, 1}, [&](const TokenEvent& e) { want.push_back(e.token); }).ok());
+  const std::string command = "generate --model " + ModelDir("lamina-demo-6m") +
+                              " --max-tokens 40 --ignore-eos --print-ids --prompt-ids " +
+                              absl::StrJoin(request.prompt, ",");
+  Result penalized = RunLamina(command + " --repetition-penalty 2 --presence-penalty 1.5 --frequency-penalty 1");
+  ASSERT_EQ(penalized.exit_code, 0) << penalized.out;
+  EXPECT_EQ(penalized.out, absl::StrJoin(want, " ") + "\n");
+  Result greedy = RunLamina(command);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.out;
+  EXPECT_NE(greedy.out, penalized.out);
+
+  Result bad = RunLamina(command + " --presence-penalty 3", "", /*merge_stderr=*/true);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--presence-penalty must be from -2 to 2, got 3"), std::string::npos) << bad.out;
 }
 
 TEST(CliTest, ReadsPromptsFromStandardInputOneALine) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,76 @@ TEST(LocalClusterCudaTest, LogprobsComeFromTheGpuNearTheGoldenOnes) {
   std::printf("largest error of a greedy token's logprob on the GPU against the golden logits: %.2e\n", worst);
   r.sampling.top_logprobs = 0;
   EXPECT_EQ(GenerateAll(**cluster, {r})[0], ids);
+}
+
+// Penalties on the GPU (kernels/cuda/penalties.h). The first greedy token under a repetition
+// penalty is the largest of the penalized golden logits. Over a long generation with presence and
+// frequency penalties, which only shift logits, each token beats the 20 most likely tokens once
+// the shifts are applied to their (raw) log probabilities. Samples of one prompt share its logits
+// row and each counts its own tokens.
+TEST(LocalClusterCudaTest, PenaltiesEditTheLogitsOnTheGpu) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"), &ThreadPool::Default(), kGpu);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GoldenTensors golden("lamina-demo-6m");
+  const int num_prompts = static_cast<int>(LoadGoldenJson("lamina-demo-6m")["prompts"].size());
+  for (int p = 0; p < num_prompts; ++p) {
+    const std::string key = "prompt_" + std::to_string(p);
+    GenerationRequest r;
+    r.prompt = golden.Ids(key + ".ids");
+    r.max_tokens = 1;
+    r.sampling.repetition_penalty = 0.1f;
+    const Tensor logits = golden.Float(key + ".greedy_logits");  // row 0: after the prompt
+    std::vector<double> want(logits.row(0), logits.row(0) + logits.dim(1));
+    for (int32_t t : r.prompt) want[t] = logits.row(0)[t] > 0 ? logits.row(0)[t] / 0.1 : logits.row(0)[t] * 0.1;
+    const double best = *std::max_element(want.begin(), want.end());
+    const std::vector<int32_t> got = GenerateAll(**cluster, {r})[0];
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_NEAR(want[got[0]], best, 5e-2 * std::fabs(best)) << key;  // bf16 weights and KV
+  }
+
+  GenerationRequest r;
+  r.prompt = (*cluster)->tokenizer().EncodePrompt("We are the");
+  r.max_tokens = 60;
+  r.ignore_eos = true;
+  r.sampling.presence_penalty = 1.5f;
+  r.sampling.frequency_penalty = 1.0f;
+  r.sampling.top_logprobs = 20;
+  std::vector<int32_t> ids;
+  std::map<int32_t, int> times;
+  auto penalty = [&](int32_t token) {
+    auto it = times.find(token);
+    return it == times.end() ? 0.0 : 1.0 * it->second + 1.5;
+  };
+  ASSERT_TRUE((*cluster)
+                  ->Generate({&r, 1},
+                             [&](const TokenEvent& e) {
+                               const int s = static_cast<int>(ids.size());
+                               ASSERT_NE(e.logprobs, nullptr);
+                               const double score = e.logprobs->logprob - penalty(e.token);
+                               for (int k = 0; k < e.logprobs->top_count; ++k) {
+                                 const int32_t other = e.logprobs->top_ids[k];
+                                 EXPECT_GE(score, e.logprobs->top_logprobs[k] - penalty(other) - 1e-3)
+                                     << "token " << s << " (" << e.token << ") against " << other;
+                               }
+                               ids.push_back(e.token);
+                               ++times[e.token];
+                             })
+                  .ok());
+  r.sampling = SamplingParams{};
+  EXPECT_NE(GenerateAll(**cluster, {r})[0], ids) << "the penalties changed nothing";
+
+  GenerationRequest sampled = r;
+  sampled.n = 3;
+  sampled.max_tokens = 40;
+  sampled.sampling = {1.0f, 0, 1.0f, 7};
+  sampled.sampling.repetition_penalty = 1.5f;
+  sampled.sampling.frequency_penalty = 0.7f;
+  const std::vector<std::vector<int32_t>> first = GenerateAll(**cluster, {sampled});
+  EXPECT_EQ(GenerateAll(**cluster, {sampled}), first);
+  sampled.sampling.seed = 8;  // sample 0 of seed 8 is sample 1 of seed 7
+  EXPECT_EQ(GenerateAll(**cluster, {sampled})[0], first[1]);
 }
 
 }  // namespace
