@@ -5,25 +5,24 @@ namespace lamina {
 void TokenHistory::Add(int32_t position, int32_t token) {
   if (position < length_) return;
   length_ = position + 1;
-  Seen& seen = seen_[token];
+  auto [it, added] = index_.try_emplace(token, static_cast<int32_t>(entries_.size()));
+  if (added) entries_.push_back(Entry{token});
+  Entry& entry = entries_[it->second];
   if (position < prompt_length_) {
-    seen.in_prompt = true;
+    entry.in_prompt = true;
   } else {
-    ++seen.generated;
+    ++entry.generated;
   }
+}
+
+const TokenHistory::Entry* TokenHistory::Find(int32_t token) const {
+  auto it = index_.find(token);
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 std::vector<PenaltyEdit> PenaltyEdits(const SamplingParams& params, const TokenHistory& history) {
   std::vector<PenaltyEdit> edits;
-  if (!params.has_penalties()) return edits;
-  edits.reserve(history.seen().size());
-  for (const auto& [token, seen] : history.seen()) {
-    const float subtract = seen.generated > 0
-                               ? params.frequency_penalty * static_cast<float>(seen.generated) + params.presence_penalty
-                               : 0.0f;
-    const PenaltyEdit edit{token, params.repetition_penalty, subtract};
-    if (edit.divisor != 1.0f || edit.subtract != 0.0f) edits.push_back(edit);
-  }
+  ForEachPenaltyEdit(params, history, [&](const PenaltyEdit& e) { edits.push_back(e); });
   return edits;
 }
 

@@ -12,13 +12,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "compute_node/sampling/sampler.h"
 
 namespace lamina {
 
 // The tokens of one sequence by position: the first `prompt_length` are its prompt, the rest were
-// generated. Thread-compatible.
+// generated. Kept as one entry per distinct token, in the order first seen, so that a step's
+// edits are a pass over a flat array. Thread-compatible.
 class TokenHistory {
  public:
   explicit TokenHistory(int32_t prompt_length) : prompt_length_(prompt_length) {}
@@ -27,12 +28,19 @@ class TokenHistory {
   // so a step that is run again (after a failure) counts its tokens once.
   void Add(int32_t position, int32_t token);
 
-  struct Seen {
+  struct Entry {
+    int32_t token;
     int32_t generated = 0;   // times generated
     bool in_prompt = false;  // appears in the prompt
+
+    bool operator==(const Entry& o) const {
+      return token == o.token && generated == o.generated && in_prompt == o.in_prompt;
+    }
   };
-  // By token id.
-  const absl::btree_map<int32_t, Seen>& seen() const { return seen_; }
+  // One per distinct token, in the order first seen.
+  const std::vector<Entry>& entries() const { return entries_; }
+  // The token's entry, or null when the sequence has not seen it.
+  const Entry* Find(int32_t token) const;
   // Positions counted so far (one past the last).
   int32_t length() const { return length_; }
   int32_t prompt_length() const { return prompt_length_; }
@@ -40,7 +48,8 @@ class TokenHistory {
  private:
   int32_t prompt_length_;
   int32_t length_ = 0;
-  absl::btree_map<int32_t, Seen> seen_;
+  std::vector<Entry> entries_;
+  absl::flat_hash_map<int32_t, int32_t> index_;  // token -> its entry
 };
 
 struct PenaltyEdit {
@@ -53,8 +62,21 @@ struct PenaltyEdit {
   }
 };
 
-// The edits `params`' penalties make for the tokens in `history`, in token order; none for a token
-// they leave as it is (every edit when the params have no penalties is none).
+// Calls emit(PenaltyEdit) for each token of `history` that `params`' penalties change, in the
+// history's order (none when the params have no penalties). Inline: the GPU backend writes the
+// edits of a batch straight into its upload buffer.
+template <typename Emit>
+void ForEachPenaltyEdit(const SamplingParams& params, const TokenHistory& history, Emit&& emit) {
+  if (!params.has_penalties()) return;
+  for (const TokenHistory::Entry& e : history.entries()) {
+    const float subtract =
+        e.generated > 0 ? params.frequency_penalty * static_cast<float>(e.generated) + params.presence_penalty : 0.0f;
+    if (params.repetition_penalty != 1.0f || subtract != 0.0f)
+      emit(PenaltyEdit{e.token, params.repetition_penalty, subtract});
+  }
+}
+
+// The edits of ForEachPenaltyEdit, as a list.
 std::vector<PenaltyEdit> PenaltyEdits(const SamplingParams& params, const TokenHistory& history);
 
 // One edited logit.

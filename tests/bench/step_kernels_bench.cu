@@ -178,7 +178,7 @@ absl::Status BenchPenalties(const std::vector<int32_t>& batches, cudaStream_t st
   std::printf(
       "\nPenalties over histories of 2048 tokens (%zu distinct in the first), us per step (and x greedy "
       "sampling)\n",
-      histories[0].seen().size());
+      histories[0].entries().size());
   std::printf("%6s %10s %9s %16s %16s\n", "batch", "greedy", "edits", "host edits", "device");
   for (int batch : batches) {
     LAMINA_ASSIGN_OR_RETURN(double greedy_ms, MedianMs(
@@ -188,12 +188,19 @@ absl::Status BenchPenalties(const std::vector<int32_t>& batches, cudaStream_t st
                                                                       d_tokens.as<int32_t>(), batch, kVocab, stream);
                                                   },
                                                   stream, 20));
-    std::vector<kc::DevicePenaltyEdit> edits;
+    // As CudaSliceBackend::QueuePenalties: each row's edits written into pinned memory.
+    int64_t most = 0;
+    for (int b = 0; b < batch; ++b) most += static_cast<int64_t>(histories[b].entries().size());
+    LAMINA_ASSIGN_OR_RETURN(cuda::PinnedBuffer h_edits,
+                            cuda::PinnedBuffer::Create(most * sizeof(kc::DevicePenaltyEdit)));
+    int64_t count = 0;
     auto build = [&] {
-      edits.clear();
+      auto* out = h_edits.as<kc::DevicePenaltyEdit>();
+      count = 0;
       for (int b = 0; b < batch; ++b) {
-        for (const PenaltyEdit& e : PenaltyEdits(params, histories[b]))
-          edits.push_back({b, e.token, e.divisor, e.subtract});
+        ForEachPenaltyEdit(params, histories[b], [&](const PenaltyEdit& e) {
+          out[count++] = {b, e.token, e.divisor, e.subtract};
+        });
       }
     };
     std::vector<double> host_us;
@@ -203,10 +210,6 @@ absl::Status BenchPenalties(const std::vector<int32_t>& batches, cudaStream_t st
       host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(host_us.begin(), host_us.end());
-    const int64_t count = static_cast<int64_t>(edits.size());
-    LAMINA_ASSIGN_OR_RETURN(cuda::PinnedBuffer h_edits,
-                            cuda::PinnedBuffer::Create(count * sizeof(kc::DevicePenaltyEdit)));
-    std::copy(edits.begin(), edits.end(), h_edits.as<kc::DevicePenaltyEdit>());
     LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_edits,
                             cuda::DeviceBuffer::Create(count * sizeof(kc::DevicePenaltyEdit)));
     LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_saved, cuda::DeviceBuffer::Create(count * sizeof(float)));

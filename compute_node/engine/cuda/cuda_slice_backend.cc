@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/status/status_macros.h"
@@ -398,36 +399,54 @@ absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draw
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether two draws of one logits row ask for the same edits of it.
+bool SamePenalties(const TokenDraw& a, const TokenDraw& b) {
+  if (a.params.has_penalties() != b.params.has_penalties()) return false;
+  if (!a.params.has_penalties()) return true;
+  return a.params.repetition_penalty == b.params.repetition_penalty &&
+         a.params.presence_penalty == b.params.presence_penalty &&
+         a.params.frequency_penalty == b.params.frequency_penalty &&
+         (a.history == b.history || a.history->entries() == b.history->entries());
+}
+
+}  // namespace
+
 absl::StatusOr<int64_t> CudaSliceBackend::QueuePenalties(absl::Span<const TokenDraw> draws,
                                                          absl::Span<const int32_t> logits_rows) {
-  // One set of edits per logits row: the draws of one row (samples of one prompt) share it.
-  std::map<int32_t, std::vector<PenaltyEdit>> by_row;
-  for (size_t i = 0; i < draws.size(); ++i) {
-    if (!draws[i].params.has_penalties()) continue;
-    if (draws[i].history == nullptr) return absl::InternalError("a draw with penalties has no token history");
-    std::vector<PenaltyEdit> edits = PenaltyEdits(draws[i].params, *draws[i].history);
-    auto [it, added] = by_row.try_emplace(logits_rows[i], std::move(edits));
-    if (!added && it->second != edits) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("draw ", i, " shares logits row ", draws[i].row, " with another draw but not its penalties"));
-    }
+  int64_t most = 0;
+  for (const TokenDraw& d : draws) {
+    if (!d.params.has_penalties()) continue;
+    if (d.history == nullptr) return absl::InternalError("a draw with penalties has no token history");
+    most += static_cast<int64_t>(d.history->entries().size());
   }
-  int64_t count = 0;
-  for (const auto& [row, edits] : by_row) count += static_cast<int64_t>(edits.size());
-  if (count == 0) return 0;
+  if (most == 0) return 0;
   LAMINA_RETURN_IF_ERROR(
-      cuda::EnsureCapacityKeepingOld(&host_penalty_edits_, count * sizeof(kc::DevicePenaltyEdit), &retired_host_));
-  LAMINA_RETURN_IF_ERROR(
-      cuda::EnsureCapacityOnStream(&penalty_edits_, count * sizeof(kc::DevicePenaltyEdit), stream()));
-  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&penalty_saved_, count * sizeof(float), stream()));
+      cuda::EnsureCapacityKeepingOld(&host_penalty_edits_, most * sizeof(kc::DevicePenaltyEdit), &retired_host_));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&penalty_edits_, most * sizeof(kc::DevicePenaltyEdit), stream()));
+  LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&penalty_saved_, most * sizeof(float), stream()));
+  // A row's edits once: the draws of one row (samples of one prompt) must agree on them.
+  absl::flat_hash_map<int32_t, size_t> first_draw;  // logits row -> its first draw
   auto* out = host_penalty_edits_.as<kc::DevicePenaltyEdit>();
   const int64_t vocab = config().vocab_size;
   int64_t n = 0;
-  for (const auto& [row, edits] : by_row) {
-    for (const PenaltyEdit& e : edits) {
-      if (e.token >= 0 && e.token < vocab) out[n++] = {row, e.token, e.divisor, e.subtract};
+  for (size_t i = 0; i < draws.size(); ++i) {
+    const int32_t row = logits_rows[i];
+    auto [first, added] = first_draw.try_emplace(row, i);
+    if (!added) {
+      if (!SamePenalties(draws[first->second], draws[i])) {
+        return absl::InvalidArgumentError(absl::StrCat("draw ", i, " shares logits row ", draws[i].row, " with draw ",
+                                                       first->second, " but not its penalties"));
+      }
+      continue;
     }
+    if (!draws[i].params.has_penalties()) continue;
+    ForEachPenaltyEdit(draws[i].params, *draws[i].history, [&](const PenaltyEdit& e) {
+      if (e.token >= 0 && e.token < vocab) out[n++] = {row, e.token, e.divisor, e.subtract};
+    });
   }
+  if (n == 0) return 0;
   LAMINA_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(penalty_edits_.data(), out, n * sizeof(kc::DevicePenaltyEdit), cudaMemcpyHostToDevice, stream()));
   LAMINA_RETURN_IF_ERROR(kc::ApplyPenalties(logits_.as<float>(), penalty_edits_.as<kc::DevicePenaltyEdit>(),

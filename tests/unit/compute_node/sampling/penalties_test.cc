@@ -21,15 +21,15 @@ TEST(TokenHistoryTest, CountsPromptAndGeneratedTokensOncePerPosition) {
   history.Add(4, 9);  // a step run again: counted already
   history.Add(2, 1);
   EXPECT_EQ(history.length(), 6);
-  ASSERT_EQ(history.seen().size(), 3u);
-  EXPECT_TRUE(history.seen().at(5).in_prompt);
-  EXPECT_EQ(history.seen().at(5).generated, 0);
-  EXPECT_TRUE(history.seen().at(7).in_prompt);
-  EXPECT_EQ(history.seen().at(7).generated, 1);
-  EXPECT_FALSE(history.seen().at(9).in_prompt);
-  EXPECT_EQ(history.seen().at(9).generated, 2);
+  using Entry = TokenHistory::Entry;
+  // One entry per distinct token, in the order first seen.
+  EXPECT_EQ(history.entries(), (std::vector<Entry>{{5, 0, true}, {7, 1, true}, {9, 2, false}}));
+  ASSERT_NE(history.Find(9), nullptr);
+  EXPECT_EQ(history.Find(9)->generated, 2);
+  EXPECT_EQ(history.Find(1), nullptr);
   history.Add(6, 1);
-  EXPECT_EQ(history.seen().at(1).generated, 1);
+  ASSERT_NE(history.Find(1), nullptr);
+  EXPECT_EQ(*history.Find(1), (Entry{1, 1, false}));
   EXPECT_EQ(history.length(), 7);
 }
 
