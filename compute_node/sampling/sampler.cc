@@ -55,11 +55,19 @@ absl::Status SamplingParams::Validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("frequency_penalty must be from -2 to 2, got ", frequency_penalty));
   }
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("min_p must be from 0 to 1, got ", min_p));
+  }
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(
         absl::StrCat("top_logprobs must be from 0 to ", kMaxTopLogprobs, ", got ", top_logprobs));
   }
   return absl::OkStatus();
+}
+
+float MinPLogitOffset(const SamplingParams& params) {
+  if (params.min_p <= 0.0f) return -INFINITY;
+  return static_cast<float>(static_cast<double>(params.temperature) * std::log(static_cast<double>(params.min_p)));
 }
 
 int32_t ArgMax(const float* logits, int64_t vocab_size) {
@@ -79,16 +87,17 @@ int32_t SampleToken(const float* logits, int64_t vocab_size, const SamplingParam
   if (params.temperature <= 0.0f || !(logits[greedy] > -INFINITY)) return greedy;
   const float max_logit = logits[greedy];
 
+  // Every key >= threshold is kept: min_p's floor, then the k-th largest key if higher.
+  uint32_t threshold = params.min_p > 0.0f ? OrderedKey(max_logit + MinPLogitOffset(params)) : 0;
   // The keys kept, largest first (ties in id order do not matter: a threshold keeps all of them).
   std::vector<std::pair<uint32_t, uint64_t>> kept;  // (key, weight)
   kept.reserve(vocab_size);
   for (int64_t i = 0; i < vocab_size; ++i) kept.emplace_back(OrderedKey(logits[i]), 0);
-  uint32_t threshold = 0;
   if (params.top_k > 0 && params.top_k < vocab_size) {
-    // The k-th largest key: every key >= it is kept.
+    // The k-th largest key.
     std::nth_element(kept.begin(), kept.begin() + (params.top_k - 1), kept.end(),
                      [](const auto& a, const auto& b) { return a.first > b.first; });
-    threshold = kept[params.top_k - 1].first;
+    threshold = std::max(threshold, kept[params.top_k - 1].first);
   }
   if (params.top_p < 1.0f) {
     kept.clear();

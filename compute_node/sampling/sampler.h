@@ -1,7 +1,9 @@
 // Token sampling, the CPU reference for the GPU kernel in kernels/cuda/sampling.h. A draw's
-// penalties (penalties.h) change its logits first; then it is greedy at temperature 0 (the largest logit, lowest id on
-// ties); otherwise the softmax at the temperature, restricted to the top_k largest logits (every logit tied with the
-// k-th is kept), then to the fewest largest logits whose probability reaches top_p, and one draw from what is kept.
+// penalties (penalties.h) change its logits first; then it is greedy at temperature 0 (the
+// largest logit, lowest id on ties); otherwise the softmax at the temperature, restricted to the
+// tokens whose probability is at least min_p times the largest one's, and to the top_k largest
+// logits (every logit tied with the k-th is kept), then to the fewest largest logits of those whose
+// probability reaches top_p of theirs, and one draw from what is kept.
 //
 // A draw is a pure function of (logits, params, counter): probability masses are 32.32 fixed-point
 // integers, so their sums are exact in any order, and the random number is SplitMix64 of
@@ -37,6 +39,8 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // Keep only tokens whose probability is at least min_p times the most likely one's (0: no limit).
+  float min_p = 0.0f;
 
   bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
   bool has_penalties() const {
@@ -59,6 +63,10 @@ struct TokenDraw {
   uint64_t counter;
   const TokenHistory* history = nullptr;
 };
+
+// The logit offset from the largest below which min_p drops a token: temperature * ln(min_p), in
+// float as the GPU kernel gets it; -infinity when min_p is off (0).
+float MinPLogitOffset(const SamplingParams& params);
 
 // One token from logits [vocab_size].
 int32_t SampleToken(const float* logits, int64_t vocab_size, const SamplingParams& params, uint64_t counter);

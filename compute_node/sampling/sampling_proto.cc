@@ -7,6 +7,7 @@ SamplingParams SamplingFromProto(const lamina::v1::SamplingParams& proto) {
   params.temperature = proto.temperature();
   params.top_k = proto.top_k();
   params.top_p = proto.top_p() != 0.0f ? proto.top_p() : 1.0f;
+  params.min_p = proto.min_p();
   params.seed = proto.seed();
   params.logprobs = proto.logprobs();
   params.top_logprobs = proto.top_logprobs();
@@ -20,6 +21,7 @@ void SamplingToProto(const SamplingParams& params, lamina::v1::SamplingParams* p
   proto->set_temperature(params.temperature);
   proto->set_top_k(params.top_k);
   proto->set_top_p(params.top_p);
+  proto->set_min_p(params.min_p);
   proto->set_seed(params.seed);
   proto->set_logprobs(params.logprobs);
   proto->set_top_logprobs(params.top_logprobs);

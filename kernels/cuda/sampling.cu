@@ -234,16 +234,20 @@ __device__ uint64_t MassAtLeast(const Reader& reader, uint32_t threshold, float 
 
 // The token of the draw: the position whose cumulative mass, over the keys ≥ threshold in
 // position order, first exceeds the draw (SampleToken's walk). `row_mass`, when the top-p
-// threshold is to be found with no top-k one, is the mass of the whole row (the reader may hold
-// only part of it).
+// threshold is to be found with neither a top-k nor a min-p one, is the mass of the whole row (the
+// reader may hold only part of it). The reader holds every key the thresholds keep.
 template <typename Reader>
 __device__ int64_t SelectAndDraw(const Reader& reader, const DeviceSamplingParams& p, int64_t vocab, float best,
                                  int64_t best_index, uint64_t row_mass) {
   const bool top_k = p.top_k > 0 && p.top_k < vocab;
-  uint32_t threshold = 0;
-  if (top_k) threshold = RadixSelect(reader, 0, static_cast<uint64_t>(p.top_k), false, best, p.temperature);
+  const bool min_p = p.min_p_offset > -INFINITY;
+  // Every key >= threshold is kept: min_p's floor, then the k-th largest key if higher.
+  uint32_t threshold = min_p ? OrderedKey(best + p.min_p_offset) : 0;
+  if (top_k) {
+    threshold = max(threshold, RadixSelect(reader, 0, static_cast<uint64_t>(p.top_k), false, best, p.temperature));
+  }
   if (p.top_p < 1.f) {
-    const uint64_t total = top_k ? MassAtLeast(reader, threshold, best, p.temperature) : row_mass;
+    const uint64_t total = top_k || min_p ? MassAtLeast(reader, threshold, best, p.temperature) : row_mass;
     const uint64_t target = static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total)));
     threshold = RadixSelect(reader, threshold, target < 1 ? 1 : target, true, best, p.temperature);
   }
@@ -471,11 +475,13 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
   }
 
   // Everything the draw can keep lies within some band below the maximum: the top_k largest
-  // logits, or (top-p alone) the largest ones that hold the top-p share of the row's mass. When a
+  // logits; else those min_p keeps (the top-p share is then of their mass, so the band holds them
+  // all); else (top-p alone) the largest ones that hold the top-p share of the row's mass. When a
   // band narrow enough to gather holds that, the selection and the draw run on it in shared
   // memory; otherwise over the whole row.
   const bool top_k = p.top_k > 0 && p.top_k < vocab;
-  const bool top_p_alone = !top_k && p.top_p < 1.f;
+  const bool min_p = !top_k && p.min_p_offset > -INFINITY;
+  const bool top_p_alone = !top_k && !min_p && p.top_p < 1.f;
   __shared__ float floor[kBands];
   if (threadIdx.x < kBands) floor[threadIdx.x] = best - BandWidth(threadIdx.x) * (top_p_alone ? p.temperature : 1.f);
   __syncthreads();
@@ -483,7 +489,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
   uint64_t band_mass[kBands] = {}, row_mass = 0;  // top-p alone
   if (top_p_alone) {
     CountBands<true>(reader, floor, best, p.temperature, warp_count, band_mass, &row_mass);
-  } else if (top_k) {
+  } else if (top_k || min_p) {
     CountBands<false>(reader, floor, best, p.temperature, warp_count, nullptr, nullptr);
   }
   __syncthreads();
@@ -513,12 +519,16 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, co
     row_mass += other->row_mass;
   }
   int band = -1;
-  if (top_k || top_p_alone) {
+  if (top_k || min_p || top_p_alone) {
     const uint64_t target =
-        top_k ? 0 : static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(row_mass)));
+        top_p_alone ? static_cast<uint64_t>(ceil(static_cast<double>(p.top_p) * static_cast<double>(row_mass))) : 0;
+    const float min_p_floor = best + p.min_p_offset;
     for (int b = 0; b < kBands && band < 0; ++b) {
       if (band_count[b] > kMaxCandidates) break;
-      if (top_k ? band_count[b] >= static_cast<uint64_t>(p.top_k) : band_mass[b] >= target) band = b;
+      const bool holds = top_k   ? band_count[b] >= static_cast<uint64_t>(p.top_k)
+                         : min_p ? floor[b] <= min_p_floor
+                                 : band_mass[b] >= target;
+      if (holds) band = b;
     }
   }
   extern __shared__ __align__(16) unsigned char candidate_bytes[];  // kCandidateBytes, the first block's used

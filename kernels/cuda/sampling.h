@@ -1,8 +1,9 @@
 // Token sampling on the GPU, one block per row of logits (a cluster of up to 8 blocks per row while
 // the rows leave SMs idle, the others reading slices of the row for the first), with the semantics of
 // compute_node/sampling/sampler.h: greedy at temperature 0 (lowest index on ties); otherwise the
-// softmax at the temperature restricted to the top_k largest logits, then to the smallest set of
-// those whose probability reaches top_p, and one draw from it.
+// softmax at the temperature restricted to the logits within min_p's offset of the largest and to
+// the top_k largest logits, then to the smallest set of those whose probability reaches top_p of
+// theirs, and one draw from it.
 //
 // The thresholds are found by radix selection over the logits' bits (no sort), and probability
 // masses are summed in 32.32 fixed point, so a draw is bit-for-bit reproducible. The selection
@@ -20,6 +21,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -32,6 +34,9 @@ struct DeviceSamplingParams {
   float top_p;        // 1: no limit
   uint64_t seed;
   uint64_t counter;   // e.g. the position of the token being sampled
+  // Logits below the largest plus this are dropped (min_p: temperature * ln(min_p), as
+  // MinPLogitOffset in compute_node/sampling/sampler.h); -infinity: no limit.
+  float min_p_offset = -INFINITY;
 };
 
 // Draws one token per draw: draw i from logits row `rows[i]` (row i when `rows` is null).

@@ -1,9 +1,9 @@
 // lamina-bench-step-kernels: the kernels of a decode step other than the GEMMs, at the batch sizes
 // where they are a step's fixed cost, against baselines measured in the same run:
-//  - token sampling (temperature 0.8 with top-k 50, top-p 0.95, or both) against greedy, over rows
-//    of 128,256 logits, flat (normal, sd 2.5: a nucleus of thousands of tokens) or peaked (the
-//    same with 20 tokens lifted 3 to 9 above the rest, as a confident model's), and against
-//    reading the logits once at the best plain read rate;
+//  - token sampling (temperature 0.8 with top-k 50, top-p 0.95, both, min-p 0.05, or min-p with
+//    top-p) against greedy, over rows of 128,256 logits, flat (normal, sd 2.5: a nucleus of
+//    thousands of tokens) or peaked (the same with 20 tokens lifted 3 to 9 above the rest, as a
+//    confident model's), and against reading the logits once at the best plain read rate;
 //  - log probabilities with 0, 5 or 20 alternatives against greedy sampling of the same rows;
 //  - repetition, presence and frequency penalties over histories of 2048 tokens: the host's edits
 //    (compute_node/sampling/penalties.h) and the device's upload, edit and restore, against
@@ -27,6 +27,7 @@
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
 #include "compute_node/sampling/penalties.h"
+#include "compute_node/sampling/sampler.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/logprobs.h"
@@ -70,9 +71,11 @@ absl::Status BenchSampling(const std::vector<int32_t>& batches, double read_rate
     float temperature;
     int32_t top_k;
     float top_p;
+    float min_p = 0.f;
   };
-  const Mode modes[] = {{"greedy", 0.f, 0, 1.f}, {"top-k 50", 0.8f, 50, 1.f}, {"top-p .95", 0.8f, 0, 0.95f},
-                        {"k 50, p .95", 0.8f, 50, 0.95f}};
+  const Mode modes[] = {{"greedy", 0.f, 0, 1.f},           {"top-k 50", 0.8f, 50, 1.f},
+                        {"top-p .95", 0.8f, 0, 0.95f},     {"k 50, p .95", 0.8f, 50, 0.95f},
+                        {"min-p .05", 0.8f, 0, 1.f, .05f}, {"min-p .05, p .95", 0.8f, 0, 0.95f, .05f}};
   std::printf("\nToken sampling over %lld logits a row, us per call (and x greedy)\n", static_cast<long long>(kVocab));
   std::printf("%7s %6s %11s", "logits", "batch", "read floor");
   for (const Mode& m : modes) std::printf(" %20s", m.name);
@@ -85,7 +88,11 @@ absl::Status BenchSampling(const std::vector<int32_t>& batches, double read_rate
       double greedy_ms = 0;
       for (const Mode& m : modes) {
         std::vector<kc::DeviceSamplingParams> params(batch);
-        for (int b = 0; b < batch; ++b) params[b] = {m.temperature, m.top_k, m.top_p, 7, static_cast<uint64_t>(b)};
+        SamplingParams sp{m.temperature, m.top_k, m.top_p, 7};
+        sp.min_p = m.min_p;
+        for (int b = 0; b < batch; ++b) {
+          params[b] = {m.temperature, m.top_k, m.top_p, 7, static_cast<uint64_t>(b), MinPLogitOffset(sp)};
+        }
         LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_params, Upload(params));
         LAMINA_ASSIGN_OR_RETURN(double ms, MedianMs(
                                                [&] {

@@ -364,7 +364,7 @@ absl::Status CudaSliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draw
   auto* params = host_draw_params_.as<kc::DeviceSamplingParams>();
   for (int64_t i = 0; i < n; ++i) {
     const SamplingParams& p = draws[i].params;
-    params[i] = {p.temperature, p.top_k, p.top_p, p.seed, draws[i].counter};
+    params[i] = {p.temperature, p.top_k, p.top_p, p.seed, draws[i].counter, MinPLogitOffset(p)};
   }
   std::copy(logits_rows.begin(), logits_rows.end(), host_draw_rows_.as<int32_t>());
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(draw_rows_.data(), host_draw_rows_.data(), n * sizeof(int32_t),

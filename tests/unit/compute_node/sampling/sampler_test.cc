@@ -68,6 +68,34 @@ TEST(SamplerTest, TopKKeepsEveryLogitTiedWithTheKth) {
   EXPECT_EQ(freq[3], 0.0);
 }
 
+TEST(SamplerTest, MinPKeepsTokensAtLeastMinPTimesAsLikelyAsTheMostLikely) {
+  // At T = 1 the probabilities are in the ratios 1 : 0.5 : 0.25 : 0.1: min_p 0.3 keeps two.
+  const std::vector<float> logits = {0.0f, std::log(0.5f), std::log(0.25f), std::log(0.1f)};
+  SamplingParams params{1.0f, 0, 1.0f, 9};
+  params.min_p = 0.3f;
+  std::map<int32_t, double> freq = Frequencies(logits, params, 6000);
+  EXPECT_EQ(freq[2], 0.0);
+  EXPECT_EQ(freq[3], 0.0);
+  EXPECT_NEAR(freq[0], 2 / 3.0, 0.03);
+  // At T = 2 they are 1 : 0.71 : 0.5 : 0.32: all four stay.
+  params.temperature = 2.0f;
+  freq = Frequencies(logits, params, 6000);
+  EXPECT_GT(freq[3], 0.05);
+  // top_p 0.4 of what min_p 0.4 keeps (0.45 : 0.32 : 0.23 of three): the first alone.
+  params.min_p = 0.4f;
+  params.top_p = 0.4f;
+  freq = Frequencies(logits, params, 2000);
+  EXPECT_EQ(freq.size(), 1u);
+  EXPECT_NEAR(freq[0], 1.0, 1e-9);
+  // min_p 1 keeps the most likely and its ties only.
+  params = SamplingParams{1.0f, 0, 1.0f, 9};
+  params.min_p = 1.0f;
+  freq = Frequencies({2.0f, 1.0f, 2.0f}, params, 2000);
+  EXPECT_EQ(freq[1], 0.0);
+  EXPECT_GT(freq[0], 0.4);
+  EXPECT_GT(freq[2], 0.4);
+}
+
 TEST(SamplerTest, ValidateNamesTheBadField) {
   auto message = [](const SamplingParams& p) { return std::string(p.Validate().message()); };
   EXPECT_NE(message({-1.0f, 0, 1.0f, 0}).find("temperature"), std::string::npos);
@@ -75,6 +103,9 @@ TEST(SamplerTest, ValidateNamesTheBadField) {
   EXPECT_NE(message({1.0f, 0, 0.0f, 0}).find("top_p"), std::string::npos);
   EXPECT_NE(message({1.0f, 0, 1.0f, 0, true, 21}).find("top_logprobs must be from 0 to 20, got 21"), std::string::npos);
   EXPECT_NE(message({1.0f, 0, 1.0f, 0, false, -1}).find("top_logprobs"), std::string::npos);
+  SamplingParams min_p;
+  min_p.min_p = 1.5f;
+  EXPECT_EQ(message(min_p), "min_p must be from 0 to 1, got 1.5");
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
   EXPECT_TRUE((SamplingParams{0.0f, 0, 1.0f, 0, true, 20}).Validate().ok());
 }

@@ -200,5 +200,36 @@ TEST(LocalClusterCudaTest, PenaltiesEditTheLogitsOnTheGpu) {
   EXPECT_EQ(GenerateAll(**cluster, {sampled})[0], first[1]);
 }
 
+// min_p reaches the GPU's sampler: every draw is at least min_p times as likely, at the
+// temperature, as the most likely token at its step, going by the raw log probabilities.
+TEST(LocalClusterCudaTest, MinPKeepsEveryDrawWithinMinPOfTheMostLikelyToken) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"), &ThreadPool::Default(), kGpu);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GenerationRequest r;
+  r.prompt = (*cluster)->tokenizer().EncodePrompt("We");
+  r.max_tokens = 64;
+  r.ignore_eos = true;
+  r.n = 4;
+  r.sampling = {1.5f, 0, 1.0f, 31};
+  r.sampling.top_logprobs = 1;
+  auto lowest_ratio = [&] {  // the smallest ln(p / p_max) at the temperature
+    double lowest = 0.0;
+    EXPECT_TRUE((*cluster)
+                    ->Generate({&r, 1},
+                               [&](const TokenEvent& e) {
+                                 ASSERT_NE(e.logprobs, nullptr);
+                                 lowest = std::min<double>(lowest, (e.logprobs->logprob - e.logprobs->top_logprobs[0]) /
+                                                                       r.sampling.temperature);
+                               })
+                    .ok());
+    return lowest;
+  };
+  EXPECT_LT(lowest_ratio(), std::log(0.1)) << "without min_p some draw is unlikely: the test would prove nothing";
+  r.sampling.min_p = 0.1f;
+  EXPECT_GE(lowest_ratio(), std::log(0.1) - 1e-4);
+}
+
 }  // namespace
 }  // namespace lamina

@@ -501,17 +501,28 @@ TEST_F(CudaSamplingTest, EveryDrawEqualsTheCpuSamplerOnTheSameLogits) {
       float temperature;
       int32_t top_k;
       float top_p;
+      float min_p = 0.f;
     };
-    const Case cases[] = {{0.f, 0, 1.f},    {1.f, 0, 1.f}, {0.7f, 50, 1.f},    {1.2f, 0, 0.9f},
-                          {0.9f, 40, 0.8f}, {2.f, 1, 1.f}, {0.8f, 20000, 1.f}, {0.5f, 3000, 0.95f}};
+    // min_p alone keeps a few tokens (0.2), thousands (1e-6, a band gathered) or more than any
+    // band holds (1e-12, the whole row); with top-k and with top-p.
+    const Case cases[] = {{0.f, 0, 1.f},          {1.f, 0, 1.f},
+                          {0.7f, 50, 1.f},        {1.2f, 0, 0.9f},
+                          {0.9f, 40, 0.8f},       {2.f, 1, 1.f},
+                          {0.8f, 20000, 1.f},     {0.5f, 3000, 0.95f},
+                          {1.f, 0, 1.f, 0.2f},    {1.f, 0, 1.f, 1e-6f},
+                          {1.f, 0, 1.f, 1e-12f},  {0.8f, 50, 1.f, 0.01f},
+                          {1.2f, 0, 0.9f, 1e-4f}, {0.9f, 2000, 0.95f, 1e-5f}};
     constexpr int kCases = sizeof(cases) / sizeof(cases[0]);
     std::vector<int32_t> rows;
+    std::vector<SamplingParams> cpu_params;
     std::vector<cuda::DeviceSamplingParams> params;
     for (int i = 0; i < 30 * kCases; ++i) {
       const Case& c = cases[i % kCases];
       rows.push_back((i * 7) % logit_rows);
-      params.push_back(
-          {c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(1000 + i / kCases), static_cast<uint64_t>(i)});
+      SamplingParams sp{c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(1000 + i / kCases)};
+      sp.min_p = c.min_p;
+      cpu_params.push_back(sp);
+      params.push_back({sp.temperature, sp.top_k, sp.top_p, sp.seed, static_cast<uint64_t>(i), MinPLogitOffset(sp)});
     }
     DeviceBuffer d_logits = Upload(logits), d_rows = Upload(rows), d_params = Upload(params);
     // All draws in one launch (a block each), then launches of 33 and of 1 (a cluster of blocks
@@ -531,9 +542,10 @@ TEST_F(CudaSamplingTest, EveryDrawEqualsTheCpuSamplerOnTheSameLogits) {
       for (size_t i = 0; i < params.size(); ++i) {
         const cuda::DeviceSamplingParams& p = params[i];
         const float* row = logits.data() + rows[i] * vocab;
-        const int32_t want = SampleToken(row, vocab, {p.temperature, p.top_k, p.top_p, p.seed}, p.counter);
+        const int32_t want = SampleToken(row, vocab, cpu_params[i], p.counter);
         EXPECT_EQ(got[i], want) << "vocab " << vocab << ", draw " << i << " of row " << rows[i] << " at temperature "
-                                << p.temperature << ", top_k " << p.top_k << ", top_p " << p.top_p;
+                                << p.temperature << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p "
+                                << cpu_params[i].min_p;
         sampled_apart_from_greedy += want != ArgMax(row, vocab);
       }
       EXPECT_GT(sampled_apart_from_greedy, 120);  // the draws are not all greedy in disguise

@@ -1,6 +1,7 @@
-// Penalties on a real cluster: the compute node counts the tokens of each sequence, including
-// those it never computed (a cached prompt prefix, a prompt's earlier chunks, a preempted
-// sample's output before it was recomputed), so every output equals single-process mode's.
+// Sampling parameters on a real cluster, against single-process mode. Penalties: the compute node
+// counts the tokens of each sequence, including those it never computed (a cached prompt prefix, a
+// prompt's earlier chunks, a preempted sample's output before it was recomputed), so every output
+// equals single-process mode's. min_p reaches the sampler.
 #include <map>
 #include <string>
 #include <vector>
@@ -92,6 +93,12 @@ TEST(ClusterTest, PenaltiesCountCachedPrefixesAndEarlierChunksAndEqualSingleProc
     plain.mutable_sampling()->clear_frequency_penalty();
     EXPECT_NE(SingleProcess(**local, plain), want) << "request " << i << ": the penalties changed nothing";
   }
+
+  lamina::v1::GenerateRequest min_p = IdsRequest(long_a, 30);
+  min_p.mutable_sampling()->set_temperature(1.5f);
+  min_p.mutable_sampling()->set_seed(3);
+  min_p.mutable_sampling()->set_min_p(0.05f);
+  EXPECT_EQ(OnCluster(**cluster, min_p), SingleProcess(**local, min_p)) << "min_p";
 
   lamina::v1::GenerateRequest bad = Penalized(long_a, 4);
   bad.mutable_sampling()->set_repetition_penalty(-1.0f);

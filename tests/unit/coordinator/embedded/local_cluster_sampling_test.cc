@@ -1,6 +1,7 @@
-// Repetition, presence and frequency penalties in single-process mode, against a reference written
-// apart from compute_node/sampling/penalties.h: on the golden logits, and on the engine's own
-// logits at every step of a long generation.
+// Sampling parameters in single-process mode: repetition, presence and frequency penalties against
+// a reference written apart from compute_node/sampling/penalties.h (on the golden logits, and on
+// the engine's own logits at every step of a long generation), and min_p against the raw log
+// probabilities of each draw.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -183,6 +184,33 @@ TEST(PenaltiesTest, EachSampleOfAnNRequestCountsItsOwnTokens) {
   unpenalized.sampling.temperature = 1.0f;
   unpenalized.sampling.seed = 90;
   EXPECT_NE(Generate(**cluster, unpenalized), samples[0]);
+}
+
+// Every token drawn with min_p is at least min_p times as likely, at the temperature, as the most
+// likely one at its step: (logprob - the top logprob) / T >= ln(min_p); without min_p some are not.
+TEST(MinPTest, EveryDrawIsWithinMinPOfTheMostLikelyToken) {
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  SamplingParams params{1.5f, 0, 1.0f, 31};
+  params.top_logprobs = 1;
+  GenerationRequest r = Greedy((*cluster)->tokenizer().EncodePrompt("We"), 64, params);
+  r.n = 4;
+  auto lowest_ratio = [&](const GenerationRequest& request) {  // the smallest ln(p / p_max) at T
+    double lowest = 0.0;
+    EXPECT_TRUE((*cluster)
+                    ->Generate({&request, 1},
+                               [&](const TokenEvent& e) {
+                                 ASSERT_NE(e.logprobs, nullptr);
+                                 ASSERT_EQ(e.logprobs->top_count, 1);
+                                 lowest = std::min<double>(
+                                     lowest, (e.logprobs->logprob - e.logprobs->top_logprobs[0]) / params.temperature);
+                               })
+                    .ok());
+    return lowest;
+  };
+  EXPECT_LT(lowest_ratio(r), std::log(0.1)) << "without min_p some draw is unlikely: the test would prove nothing";
+  r.sampling.min_p = 0.1f;
+  EXPECT_GE(lowest_ratio(r), std::log(0.1) - 1e-5);
 }
 
 TEST(PenaltiesTest, ABadPenaltyIsRefusedNamingTheRequestAndTheField) {
