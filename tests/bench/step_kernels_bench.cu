@@ -110,6 +110,20 @@ absl::Status BenchSampling(const std::vector<int32_t>& batches, double read_rate
   return absl::OkStatus();
 }
 
+// Greedy sampling of the first `batch` rows of `logits` [rows, kVocab]: the baseline of the
+// blocks below, ms per call.
+absl::StatusOr<double> GreedyMs(const cuda::DeviceBuffer& logits, int batch, cudaStream_t stream) {
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer params,
+                          Upload(std::vector<kc::DeviceSamplingParams>(batch, {0.f, 0, 1.f, 7, 0})));
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer tokens, cuda::DeviceBuffer::Create(batch * sizeof(int32_t)));
+  return MedianMs(
+      [&] {
+        return kc::Sample(logits.as<float>(), nullptr, params.as<kc::DeviceSamplingParams>(), tokens.as<int32_t>(),
+                          batch, kVocab, stream);
+      },
+      stream, 20);
+}
+
 // Log probabilities asked for with the tokens (kernels/cuda/logprobs.h) against greedy sampling
 // of the same rows, both timed here: the cost a request adds by asking.
 absl::Status BenchLogprobs(const std::vector<int32_t>& batches, double read_rate, cudaStream_t stream) {
@@ -122,8 +136,6 @@ absl::Status BenchLogprobs(const std::vector<int32_t>& batches, double read_rate
   LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_tokens, Upload(std::vector<int32_t>(max_batch, 5)));
   LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_out,
                           cuda::DeviceBuffer::Create(max_batch * sizeof(kc::DeviceTokenLogprobs)));
-  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_greedy,
-                          Upload(std::vector<kc::DeviceSamplingParams>(max_batch, {0.f, 0, 1.f, 7, 0})));
   const int32_t tops[] = {0, 5, 20};
   std::printf("\nLog probabilities over %lld logits a row, us per call (and x greedy sampling)\n",
               static_cast<long long>(kVocab));
@@ -131,13 +143,7 @@ absl::Status BenchLogprobs(const std::vector<int32_t>& batches, double read_rate
   for (int32_t top : tops) std::printf("        top %2d", top);
   std::printf("\n");
   for (int batch : batches) {
-    LAMINA_ASSIGN_OR_RETURN(double greedy_ms, MedianMs(
-                                                  [&] {
-                                                    return kc::Sample(d_logits.as<float>(), nullptr,
-                                                                      d_greedy.as<kc::DeviceSamplingParams>(),
-                                                                      d_tokens.as<int32_t>(), batch, kVocab, stream);
-                                                  },
-                                                  stream, 20));
+    LAMINA_ASSIGN_OR_RETURN(double greedy_ms, GreedyMs(d_logits, batch, stream));
     std::printf("%6d %11.1f %10.1f", batch, batch * kVocab * sizeof(float) / read_rate * 1e6, greedy_ms * 1e3);
     for (int32_t top : tops) {
       LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_tops, Upload(std::vector<int32_t>(batch, top)));
@@ -179,22 +185,13 @@ absl::Status BenchPenalties(const std::vector<int32_t>& batches, cudaStream_t st
   params.presence_penalty = 0.5f;
   params.frequency_penalty = 0.2f;
   LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_logits, Upload(logits));
-  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_tokens, cuda::DeviceBuffer::Create(max_batch * sizeof(int32_t)));
-  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_greedy,
-                          Upload(std::vector<kc::DeviceSamplingParams>(max_batch, {0.f, 0, 1.f, 7, 0})));
   std::printf(
       "\nPenalties over histories of 2048 tokens (%zu distinct in the first), us per step (and x greedy "
       "sampling)\n",
       histories[0].entries().size());
   std::printf("%6s %10s %9s %16s %16s\n", "batch", "greedy", "edits", "host edits", "device");
   for (int batch : batches) {
-    LAMINA_ASSIGN_OR_RETURN(double greedy_ms, MedianMs(
-                                                  [&] {
-                                                    return kc::Sample(d_logits.as<float>(), nullptr,
-                                                                      d_greedy.as<kc::DeviceSamplingParams>(),
-                                                                      d_tokens.as<int32_t>(), batch, kVocab, stream);
-                                                  },
-                                                  stream, 20));
+    LAMINA_ASSIGN_OR_RETURN(double greedy_ms, GreedyMs(d_logits, batch, stream));
     // As CudaSliceBackend::QueuePenalties: each row's edits written into pinned memory.
     int64_t most = 0;
     for (int b = 0; b < batch; ++b) most += static_cast<int64_t>(histories[b].entries().size());
