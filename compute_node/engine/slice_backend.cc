@@ -14,17 +14,15 @@ absl::Status SliceBackend::RunLastAndSample(absl::Span<const TokenDraw> draws, i
   for (const TokenDraw& d : draws) rows.push_back(d.row);
   Tensor logits;
   LAMINA_RETURN_IF_ERROR(RunLast(rows, &logits));
-  std::vector<float> penalized;
   for (size_t i = 0; i < draws.size(); ++i) {
-    const float* row = logits.row(static_cast<int64_t>(i));
-    const float* drawn_from = row;  // log probabilities stay those of the raw logits
+    float* row = logits.row(static_cast<int64_t>(i));  // the draw's own copy of its row
+    std::vector<SavedLogit> saved;
     if (draws[i].params.has_penalties()) {
       if (draws[i].history == nullptr) return absl::InternalError("a draw with penalties has no token history");
-      penalized.assign(row, row + logits.dim(1));
-      ApplyPenalties(PenaltyEdits(draws[i].params, *draws[i].history), penalized.data(), logits.dim(1));
-      drawn_from = penalized.data();
+      saved = ApplyPenalties(draws[i].params, *draws[i].history, row, logits.dim(1));
     }
-    tokens[i] = SampleToken(drawn_from, logits.dim(1), draws[i].params, draws[i].counter);
+    tokens[i] = SampleToken(row, logits.dim(1), draws[i].params, draws[i].counter);
+    RestoreLogits(saved, row);  // log probabilities are of the raw logits
     if (logprobs != nullptr && draws[i].params.wants_logprobs()) {
       logprobs[i] = ComputeLogprobs(row, logits.dim(1), tokens[i], draws[i].params.top_logprobs);
     }

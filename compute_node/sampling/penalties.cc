@@ -26,11 +26,19 @@ std::vector<PenaltyEdit> PenaltyEdits(const SamplingParams& params, const TokenH
   return edits;
 }
 
-void ApplyPenalties(const std::vector<PenaltyEdit>& edits, float* logits, int64_t vocab_size) {
-  for (const PenaltyEdit& edit : edits) {
-    if (edit.token < 0 || edit.token >= vocab_size) continue;
+std::vector<SavedLogit> ApplyPenalties(const SamplingParams& params, const TokenHistory& history, float* logits,
+                                       int64_t vocab_size) {
+  std::vector<SavedLogit> saved;
+  ForEachPenaltyEdit(params, history, [&](const PenaltyEdit& edit) {
+    if (edit.token < 0 || edit.token >= vocab_size) return;
+    saved.push_back({edit.token, logits[edit.token]});
     logits[edit.token] = EditLogit(logits[edit.token], edit);
-  }
+  });
+  return saved;
+}
+
+void RestoreLogits(const std::vector<SavedLogit>& saved, float* logits) {
+  for (const SavedLogit& s : saved) logits[s.token] = s.logit;
 }
 
 }  // namespace lamina

@@ -84,8 +84,18 @@ inline float EditLogit(float logit, const PenaltyEdit& edit) {
   return (logit > 0.0f ? logit / edit.divisor : logit * edit.divisor) - edit.subtract;
 }
 
-// Applies the edits to logits [vocab_size]; tokens outside the vocabulary are skipped.
-void ApplyPenalties(const std::vector<PenaltyEdit>& edits, float* logits, int64_t vocab_size);
+// A logit before ApplyPenalties edited it.
+struct SavedLogit {
+  int32_t token;
+  float logit;
+};
+
+// Applies `params`' penalties for `history` to logits [vocab_size] in place (tokens outside the
+// vocabulary are skipped), touching only the edited logits; returns their old values, which
+// RestoreLogits puts back (log probabilities are of the raw logits).
+std::vector<SavedLogit> ApplyPenalties(const SamplingParams& params, const TokenHistory& history, float* logits,
+                                       int64_t vocab_size);
+void RestoreLogits(const std::vector<SavedLogit>& saved, float* logits);
 
 }  // namespace lamina
 

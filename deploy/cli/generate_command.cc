@@ -54,8 +54,8 @@ const char kGenerateUsage[] =
     "  --stop TEXT        stop when the text contains TEXT (repeatable; --endpoint only)\n"
     "  --print-ids        print generated token ids, one line per prompt, instead of text\n"
     "  --logprobs N       after each completion, a line per token: its log probability under the\n"
-    "                     model (before temperature, top-k, top-p) and the N most likely tokens at\n"
-    "                     its step (0 to 20)\n";
+    "                     model (before any sampling option) and the N most likely tokens at its\n"
+    "                     step (0 to 20)\n";
 
 namespace {
 

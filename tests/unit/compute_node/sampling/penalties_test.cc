@@ -39,7 +39,7 @@ TEST(PenaltiesTest, EditsFollowTheDefinitionAndLeaveOtherTokens) {
   params.presence_penalty = 0.5f;
   params.frequency_penalty = 0.25f;
   std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 3.0f, 1.0f, -1.0f, 1.0f, 4.0f, 1.0f};
-  ApplyPenalties(PenaltyEdits(params, ExampleHistory()), logits.data(), static_cast<int64_t>(logits.size()));
+  ApplyPenalties(params, ExampleHistory(), logits.data(), static_cast<int64_t>(logits.size()));
   // 5 (prompt): 3 / 2. 7 (prompt, generated once): -1 * 2 - (0.25 + 0.5). 9 (generated twice):
   // 4 / 2 - (0.5 + 0.5).
   const std::vector<float> want = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.5f, 1.0f, -2.75f, 1.0f, 1.0f, 1.0f};
@@ -58,7 +58,7 @@ TEST(PenaltiesTest, EachPenaltyAloneTouchesOnlyItsTokens) {
   repetition.repetition_penalty = 0.5f;
   std::vector<float> logits(10, -3.0f);
   logits[5] = 2.0f;
-  ApplyPenalties(PenaltyEdits(repetition, ExampleHistory()), logits.data(), 10);
+  ApplyPenalties(repetition, ExampleHistory(), logits.data(), 10);
   EXPECT_EQ(logits[5], 4.0f);
   EXPECT_EQ(logits[7], -1.5f);
   EXPECT_EQ(logits[9], -1.5f);
@@ -70,7 +70,7 @@ TEST(PenaltiesTest, NoPenaltiesNoEditsAndTokensOutsideTheVocabularyAreSkipped) {
   SamplingParams params;
   params.frequency_penalty = 1.0f;
   std::vector<float> logits(8, 0.0f);  // token 9 is outside
-  ApplyPenalties(PenaltyEdits(params, ExampleHistory()), logits.data(), 8);
+  ApplyPenalties(params, ExampleHistory(), logits.data(), 8);
   EXPECT_EQ(logits[7], -1.0f);
   EXPECT_EQ(logits[5], 0.0f);  // prompt only: no frequency penalty
 }
@@ -82,7 +82,7 @@ TEST(PenaltiesTest, APenaltyChangesTheGreedyToken) {
   logits[9] = 3.0f;  // generated twice
   logits[4] = 1.5f;
   EXPECT_EQ(SampleToken(logits.data(), 12, params, 0), 9);  // SampleToken itself does not penalize
-  ApplyPenalties(PenaltyEdits(params, ExampleHistory()), logits.data(), 12);
+  ApplyPenalties(params, ExampleHistory(), logits.data(), 12);
   EXPECT_EQ(SampleToken(logits.data(), 12, params, 0), 4);
 }
 

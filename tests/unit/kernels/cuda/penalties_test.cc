@@ -41,14 +41,16 @@ TEST(CudaPenaltiesTest, EditsEqualTheCpuReferenceBitForBitAndRestoreGivesTheRawL
   all.presence_penalty = 0.3f;
   all.frequency_penalty = -0.45f;
   below_one.repetition_penalty = 0.6f;
-  const std::vector<std::vector<PenaltyEdit>> edits = {
-      PenaltyEdits(all, long_history), {}, PenaltyEdits(below_one, short_history)};
+  const SamplingParams row_params[] = {all, SamplingParams{}, below_one};
+  const TokenHistory* row_history[] = {&long_history, &long_history, &short_history};
+  std::vector<std::vector<PenaltyEdit>> edits;
+  for (int r = 0; r < rows; ++r) edits.push_back(PenaltyEdits(row_params[r], *row_history[r]));
   ASSERT_GT(edits[0].size(), 500u);
 
   std::vector<cuda::DevicePenaltyEdit> device_edits;
   std::vector<float> want = logits;
   for (int32_t r = 0; r < rows; ++r) {
-    ApplyPenalties(edits[r], want.data() + r * vocab, vocab);
+    ApplyPenalties(row_params[r], *row_history[r], want.data() + r * vocab, vocab);
     for (const PenaltyEdit& e : edits[r]) device_edits.push_back({r, e.token, e.divisor, e.subtract});
   }
   const int64_t count = static_cast<int64_t>(device_edits.size());
