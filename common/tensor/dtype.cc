@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/tensor/float8.h"
 
 namespace lamina {
 
@@ -16,6 +17,8 @@ size_t DTypeSize(DType dtype) {
       return 2;
     case DType::kI64:
       return 8;
+    case DType::kF8E4M3:
+      return 1;
   }
   return 0;
 }
@@ -32,6 +35,8 @@ const char* DTypeName(DType dtype) {
       return "I64";
     case DType::kI32:
       return "I32";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -115,6 +120,9 @@ void ConvertToFloat32(DType dtype, const void* src, size_t count, float* dst) {
         std::memcpy(&v, bytes + 4 * i, 4);
         dst[i] = static_cast<float>(v);
       }
+      return;
+    case DType::kF8E4M3:
+      for (size_t i = 0; i < count; ++i) dst[i] = Float8E4M3ToFloat(bytes[i]);
       return;
   }
 }

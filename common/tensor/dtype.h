@@ -11,11 +11,13 @@
 
 namespace lamina {
 
-enum class DType { kF32, kF16, kBF16, kI64, kI32 };
+// kF8E4M3 (float8 e4m3, float8_e4m3fn in PyTorch) is a KV pool's element type only
+// (common/tensor/float8.h): ParseDType does not accept it, as Lamina reads no float8 checkpoints.
+enum class DType { kF32, kF16, kBF16, kI64, kI32, kF8E4M3 };
 
 // Bytes per element.
 size_t DTypeSize(DType dtype);
-// The safetensors spelling: "F32", "F16", "BF16", "I64", "I32".
+// The safetensors spelling: "F32", "F16", "BF16", "I64", "I32", "F8_E4M3".
 const char* DTypeName(DType dtype);
 // Parses a safetensors dtype string; InvalidArgument names an unsupported one.
 absl::StatusOr<DType> ParseDType(std::string_view name);

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/float8_rows.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vectors.h"
 
@@ -173,7 +175,9 @@ inline __attribute__((always_inline)) void AccumulateBlock(const float* p, const
 // i is row i of q, `q_head_stride` apart, and reads KV head i / group), attending to keys
 // rows[begin..end) (rows == nullptr means row i is i); the normalised outputs go to out (query
 // head i at out + i * out_head_stride). Row r of KV head h is at k_head (v_head) + r * row_stride
-// + h * head_dim. T: float, or uint16_t for bfloat16 (widened to float as it is read).
+// + h * head_dim. T: float, uint16_t for bfloat16 (widened to float as it is read) or uint8_t for
+// float8 e4m3: a block's rows of a head are widened first (`widen`, to 1/256 of their values,
+// float8_rows.h), and row r's head h is scaled by 256 × k_scales (v_scales)[r * scale_stride + h].
 template <typename T>
 struct HeadsTask {
   const float* q;
@@ -189,7 +193,15 @@ struct HeadsTask {
   int64_t head_dim;
   float* out;
   int64_t out_head_stride;
+  const float* k_scales = nullptr;  // float8 only
+  const float* v_scales = nullptr;
+  int64_t scale_stride = 0;
+  WidenFloat8RowsFn widen = nullptr;
 };
+
+// Whether a cache of T keeps a scale per (slot, kv head): float8's does.
+template <typename T>
+constexpr bool kScaled = sizeof(T) == 1;
 
 // Runs a HeadsTask. The heads of one row lie side by side, so taking several together reads whole
 // rows. Scores are kept in log2 units (the queries pre-scaled by log2(e) / sqrt(head_dim)), so the
@@ -199,7 +211,7 @@ struct HeadsTask {
 template <typename Vec, typename T>
 inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task) {
   const auto [q, q_head_stride, group, heads, k_head, v_head, row_stride, rows, begin, end, head_dim, out,
-              out_head_stride] = task;
+              out_head_stride, k_scales, v_scales, scale_stride, widen] = task;
   const int64_t q_heads = heads * group;
   const float scale = 1.4426950409f / std::sqrt(static_cast<float>(head_dim));
   // Per-thread scratch, reused across calls: the decode path allocates nothing once warm.
@@ -219,8 +231,14 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task)
   // widened) once for the four. Sixteen registers (AVX2) hold two heads' tiles.
   constexpr bool kFourHeads = kLanes<Vec> >= 16;
   const int64_t row_floats = heads * head_dim;
-  const T* keys[kKeyBlock];
-  const T* values[kKeyBlock];
+  // The rows scored and summed: the cache's own, or (float8) a block's widened rows of a head,
+  // keys then values, with their scales.
+  using Row = std::conditional_t<kScaled<T>, float, T>;
+  const Row* keys[kKeyBlock];
+  const Row* values[kKeyBlock];
+  thread_local std::vector<float> widened;
+  float key_scales[kKeyBlock], value_scales[kKeyBlock];
+  if constexpr (kScaled<T>) widened.resize(2 * kKeyBlock * head_dim);
   Prefetch(k_head, v_head, row_stride, rows, begin, std::min(end, begin + kKeyBlock), row_floats);
   for (int64_t block = begin; block < end; block += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, end - block);
@@ -230,10 +248,31 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task)
       // the work in between needs.
       Prefetch(k_head + h * head_dim, v_head + h * head_dim, row_stride, rows, block + kKeyBlock,
                std::min(end, block + 2 * kKeyBlock), head_dim);
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t row = rows ? rows[block + j] : block + j;
-        keys[j] = k_head + row * row_stride + h * head_dim;
-        values[j] = v_head + row * row_stride + h * head_dim;
+      if constexpr (kScaled<T>) {
+        const T* key_codes[kKeyBlock];
+        const T* value_codes[kKeyBlock];
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t row = rows ? rows[block + j] : block + j;
+          key_codes[j] = k_head + row * row_stride + h * head_dim;
+          value_codes[j] = v_head + row * row_stride + h * head_dim;
+          key_scales[j] = k_scales[row * scale_stride + h] * 256.0f;
+          value_scales[j] = v_scales[row * scale_stride + h] * 256.0f;
+          keys[j] = &widened[j * head_dim];
+          values[j] = &widened[(kKeyBlock + j) * head_dim];
+          if (h == 0 && block + kKeyBlock + j < end) {  // the next block's scales, one line a row
+            const int64_t next = rows ? rows[block + kKeyBlock + j] : block + kKeyBlock + j;
+            __builtin_prefetch(k_scales + next * scale_stride);
+            __builtin_prefetch(v_scales + next * scale_stride);
+          }
+        }
+        widen(key_codes, n, head_dim, &widened[0]);
+        widen(value_codes, n, head_dim, &widened[kKeyBlock * head_dim]);
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t row = rows ? rows[block + j] : block + j;
+          keys[j] = k_head + row * row_stride + h * head_dim;
+          values[j] = v_head + row * row_stride + h * head_dim;
+        }
       }
       const int64_t first = h * group, last = first + group;
       int64_t i = first;
@@ -247,7 +286,15 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task)
       }
       if (i < last) ScoreBlock<Vec, 1>(&queries[i * head_dim], keys, n, head_dim, &scores[i * kKeyBlock]);
       for (i = first; i < last; ++i) {
+        // A float8 key's score is its scale times the score of its codes' values; its value's
+        // weight (after the softmax has summed the weights) is scaled by the value's scale.
+        if constexpr (kScaled<T>) {
+          for (int64_t j = 0; j < n; ++j) scores[i * kKeyBlock + j] *= key_scales[j];
+        }
         correction[i] = SoftmaxStep(&scores[i * kKeyBlock], n, running_max[i], running_sum[i]);
+        if constexpr (kScaled<T>) {
+          for (int64_t j = 0; j < n; ++j) scores[i * kKeyBlock + j] *= value_scales[j];
+        }
       }
       i = first;
       if constexpr (kFourHeads) {
@@ -292,10 +339,12 @@ AttendHeadsFn<T> AttendHeadsFor(Isa isa) {
 }
 
 // DecodeAttention over a cache of T (the public overloads below).
+// k_scales and v_scales: float8's, [slots, num_kv_heads]; nullptr for other caches.
 template <typename T>
 void DecodeAttentionOf(const AttentionShape& shape, const float* q, int64_t q_stride, const T* k_cache,
-                       const T* v_cache, int64_t kv_stride, const int32_t* slot_ids, const int64_t* slot_begin,
-                       float* out, int64_t out_stride, int64_t num_seqs, ThreadPool& pool) {
+                       const T* v_cache, int64_t kv_stride, const float* k_scales, const float* v_scales,
+                       const int32_t* slot_ids, const int64_t* slot_begin, float* out, int64_t out_stride,
+                       int64_t num_seqs, ThreadPool& pool) {
   const int64_t group = shape.num_q_heads / shape.num_kv_heads;
   const int64_t d = shape.head_dim;
   // A work item takes a sequence's kv heads [first, first + heads): all of them when the batch
@@ -306,6 +355,7 @@ void DecodeAttentionOf(const AttentionShape& shape, const float* q, int64_t q_st
   const int64_t heads = (shape.num_kv_heads + splits - 1) / splits;
   const int64_t items_per_seq = (shape.num_kv_heads + heads - 1) / heads;
   const AttendHeadsFn<T> attend_heads = AttendHeadsFor<T>(ActiveIsa());
+  const WidenFloat8RowsFn widen = WidenFloat8RowsFor(ActiveIsa());
   pool.ParallelFor(num_seqs * items_per_seq, [&](int64_t item) {
     const int64_t s = item / items_per_seq;
     const int64_t first = item % items_per_seq * heads;
@@ -313,8 +363,26 @@ void DecodeAttentionOf(const AttentionShape& shape, const float* q, int64_t q_st
     int64_t begin = slot_begin[s];
     const int64_t end = slot_begin[s + 1];
     if (shape.sliding_window > 0) begin = std::max(begin, end - shape.sliding_window);
-    attend_heads({q + s * q_stride + first * group * d, d, group, count, k_cache + first * d, v_cache + first * d,
-                  kv_stride, slot_ids, begin, end, d, out + s * out_stride + first * group * d, d});
+    HeadsTask<T> task{q + s * q_stride + first * group * d,
+                      d,
+                      group,
+                      count,
+                      k_cache + first * d,
+                      v_cache + first * d,
+                      kv_stride,
+                      slot_ids,
+                      begin,
+                      end,
+                      d,
+                      out + s * out_stride + first * group * d,
+                      d};
+    if constexpr (kScaled<T>) {
+      task.k_scales = k_scales + first;
+      task.v_scales = v_scales + first;
+      task.scale_stride = shape.num_kv_heads;
+      task.widen = widen;
+    }
+    attend_heads(task);
   });
 }
 
@@ -338,15 +406,23 @@ void PrefillAttention(const AttentionShape& shape, const float* q, int64_t q_str
 void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stride, const float* k_cache,
                      const float* v_cache, int64_t kv_stride, const int32_t* slot_ids, const int64_t* slot_begin,
                      float* out, int64_t out_stride, int64_t num_seqs, ThreadPool& pool) {
-  DecodeAttentionOf(shape, q, q_stride, k_cache, v_cache, kv_stride, slot_ids, slot_begin, out, out_stride, num_seqs,
-                    pool);
+  DecodeAttentionOf(shape, q, q_stride, k_cache, v_cache, kv_stride, nullptr, nullptr, slot_ids, slot_begin, out,
+                    out_stride, num_seqs, pool);
 }
 
 void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stride, const uint16_t* k_cache,
                      const uint16_t* v_cache, int64_t kv_stride, const int32_t* slot_ids, const int64_t* slot_begin,
                      float* out, int64_t out_stride, int64_t num_seqs, ThreadPool& pool) {
-  DecodeAttentionOf(shape, q, q_stride, k_cache, v_cache, kv_stride, slot_ids, slot_begin, out, out_stride, num_seqs,
-                    pool);
+  DecodeAttentionOf(shape, q, q_stride, k_cache, v_cache, kv_stride, nullptr, nullptr, slot_ids, slot_begin, out,
+                    out_stride, num_seqs, pool);
+}
+
+void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stride, const uint8_t* k_cache,
+                     const uint8_t* v_cache, int64_t kv_stride, const float* k_scales, const float* v_scales,
+                     const int32_t* slot_ids, const int64_t* slot_begin, float* out, int64_t out_stride,
+                     int64_t num_seqs, ThreadPool& pool) {
+  DecodeAttentionOf(shape, q, q_stride, k_cache, v_cache, kv_stride, k_scales, v_scales, slot_ids, slot_begin, out,
+                    out_stride, num_seqs, pool);
 }
 
 }  // namespace lamina::kernels::cpu

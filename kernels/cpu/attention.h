@@ -3,7 +3,7 @@
 //
 // Keys and values live in "row" storage: row r of head h is at base + r * row_stride + h * head_dim.
 // Prefill reads the prompt's own rows (row = token index); decode reads a KV cache through slot ids
-// (row = slot), whose values may be float32 or bfloat16. Vectorised for AVX-512 and AVX2+FMA,
+// (row = slot), whose values may be float32, bfloat16 or scaled float8 e4m3. Vectorised for AVX-512 and AVX2+FMA,
 // chosen at run time (isa.h); results differ between the two by float rounding. Thread-safe; runs
 // on the given pool.
 #ifndef LAMINA_KERNELS_CPU_ATTENTION_H_
@@ -48,6 +48,18 @@ void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stri
                      const int32_t* slot_ids,         // [total context tokens]
                      const int64_t* slot_begin,       // [num_seqs + 1]
                      float* out, int64_t out_stride,  // [num_seqs, out_stride]
+                     int64_t num_seqs, ThreadPool& pool = ThreadPool::Default());
+// The same over a cache of float8 e4m3 values (their bits, common/tensor/float8.h) with a scale
+// per (slot, kv head): slot r's head h stands for its codes' values times k_scales[r *
+// num_kv_heads + h] (v_scales for values). Each code is widened exactly and the scales applied to
+// the scores and the softmax weights, so the result equals the float32 call's over the products
+// to within float rounding.
+void DecodeAttention(const AttentionShape& shape, const float* q, int64_t q_stride,    // [num_seqs, q_stride]
+                     const uint8_t* k_cache, const uint8_t* v_cache,                   // [num_slots, kv_stride] e4m3
+                     int64_t kv_stride, const float* k_scales, const float* v_scales,  // [num_slots, num_kv_heads]
+                     const int32_t* slot_ids,                                          // [total context tokens]
+                     const int64_t* slot_begin,                                        // [num_seqs + 1]
+                     float* out, int64_t out_stride,                                   // [num_seqs, out_stride]
                      int64_t num_seqs, ThreadPool& pool = ThreadPool::Default());
 
 }  // namespace lamina::kernels::cpu

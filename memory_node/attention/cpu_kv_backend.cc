@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/tensor/dtype.h"
+#include "common/tensor/float8.h"
 #include "memory_node/attention/kv_backend.h"
 #include "memory_node/kv_cache/kv_pool.h"
 
@@ -16,7 +17,8 @@ void Put(const float* src, int64_t count, uint16_t* dst) {
   for (int64_t i = 0; i < count; ++i) dst[i] = FloatToBFloat16(src[i]);
 }
 
-// T: the pool's element type, float or uint16_t (bfloat16 bits).
+// T: the pool's element type, float, uint16_t (bfloat16 bits) or uint8_t (float8 e4m3 bits, each
+// head with its scale).
 template <typename T>
 class CpuKvBackend : public KvBackend {
  public:
@@ -29,8 +31,16 @@ class CpuKvBackend : public KvBackend {
     T* keys = pool_.keys(layer);
     T* values = pool_.values(layer);
     for (size_t t = 0; t < slots.size(); ++t) {
-      Put(k + t * row_stride, stride, keys + slots[t] * stride);
-      Put(v + t * row_stride, stride, values + slots[t] * stride);
+      if constexpr (KvPool<T>::kScaled) {
+        const int64_t heads = options_.attention.num_kv_heads, head_dim = options_.attention.head_dim;
+        QuantizeFloat8E4M3(k + t * row_stride, heads, head_dim, keys + slots[t] * stride,
+                           pool_.key_scales(layer) + slots[t] * heads);
+        QuantizeFloat8E4M3(v + t * row_stride, heads, head_dim, values + slots[t] * stride,
+                           pool_.value_scales(layer) + slots[t] * heads);
+      } else {
+        Put(k + t * row_stride, stride, keys + slots[t] * stride);
+        Put(v + t * row_stride, stride, values + slots[t] * stride);
+      }
     }
     return absl::OkStatus();
   }
@@ -42,9 +52,16 @@ class CpuKvBackend : public KvBackend {
   }
 
   absl::Status Attend(int64_t layer, const float* q, int64_t q_stride, float* out, int64_t out_stride) override {
-    kernels::cpu::DecodeAttention(options_.attention, q, q_stride, pool_.keys(layer), pool_.values(layer),
-                                  pool_.shape().slot_stride(), slot_ids_.data(), slot_begin_.data(), out, out_stride,
-                                  static_cast<int64_t>(slot_begin_.size()) - 1, *threads_);
+    const int64_t seqs = static_cast<int64_t>(slot_begin_.size()) - 1;
+    if constexpr (KvPool<T>::kScaled) {
+      kernels::cpu::DecodeAttention(options_.attention, q, q_stride, pool_.keys(layer), pool_.values(layer),
+                                    pool_.shape().slot_stride(), pool_.key_scales(layer), pool_.value_scales(layer),
+                                    slot_ids_.data(), slot_begin_.data(), out, out_stride, seqs, *threads_);
+    } else {
+      kernels::cpu::DecodeAttention(options_.attention, q, q_stride, pool_.keys(layer), pool_.values(layer),
+                                    pool_.shape().slot_stride(), slot_ids_.data(), slot_begin_.data(), out, out_stride,
+                                    seqs, *threads_);
+    }
     return absl::OkStatus();
   }
 
@@ -73,9 +90,11 @@ absl::StatusOr<std::unique_ptr<KvBackend>> CreateCpuKvBackend(const KvBackendOpt
       return Create<float>(options, pool);
     case DType::kBF16:
       return Create<uint16_t>(options, pool);
+    case DType::kF8E4M3:
+      return Create<uint8_t>(options, pool);
     default:
       return absl::InvalidArgumentError(
-          absl::StrCat("a KV pool on the CPU holds F32 or BF16, not ", DTypeName(options.kv_dtype)));
+          absl::StrCat("a KV pool on the CPU holds F32, BF16 or F8_E4M3, not ", DTypeName(options.kv_dtype)));
   }
 }
 

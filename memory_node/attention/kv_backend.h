@@ -1,7 +1,7 @@
-// Where a memory node keeps its KV pool and runs attention: the CPU (float32 or bfloat16 pool, CPU
-// kernels) or a GPU (bf16 pool, CUDA kernels). AttentionExecutor owns the slot bookkeeping and validation and
-// hands a backend only well-formed work: slots inside the pool, layers in range.
-// All pointers passed in are host memory. Thread-compatible.
+// Where a memory node keeps its KV pool and runs attention: the CPU (float32, bfloat16 or float8
+// e4m3 pool, CPU kernels) or a GPU (bf16 pool, CUDA kernels). AttentionExecutor owns the slot bookkeeping and
+// validation and hands a backend only well-formed work: slots inside the pool, layers in range. All pointers passed in
+// are host memory. Thread-compatible.
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
 #define LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
 
@@ -25,7 +25,8 @@ struct KvBackendOptions {
   int64_t num_layers;
   int64_t num_slots;
   kernels::cpu::AttentionShape attention;
-  // The pool's element type on the CPU: kF32 or kBF16 (common/topology/kv_dtype.h). A GPU's pool is bf16.
+  // The pool's element type on the CPU: kF32, kBF16 or kF8E4M3 (common/topology/kv_dtype.h). A GPU's
+  // pool is bf16.
   DType kv_dtype = DType::kF32;
 };
 
@@ -89,12 +90,13 @@ class KvBackend {
 };
 
 // The pool of options.kv_dtype on the CPU kernels: each stored k/v value rounded to it (to nearest
-// even for bfloat16). InvalidArgument for another dtype; ResourceExhausted when the pool does not
-// fit in memory.
+// even for bfloat16; for float8, each head's values scaled to its largest first,
+// QuantizeFloat8E4M3 in common/tensor/float8.h). InvalidArgument for another dtype; ResourceExhausted when the pool
+// does not fit in memory.
 absl::StatusOr<std::unique_ptr<KvBackend>> CreateCpuKvBackend(const KvBackendOptions& options, ThreadPool* pool);
 
-// The bf16 pool on GPU `device`. FailedPrecondition when this build has no CUDA or the device is
-// missing; ResourceExhausted when the pool does not fit on the GPU.
+// The bf16 pool on GPU `device`, whatever options.kv_dtype says. FailedPrecondition when this build
+// has no CUDA or the device is missing; ResourceExhausted when the pool does not fit on the GPU.
 absl::StatusOr<std::unique_ptr<KvBackend>> CreateCudaKvBackend(const KvBackendOptions& options, int device);
 
 }  // namespace lamina

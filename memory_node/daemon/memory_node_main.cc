@@ -117,7 +117,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     heartbeat->mutable_load()->set_busy_count(busy.count);
   });
 
-  const int64_t slot_bytes = 2 * config.num_layers * config.kv_size() * static_cast<int64_t>(DTypeSize(kv_dtype));
+  const int64_t slot_bytes = KvBytesPerToken(kv_dtype, config);
   std::fprintf(stderr, "%s: %lld KV slots in %s (%.1f MB), data plane on %s, gRPC on %s\n", spec->name.c_str(),
                static_cast<long long>(spec->kv_capacity_tokens), KvDtypeName(kv_dtype),
                spec->kv_capacity_tokens * slot_bytes / 1e6, data_plane->address().c_str(),

@@ -13,10 +13,13 @@ absl::StatusOr<KvPool<T>> KvPool<T>::Create(const KvPoolShape& shape) {
   }
   KvPool pool(shape);
   const size_t elements = static_cast<size_t>(shape.num_slots * shape.slot_stride());
+  const size_t scales = kScaled ? static_cast<size_t>(shape.num_slots * shape.num_kv_heads) : 0;
   try {
     for (int64_t l = 0; l < shape.num_layers; ++l) {
       pool.keys_.emplace_back(elements);
       pool.values_.emplace_back(elements);
+      pool.key_scales_.emplace_back(scales);
+      pool.value_scales_.emplace_back(scales);
     }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate a KV pool of ", shape.num_slots, " slots (",
@@ -27,5 +30,6 @@ absl::StatusOr<KvPool<T>> KvPool<T>::Create(const KvPoolShape& shape) {
 
 template class KvPool<float>;
 template class KvPool<uint16_t>;
+template class KvPool<uint8_t>;
 
 }  // namespace lamina

@@ -7,7 +7,9 @@
 //     leaves them): the k/v bytes it reads per second, reported against the read bandwidth and
 //     against a plain gather of the same rows (summed, every thread a share, prefetched ahead): what
 //     reading those scattered bytes costs with no attention in it; then the same attention over the
-//     cache in bfloat16 (half the bytes), and how many times faster than over float32 it ran.
+//     cache in bfloat16 (half the bytes), and how many times faster than over float32 it ran;
+//     then over it in float8 e4m3 with a float scale per (slot, kv head), against float32 and
+//     bfloat16.
 //   - tokens/s of the bundled demo model at batch 1 and 16, decoding with the real engine.
 // Usage: lamina-bench-cpu [--model DIR] [--seconds S]
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "common/tensor/dtype.h"
+#include "common/tensor/float8.h"
 #include "common/threading/thread_pool.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "kernels/cpu/attention.h"
@@ -165,10 +168,14 @@ struct AttentionResult {
   double gather_gbps;  // the same rows summed
   double bf16_gbps;    // attention over the same cache in bfloat16: its k/v bytes read per second
   double bf16_speedup;  // the float32 call's time ÷ the bfloat16 call's
+  double f8_gbps;       // attention over the same cache in float8: codes and scales read per second
+  double f8_speedup;    // the float32 call's time ÷ the float8 call's
+  double f8_over_bf16;  // the bfloat16 call's time ÷ the float8 call's
 };
 
 // Decode attention over `context` cached tokens per sequence, in slots shuffled across a pool of
-// batch * context, a gather of the same rows, and the attention over the cache in bfloat16.
+// batch * context, a gather of the same rows, and the attention over the cache in bfloat16 and in
+// float8.
 AttentionResult BenchDecodeAttention(ThreadPool& pool, const kernels::cpu::AttentionShape& shape, int64_t batch,
                                      int64_t context, double seconds) {
   const int64_t slots = batch * context;
@@ -206,7 +213,17 @@ AttentionResult BenchDecodeAttention(ThreadPool& pool, const kernels::cpu::Atten
     kernels::cpu::DecodeAttention(shape, q.data(), q_size, k_bits.data(), v_bits.data(), kv, slot_ids.data(),
                                   begin.data(), out.data(), q_size, batch, pool);
   });
-  return {bytes / t / 1e9, bytes / gather_t / 1e9, bytes / 2 / bf16_t / 1e9, t / bf16_t};
+  std::vector<uint8_t> k_codes(k.size()), v_codes(v.size());
+  std::vector<float> k_scales(slots * shape.num_kv_heads), v_scales(slots * shape.num_kv_heads);
+  QuantizeFloat8E4M3(k.data(), slots * shape.num_kv_heads, shape.head_dim, k_codes.data(), k_scales.data());
+  QuantizeFloat8E4M3(v.data(), slots * shape.num_kv_heads, shape.head_dim, v_codes.data(), v_scales.data());
+  const double f8_t = BestTime(seconds, [&] {
+    kernels::cpu::DecodeAttention(shape, q.data(), q_size, k_codes.data(), v_codes.data(), kv, k_scales.data(),
+                                  v_scales.data(), slot_ids.data(), begin.data(), out.data(), q_size, batch, pool);
+  });
+  const double f8_bytes = 2.0 * slots * (kv + shape.num_kv_heads * sizeof(float));
+  return {bytes / t / 1e9, bytes / gather_t / 1e9, bytes / 2 / bf16_t / 1e9, t / bf16_t, f8_bytes / f8_t / 1e9,
+          t / f8_t,        bf16_t / f8_t};
 }
 
 double DecodeTokensPerSecond(LocalCluster& cluster, int batch, int max_tokens) {
@@ -264,8 +281,8 @@ int Main(int argc, char** argv) {
                 100 * r.weight_gbps / read);
   }
 
-  std::printf("\n%-34s %10s %10s %10s %10s %10s %10s\n", "decode attention, slots shuffled", "k/v GB/s", "of read",
-              "gather GB/s", "of gather", "bf16 GB/s", "bf16 x");
+  std::printf("\n%-34s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "decode attention, slots shuffled", "k/v GB/s",
+              "of read", "gather GB/s", "of gather", "bf16 GB/s", "bf16 x", "f8 GB/s", "f8 x", "f8/bf16 x");
   struct AttentionCase {
     const char* what;
     kernels::cpu::AttentionShape shape;
@@ -280,8 +297,9 @@ int Main(int argc, char** argv) {
   };
   for (const AttentionCase& c : attention_cases) {
     const AttentionResult r = BenchDecodeAttention(pool, c.shape, c.batch, c.context, seconds);
-    std::printf("%-34s %10.1f %9.0f%% %11.1f %9.0f%% %10.1f %9.2fx\n", c.what, r.gbps, 100 * r.gbps / read,
-                r.gather_gbps, 100 * r.gbps / r.gather_gbps, r.bf16_gbps, r.bf16_speedup);
+    std::printf("%-34s %10.1f %9.0f%% %11.1f %9.0f%% %10.1f %9.2fx %10.1f %9.2fx %9.2fx\n", c.what, r.gbps,
+                100 * r.gbps / read, r.gather_gbps, 100 * r.gbps / r.gather_gbps, r.bf16_gbps, r.bf16_speedup,
+                r.f8_gbps, r.f8_speedup, r.f8_over_bf16);
   }
 
   // The same kernels built for each instruction set this CPU has, against the best (isa.h).

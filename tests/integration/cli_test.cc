@@ -53,6 +53,28 @@ TEST(CliTest, DemoModelPrintsTheGoldenText) {
   EXPECT_EQ(r.out, prompt["greedy_text"].get<std::string>() + "\n");
 }
 
+// A float8 KV cache rounds each k/v to 3 significant bits, yet the demo model's greedy text stays
+// the golden one (DemoModelGoldenTest checks each step's logits). A GPU's cache is bfloat16.
+TEST(CliTest, AFloat8KvCacheKeepsTheGoldenText) {
+  nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const auto& prompt = golden["prompts"][2];
+  const std::string command = "generate --model " + ModelDir("lamina-demo-6m") + " --prompt " +
+                              Quote(prompt["text"].get<std::string>()) + " --max-tokens 48 --kv-dtype ";
+  Result r = RunLamina(command + "float8_e4m3");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, prompt["greedy_text"].get<std::string>() + "\n");
+
+  Result misspelt = RunLamina(command + "fp8", "", true);
+  EXPECT_EQ(misspelt.exit_code, 2);
+  EXPECT_NE(misspelt.out.find("--kv-dtype: expected auto, float32, bfloat16 or float8_e4m3, got 'fp8'"),
+            std::string::npos)
+      << misspelt.out;
+  Result gpu = RunLamina(command + "float8_e4m3 --device cuda:0", "", true);
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_NE(gpu.out.find("--kv-dtype: float8_e4m3 is for the CPU; a GPU's KV pool is bfloat16"), std::string::npos)
+      << gpu.out;
+}
+
 TEST(CliTest, SeveralPromptsRunAsOneBatchAndPrintInOrder) {
   nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
   std::string args = "generate --model " + ModelDir("lamina-demo-6m") + " --max-tokens 48";

@@ -671,8 +671,9 @@ TEST(ClusterTest, RandomWeightsOfTheModelsShapeMatchSingleProcessModeWithTheSame
 
 // A memory node's `kv_dtype` sets its pool's element type, which it reports when it starts
 // ("auto" is bfloat16 for the demo model's bfloat16 checkpoint): float32 takes twice the bytes for
-// the same tokens. The greedy ids equal single-process mode's with that dtype. (The numbers
-// themselves are checked in AttentionExecutorTest; on this model the ids of the two dtypes agree.)
+// the same tokens, float8 a little over half (a float scale per token, layer and kv head). The
+// greedy ids equal single-process mode's with that dtype. (The numbers themselves are checked in
+// AttentionExecutorTest and DemoModelGoldenTest.)
 TEST(ClusterTest, AMemoryNodesKvDtypeSetsItsPoolsElementType) {
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok()) << local.status();
@@ -681,7 +682,8 @@ TEST(ClusterTest, AMemoryNodesKvDtypeSetsItsPoolsElementType) {
     std::string setting, reported;
   };
   for (const Case& c :
-       {Case{"float32", "8192 KV slots in float32 (50.3 MB)"}, Case{"auto", "8192 KV slots in bfloat16 (25.2 MB)"}}) {
+       {Case{"float32", "8192 KV slots in float32 (50.3 MB)"}, Case{"auto", "8192 KV slots in bfloat16 (25.2 MB)"},
+        Case{"float8_e4m3", "8192 KV slots in float8_e4m3 (14.2 MB)"}}) {
     ClusterOptions options;
     options.memory_nodes = 1;
     options.kv_dtype = c.setting;
@@ -727,7 +729,7 @@ nodes:
       {"model: " + ModelDir("lamina-demo-6m"), "model: /nonexistent/model",
        "topology.yaml:1: model: '/nonexistent/model'"},
       {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: 1024\n    kv_dtype: fp8",
-       "topology.yaml:13: nodes[1].kv_dtype: expected auto, float32 or bfloat16, got 'fp8'"},
+       "topology.yaml:13: nodes[1].kv_dtype: expected auto, float32, bfloat16 or float8_e4m3, got 'fp8'"},
       {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: 1024\n    kv_dtype: float32\n    device: cuda:0",
        "topology.yaml:13: nodes[1].kv_dtype: float32 is for the CPU; a GPU's KV pool is bfloat16"},
       {"    role: compute", "    role: compute\n    kv_dtype: bfloat16",

@@ -5,9 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor/dtype.h"
+#include "common/tensor/float8.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/float8_rows.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
@@ -46,6 +48,31 @@ std::string IsaCaseName(const ::testing::TestParamInfo<Isa>& info) { return IsaN
 // Skips the test on a CPU that lacks `isa`, saying so.
 #define LAMINA_SKIP_IF_UNSUPPORTED(isa) \
   if ((isa) > BestIsa()) GTEST_SKIP() << "this CPU lacks " << IsaName(isa) << " (best: " << IsaName(BestIsa()) << ")"
+
+// Each instruction set's widening of float8 e4m3 codes gives 1/256 of the value Float8E4M3ToFloat
+// gives for every code, subnormals included (the NaN codes, never stored, ±480 / 256), in rows of
+// 256 codes and of 13 (vectors, then codes one by one).
+class Float8RowsTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(Float8RowsTest, WidenEveryCodeToItsValueOver256) {
+  LAMINA_SKIP_IF_UNSUPPORTED(GetParam());
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  for (const int64_t count : {256, 13}) {
+    std::vector<const uint8_t*> rows;
+    for (int64_t first = 0; first + count <= 256; first += count) rows.push_back(&codes[first]);
+    std::vector<float> got(rows.size() * count, -1.0f);
+    WidenFloat8RowsFor(GetParam())(rows.data(), static_cast<int64_t>(rows.size()), count, got.data());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float value = Float8E4M3ToFloat(codes[i]);
+      const float want = std::isnan(value) ? (codes[i] & 0x80 ? -480.0f : 480.0f) / 256 : value / 256;
+      EXPECT_EQ(got[i], want) << "rows of " << count << ", code " << int{codes[i]};
+      EXPECT_EQ(std::signbit(got[i]), std::signbit(want)) << "rows of " << count << ", code " << int{codes[i]};
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, Float8RowsTest, ::testing::ValuesIn(kIsas), IsaCaseName);
 
 class MatmulTest : public ::testing::TestWithParam<Isa> {};
 
@@ -290,6 +317,61 @@ TEST_P(AttentionTest, DecodeOverABfloat16CacheEqualsTheFloatCallOverItsValues) {
     DecodeAttention(shape, q.data(), q_stride, k_wide.data(), v_wide.data(), kv_stride, slots.data(), begin.data(),
                     wide.data(), q_stride, seqs, pool);
     for (size_t i = 0; i < narrow.size(); ++i) ASSERT_EQ(narrow[i], wide[i]) << threads << " threads, output " << i;
+  }
+}
+
+// Over a float8 cache, each code is widened exactly and scaled by its (slot, kv head)'s scale:
+// the outputs equal the float64 reference over code × scale, on any thread count. Every seventh
+// value is made tiny, so that subnormal codes are read too.
+TEST_P(AttentionTest, DecodeOverAFloat8CacheEqualsTheReferenceOverItsScaledValues) {
+  const AttentionCase c = Case();
+  const int64_t q_stride = c.q_heads * c.head_dim, kv_stride = c.kv_heads * c.head_dim, group = c.q_heads / c.kv_heads;
+  const std::vector<int64_t> begin = {0, 1, 1 + c.tokens, 18 + c.tokens, 51 + c.tokens};
+  const int64_t seqs = static_cast<int64_t>(begin.size()) - 1, total = begin.back();
+  std::vector<int32_t> slots(total + 3);
+  for (int32_t i = 0; i < static_cast<int32_t>(slots.size()); ++i) slots[i] = i;
+  std::shuffle(slots.begin(), slots.end(), std::mt19937(34));
+  const int64_t num_slots = static_cast<int64_t>(slots.size());
+  const std::vector<float> q = Random(seqs * q_stride, 35);
+  std::vector<float> k_wide = Random(num_slots * kv_stride, 36), v_wide = Random(num_slots * kv_stride, 37);
+  for (size_t i = 0; i < k_wide.size(); i += 7) k_wide[i] *= 1e-5f, v_wide[i] *= 1e-5f;
+  std::vector<uint8_t> k_codes(k_wide.size()), v_codes(v_wide.size());
+  std::vector<float> k_scales(num_slots * c.kv_heads), v_scales(num_slots * c.kv_heads);
+  for (int64_t r = 0; r < num_slots; ++r) {
+    QuantizeFloat8E4M3(&k_wide[r * kv_stride], c.kv_heads, c.head_dim, &k_codes[r * kv_stride],
+                       &k_scales[r * c.kv_heads]);
+    QuantizeFloat8E4M3(&v_wide[r * kv_stride], c.kv_heads, c.head_dim, &v_codes[r * kv_stride],
+                       &v_scales[r * c.kv_heads]);
+  }
+  int subnormals = 0;
+  for (size_t i = 0; i < k_wide.size(); ++i) {
+    const int64_t head = static_cast<int64_t>(i) / c.head_dim;  // slot r's head h is head r * kv_heads + h
+    k_wide[i] = Float8E4M3ToFloat(k_codes[i]) * k_scales[head];
+    v_wide[i] = Float8E4M3ToFloat(v_codes[i]) * v_scales[head];
+    subnormals += (k_codes[i] & 0x78) == 0 && (k_codes[i] & 0x7) != 0;
+  }
+  ASSERT_GT(subnormals, 0);
+  for (const int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> out(seqs * q_stride, -1.0f);
+    DecodeAttention({c.q_heads, c.kv_heads, c.head_dim, c.window}, q.data(), q_stride, k_codes.data(), v_codes.data(),
+                    kv_stride, k_scales.data(), v_scales.data(), slots.data(), begin.data(), out.data(), q_stride, seqs,
+                    pool);
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int64_t first = c.window > 0 ? std::max(begin[s], begin[s + 1] - c.window) : begin[s];
+      for (int64_t h = 0; h < c.q_heads; ++h) {
+        std::vector<const float*> keys, values;
+        for (int64_t j = first; j < begin[s + 1]; ++j) {
+          keys.push_back(&k_wide[slots[j] * kv_stride + (h / group) * c.head_dim]);
+          values.push_back(&v_wide[slots[j] * kv_stride + (h / group) * c.head_dim]);
+        }
+        const std::vector<double> ref = NaiveAttention(&q[s * q_stride + h * c.head_dim], keys, values, c.head_dim);
+        for (int64_t i = 0; i < c.head_dim; ++i) {
+          ASSERT_NEAR(out[s * q_stride + h * c.head_dim + i], ref[i], 1e-5)
+              << threads << " threads, sequence " << s << ", head " << h << ", dim " << i;
+        }
+      }
+    }
   }
 }
 

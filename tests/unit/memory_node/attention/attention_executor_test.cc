@@ -1,10 +1,12 @@
 #include "memory_node/attention/attention_executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
 #include "common/tensor/dtype.h"
+#include "common/tensor/float8.h"
 #include "gtest/gtest.h"
 
 namespace lamina {
@@ -123,6 +125,55 @@ TEST(AttentionExecutorTest, ABfloat16PoolAttendsOverTheRoundedValues) {
 
   EXPECT_EQ(AttentionExecutor::Create({2, 64, shape, -1, DType::kF16}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The largest difference between two outputs.
+float MaxDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  float most = 0;
+  for (size_t i = 0; i < a.size(); ++i) most = std::max(most, std::fabs(a[i] - b[i]));
+  return most;
+}
+
+// A float8 pool quantizes each stored (token, kv head) to e4m3 with its own scale and attends over
+// code × scale: its outputs are a float32 pool's given those values, to float rounding, and not a
+// float32 pool's given the values themselves. Prompt stores and decode steps both. A GPU's pool
+// is bfloat16, so a float8 one there is refused.
+TEST(AttentionExecutorTest, AFloat8PoolAttendsOverEachHeadsScaledCodes) {
+  const kernels::cpu::AttentionShape shape{8, 2, 16, 0};
+  const int64_t q = 8 * 16, kv = 2 * 16, stride = q + 2 * kv, prompt = 21;
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> dist(-2, 2);
+  std::vector<float> qkv((prompt + 1) * stride);
+  for (float& x : qkv) x = dist(rng);
+  std::vector<float> dequantized = qkv;
+  for (int64_t t = 0; t <= prompt; ++t) {
+    for (int64_t head = 0; head < 4; ++head) {  // 2 heads of k, then 2 of v
+      float* row = &dequantized[t * stride + q + head * 16];
+      uint8_t codes[16];
+      float scale;
+      QuantizeFloat8E4M3(row, 1, 16, codes, &scale);
+      for (int i = 0; i < 16; ++i) row[i] = Float8E4M3ToFloat(codes[i]) * scale;
+    }
+  }
+  auto run = [&](DType dtype, const std::vector<float>& rows) {
+    auto e = AttentionExecutor::Create({2, 64, shape, -1, dtype});
+    EXPECT_TRUE(e.ok()) << e.status();
+    Reservation r[] = {{3, prompt + 1}};
+    EXPECT_TRUE((*e)->Reserve(r).ok());
+    EXPECT_TRUE((*e)->StoreKv(1, 3, 0, prompt, rows.data() + q, rows.data() + q + kv, stride).ok());
+    std::vector<float> out(q);
+    DecodeEntry entry{3, prompt};
+    EXPECT_TRUE(
+        (*e)->Decode(1, {&entry, 1}, rows.data() + prompt * stride, {stride, 0, q, q + kv}, out.data(), q).ok());
+    return out;
+  };
+  const std::vector<float> float8 = run(DType::kF8E4M3, qkv);
+  EXPECT_LT(MaxDifference(float8, run(DType::kF32, dequantized)), 1e-6);
+  EXPECT_GT(MaxDifference(float8, run(DType::kF32, qkv)), 1e-3);
+
+  const absl::Status gpu = AttentionExecutor::Create({2, 64, shape, 0, DType::kF8E4M3}).status();
+  EXPECT_EQ(gpu.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu.message(), "a float8 KV pool is on the CPU only; a GPU's KV pool is bfloat16");
 }
 
 }  // namespace
