@@ -74,6 +74,14 @@ inline __attribute__((always_inline)) float SoftmaxStep(float* s, int64_t n, flo
   return correction;
 }
 
+// s[j] *= scales[j] for a whole block, in two vectors. Lanes past a short block's keys hold
+// leftovers that no one reads: SoftmaxStep overwrites their scores and AccumulateBlock stops at n.
+inline __attribute__((always_inline)) void ScaleBlock(float* s, const float* scales) {
+  static_assert(kKeyBlock == 16, "two vectors of scores");
+  Store(s, Load<V8>(s) * Load<V8>(scales));
+  Store(s + 8, Load<V8>(s + 8) * Load<V8>(scales + 8));
+}
+
 // Asks for the k and v of rows[first..last) (`elements` of each from the head's start) ahead of
 // their use: a KV pool's slots lie scattered, so each row is a miss of its own, and a block's worth
 // in flight at once hides their latency.
@@ -237,7 +245,7 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task)
   const Row* keys[kKeyBlock];
   const Row* values[kKeyBlock];
   thread_local std::vector<float> widened;
-  float key_scales[kKeyBlock], value_scales[kKeyBlock];
+  float key_scales[kKeyBlock] = {}, value_scales[kKeyBlock] = {};
   if constexpr (kScaled<T>) widened.resize(2 * kKeyBlock * head_dim);
   Prefetch(k_head, v_head, row_stride, rows, begin, std::min(end, begin + kKeyBlock), row_floats);
   for (int64_t block = begin; block < end; block += kKeyBlock) {
@@ -289,11 +297,11 @@ inline __attribute__((always_inline)) void AttendHeads(const HeadsTask<T>& task)
         // A float8 key's score is its scale times the score of its codes' values; its value's
         // weight (after the softmax has summed the weights) is scaled by the value's scale.
         if constexpr (kScaled<T>) {
-          for (int64_t j = 0; j < n; ++j) scores[i * kKeyBlock + j] *= key_scales[j];
+          ScaleBlock(&scores[i * kKeyBlock], key_scales);
         }
         correction[i] = SoftmaxStep(&scores[i * kKeyBlock], n, running_max[i], running_sum[i]);
         if constexpr (kScaled<T>) {
-          for (int64_t j = 0; j < n; ++j) scores[i * kKeyBlock + j] *= value_scales[j];
+          ScaleBlock(&scores[i * kKeyBlock], value_scales);
         }
       }
       i = first;

@@ -294,6 +294,7 @@ int Main(int argc, char** argv) {
       {"demo, 64 x 1024", {8, 4, 32}, 64, 1024},
       {"llama-3-8b (32/8, d 128), 1 x 2048", {32, 8, 128}, 1, 2048},
       {"llama-3-8b, 16 x 2048", {32, 8, 128}, 16, 2048},
+      {"llama-3-8b, 64 x 2048", {32, 8, 128}, 64, 2048},
   };
   for (const AttentionCase& c : attention_cases) {
     const AttentionResult r = BenchDecodeAttention(pool, c.shape, c.batch, c.context, seconds);
