@@ -201,7 +201,7 @@ struct HeadsTask {
   int64_t head_dim;
   float* out;
   int64_t out_head_stride;
-  const float* k_scales = nullptr;  // float8 only
+  const float* k_scales = nullptr;  // float8 only (unread for other types, as are the three below)
   const float* v_scales = nullptr;
   int64_t scale_stride = 0;
   WidenFloat8RowsFn widen = nullptr;
@@ -371,26 +371,10 @@ void DecodeAttentionOf(const AttentionShape& shape, const float* q, int64_t q_st
     int64_t begin = slot_begin[s];
     const int64_t end = slot_begin[s + 1];
     if (shape.sliding_window > 0) begin = std::max(begin, end - shape.sliding_window);
-    HeadsTask<T> task{q + s * q_stride + first * group * d,
-                      d,
-                      group,
-                      count,
-                      k_cache + first * d,
-                      v_cache + first * d,
-                      kv_stride,
-                      slot_ids,
-                      begin,
-                      end,
-                      d,
-                      out + s * out_stride + first * group * d,
-                      d};
-    if constexpr (kScaled<T>) {
-      task.k_scales = k_scales + first;
-      task.v_scales = v_scales + first;
-      task.scale_stride = shape.num_kv_heads;
-      task.widen = widen;
-    }
-    attend_heads(task);
+    attend_heads({q + s * q_stride + first * group * d, d, group, count, k_cache + first * d, v_cache + first * d,
+                  kv_stride, slot_ids, begin, end, d, out + s * out_stride + first * group * d, d,
+                  k_scales ? k_scales + first : nullptr, v_scales ? v_scales + first : nullptr, shape.num_kv_heads,
+                  widen});
   });
 }
 

@@ -89,41 +89,51 @@ TEST(AttentionExecutorTest, ForkSharesTheSlotsSoBothSequencesAttendAlike) {
   EXPECT_EQ(e->num_free_slots(), 8);
 }
 
+// The shape of the element type tests below: 8 query heads over 2 kv heads of 16 dims, a prompt of
+// 21 tokens then one decode step, each token's q, k and v in a row of kStride floats.
+const kernels::cpu::AttentionShape kShape{8, 2, 16, 0};
+constexpr int64_t kQ = 8 * 16, kKv = 2 * 16, kStride = kQ + 2 * kKv, kPrompt = 21;
+
+// Random q, k, v rows for the prompt and the decoded token.
+std::vector<float> RandomRows(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-2, 2);
+  std::vector<float> qkv((kPrompt + 1) * kStride);
+  for (float& x : qkv) x = dist(rng);
+  return qkv;
+}
+
+// A pool of `dtype` stores the prompt's k/v of `rows` (layer 1), then decodes the last row over
+// them: the attention output.
+std::vector<float> StoreThenDecode(DType dtype, const std::vector<float>& rows) {
+  auto e = AttentionExecutor::Create({2, 64, kShape, -1, dtype});
+  EXPECT_TRUE(e.ok()) << e.status();
+  Reservation r[] = {{3, kPrompt + 1}};
+  EXPECT_TRUE((*e)->Reserve(r).ok());
+  EXPECT_TRUE((*e)->StoreKv(1, 3, 0, kPrompt, rows.data() + kQ, rows.data() + kQ + kKv, kStride).ok());
+  std::vector<float> out(kQ);
+  DecodeEntry entry{3, kPrompt};
+  EXPECT_TRUE(
+      (*e)->Decode(1, {&entry, 1}, rows.data() + kPrompt * kStride, {kStride, 0, kQ, kQ + kKv}, out.data(), kQ).ok());
+  return out;
+}
+
 // A bfloat16 pool rounds each k/v value it stores to nearest even and attends over those values:
 // its outputs equal, bit for bit, a float32 pool's that was given the rounded values, and differ
 // from one given the values themselves. Prompt stores and decode steps both.
 TEST(AttentionExecutorTest, ABfloat16PoolAttendsOverTheRoundedValues) {
-  const kernels::cpu::AttentionShape shape{8, 2, 16, 0};
-  const int64_t q = 8 * 16, kv = 2 * 16, stride = q + 2 * kv, prompt = 21;
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> dist(-2, 2);
-  std::vector<float> qkv((prompt + 1) * stride);
-  for (float& x : qkv) x = dist(rng);
+  const std::vector<float> qkv = RandomRows(5);
   std::vector<float> rounded = qkv;
   for (float& x : rounded) x = BFloat16ToFloat(FloatToBFloat16(x));
-
-  // Each pool stores the prompt's k/v (layer 1), then decodes one more token over them.
-  auto run = [&](DType dtype, const std::vector<float>& rows) {
-    auto e = AttentionExecutor::Create({2, 64, shape, -1, dtype});
-    EXPECT_TRUE(e.ok()) << e.status();
-    Reservation r[] = {{3, prompt + 1}};
-    EXPECT_TRUE((*e)->Reserve(r).ok());
-    EXPECT_TRUE((*e)->StoreKv(1, 3, 0, prompt, rows.data() + q, rows.data() + q + kv, stride).ok());
-    std::vector<float> out(q);
-    DecodeEntry entry{3, prompt};
-    EXPECT_TRUE(
-        (*e)->Decode(1, {&entry, 1}, rows.data() + prompt * stride, {stride, 0, q, q + kv}, out.data(), q).ok());
-    return out;
-  };
   // Only the cache is rounded, not q.
   std::vector<float> rounded_kv = rounded;
-  for (int64_t t = 0; t <= prompt; ++t) std::copy_n(&qkv[t * stride], q, &rounded_kv[t * stride]);
-  const std::vector<float> bf16 = run(DType::kBF16, qkv);
-  EXPECT_EQ(bf16, run(DType::kF32, rounded_kv));
-  EXPECT_NE(bf16, run(DType::kF32, qkv));
-  EXPECT_NE(bf16, run(DType::kF32, rounded));
+  for (int64_t t = 0; t <= kPrompt; ++t) std::copy_n(&qkv[t * kStride], kQ, &rounded_kv[t * kStride]);
+  const std::vector<float> bf16 = StoreThenDecode(DType::kBF16, qkv);
+  EXPECT_EQ(bf16, StoreThenDecode(DType::kF32, rounded_kv));
+  EXPECT_NE(bf16, StoreThenDecode(DType::kF32, qkv));
+  EXPECT_NE(bf16, StoreThenDecode(DType::kF32, rounded));
 
-  EXPECT_EQ(AttentionExecutor::Create({2, 64, shape, -1, DType::kF16}).status().code(),
+  EXPECT_EQ(AttentionExecutor::Create({2, 64, kShape, -1, DType::kF16}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -139,39 +149,22 @@ float MaxDifference(const std::vector<float>& a, const std::vector<float>& b) {
 // float32 pool's given the values themselves. Prompt stores and decode steps both. A GPU's pool
 // is bfloat16, so a float8 one there is refused.
 TEST(AttentionExecutorTest, AFloat8PoolAttendsOverEachHeadsScaledCodes) {
-  const kernels::cpu::AttentionShape shape{8, 2, 16, 0};
-  const int64_t q = 8 * 16, kv = 2 * 16, stride = q + 2 * kv, prompt = 21;
-  std::mt19937 rng(6);
-  std::uniform_real_distribution<float> dist(-2, 2);
-  std::vector<float> qkv((prompt + 1) * stride);
-  for (float& x : qkv) x = dist(rng);
+  const std::vector<float> qkv = RandomRows(6);
   std::vector<float> dequantized = qkv;
-  for (int64_t t = 0; t <= prompt; ++t) {
+  for (int64_t t = 0; t <= kPrompt; ++t) {
     for (int64_t head = 0; head < 4; ++head) {  // 2 heads of k, then 2 of v
-      float* row = &dequantized[t * stride + q + head * 16];
+      float* row = &dequantized[t * kStride + kQ + head * 16];
       uint8_t codes[16];
       float scale;
       QuantizeFloat8E4M3(row, 1, 16, codes, &scale);
       for (int i = 0; i < 16; ++i) row[i] = Float8E4M3ToFloat(codes[i]) * scale;
     }
   }
-  auto run = [&](DType dtype, const std::vector<float>& rows) {
-    auto e = AttentionExecutor::Create({2, 64, shape, -1, dtype});
-    EXPECT_TRUE(e.ok()) << e.status();
-    Reservation r[] = {{3, prompt + 1}};
-    EXPECT_TRUE((*e)->Reserve(r).ok());
-    EXPECT_TRUE((*e)->StoreKv(1, 3, 0, prompt, rows.data() + q, rows.data() + q + kv, stride).ok());
-    std::vector<float> out(q);
-    DecodeEntry entry{3, prompt};
-    EXPECT_TRUE(
-        (*e)->Decode(1, {&entry, 1}, rows.data() + prompt * stride, {stride, 0, q, q + kv}, out.data(), q).ok());
-    return out;
-  };
-  const std::vector<float> float8 = run(DType::kF8E4M3, qkv);
-  EXPECT_LT(MaxDifference(float8, run(DType::kF32, dequantized)), 1e-6);
-  EXPECT_GT(MaxDifference(float8, run(DType::kF32, qkv)), 1e-3);
+  const std::vector<float> float8 = StoreThenDecode(DType::kF8E4M3, qkv);
+  EXPECT_LT(MaxDifference(float8, StoreThenDecode(DType::kF32, dequantized)), 1e-6);
+  EXPECT_GT(MaxDifference(float8, StoreThenDecode(DType::kF32, qkv)), 1e-3);
 
-  const absl::Status gpu = AttentionExecutor::Create({2, 64, shape, 0, DType::kF8E4M3}).status();
+  const absl::Status gpu = AttentionExecutor::Create({2, 64, kShape, 0, DType::kF8E4M3}).status();
   EXPECT_EQ(gpu.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(gpu.message(), "a float8 KV pool is on the CPU only; a GPU's KV pool is bfloat16");
 }
