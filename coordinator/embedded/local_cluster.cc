@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/sampling/penalties.h"
+#include "coordinator/sequence/text_stream.h"
 #include "memory_node/attention/attention_executor.h"
 
 namespace lamina {
@@ -91,6 +93,7 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     int32_t next_position = 0;  // where last_token is fed back
     int32_t generated = 0;
     std::unique_ptr<TokenHistory> history = nullptr;  // what the penalties count, when the sampling has them
+    std::unique_ptr<TextStream> text = nullptr;       // its text so far, watched for stop strings
   };
   // Reports a sampled token; false when the sample finished (its slots are freed).
   auto record = [&](Active& a, int32_t token, const TokenLogprobs& logprobs) {
@@ -98,9 +101,13 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     ++a.generated;
     a.last_token = token;
     if (a.history != nullptr) a.history->Add(a.next_position, token);
+    bool stopped = false;
+    std::string text = a.text->Add(token, &stopped);
     const FinishReason finish =
-        CheckFinish(token, a.generated, a.next_position, {req.max_tokens, req.ignore_eos, req.stop_ids}, c);
-    on_token({a.request, a.sample, token, finish, a.sampling.wants_logprobs() ? &logprobs : nullptr});
+        stopped ? FinishReason::kStopString
+                : CheckFinish(token, a.generated, a.next_position, {req.max_tokens, req.ignore_eos, req.stop_ids}, c);
+    if (finish != FinishReason::kNone && !stopped) text += a.text->Finish();
+    on_token({a.request, a.sample, token, finish, a.sampling.wants_logprobs() ? &logprobs : nullptr, text});
     if (finish == FinishReason::kNone) return true;
     memory_node->Free(a.seq);
     return false;
@@ -123,6 +130,7 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
       samples.push_back({r, k, seq, params});
       Active& sample = samples.back();
       sample.next_position = prompt;
+      sample.text = std::make_unique<TextStream>(tokenizer_.get(), requests[r].stop_strings);
       if (params.has_penalties()) {
         sample.history = std::make_unique<TokenHistory>(prompt);
         for (int32_t t = 0; t < prompt; ++t) sample.history->Add(t, requests[r].prompt[t]);

@@ -1,7 +1,8 @@
 // Single-process mode: one compute engine and one memory node (an AttentionExecutor) in this
-// process, wired through the in-process transport, both on one device (the CPU or one GPU), driven by the same batching loop a coordinator
-// runs: all requests are prefilled as one batch, then decoded together, each leaving the batch
-// when it finishes (end of sequence, a stop id, its token budget or the model's context).
+// process, wired through the in-process transport, both on one device (the CPU or one GPU), driven
+// by the same batching loop a coordinator runs: all requests are prefilled as one batch, then
+// decoded together, each leaving the batch when it finishes (end of sequence, a stop id, a stop
+// string, its token budget or the model's context).
 // Thread-compatible: one Generate() at a time.
 #ifndef LAMINA_COORDINATOR_EMBEDDED_LOCAL_CLUSTER_H_
 #define LAMINA_COORDINATOR_EMBEDDED_LOCAL_CLUSTER_H_
@@ -33,6 +34,9 @@ struct GenerationRequest {
   int32_t max_tokens = 16;
   bool ignore_eos = false;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+  // Generation ends once a sample's text contains one of these (empty ones are ignored); the text
+  // before it is the last shown (TokenEvent::text), as the cluster's API does.
+  std::vector<std::string> stop_strings;
 };
 
 // One generated token. `finish` is kNone except on a request's last token.
@@ -42,6 +46,10 @@ struct TokenEvent {
   int32_t token;
   FinishReason finish;
   const TokenLogprobs* logprobs;  // when the request's sampling asks for them, for the callback's span; else null
+  // The sample's text this token lets be shown, for the callback's span: decoded as it comes
+  // (never splitting a UTF-8 character), held back while it may begin a stop string; on the last
+  // token, all that is left, or what precedes the stop string (coordinator/sequence/text_stream.h).
+  std::string_view text;
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 

@@ -15,7 +15,6 @@
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
-#include "common/tokenizer/incremental_decoder.h"
 #include "common/topology/kv_dtype.h"
 #include "common/topology/topology.h"
 #include "compute_node/sampling/sampling_proto.h"
@@ -52,7 +51,7 @@ const char kGenerateUsage[] =
     "  --frequency-penalty F\n"
     "                     lower the logits of generated tokens by F per time generated (-2 to 2, default 0)\n"
     "  --ignore-eos       keep generating past the end-of-sequence token\n"
-    "  --stop TEXT        stop when the text contains TEXT (repeatable; --endpoint only)\n"
+    "  --stop TEXT        stop when the text contains TEXT, printing what precedes it (repeatable)\n"
     "  --print-ids        print generated token ids, one line per prompt, instead of text\n"
     "  --logprobs N       after each completion, a line per token: its log probability under the\n"
     "                     model (before any sampling option) and the N most likely tokens at its\n"
@@ -152,9 +151,6 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
     if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", valid.message()));
   }
   options.stop_strings = flags.All("stop");
-  if (!options.stop_strings.empty() && options.endpoint.empty()) {
-    return absl::InvalidArgumentError("--stop needs --endpoint");
-  }
   LAMINA_ASSIGN_OR_RETURN(int64_t max_tokens, flags.Int("max-tokens", 64));
   LAMINA_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));
   LAMINA_ASSIGN_OR_RETURN(int64_t top_k, flags.Int("top-k", 0));
@@ -302,11 +298,11 @@ absl::Status Generate(const std::vector<std::string>& args) {
     requests.push_back(options.defaults);
     requests.back().prompt = std::move(ids);
   }
+  for (GenerationRequest& request : requests) request.stop_strings = options.stop_strings;
 
   // One output slot per sample, prompt-major.
   const size_t n = static_cast<size_t>(options.defaults.n);
   OrderedPrinter printer(requests.size() * n, stdout);
-  std::vector<IncrementalDecoder> decoders(requests.size() * n, IncrementalDecoder(&tokenizer, /*at_text_start=*/false));
   std::vector<std::vector<int32_t>> generated(requests.size() * n);
   std::vector<std::vector<LogprobRow>> logprobs(requests.size() * n);
   ContextFullNotes notes(n);
@@ -324,10 +320,10 @@ absl::Status Generate(const std::vector<std::string>& args) {
     if (options.print_ids) {
       generated[slot].push_back(event.token);
     } else {
-      printer.Write(slot, decoders[slot].Add(event.token));
+      printer.Write(slot, std::string(event.text));
     }
     if (event.finish != FinishReason::kNone) {
-      printer.Write(slot, options.print_ids ? absl::StrJoin(generated[slot], " ") : decoders[slot].Finish());
+      if (options.print_ids) printer.Write(slot, absl::StrJoin(generated[slot], " "));
       if (WantsLogprobs(options)) printer.Write(slot, FormatLogprobs(logprobs[slot]));
       printer.Finish(slot);
     }

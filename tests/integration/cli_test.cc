@@ -75,6 +75,15 @@ TEST(CliTest, AFloat8KvCacheKeepsTheGoldenText) {
       << gpu.out;
 }
 
+// --stop works without a cluster too, and prints what the cluster's API gives
+// (ClusterTest.StopStringsEndGenerationBeforeTheStopText): the text before the stop string.
+TEST(CliTest, StopStringsEndTheCompletionBeforeThem) {
+  Result r = RunLamina("generate --model " + ModelDir("lamina-demo-6m") +
+                       " --prompt 'In this paper, we' --max-tokens 48 --stop efficiency --stop 'no such text'");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, " introduce attention offloading, an innovative architectural approach to improve the cost \n");
+}
+
 TEST(CliTest, SeveralPromptsRunAsOneBatchAndPrintInOrder) {
   nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
   std::string args = "generate --model " + ModelDir("lamina-demo-6m") + " --max-tokens 48";

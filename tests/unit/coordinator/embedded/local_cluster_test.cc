@@ -148,6 +148,52 @@ TEST(LocalClusterTest, StopsAtEndOfSequenceUnlessIgnored) {
   EXPECT_EQ(out[0].ids, std::vector<int32_t>(greedy.begin(), greedy.begin() + 5));
 }
 
+// A stop string ends a sample once its text holds one: the events' text is the golden text up to
+// the stop string (as the cluster's API gives it, ClusterTest.StopStringsEndGenerationBeforeTheStopText), and
+// the last event says why. Text that merely begins like a stop string is held back, then shown.
+// Without stop strings, the events' text is the whole golden text.
+TEST(LocalClusterTest, StopStringsEndASampleAndItsTextBeforeThem) {
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const std::string full = golden["prompts"][3]["greedy_text"];
+  struct Case {
+    std::vector<std::string> stops;
+    std::string text;
+    FinishReason finish;
+  };
+  const Case cases[] = {
+      {{"efficiency"},
+       " introduce attention offloading, an innovative architectural approach to improve the cost ",
+       FinishReason::kStopString},
+      {{"effi-ciency", "", "approach"},
+       " introduce attention offloading, an innovative architectural ",
+       FinishReason::kStopString},
+      {{}, full, FinishReason::kMaxTokens},
+      {{"offloading, an ibex"}, full, FinishReason::kMaxTokens},  // its start is held back, then shown
+  };
+  for (const Case& c : cases) {
+    GenerationRequest r = Greedy((*cluster)->tokenizer().EncodePrompt("In this paper, we"), 48);
+    r.stop_strings = c.stops;
+    std::string text;
+    FinishReason finish = FinishReason::kNone;
+    int tokens = 0;
+    ASSERT_TRUE((*cluster)
+                    ->Generate({&r, 1},
+                               [&](const TokenEvent& e) {
+                                 text += e.text;
+                                 finish = e.finish;
+                                 ++tokens;
+                               })
+                    .ok());
+    EXPECT_EQ(text, c.text) << "stops: " << ::testing::PrintToString(c.stops);
+    EXPECT_EQ(finish, c.finish) << "stops: " << ::testing::PrintToString(c.stops);
+    if (c.finish == FinishReason::kStopString) {
+      EXPECT_LT(tokens, 48);
+    }
+  }
+}
+
 TEST(LocalClusterTest, SeededSamplingIsReproducibleAndDiffersFromGreedy) {
   auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(cluster.ok()) << cluster.status();
