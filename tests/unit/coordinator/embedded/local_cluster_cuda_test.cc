@@ -31,6 +31,16 @@ std::vector<std::vector<int32_t>> GenerateAll(LocalCluster& cluster, const std::
   return outputs;
 }
 
+// The samples of `sampled` (n > 1), checked to come out the same when run again, and sample 0 of
+// seed + 1 to be sample 1 of its seed: each sample draws from its own seed alone.
+std::vector<std::vector<int32_t>> ExpectSeededSamplesReproduce(LocalCluster& cluster, GenerationRequest sampled) {
+  const std::vector<std::vector<int32_t>> first = GenerateAll(cluster, {sampled});
+  EXPECT_EQ(GenerateAll(cluster, {sampled}), first);
+  ++sampled.sampling.seed;
+  EXPECT_EQ(GenerateAll(cluster, {sampled})[0], first[1]);
+  return first;
+}
+
 TEST(LocalClusterCudaTest, WithoutAGpuTheLoadSaysWhy) {
   const std::string reason = NoGpuReason();
   if (reason.empty()) GTEST_SKIP() << "a GPU is present";
@@ -75,12 +85,9 @@ TEST(LocalClusterCudaTest, GreedyIdsMatchGoldenAndSeededSamplesReproduce) {
   sampled.n = 3;
   sampled.max_tokens = 40;
   sampled.sampling = {1.5f, 0, 1.0f, 7};
-  const std::vector<std::vector<int32_t>> first = GenerateAll(**cluster, {sampled});
-  EXPECT_EQ(GenerateAll(**cluster, {sampled}), first);
+  const std::vector<std::vector<int32_t>> first = ExpectSeededSamplesReproduce(**cluster, sampled);
   EXPECT_TRUE(first[0] != first[1] || first[0] != first[2]) << "three samples came out the same";
   EXPECT_NE(first[0], std::vector<int32_t>(greedy[0].begin(), greedy[0].begin() + sampled.max_tokens));
-  sampled.sampling.seed = 8;  // sample 0 of seed 8 is sample 1 of seed 7
-  EXPECT_EQ(GenerateAll(**cluster, {sampled})[0], first[1]);
 }
 
 // Log probabilities computed on the GPU (kernels/cuda/logprobs.h) with each drawn token: the
@@ -194,10 +201,7 @@ TEST(LocalClusterCudaTest, PenaltiesEditTheLogitsOnTheGpu) {
   sampled.sampling = {1.0f, 0, 1.0f, 7};
   sampled.sampling.repetition_penalty = 1.5f;
   sampled.sampling.frequency_penalty = 0.7f;
-  const std::vector<std::vector<int32_t>> first = GenerateAll(**cluster, {sampled});
-  EXPECT_EQ(GenerateAll(**cluster, {sampled}), first);
-  sampled.sampling.seed = 8;  // sample 0 of seed 8 is sample 1 of seed 7
-  EXPECT_EQ(GenerateAll(**cluster, {sampled})[0], first[1]);
+  ExpectSeededSamplesReproduce(**cluster, sampled);
 }
 
 // min_p reaches the GPU's sampler: every draw is at least min_p times as likely, at the
