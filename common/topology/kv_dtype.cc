@@ -8,12 +8,10 @@ namespace lamina {
 
 absl::StatusOr<DType> ChooseKvDtype(std::string_view setting, const ModelConfig& config, bool on_gpu) {
   if (setting == "bfloat16") return DType::kBF16;
-  if (setting == "float32" || setting == "float8_e4m3") {
-    if (on_gpu) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(std::string(setting), " is for the CPU; a GPU's KV pool is bfloat16"));
-    }
-    return setting == "float32" ? DType::kF32 : DType::kF8E4M3;
+  if (setting == "float8_e4m3") return DType::kF8E4M3;
+  if (setting == "float32") {
+    if (on_gpu) return absl::InvalidArgumentError("float32 is for the CPU; a GPU's KV pool is bfloat16 or float8_e4m3");
+    return DType::kF32;
   }
   if (setting == "auto") return on_gpu || config.dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
   return absl::InvalidArgumentError(

@@ -1,10 +1,10 @@
 // The element type of a memory node's KV pool, from a topology's `kv_dtype` setting:
 //   "bfloat16":    kBF16: half the bytes of float32, so twice the tokens in the same memory, and
 //                  on the CPU rows read faster (each k/v value rounded to nearest even);
-//   "float8_e4m3": kF8E4M3, on the CPU only: a quarter of float32's bytes plus a float scale per
-//                  token, layer and kv head (each head's values scaled to its largest and rounded
-//                  to 3 significant bits, common/tensor/float8.h);
-//   "float32":     kF32, on the CPU only (a GPU's pool is always bfloat16);
+//   "float8_e4m3": kF8E4M3: a quarter of float32's bytes plus a float scale per token, layer and
+//                  kv head (each head's values scaled to its largest and rounded to 3 significant
+//                  bits, common/tensor/float8.h), on the CPU or a GPU alike;
+//   "float32":     kF32, on the CPU only (a GPU's pool is bfloat16 or float8);
 //   "auto":        kBF16 on a GPU, and on the CPU when the checkpoint is bfloat16 (config.json's
 //                  dtype), as the framework it was made in keeps its cache; kF32 otherwise.
 // Thread-safe: pure functions.
@@ -20,7 +20,7 @@
 
 namespace lamina {
 
-// InvalidArgument for another setting, or float32 or float8_e4m3 on a GPU; its message names no
+// InvalidArgument for another setting, or float32 on a GPU; its message names no
 // field, for the caller to say where the setting came from.
 absl::StatusOr<DType> ChooseKvDtype(std::string_view setting, const ModelConfig& config, bool on_gpu);
 

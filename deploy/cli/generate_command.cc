@@ -34,7 +34,7 @@ const char kGenerateUsage[] =
     "  --device D         with --model: cpu (default) or cuda:N\n"
     "  --kv-dtype T       with --model: the KV cache's element type: auto (default: bfloat16 for a\n"
     "                     bfloat16 checkpoint or on a GPU, else float32), float32 (CPU), bfloat16 or\n"
-    "                     float8_e4m3 (CPU; each token's heads scaled to their largest value)\n"
+    "                     float8_e4m3 (each token's heads scaled to their largest value)\n"
     "  --max-tokens N     tokens to generate per prompt (default 64)\n"
     "  --n N              samples per prompt, printed in turn; the prompt's KV is shared (default 1)\n"
     "  --temperature T    0 = greedy (default 0)\n"

@@ -1,10 +1,16 @@
-// CUDA attention, the sibling of kernels/cpu/attention.h, over a bf16 KV cache.
+// CUDA attention, the sibling of kernels/cpu/attention.h, over a bf16 or a float8 e4m3 KV cache.
 //
 // Decode attention reads a token-granular cache laid out [slot][kv_head][head_dim] per layer. It is
 // GQA-aware (each KV head is read once for its whole group of query heads) and, when the batch is
 // too small to fill the GPU, splits each sequence's context across thread blocks and merges the
 // partial softmax results (flash-decoding). Prefill attention is FlashAttention-2 style: query
 // tiles per block, key/value tiles in shared memory, online softmax, rows split across warps.
+//
+// A float8 cache (Float8KvLayer) keeps each token's heads as e4m3 codes with a float scale per
+// (slot, kv head), quantized as the CPU's pool is (QuantizeFloat8E4M3, common/tensor/float8.h),
+// so that both hold the same bits. Its decode is tiled only: each warp widens its tokens' codes to
+// bf16 in shared memory (exactly: every e4m3 value is a bf16 one) and folds the key scales into
+// the scores and the value scales into the softmax weights.
 //
 // Supported: head_dim 16, 32, 64 or 128; up to 8 query heads per KV head. Anything else is
 // InvalidArgument naming the value. Launchers queue work on `stream` and never synchronize.
@@ -25,6 +31,15 @@ namespace lamina::kernels::cuda {
 
 using bf16 = __nv_bfloat16;
 using kernels::cpu::AttentionShape;
+
+// One layer of a float8 e4m3 KV cache: codes laid out as a bf16 cache's values, and a scale per
+// (slot, kv head); a value is its code's value × its head's scale.
+struct Float8KvLayer {
+  uint8_t* k_codes = nullptr;  // [num_slots, kv_heads, head_dim]
+  uint8_t* v_codes = nullptr;
+  float* k_scales = nullptr;  // [num_slots, kv_heads]
+  float* v_scales = nullptr;
+};
 
 // How a decode call splits its work; from PlanDecode().
 struct DecodePlan {
@@ -55,6 +70,10 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
 // The same, with DecodeBlocksPerSm(shape) and whether deep tiles fit on the current GPU.
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms);
 
+// `plan` for a float8 cache, whose decode is tiled only: a warp-per-head or CUDA-core plan becomes
+// a tiled one of one split (shallow tiles), its block count DecodeBlocks' again.
+DecodePlan Float8Plan(const DecodePlan& plan);
+
 // How many blocks of the tiled decode kernel for `shape` one SM of the current GPU holds at once;
 // asked of the GPU once per device. 2 without a GPU, 1 for shapes DecodeAttention refuses.
 int DecodeBlocksPerSm(const AttentionShape& shape);
@@ -79,6 +98,12 @@ absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan
                              float* workspace,  // [plan.workspace_floats] or nullptr when 0
                              cudaStream_t stream);
 
+// The same over a float8 cache, whose values are code × scale; InvalidArgument for a plan that is
+// not tiled (Float8Plan makes one).
+absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
+                             const Float8KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
+                             int64_t out_stride, int64_t num_seqs, float* workspace, cudaStream_t stream);
+
 // The data-plane hop folded into a linked decode attention launch (LinkedDecodeAttention).
 struct DecodeLink {
   // Before anything is read: wait until *ready >= ready_value (acquire, system scope). After
@@ -89,8 +114,9 @@ struct DecodeLink {
   int64_t timeout_ns = 0;
   uint32_t* error = nullptr;  // may be pinned host memory
   uint32_t error_code = 0;
-  // Each sequence's new k and v rows (float32, heads first), stored as bf16 at write_slots[s],
-  // which must be the last slot of the sequence's context.
+  // Each sequence's new k and v rows (float32, heads first), stored as bf16 (or as float8 codes and
+  // scales, as StoreKv does) at write_slots[s], which must be the last slot of the sequence's
+  // context.
   const float* k = nullptr;
   const float* v = nullptr;
   int64_t kv_stride = 0;
@@ -149,6 +175,13 @@ absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan
                                    int64_t num_seqs, float* workspace, const DecodeLink& link,
                                    cudaStream_t stream);
 
+// The same over a float8 cache (InvalidArgument for a plan that is not tiled).
+absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan& plan, const float* q,
+                                   int64_t q_stride,  // [num_seqs, q_stride]
+                                   const Float8KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin,
+                                   float* out, int64_t out_stride,  // [num_seqs, out_stride]
+                                   int64_t num_seqs, float* workspace, const DecodeLink& link, cudaStream_t stream);
+
 // Causal self-attention over one prompt: query t attends to keys 0..t.
 absl::Status PrefillAttention(const AttentionShape& shape,
                               const float* q, int64_t q_stride,  // [tokens, q_stride]
@@ -162,6 +195,14 @@ absl::Status StoreKv(const float* k, const float* v, int64_t row_stride,  // [co
                      const int32_t* slots,                                 // [count]
                      bf16* k_cache, bf16* v_cache,                        // [num_slots, kv_heads, head_dim]
                      int64_t count, int64_t kv_size, cudaStream_t stream);
+
+// The same into a float8 cache: each head of each row quantized as QuantizeFloat8E4M3
+// (common/tensor/float8.h) quantizes it, to the same codes and scales. InvalidArgument for a
+// head_dim past 128.
+absl::Status StoreKv(const float* k, const float* v, int64_t row_stride,  // [count, row_stride]
+                     const int32_t* slots,                                // [count]
+                     const Float8KvLayer& cache, int64_t count, int64_t kv_heads, int64_t head_dim,
+                     cudaStream_t stream);
 
 }  // namespace lamina::kernels::cuda
 

@@ -14,6 +14,7 @@
 #include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/decode_tiles.cuh"
 #include "kernels/cuda/flags.cuh"
+#include "kernels/cuda/float8.cuh"
 #include "kernels/cuda/lines.cuh"
 #include "kernels/cuda/reduce.cuh"
 
@@ -33,18 +34,18 @@ __device__ inline void WaitForInputs(const DecodeLink& link) {
 }
 
 // The block's inputs as lines (DecodeLink::lines): the query heads of its kv head, written to
-// `q_to` (kG * kDim floats, shared memory), and, when `k_slot` is set (the block's split holds the
-// new token), the new token's k and v for it, stored straight into the cache at k_slot and v_slot.
-// Each thread polls its share of the lines at once (PollLines); the barrier makes the block's
-// writes visible to its loads. True when any of the block's polls gave up or the step had failed
-// already.
-template <int kDim, int kG>
+// `q_to` (kG * kDim floats, shared memory), and, when `with_kv` (the block's split holds the new
+// token), the new token's k and v for it, handed to `store_kv(is_k, d, value)` two dims (d and
+// d + 1) at a time. Each thread polls its share of the lines at once (PollLines); the barrier makes
+// the block's writes visible to its loads. True when any of the block's polls gave up or the step
+// had failed already.
+template <int kDim, int kG, typename StoreKv>
 __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
-                                  float* q_to, bf16* k_slot, bf16* v_slot) {
+                                  float* q_to, bool with_kv, const StoreKv& store_kv) {
   // Pairs of floats: the query heads', then k's, then v's.
   constexpr int kQPairs = kG * kDim / 2, kKvPairs = kDim / 2, kMostPairs = kQPairs + 2 * kKvPairs;
   constexpr int kPerThread = (kMostPairs + kTileThreads - 1) / kTileThreads;
-  const int pairs = k_slot != nullptr ? kMostPairs : kQPairs;
+  const int pairs = with_kv ? kMostPairs : kQPairs;
   const float* q_at = q + seq * q_stride + kv_head * kG * kDim;
   const float* k_at = link.k + seq * link.kv_stride + kv_head * kDim;
   const float* v_at = link.v + seq * link.kv_stride + kv_head * kDim;
@@ -70,8 +71,7 @@ __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_
       reinterpret_cast<float2*>(q_to)[pair] = values[i];
     } else {
       const bool is_k = pair < kQPairs + kKvPairs;
-      bf16* slot = is_k ? k_slot + 2 * (pair - kQPairs) : v_slot + 2 * (pair - kQPairs - kKvPairs);
-      *reinterpret_cast<__nv_bfloat162*>(slot) = __floats2bfloat162_rn(values[i].x, values[i].y);
+      store_kv(is_k, 2 * (is_k ? pair - kQPairs : pair - kQPairs - kKvPairs), values[i]);
     }
   }
   return __syncthreads_or(poll.failed) != 0;
@@ -178,14 +178,24 @@ __device__ __forceinline__ void LoadPolledQuery(const float* polled, int lane, f
 // A linked launch's new token for (seq, kv_head): its k/v row stored at write_slots[seq], by
 // `count` threads numbered `index`. The caller's barrier orders the stores before its loads.
 template <int kDim>
-__device__ __forceinline__ void StoreNewToken(const DecodeLink& link, bf16* k_cache, bf16* v_cache, int seq,
-                                              int kv_head, int64_t slot_stride, int index, int count) {
+__device__ __forceinline__ void StoreNewToken(const DecodeLink& link, const Bf16KvLayer& cache, int seq, int kv_head,
+                                              int64_t slot_stride, int index, int count) {
   const int64_t from = seq * link.kv_stride + kv_head * kDim;
   const int64_t to = static_cast<int64_t>(link.write_slots[seq]) * slot_stride + kv_head * kDim;
   for (int d = index; d < kDim; d += count) {
-    k_cache[to + d] = __float2bfloat16(__ldcg(link.k + from + d));
-    v_cache[to + d] = __float2bfloat16(__ldcg(link.v + from + d));
+    cache.k[to + d] = __float2bfloat16(__ldcg(link.k + from + d));
+    cache.v[to + d] = __float2bfloat16(__ldcg(link.v + from + d));
   }
+}
+
+// The same into a float8 cache, quantized (QuantizeHead) from k_value and v_value, dim
+// threadIdx.x of the new token's k and v head. Every thread of the block calls it.
+template <int kDim>
+__device__ __forceinline__ void StoreNewTokenFloat8(const DecodeLink& link, const Float8KvLayer& cache, int seq,
+                                                    int kv_head, int num_kv_heads, float k_value, float v_value) {
+  const int64_t head = static_cast<int64_t>(link.write_slots[seq]) * num_kv_heads + kv_head;
+  QuantizeHead(k_value, kDim, cache.k_codes + head * kDim, cache.k_scales + head);
+  QuantizeHead(v_value, kDim, cache.v_codes + head * kDim, cache.v_scales + head);
 }
 
 }  // namespace lamina::kernels::cuda

@@ -14,13 +14,21 @@
 // Queries and probabilities are split into two bf16 parts (SplitBf16), so that the products keep
 // about 16 bits of them, as float32 arithmetic on the same bf16 cache would, within the CPU
 // kernel's tolerances. Kept per warp: the running max and sum of each head, and its outputs.
+//
+// Over a float8 cache (Float8KvLayer) the tiles hold the codes, half the bytes, and each token's
+// k and v scales; each warp widens its 16 tokens' codes to bf16 rows of its own in shared memory
+// (float8.cuh) and attends to those as to a bf16 tile's, each score times its key's scale, each
+// softmax weight times its value's scale in the products (not in the sum).
 #ifndef LAMINA_KERNELS_CUDA_DECODE_TILES_CUH_
 #define LAMINA_KERNELS_CUDA_DECODE_TILES_CUH_
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/float8.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace lamina::kernels::cuda {
@@ -36,15 +44,29 @@ constexpr int kTileTokens = 16 * kTileWarps;  // 16 a warp: the k of one P·V pr
 constexpr int kShallowTileStages = 2;
 constexpr int kDeepTileStages = 4;
 
+// One layer of a bf16 KV cache, as the kernels take it ([num_slots, kv_heads, head_dim] each).
+struct Bf16KvLayer {
+  __nv_bfloat16* k;
+  __nv_bfloat16* v;
+};
+
+template <typename Kv>
+constexpr bool kIsFloat8 = std::is_same_v<Kv, Float8KvLayer>;
+
 // A stage holds a tile's k rows, then its v rows, each padded by 16 bytes so that the 8 rows an
-// ldmatrix reads start in different banks.
-// After the stages, a ring of the slot ids of kStages tiles, copied there ahead of their tiles.
-template <int kDim, int kStages>
+// ldmatrix reads start in different banks; float8, rows of codes, then the tile's 64 k scales and
+// 64 v scales. After the stages, a ring of the slot ids of kStages tiles, copied there ahead of
+// their tiles. Float8, then each warp's 16 k and 16 v rows widened to bf16.
+template <int kDim, int kStages, bool kFloat8 = false>
 struct TileLayout {
-  static constexpr int kRowBytes = kDim * 2 + 16;
-  static constexpr int kStageBytes = 2 * kTileTokens * kRowBytes;
+  static constexpr int kRowBytes = kDim * 2 + 16;  // a bf16 row, as the products read it
+  static constexpr int kCopiedRowBytes = kFloat8 ? kDim + 16 : kRowBytes;
+  static constexpr int kScalesOffset = 2 * kTileTokens * kCopiedRowBytes;  // in a stage, float8
+  static constexpr int kStageBytes = kScalesOffset + (kFloat8 ? 2 * kTileTokens * 4 : 0);
   static constexpr int kSlotRingOffset = kStages * kStageBytes;
-  static constexpr int kBytes = kSlotRingOffset + kStages * kTileTokens * 4;  // the least a block needs
+  static constexpr int kWidenedOffset = kSlotRingOffset + kStages * kTileTokens * 4;
+  static constexpr int kWidenedWarpBytes = kFloat8 ? 2 * 16 * kRowBytes : 0;
+  static constexpr int kBytes = kWidenedOffset + kTileWarps * kWidenedWarpBytes;  // the least a block needs
 };
 
 // What a warp keeps of its tokens: for query head lane / 4 (valid below kG), the running max (log2
@@ -82,22 +104,59 @@ __device__ __forceinline__ void QueryFragments(const Load& load, float scale, ui
 namespace tiles_internal {
 
 // Copies tile `tile` of the chunk [lo, hi) into its stage. `slots` are the slot ids of this
-// thread's rows of it (-1 past hi): row first_row + j * kRowsPerPass takes slots[j].
-template <int kDim, int kStages>
-__device__ __forceinline__ void CopyTile(uint32_t smem, int tile, const int* slots, const __nv_bfloat16* k_cache,
-                                         const __nv_bfloat16* v_cache, int64_t slot_stride, int64_t head_offset) {
-  using Layout = TileLayout<kDim, kStages>;
-  constexpr int kPieces = kDim / 8;  // 16-byte pieces of a row
+// thread's rows of it (-1 past hi): row first_row + j * kRowsPerPass takes slots[j]. A row is
+// kDim / 8 pieces: 16 bytes of bf16 values, or 8 of float8 codes, whose first piece's thread
+// copies the row's two scales too.
+template <int kDim, int kStages, typename Kv>
+__device__ __forceinline__ void CopyTile(uint32_t smem, int tile, const int* slots, const Kv& cache,
+                                         int64_t slot_stride, int64_t head_offset) {
+  constexpr bool kFloat8 = kIsFloat8<Kv>;
+  using Layout = TileLayout<kDim, kStages, kFloat8>;
+  constexpr int kPieces = kDim / 8;
+  constexpr int kPieceBytes = kFloat8 ? 8 : 16;
   constexpr int kRowsPerPass = kTileThreads / kPieces;
   const int piece = threadIdx.x % kPieces, first_row = threadIdx.x / kPieces;
-  const uint32_t stage = smem + (tile % kStages) * Layout::kStageBytes + piece * 16;
+  const uint32_t stage = smem + (tile % kStages) * Layout::kStageBytes;
 #pragma unroll
   for (int j = 0; j < kTileTokens / kRowsPerPass; ++j) {
     const int row = first_row + j * kRowsPerPass;
     const bool valid = slots[j] >= 0;
     const int64_t at = valid ? slots[j] * slot_stride + head_offset + piece * 8 : 0;
-    CopyAsync16(stage + row * Layout::kRowBytes, k_cache + at, valid);
-    CopyAsync16(stage + (kTileTokens + row) * Layout::kRowBytes, v_cache + at, valid);
+    const uint32_t k_to = stage + row * Layout::kCopiedRowBytes + piece * kPieceBytes;
+    const uint32_t v_to = k_to + kTileTokens * Layout::kCopiedRowBytes;
+    if constexpr (kFloat8) {
+      CopyAsync8(k_to, cache.k_codes + at, valid);
+      CopyAsync8(v_to, cache.v_codes + at, valid);
+      if (piece == 0) {
+        const int64_t head = valid ? (slots[j] * slot_stride + head_offset) / kDim : 0;
+        CopyAsync4(stage + Layout::kScalesOffset + row * 4, cache.k_scales + head, valid);
+        CopyAsync4(stage + Layout::kScalesOffset + (kTileTokens + row) * 4, cache.v_scales + head, valid);
+      }
+    } else {
+      CopyAsync16(k_to, cache.k + at, valid);
+      CopyAsync16(v_to, cache.v + at, valid);
+    }
+  }
+}
+
+// Float8: widens the warp's 16 k rows and 16 v rows of codes in `stage` (a generic pointer to it)
+// to bf16 rows in `widened` (16 k rows, then 16 v rows, TileLayout::kRowBytes apart). The warp's
+// own work: __syncwarp before its lanes read them.
+template <int kDim, int kStages>
+__device__ __forceinline__ void WidenWarpRows(const unsigned char* stage, unsigned char* widened) {
+  using Layout = TileLayout<kDim, kStages, true>;
+  constexpr int kChunks = kDim / 16;  // 16 codes each
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int i = lane; i < 2 * 16 * kChunks; i += 32) {
+    const int row = i / kChunks, chunk = i % kChunks;  // rows 0-15 k, 16-31 v
+    const int copied_row = row < 16 ? 16 * warp + row : kTileTokens + 16 * warp + row - 16;
+    const uint4 codes = *reinterpret_cast<const uint4*>(stage + copied_row * Layout::kCopiedRowBytes + chunk * 16);
+    uint4 low, high;
+    WidenCodes16(codes, low, high);
+    uint4* to = reinterpret_cast<uint4*>(widened + row * Layout::kRowBytes + chunk * 32);
+    to[0] = low;
+    to[1] = high;
   }
 }
 
@@ -114,10 +173,10 @@ __device__ __forceinline__ void LoadTileSlots(const int32_t* slot_ids, int lo, i
 }
 
 // The same from the ring, where CopyTileSlots put them.
-template <int kDim, int kStages>
+template <int kDim, int kStages, bool kFloat8>
 __device__ __forceinline__ void ReadTileSlots(const unsigned char* smem, int lo, int hi, int tile, int* slots) {
   constexpr int kRowsPerPass = kTileThreads / (kDim / 8);
-  const int32_t* ring = reinterpret_cast<const int32_t*>(smem + TileLayout<kDim, kStages>::kSlotRingOffset) +
+  const int32_t* ring = reinterpret_cast<const int32_t*>(smem + TileLayout<kDim, kStages, kFloat8>::kSlotRingOffset) +
                         (tile % kStages) * kTileTokens;
   const int first_row = threadIdx.x / (kDim / 8);
 #pragma unroll
@@ -128,26 +187,36 @@ __device__ __forceinline__ void ReadTileSlots(const unsigned char* smem, int lo,
 }
 
 // Queues the copy of tile `tile`'s slot ids into the ring (zeros past hi), one 4-byte copy a token.
-template <int kDim, int kStages>
+template <int kDim, int kStages, bool kFloat8>
 __device__ __forceinline__ void CopyTileSlots(unsigned char* smem, const int32_t* slot_ids, int lo, int hi, int tile) {
   if (threadIdx.x >= kTileTokens) return;
   const int t = lo + tile * kTileTokens + threadIdx.x;
-  const uint32_t to = SharedAddress(smem + TileLayout<kDim, kStages>::kSlotRingOffset) +
+  const uint32_t to = SharedAddress(smem + TileLayout<kDim, kStages, kFloat8>::kSlotRingOffset) +
                       ((tile % kStages) * kTileTokens + threadIdx.x) * 4;
   CopyAsync4(to, t < hi ? slot_ids + t : slot_ids, t < hi);
 }
 
-// The warp's 16 tokens of the tile in `stage` (shared address), the first of them at chunk token
-// `first`; tokens from `hi` on are masked.
-template <int kDim>
+// The warp's 16 tokens, their bf16 k and v rows at k_rows and v_rows (shared addresses,
+// TileLayout::kRowBytes apart), the first of them at chunk token `first`; tokens from `hi` on are
+// masked. kScaled: token i's score is multiplied by k_scales[i], and its softmax weight by
+// v_scales[i] in the products (shared memory, the warp's 16 tokens each).
+template <int kDim, bool kScaled>
 __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim / 16][2],
-                                                 const uint32_t (&q_low)[kDim / 16][2], uint32_t stage, int first,
-                                                 int hi, WarpRows<kDim>& rows) {
+                                                 const uint32_t (&q_low)[kDim / 16][2], uint32_t k_rows,
+                                                 uint32_t v_rows, int first, int hi, WarpRows<kDim>& rows,
+                                                 const float* k_scales = nullptr, const float* v_scales = nullptr) {
   using Layout = TileLayout<kDim, kShallowTileStages>;  // only its row size, the same at every depth
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   const int m = lane / 8, r = lane % 8;  // this lane addresses row r of 8 x 8 matrix m
-  const uint32_t k_rows = stage + 16 * warp * Layout::kRowBytes;
-  const uint32_t v_rows = k_rows + kTileTokens * Layout::kRowBytes;
+  // This lane's tokens' scales: 8j + 2 (lane % 4) + e, as its scores.
+  float2 k_scale[2] = {}, v_scale[2] = {};
+  if constexpr (kScaled) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      k_scale[j] = *reinterpret_cast<const float2*>(k_scales + 8 * j + 2 * (lane % 4));
+      v_scale[j] = *reinterpret_cast<const float2*>(v_scales + 8 * j + 2 * (lane % 4));
+    }
+  }
 
   // S = Q·Kᵀ, tokens 8j..8j+7 in s[j]; the two parts of Q in their own sums (shorter chains).
   // Matrices: tokens 0-7 and 8-15 (m / 2) by dims +0 and +8 (m % 2).
@@ -170,7 +239,8 @@ __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim /
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int t = first + 8 * j + 2 * (lane % 4) + e;
-      s[j][e] = t < hi ? s_high[j][e] + s_low[j][e] : -INFINITY;
+      const float scale = e == 0 ? k_scale[j].x : k_scale[j].y;
+      s[j][e] = t < hi ? (kScaled ? (s_high[j][e] + s_low[j][e]) * scale : s_high[j][e] + s_low[j][e]) : -INFINITY;
       tile_max = fmaxf(tile_max, s[j][e]);
     }
   }
@@ -201,6 +271,13 @@ __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim /
 
   // Oᵀ += Vᵀ·Pᵀ: Pᵀ's B fragment is S's layout (tokens 2c.. of n-tile 0, then of n-tile 1), and Vᵀ
   // comes out of shared memory transposed, 16 dims an A fragment, from the same matrices as K's.
+  if constexpr (kScaled) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      p[j][0] *= v_scale[j].x;
+      p[j][1] *= v_scale[j].y;
+    }
+  }
   uint32_t p_high[2], p_low[2];
   SplitBf16(p[0][0], p[0][1], p_high[0], p_low[0]);
   SplitBf16(p[1][0], p[1][1], p_high[1], p_low[1]);
@@ -218,16 +295,17 @@ __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim /
 
 // The tile streaming of one block over the tokens lo..hi-1 of slot_ids, in two calls that every
 // thread of the block makes: StartTiles, then AttendTiles. Each token's k and v rows of the kv head
-// are read at slot * slot_stride + head_offset, kStages tiles at a time. `smem` is
-// TileLayout<kDim, kStages>::kBytes of dynamic shared memory (16-byte aligned), free again when
-// AttendTiles returns.
-template <int kDim, int kStages>
+// are read at slot * slot_stride + head_offset of `cache` (Bf16KvLayer or Float8KvLayer), kStages
+// tiles at a time. `smem` is TileLayout<kDim, kStages, float8>::kBytes of dynamic shared memory
+// (16-byte aligned), free again when AttendTiles returns.
+template <int kDim, int kStages, typename Kv>
 struct TileStream {
   // How many tiles are in flight before the block attends to the first: StartTiles queues them.
   static constexpr int kTilesAhead = kStages - 1;
+  static constexpr bool kFloat8 = kIsFloat8<Kv>;
+  using Layout = TileLayout<kDim, kStages, kFloat8>;
 
-  const __nv_bfloat16* k_cache;
-  const __nv_bfloat16* v_cache;
+  Kv cache;
   const int32_t* slot_ids;
   int64_t slot_stride;
   int64_t head_offset;
@@ -255,9 +333,11 @@ struct TileStream {
 #pragma unroll
     for (int t = 0; t < kTilesAhead; ++t) {
       if (t < n) {
-        tiles_internal::CopyTile<kDim, kStages>(base, t, first_slots[t], k_cache, v_cache, slot_stride, head_offset);
+        tiles_internal::CopyTile<kDim, kStages>(base, t, first_slots[t], cache, slot_stride, head_offset);
       }
-      if (t + kTilesAhead < n) tiles_internal::CopyTileSlots<kDim, kStages>(smem, slot_ids, lo, hi, t + kTilesAhead);
+      if (t + kTilesAhead < n) {
+        tiles_internal::CopyTileSlots<kDim, kStages, kFloat8>(smem, slot_ids, lo, hi, t + kTilesAhead);
+      }
       CommitCopies();  // empty groups too, so that every turn below counts the same
     }
   }
@@ -267,7 +347,6 @@ struct TileStream {
   // share in `rows`, with the row sums added up.
   template <typename MakeQuery>
   __device__ void AttendTiles(const MakeQuery& make_query, WarpRows<kDim>& rows) const {
-    using Layout = TileLayout<kDim, kStages>;
     constexpr int kSlotsPerThread = kTileTokens * (kDim / 8) / kTileThreads;
     const uint32_t base = SharedAddress(smem);
     const int n = tiles();
@@ -281,17 +360,29 @@ struct TileStream {
       __syncthreads();                // and every thread's; the stage of tile - 1 is free again
       const int next = tile + kTilesAhead;
       if (next < n) {
-        tiles_internal::ReadTileSlots<kDim, kStages>(smem, lo, hi, next, slots);
-        tiles_internal::CopyTile<kDim, kStages>(base, next, slots, k_cache, v_cache, slot_stride, head_offset);
+        tiles_internal::ReadTileSlots<kDim, kStages, kFloat8>(smem, lo, hi, next, slots);
+        tiles_internal::CopyTile<kDim, kStages>(base, next, slots, cache, slot_stride, head_offset);
         if (next + kTilesAhead < n) {
-          tiles_internal::CopyTileSlots<kDim, kStages>(smem, slot_ids, lo, hi, next + kTilesAhead);
+          tiles_internal::CopyTileSlots<kDim, kStages, kFloat8>(smem, slot_ids, lo, hi, next + kTilesAhead);
         }
       }
       CommitCopies();
       const int first = lo + tile * kTileTokens + 16 * warp;
-      if (first < hi) {
-        tiles_internal::AttendWarpTokens<kDim>(q_high, q_low, base + (tile % kStages) * Layout::kStageBytes, first, hi,
-                                               rows);
+      if (first >= hi) continue;
+      const int stage = (tile % kStages) * Layout::kStageBytes;
+      if constexpr (kFloat8) {
+        unsigned char* widened = smem + Layout::kWidenedOffset + warp * Layout::kWidenedWarpBytes;
+        tiles_internal::WidenWarpRows<kDim, kStages>(smem + stage, widened);
+        __syncwarp();
+        const float* scales = reinterpret_cast<const float*>(smem + stage + Layout::kScalesOffset) + 16 * warp;
+        const uint32_t k_rows = SharedAddress(widened);
+        tiles_internal::AttendWarpTokens<kDim, true>(q_high, q_low, k_rows, k_rows + 16 * Layout::kRowBytes, first, hi,
+                                                     rows, scales, scales + kTileTokens);
+        __syncwarp();  // before the next tile's rows are widened over these
+      } else {
+        const uint32_t k_rows = base + stage + 16 * warp * Layout::kRowBytes;
+        tiles_internal::AttendWarpTokens<kDim, false>(q_high, q_low, k_rows, k_rows + kTileTokens * Layout::kRowBytes,
+                                                      first, hi, rows);
       }
     }
     WaitCopies<0>();

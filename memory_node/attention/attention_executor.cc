@@ -22,9 +22,6 @@ absl::StatusOr<std::unique_ptr<AttentionExecutor>> AttentionExecutor::Create(
   const KvBackendOptions backend_options{options.num_layers, options.num_slots, a, options.kv_dtype};
   std::unique_ptr<KvBackend> backend;
   if (options.cuda_device >= 0) {
-    if (options.kv_dtype == DType::kF8E4M3) {
-      return absl::InvalidArgumentError("a float8 KV pool is on the CPU only; a GPU's KV pool is bfloat16");
-    }
     LAMINA_ASSIGN_OR_RETURN(backend, CreateCudaKvBackend(backend_options, options.cuda_device));
   } else {
     LAMINA_ASSIGN_OR_RETURN(backend, CreateCpuKvBackend(backend_options, pool));

@@ -27,8 +27,8 @@ struct AttentionExecutorOptions {
   int64_t num_slots;
   kernels::cpu::AttentionShape attention;
   int cuda_device = -1;  // >= 0: the pool and attention live on this GPU; else on the CPU
-  // The pool's element type on the CPU, kF32, kBF16 or kF8E4M3 (common/topology/kv_dtype.h); a
-  // GPU's is bf16 (kF8E4M3 there is InvalidArgument).
+  // The pool's element type, kF32, kBF16 or kF8E4M3 (common/topology/kv_dtype.h); a GPU's is
+  // kF8E4M3 or else bf16.
   DType kv_dtype = DType::kF32;
 };
 

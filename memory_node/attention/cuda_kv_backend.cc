@@ -1,6 +1,7 @@
-// The KV pool in GPU memory (bf16, one [slot][kv_head][head_dim] array per layer for K and for V)
-// with the CUDA kernels. Host inputs are staged on the node's stream; Attend returns once the
-// outputs are back in host memory.
+// The KV pool in GPU memory (one [slot][kv_head][head_dim] array per layer for K and for V, of bf16
+// values, or of float8 codes with a [slot][kv_head] array of scales each) with the CUDA kernels.
+// Host inputs are staged on the node's stream; Attend returns once the outputs are back in host
+// memory.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -39,9 +40,12 @@ class CudaKvBackend : public KvBackend {
   static absl::StatusOr<std::unique_ptr<CudaKvBackend>> Create(const KvBackendOptions& options, int device) {
     LAMINA_RETURN_IF_ERROR(UseDevice({true, device}));
     std::unique_ptr<CudaKvBackend> b(new CudaKvBackend(options, device));
-    const int64_t layer_elems = options.num_slots * b->kv_size_;
-    absl::StatusOr<cuda::DeviceBuffer> pool =
-        cuda::DeviceBuffer::Create(2 * options.num_layers * layer_elems * sizeof(bf16));
+    // Values first (bf16, or float8 codes), then float8's scales.
+    const int64_t value_bytes = b->float8_ ? 1 : static_cast<int64_t>(sizeof(bf16));
+    b->scales_offset_ = 2 * options.num_layers * options.num_slots * b->kv_size_ * value_bytes;
+    const int64_t scale_bytes =
+        b->float8_ ? 2 * options.num_layers * options.num_slots * options.attention.num_kv_heads * sizeof(float) : 0;
+    absl::StatusOr<cuda::DeviceBuffer> pool = cuda::DeviceBuffer::Create(b->scales_offset_ + scale_bytes);
     if (!pool.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat("KV pool of ", options.num_slots, " slots does not fit on cuda:",
                                                        device, ": ", pool.status().message()));
@@ -71,8 +75,8 @@ class CudaKvBackend : public KvBackend {
     // No wait here: copies from pageable memory return once the source is staged, the next use of
     // the staging buffers is ordered after this kernel on the same stream, and growing them
     // (cudaFree) synchronizes. Attend() waits for its own results.
-    return kc::StoreKv(stage_k_.as<float>(), stage_v_.as<float>(), kv_size_, stage_slots_.as<int32_t>(), keys(layer),
-                       values(layer), n, kv_size_, stream());
+    return StoreRows(layer, stage_k_.as<float>(), stage_v_.as<float>(), kv_size_, stage_slots_.as<int32_t>(), n,
+                     stream());
   }
 
   absl::Status SetContexts(absl::Span<const int32_t> slot_ids, absl::Span<const int64_t> slot_begin) override {
@@ -91,7 +95,7 @@ class CudaKvBackend : public KvBackend {
                                                 cudaMemcpyHostToDevice, stream()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot_begin_.data(), begin32.data(), begin32.size() * sizeof(int32_t),
                                                 cudaMemcpyHostToDevice, stream()));
-    plan_ = kc::PlanDecode(options_.attention, num_seqs_, max_context_, num_sms_);
+    plan_ = Plan(num_seqs_, max_context_, num_sms_);
     LAMINA_RETURN_IF_ERROR(
         cuda::EnsureCapacityOnStream(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float),
                                      stream_.get()));
@@ -108,9 +112,9 @@ class CudaKvBackend : public KvBackend {
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&out_, num_seqs_ * row_bytes, stream_.get()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(q_.data(), row_bytes, q, q_stride * sizeof(float), row_bytes,
                                                   num_seqs_, cudaMemcpyHostToDevice, stream()));
-    LAMINA_RETURN_IF_ERROR(kc::DecodeAttention(options_.attention, plan_, q_.as<float>(), q_size, keys(layer),
-                                               values(layer), slot_ids_.as<int32_t>(), slot_begin_.as<int32_t>(),
-                                               out_.as<float>(), q_size, num_seqs_, workspace_.as<float>(), stream()));
+    LAMINA_RETURN_IF_ERROR(Decode(layer, plan_, q_.as<float>(), q_size, slot_ids_.as<int32_t>(),
+                                  slot_begin_.as<int32_t>(), out_.as<float>(), q_size, num_seqs_,
+                                  workspace_.as<float>(), stream()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out, out_stride * sizeof(float), out_.data(), row_bytes, row_bytes,
                                                   num_seqs_, cudaMemcpyDeviceToHost, stream()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
@@ -125,22 +129,73 @@ class CudaKvBackend : public KvBackend {
   int num_sms() const { return num_sms_; }
   SpinBudget* spin_budget() const { return spin_budget_.get(); }
   cudaStream_t host_path_stream() const { return stream_.get(); }
-  bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * options_.num_slots * kv_size_; }
-  bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * options_.num_slots * kv_size_; }
+
+  // A decode plan over this pool (tiled for float8, kc::Float8Plan).
+  kc::DecodePlan Plan(int64_t num_seqs, int64_t max_context, int num_sms) const {
+    const kc::DecodePlan plan = kc::PlanDecode(options_.attention, num_seqs, max_context, num_sms);
+    return float8_ ? kc::Float8Plan(plan) : plan;
+  }
+
+  // The pool's kernels for one layer, whatever its element type: k/v rows (float, [count,
+  // row_stride]) stored at `slots`; decode attention; the same linked.
+  absl::Status StoreRows(int64_t layer, const float* k, const float* v, int64_t row_stride, const int32_t* slots,
+                         int64_t count, cudaStream_t stream) const {
+    if (float8_) {
+      return kc::StoreKv(k, v, row_stride, slots, Float8Layer(layer), count, options_.attention.num_kv_heads,
+                         options_.attention.head_dim, stream);
+    }
+    return kc::StoreKv(k, v, row_stride, slots, keys(layer), values(layer), count, kv_size_, stream);
+  }
+  absl::Status Decode(int64_t layer, const kc::DecodePlan& plan, const float* q, int64_t q_stride,
+                      const int32_t* slot_ids, const int32_t* slot_begin, float* out, int64_t out_stride,
+                      int64_t num_seqs, float* workspace, cudaStream_t stream) const {
+    if (float8_) {
+      return kc::DecodeAttention(options_.attention, plan, q, q_stride, Float8Layer(layer), slot_ids, slot_begin, out,
+                                 out_stride, num_seqs, workspace, stream);
+    }
+    return kc::DecodeAttention(options_.attention, plan, q, q_stride, keys(layer), values(layer), slot_ids, slot_begin,
+                               out, out_stride, num_seqs, workspace, stream);
+  }
+  absl::Status LinkedDecode(int64_t layer, const kc::DecodePlan& plan, const float* q, int64_t q_stride,
+                            const int32_t* slot_ids, const int32_t* slot_begin, float* out, int64_t out_stride,
+                            int64_t num_seqs, float* workspace, const kc::DecodeLink& link, cudaStream_t stream) const {
+    if (float8_) {
+      return kc::LinkedDecodeAttention(options_.attention, plan, q, q_stride, Float8Layer(layer), slot_ids, slot_begin,
+                                       out, out_stride, num_seqs, workspace, link, stream);
+    }
+    return kc::LinkedDecodeAttention(options_.attention, plan, q, q_stride, keys(layer), values(layer), slot_ids,
+                                     slot_begin, out, out_stride, num_seqs, workspace, link, stream);
+  }
 
  private:
   CudaKvBackend(const KvBackendOptions& options, int device)
       : options_(options),
         device_(device),
+        float8_(options.kv_dtype == DType::kF8E4M3),
         kv_size_(options.attention.num_kv_heads * options.attention.head_dim) {}
   cudaStream_t stream() const { return stream_.get(); }
 
+  bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * options_.num_slots * kv_size_; }
+  bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * options_.num_slots * kv_size_; }
+  kc::Float8KvLayer Float8Layer(int64_t layer) const {
+    uint8_t* codes = pool_.as<uint8_t>();
+    float* scales = reinterpret_cast<float*>(codes + scales_offset_);
+    const int64_t layer_codes = options_.num_slots * kv_size_;
+    const int64_t layer_scales = options_.num_slots * options_.attention.num_kv_heads;
+    return {codes + 2 * layer * layer_codes, codes + (2 * layer + 1) * layer_codes, scales + 2 * layer * layer_scales,
+            scales + (2 * layer + 1) * layer_scales};
+  }
+
   KvBackendOptions options_;
   int device_;
+  bool float8_;  // the pool's element type: float8 codes and scales, else bf16
   int64_t kv_size_;
+  int64_t scales_offset_ = 0;  // float8: bytes into pool_ where the scales start
   int num_sms_ = 0;
   std::unique_ptr<SpinBudget> spin_budget_;  // shared by the lanes: blocks waiting for rows
-  cuda::DeviceBuffer pool_;  // bf16 [layers][K, V][num_slots, kv_heads, head_dim]
+  // bf16 [layers][K, V][num_slots, kv_heads, head_dim]; float8: the same of uint8 codes, then
+  // float [layers][K, V][num_slots, kv_heads] scales.
+  cuda::DeviceBuffer pool_;
   cuda::Stream stream_;
   // Staging, grown on demand and reused.
   cuda::DeviceBuffer stage_k_, stage_v_;  // float [rows, kv_size]
@@ -240,8 +295,8 @@ class CudaKvLane : public DeviceKvLane {
     const int share = std::max(1, pool_->num_sms() / chunks);
     for (int c = 0; c < chunks; ++c) {
       const RowRange r = ChunkOf(n, chunks, c);
-      plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, pool_->num_sms()));
-      side_by_side_plans_.push_back(kc::PlanDecode(o.attention, r.count, max_context, share));
+      plans_.push_back(pool_->Plan(r.count, max_context, pool_->num_sms()));
+      side_by_side_plans_.push_back(pool_->Plan(r.count, max_context, share));
       one_after_another_floats = std::max(one_after_another_floats, plans_.back().workspace_floats);
       workspace_floats_ = std::max(workspace_floats_, side_by_side_plans_.back().workspace_floats);
     }
@@ -277,11 +332,9 @@ class CudaKvLane : public DeviceKvLane {
 
   absl::Status QueueStore(int64_t layer, int64_t first_slot, int64_t count, const float* qkv,
                           const QkvLayout& layout) override {
-    const KvBackendOptions& o = pool_->options();
-    const int64_t kv_size = o.attention.num_kv_heads * o.attention.head_dim;
     return Timed([&] {
-      return kc::StoreKv(qkv + layout.k_offset, qkv + layout.v_offset, layout.row_stride, write_slots_ + first_slot,
-                         pool_->keys(layer), pool_->values(layer), count, kv_size, stream_.get());
+      return pool_->StoreRows(layer, qkv + layout.k_offset, qkv + layout.v_offset, layout.row_stride,
+                              write_slots_ + first_slot, count, stream_.get());
     });
   }
 
@@ -349,9 +402,8 @@ class CudaKvLane : public DeviceKvLane {
       link.chained_to_wait = true;
     }
     float* workspace = workspace_.as<float>() + chunk * workspace_floats_;
-    return kc::LinkedDecodeAttention(o.attention, plan, rows + layout.q_offset, layout.row_stride, pool_->keys(layer),
-                                     pool_->values(layer), slot_ids_, slot_begin_ + r.first, hop.out, hop.out_stride,
-                                     r.count, workspace, link, stream);
+    return pool_->LinkedDecode(layer, plan, rows + layout.q_offset, layout.row_stride, slot_ids_, slot_begin_ + r.first,
+                               hop.out, hop.out_stride, r.count, workspace, link, stream);
   }
 
  private:
@@ -411,15 +463,12 @@ class CudaKvLane : public DeviceKvLane {
   absl::Status QueueAttention(int64_t layer, int chunk, const RowRange& r, const float* rows,
                               const QkvLayout& layout) {
     const KvBackendOptions& o = pool_->options();
-    const int64_t kv_size = o.attention.num_kv_heads * o.attention.head_dim;
     const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
-    LAMINA_RETURN_IF_ERROR(kc::StoreKv(rows + layout.k_offset, rows + layout.v_offset, layout.row_stride,
-                                       write_slots_ + r.first, pool_->keys(layer), pool_->values(layer), r.count,
-                                       kv_size, stream_.get()));
-    return kc::DecodeAttention(o.attention, plans_[chunk], rows + layout.q_offset, layout.row_stride,
-                               pool_->keys(layer), pool_->values(layer), slot_ids_, slot_begin_ + r.first,
-                               out_.as<float>() + r.first * q_size, q_size, r.count, workspace_.as<float>(),
-                               stream_.get());
+    LAMINA_RETURN_IF_ERROR(pool_->StoreRows(layer, rows + layout.k_offset, rows + layout.v_offset, layout.row_stride,
+                                            write_slots_ + r.first, r.count, stream_.get()));
+    return pool_->Decode(layer, plans_[chunk], rows + layout.q_offset, layout.row_stride, slot_ids_,
+                         slot_begin_ + r.first, out_.as<float>() + r.first * q_size, q_size, r.count,
+                         workspace_.as<float>(), stream_.get());
   }
 
   const CudaKvBackend* pool_;

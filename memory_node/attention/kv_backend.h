@@ -1,7 +1,7 @@
 // Where a memory node keeps its KV pool and runs attention: the CPU (float32, bfloat16 or float8
-// e4m3 pool, CPU kernels) or a GPU (bf16 pool, CUDA kernels). AttentionExecutor owns the slot bookkeeping and
-// validation and hands a backend only well-formed work: slots inside the pool, layers in range. All pointers passed in
-// are host memory. Thread-compatible.
+// e4m3 pool, CPU kernels) or a GPU (bf16 or float8 e4m3 pool, CUDA kernels). AttentionExecutor owns the slot
+// bookkeeping and validation and hands a backend only well-formed work: slots inside the pool, layers in range. All
+// pointers passed in are host memory. Thread-compatible.
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
 #define LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
 
@@ -25,8 +25,8 @@ struct KvBackendOptions {
   int64_t num_layers;
   int64_t num_slots;
   kernels::cpu::AttentionShape attention;
-  // The pool's element type on the CPU: kF32, kBF16 or kF8E4M3 (common/topology/kv_dtype.h). A GPU's
-  // pool is bf16.
+  // The pool's element type: kF32, kBF16 or kF8E4M3 (common/topology/kv_dtype.h). A GPU's pool is
+  // kF8E4M3 or else bf16.
   DType kv_dtype = DType::kF32;
 };
 
@@ -95,7 +95,8 @@ class KvBackend {
 // does not fit in memory.
 absl::StatusOr<std::unique_ptr<KvBackend>> CreateCpuKvBackend(const KvBackendOptions& options, ThreadPool* pool);
 
-// The bf16 pool on GPU `device`, whatever options.kv_dtype says. FailedPrecondition when this build
+// The pool on GPU `device`: float8 codes and scales for kF8E4M3, quantized as on the CPU
+// (kernels/cuda/attention.h's StoreKv), and bf16 for any other options.kv_dtype. FailedPrecondition when this build
 // has no CUDA or the device is missing; ResourceExhausted when the pool does not fit on the GPU.
 absl::StatusOr<std::unique_ptr<KvBackend>> CreateCudaKvBackend(const KvBackendOptions& options, int device);
 

@@ -22,17 +22,17 @@ TEST(KvDtypeTest, RefusesFloat32OnAGpuAndUnknownSettings) {
   const ModelConfig config;
   absl::StatusOr<DType> gpu = ChooseKvDtype("float32", config, true);
   EXPECT_EQ(gpu.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu.status().message(), "float32 is for the CPU; a GPU's KV pool is bfloat16");
+  EXPECT_EQ(gpu.status().message(), "float32 is for the CPU; a GPU's KV pool is bfloat16 or float8_e4m3");
   absl::StatusOr<DType> fp8 = ChooseKvDtype("fp8", config, false);
   EXPECT_EQ(fp8.status().message(), "expected auto, float32, bfloat16 or float8_e4m3, got 'fp8'");
-  absl::StatusOr<DType> gpu_float8 = ChooseKvDtype("float8_e4m3", config, true);
-  EXPECT_EQ(gpu_float8.status().message(), "float8_e4m3 is for the CPU; a GPU's KV pool is bfloat16");
+  EXPECT_EQ(*ChooseKvDtype("float8_e4m3", config, true), DType::kF8E4M3);
+  EXPECT_EQ(*ChooseKvDtype("float8_e4m3", config, false), DType::kF8E4M3);
   EXPECT_STREQ(KvDtypeName(DType::kBF16), "bfloat16");
   EXPECT_STREQ(KvDtypeName(DType::kF32), "float32");
   EXPECT_STREQ(KvDtypeName(DType::kF8E4M3), "float8_e4m3");
 }
 
-TEST(KvDtypeTest, Float8IsForTheCpuAndTakesAQuarterOfFloat32sBytesPlusAScalePerHead) {
+TEST(KvDtypeTest, Float8TakesAQuarterOfFloat32sBytesPlusAScalePerHead) {
   ModelConfig config;
   config.num_layers = 6;
   config.num_kv_heads = 4;

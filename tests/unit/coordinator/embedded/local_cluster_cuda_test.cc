@@ -50,34 +50,46 @@ TEST(LocalClusterCudaTest, WithoutAGpuTheLoadSaysWhy) {
   EXPECT_FALSE(cluster.status().message().empty());
 }
 
+// Each golden prompt as a greedy request for as many tokens as its golden greedy ids.
+std::vector<GenerationRequest> GoldenGreedyRequests() {
+  GoldenTensors golden("lamina-demo-6m");
+  const int num_prompts = static_cast<int>(LoadGoldenJson("lamina-demo-6m")["prompts"].size());
+  std::vector<GenerationRequest> requests;
+  for (int p = 0; p < num_prompts; ++p) {
+    const std::string key = "prompt_" + std::to_string(p);
+    GenerationRequest r;
+    r.prompt = golden.Ids(key + ".ids");
+    r.max_tokens = static_cast<int32_t>(golden.Ids(key + ".greedy_ids").size());
+    r.ignore_eos = true;
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+// The greedy ids of the golden prompts, checked against the golden ones. Free-running bf16 greedy
+// text may part from the golden text where the top two logits nearly tie (fixtures README):
+// prompt 2's path has a gap of 0.015. The others' gaps are 0.09 and more.
+std::vector<std::vector<int32_t>> ExpectGoldenGreedyIds(LocalCluster& cluster) {
+  GoldenTensors golden("lamina-demo-6m");
+  const nlohmann::json prompts = LoadGoldenJson("lamina-demo-6m")["prompts"];
+  const std::vector<std::vector<int32_t>> greedy = GenerateAll(cluster, GoldenGreedyRequests());
+  int compared = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (prompts[p]["min_top2_margin"].get<double>() < 0.05) continue;
+    EXPECT_EQ(greedy[p], golden.Ids("prompt_" + std::to_string(p) + ".greedy_ids")) << "prompt " << p;
+    ++compared;
+  }
+  EXPECT_GE(compared, 3);
+  return greedy;
+}
+
 TEST(LocalClusterCudaTest, GreedyIdsMatchGoldenAndSeededSamplesReproduce) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
   auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"), &ThreadPool::Default(), kGpu);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  GoldenTensors golden("lamina-demo-6m");
-  const int num_prompts = static_cast<int>(LoadGoldenJson("lamina-demo-6m")["prompts"].size());
-  std::vector<GenerationRequest> requests;
-  std::vector<std::vector<int32_t>> expected;
-  for (int p = 0; p < num_prompts; ++p) {
-    const std::string key = "prompt_" + std::to_string(p);
-    expected.push_back(golden.Ids(key + ".greedy_ids"));
-    GenerationRequest r;
-    r.prompt = golden.Ids(key + ".ids");
-    r.max_tokens = static_cast<int32_t>(expected.back().size());
-    r.ignore_eos = true;
-    requests.push_back(r);
-  }
-  // Free-running bf16 greedy text may part from the golden text where the top two logits nearly
-  // tie (fixtures README): prompt 2's path has a gap of 0.015. The others' gaps are 0.09 and more.
-  const std::vector<std::vector<int32_t>> greedy = GenerateAll(**cluster, requests);
-  int compared = 0;
-  for (int p = 0; p < num_prompts; ++p) {
-    if (LoadGoldenJson("lamina-demo-6m")["prompts"][p]["min_top2_margin"].get<double>() < 0.05) continue;
-    EXPECT_EQ(greedy[p], expected[p]) << "prompt " << p;
-    ++compared;
-  }
-  EXPECT_GE(compared, 3);
+  const std::vector<GenerationRequest> requests = GoldenGreedyRequests();
+  const std::vector<std::vector<int32_t>> greedy = ExpectGoldenGreedyIds(**cluster);
 
   // Three samples of one prompt at temperature 1.5 (the demo model is so sure of itself that at
   // 0.9 two samples can agree throughout): drawn on the GPU, the same for the same seed.
@@ -88,6 +100,18 @@ TEST(LocalClusterCudaTest, GreedyIdsMatchGoldenAndSeededSamplesReproduce) {
   const std::vector<std::vector<int32_t>> first = ExpectSeededSamplesReproduce(**cluster, sampled);
   EXPECT_TRUE(first[0] != first[1] || first[0] != first[2]) << "three samples came out the same";
   EXPECT_NE(first[0], std::vector<int32_t>(greedy[0].begin(), greedy[0].begin() + sampled.max_tokens));
+}
+
+// A float8 KV cache on the GPU (kernels/cuda/attention.h's Float8KvLayer) rounds each k/v head to
+// e4m3 with its own scale, as the CPU's does (DemoModelGoldenTest/float8_e4m3 bounds its logits),
+// and keeps the golden greedy ids.
+TEST(LocalClusterCudaTest, AFloat8KvCacheKeepsTheGoldenGreedyIds) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto cluster = LocalCluster::Load(ModelDir("lamina-demo-6m"), &ThreadPool::Default(), kGpu);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_TRUE((*cluster)->SetKvDtype("float8_e4m3").ok());
+  ExpectGoldenGreedyIds(**cluster);
 }
 
 // Log probabilities computed on the GPU (kernels/cuda/logprobs.h) with each drawn token: the

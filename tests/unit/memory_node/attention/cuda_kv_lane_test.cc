@@ -4,10 +4,14 @@
 // linked chunks of a step run side by side, a chunk whose rows are there not waiting for one
 // whose rows are not; a launch too large to wait on its flag itself waits behind one queued
 // ahead; a chunk that travels as lines runs whatever plan its share gave it; lanes
-// waiting for their rows leave SMs to a lane whose rows came. Skips without a GPU.
+// waiting for their rows leave SMs to a lane whose rows came; a float8 pool attends as the CPU's
+// float8 pool does, over the same quantized bits, and its linked chunks match its unlinked ones.
+// Skips without a GPU.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -16,6 +20,8 @@
 
 #include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
+#include "common/tensor/dtype.h"
+#include "common/threading/thread_pool.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
@@ -90,6 +96,66 @@ TEST(CudaKvLaneTest, LinkedChunkMatchesUnlinkedAndBothCountTheirDeviceTime) {
   ASSERT_TRUE(unlinked_busy.ok()) << unlinked_busy.status();
   EXPECT_GT(*unlinked_busy, absl::ZeroDuration());
   EXPECT_EQ(Download<float>(out.data(), 2 * q), Download<float>((*lane)->step_out(), 2 * q));
+}
+
+// A float8 pool on the GPU against one on the CPU: the prompt's k/v stored (host path), then a
+// decode step whose new token is stored and attended on a lane, linked and unlinked. Both pools
+// quantize each head alike, so the GPU attends over the CPU's values: its outputs are the CPU's
+// within the kernels' tolerances, and the linked chunk's are the unlinked one's, bit for bit.
+TEST(CudaKvLaneTest, AFloat8PoolStoresTheCpuPoolsBitsAndAttendsAsItDoes) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const kernels::cpu::AttentionShape shape{8, 4, 32, 0};  // the demo model's
+  const int64_t q = 256, kv = 128, row = q + 2 * kv, prompt = 150;
+  const KvBackendOptions options{2, 256, shape, DType::kF8E4M3};
+  auto gpu = CreateCudaKvBackend(options, 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto cpu = CreateCpuKvBackend(options, &ThreadPool::Default());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.f, 3.f);
+  std::vector<float> qkv((prompt + 1) * row);
+  for (float& x : qkv) x = dist(rng);
+  // Slots 200, 199, ... for the prompt and 40 for the new token.
+  std::vector<int32_t> slots(prompt);
+  for (int64_t t = 0; t < prompt; ++t) slots[t] = static_cast<int32_t>(200 - t);
+  for (KvBackend* pool : {gpu->get(), cpu->get()}) {
+    ASSERT_TRUE(pool->Store(1, slots, &qkv[q], &qkv[q + kv], row).ok());
+  }
+  std::vector<int32_t> context = slots;
+  context.push_back(40);
+  const float* step = &qkv[prompt * row];
+  ASSERT_TRUE((*cpu)->Store(1, {40}, step + q, step + q + kv, row).ok());
+  ASSERT_TRUE((*cpu)->SetContexts(context, {0, prompt + 1}).ok());
+  std::vector<float> want(q);
+  ASSERT_TRUE((*cpu)->Attend(1, step, row, want.data(), q).ok());
+
+  auto lane = (*gpu)->NewDeviceLane();
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  ASSERT_TRUE((*lane)->SetStep({40}, context, {0, prompt + 1}, 1).ok());
+  DeviceBuffer d_step = Upload(std::vector<float>(step, step + row));
+  const QkvLayout layout{row, 0, q, q + kv};
+  ASSERT_TRUE((*lane)->QueueChunk(1, 0, d_step.as<float>(), layout).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  const std::vector<float> unlinked = Download<float>((*lane)->step_out(), q);
+  float largest = 0;
+  for (float x : want) largest = std::max(largest, std::fabs(x));
+  for (int64_t i = 0; i < q; ++i) {
+    ASSERT_NEAR(unlinked[i], want[i], 2e-4f * largest + 2e-3f * std::fabs(want[i])) << "output " << i;
+  }
+
+  DeviceBuffer ready = Upload(std::vector<uint64_t>{1});
+  DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer error = Upload(std::vector<uint32_t>{0});
+  DeviceBuffer out = Upload(std::vector<float>(q, 0.f));
+  ASSERT_TRUE((*lane)->SetStep({40}, context, {0, prompt + 1}, 1).ok());
+  DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>(), q, done.as<uint64_t>(), 4, 5'000'000'000);
+  hop.ready = ready.as<uint64_t>();
+  hop.ready_value = 1;
+  ASSERT_TRUE((*lane)->QueueLinkedChunk(1, 0, d_step.as<float>(), layout, hop).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(Download<uint64_t>(done.data(), 1)[0], 4u);
+  EXPECT_EQ(Download<float>(out.data(), q), unlinked);
 }
 
 TEST(CudaKvLaneTest, LinkedChunksRunSideBySide) {
