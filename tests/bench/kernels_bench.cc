@@ -3,10 +3,11 @@
 //    a call alone and among calls in a CUDA graph, and against PyTorch's SDPA at the same shapes
 //    (from `sdpa_baseline.py`'s CSV, run just before, which times SDPA both ways too); and the
 //    linked launch a memory node runs over a device link (k/v store, attention, done flag) in a graph;
+//  - decode attention over a float8 cache against the bf16 one at the same shapes, in the same run;
 //  - decode attention at short contexts: a warp per (sequence, kv head) against a block each;
 //  - each compute-slice GEMM of a Llama-3-8B-shaped model: our cuBLASLt path (bf16 in, fp32 out,
 //    epilogue plans) against one plain cublasGemmEx call with the same types.
-//   lamina-bench-kernels [--sdpa sdpa.csv] [--out results.csv] [--only attention|short|gemm]
+//   lamina-bench-kernels [--sdpa sdpa.csv] [--out results.csv] [--only attention|float8|short|gemm]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -80,7 +81,34 @@ struct DecodeInputs {
   // memory; the inputs are in place (no ready flag to wait on).
   absl::StatusOr<double> LinkedGraphedMs(const kc::DecodePlan& plan, cudaStream_t stream) const;
   double kv_bytes() const { return 2.0 * slots * kv_size * sizeof(bf16); }  // one call's
+
+  // The same cache as float8 codes and scales (Float8KvLayer), as many copies: every code 1.0 and
+  // every scale 1/64 (a call's time does not depend on the values). Then the calls above take
+  // `float8` to run over it.
+  absl::Status AddFloat8(cudaStream_t stream);
+  double float8_bytes() const { return 2.0 * slots * (kv_size + shape.num_kv_heads * sizeof(float)); }
+  bool float8 = false;
+  cuda::DeviceBuffer k8, v8, k_scales, v_scales;  // [copies][slots][kv_size] codes, [copies][slots][kv_heads]
+  kc::Float8KvLayer Float8Copy(int64_t copy) const {
+    const int64_t codes = copy * slots * kv_size, scales = copy * slots * shape.num_kv_heads;
+    return {const_cast<uint8_t*>(k8.as<uint8_t>()) + codes, const_cast<uint8_t*>(v8.as<uint8_t>()) + codes,
+            const_cast<float*>(k_scales.as<float>()) + scales, const_cast<float*>(v_scales.as<float>()) + scales};
+  }
 };
+
+absl::Status DecodeInputs::AddFloat8(cudaStream_t stream) {
+  const int64_t codes = copies * slots * kv_size, scales = copies * slots * shape.num_kv_heads;
+  LAMINA_ASSIGN_OR_RETURN(k8, cuda::DeviceBuffer::Create(codes));
+  LAMINA_ASSIGN_OR_RETURN(v8, cuda::DeviceBuffer::Create(codes));
+  LAMINA_ASSIGN_OR_RETURN(k_scales, cuda::DeviceBuffer::Create(scales * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(v_scales, cuda::DeviceBuffer::Create(scales * sizeof(float)));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(k8.data(), 0x38, codes, stream));  // e4m3 1.0
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(v8.data(), 0x38, codes, stream));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(k_scales.data(), 0x3C, scales * sizeof(float), stream));  // ~1/87
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(v_scales.data(), 0x3C, scales * sizeof(float), stream));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<DecodeInputs> DecodeInputs::Create(const Shape& s, cudaStream_t stream) {
   DecodeInputs in;
@@ -118,7 +146,12 @@ absl::StatusOr<double> DecodeInputs::TimeMs(const kc::DecodePlan& plan, cudaStre
                           cuda::DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float)));
   int64_t turn = 0;
   auto call = [&] {
-    const int64_t at = (turn++ % copies) * slots * kv_size;
+    const int64_t copy = turn++ % copies, at = copy * slots * kv_size;
+    if (float8) {
+      return kc::DecodeAttention(shape, plan, q.as<float>(), q_size, Float8Copy(copy), ids.as<int32_t>(),
+                                 begin.as<int32_t>(), const_cast<float*>(out.as<float>()), q_size, batch,
+                                 work.as<float>(), stream);
+    }
     return kc::DecodeAttention(shape, plan, q.as<float>(), q_size, k.as<bf16>() + at, v.as<bf16>() + at,
                                ids.as<int32_t>(), begin.as<int32_t>(), const_cast<float*>(out.as<float>()), q_size,
                                batch, work.as<float>(), stream);
@@ -152,8 +185,13 @@ absl::StatusOr<double> DecodeInputs::LinkedGraphedMs(const kc::DecodePlan& plan,
   link.counters = counters.as<uint32_t>();
   int64_t turn = 0;
   auto call = [&] {
-    const int64_t at = (turn++ % copies) * slots * kv_size;
+    const int64_t copy = turn++ % copies, at = copy * slots * kv_size;
     link.done_value = static_cast<uint64_t>(turn);
+    if (float8) {
+      return kc::LinkedDecodeAttention(shape, plan, q.as<float>(), q_size, Float8Copy(copy), ids.as<int32_t>(),
+                                       begin.as<int32_t>(), const_cast<float*>(out.as<float>()), q_size, batch,
+                                       work.as<float>(), link, stream);
+    }
     return kc::LinkedDecodeAttention(shape, plan, q.as<float>(), q_size, k.as<bf16>() + at, v.as<bf16>() + at,
                                      ids.as<int32_t>(), begin.as<int32_t>(), const_cast<float*>(out.as<float>()),
                                      q_size, batch, work.as<float>(), link, stream);
@@ -197,6 +235,42 @@ absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE
                    s.batch, s.context, ms * 1e3, in.kv_bytes() / (ms * 1e-3) / 1e12, share,
                    theirs.alone_us > 0 ? theirs.alone_us / (ms * 1e3) : 0.0, graph_ms * 1e3, graph_share,
                    theirs.graph_us > 0 ? theirs.graph_us / (graph_ms * 1e3) : 0.0, linked_ms * 1e3, linked_share);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Decode attention over a float8 cache (codes and a scale per token and kv head: 0.52 of bf16's
+// bytes at these shapes) against the bf16 cache at the same shapes, both among calls in a CUDA
+// graph, plain and linked, under the plans a memory node takes (Float8Plan of PlanDecode's).
+absl::Status BenchFloat8(double read_rate, FILE* csv, cudaStream_t stream) {
+  int sms = 0;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::printf(
+      "\nDecode attention over a float8 KV cache against bf16, head_dim 128, among 20 calls in a CUDA graph,\n"
+      "plain and linked; bf16/f8 is bf16's time over float8's, and the share of the read rate counts\n"
+      "float8's own bytes (codes and scales)\n");
+  std::printf("%-7s %6s %8s %9s %9s %9s %12s %11s %11s %9s\n", "heads", "batch", "context", "bf16 us", "f8 us",
+              "bf16/f8", "f8 of rate", "bf16 lnk us", "f8 lnk us", "bf16/f8");
+  const std::vector<Shape> shapes = {{32, 8, 1, 4096},   {32, 8, 8, 2048},  {32, 8, 64, 2048},
+                                     {32, 8, 128, 4096}, {32, 32, 1, 4096}, {32, 32, 128, 4096}};
+  for (const Shape& s : shapes) {
+    LAMINA_ASSIGN_OR_RETURN(DecodeInputs in, DecodeInputs::Create(s, stream));
+    LAMINA_RETURN_IF_ERROR(in.AddFloat8(stream));
+    const kc::DecodePlan plan = kc::PlanDecode(in.shape, s.batch, s.context, sms);
+    const kc::DecodePlan float8_plan = kc::Float8Plan(plan);
+    LAMINA_ASSIGN_OR_RETURN(const double bf16_ms, in.TimeMs(plan, stream, /*graphed=*/true));
+    LAMINA_ASSIGN_OR_RETURN(const double bf16_linked_ms, in.LinkedGraphedMs(plan, stream));
+    in.float8 = true;
+    LAMINA_ASSIGN_OR_RETURN(const double f8_ms, in.TimeMs(float8_plan, stream, /*graphed=*/true));
+    LAMINA_ASSIGN_OR_RETURN(const double f8_linked_ms, in.LinkedGraphedMs(float8_plan, stream));
+    const double share = in.float8_bytes() / (f8_ms * 1e-3) / read_rate;
+    std::printf("%2d/%-4d %6d %8d %9.1f %9.1f %9.2f %12.2f %11.1f %11.1f %9.2f\n", s.q_heads, s.kv_heads, s.batch,
+                s.context, bf16_ms * 1e3, f8_ms * 1e3, bf16_ms / f8_ms, share, bf16_linked_ms * 1e3, f8_linked_ms * 1e3,
+                bf16_linked_ms / f8_linked_ms);
+    if (csv) {
+      std::fprintf(csv, "float8,%d/%d,%d,%d,%.2f,%.2f,%.4f,%.2f,%.2f\n", s.q_heads, s.kv_heads, s.batch, s.context,
+                   bf16_ms * 1e3, f8_ms * 1e3, share, bf16_linked_ms * 1e3, f8_linked_ms * 1e3);
     }
   }
   return absl::OkStatus();
@@ -289,8 +363,8 @@ absl::Status BenchGemms(double read_rate, FILE* csv, cudaStream_t stream) {
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"sdpa", "out", "only"}, {}));
   const std::string only = flags.String("only", "");
-  if (!only.empty() && only != "attention" && only != "short" && only != "gemm") {
-    return absl::InvalidArgumentError(absl::StrCat("--only ", only, ": expected attention, short or gemm"));
+  if (!only.empty() && only != "attention" && only != "float8" && only != "short" && only != "gemm") {
+    return absl::InvalidArgumentError(absl::StrCat("--only ", only, ": expected attention, float8, short or gemm"));
   }
   auto runs = [&only](const char* part) { return only.empty() || only == part; };
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
@@ -303,6 +377,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   }
   absl::Status status;
   if (runs("attention")) status = BenchAttention(read_rate, flags.String("sdpa", ""), csv, stream.get());
+  if (status.ok() && runs("float8")) status = BenchFloat8(read_rate, csv, stream.get());
   if (status.ok() && runs("short")) status = BenchShortContexts(csv, stream.get());
   if (status.ok() && runs("gemm")) status = BenchGemms(read_rate, csv, stream.get());
   if (csv) std::fclose(csv);
