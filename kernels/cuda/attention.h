@@ -8,9 +8,9 @@
 //
 // A float8 cache (Float8KvLayer) keeps each token's heads as e4m3 codes with a float scale per
 // (slot, kv head), quantized as the CPU's pool is (QuantizeFloat8E4M3, common/tensor/float8.h),
-// so that both hold the same bits. Its decode is tiled only: each warp widens its tokens' codes to
-// bf16 in shared memory (exactly: every e4m3 value is a bf16 one) and folds the key scales into
-// the scores and the value scales into the softmax weights.
+// so that both hold the same bits. Its decode is tiled only: each lane widens the codes of its
+// products' fragments to bf16 in registers (exactly: every e4m3 value is a bf16 one), and the key
+// scales multiply the scores and the value scales the softmax weights.
 //
 // Supported: head_dim 16, 32, 64 or 128; up to 8 query heads per KV head. Anything else is
 // InvalidArgument naming the value. Launchers queue work on `stream` and never synchronize.

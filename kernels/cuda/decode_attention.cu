@@ -22,8 +22,8 @@
 // hop of a few rows it may take its inputs and give its outputs as lines (line.h) instead: each
 // block polls the lines of the floats it reads, and writes its outputs as lines, with no flag or
 // fence in between, nor after them when no done flag is asked for.
-// Over a float8 cache (float8_kv.cu) the kernel runs tiled, each warp widening its tokens' codes to
-// bf16 before its products and folding in their scales (decode_tiles.cuh).
+// Over a float8 cache (float8_kv.cu) the kernel runs tiled, each lane widening the codes of its
+// products' fragments to bf16 and folding in their scales (decode_tiles.cuh).
 // The kernel, the merge of splits and their launches are in decode_kernel.cuh, shared with the
 // float8 cache's entry points (float8_kv.cu).
 #include <algorithm>

@@ -145,11 +145,11 @@ __global__ void __launch_bounds__(kTileThreads)
     // The kv head's query heads as the A fragments of the products.
     auto make_query = [&](uint32_t(&high)[kDim / 16][2], uint32_t(&low)[kDim / 16][2]) {
       if (kLinked && link.lines != nullptr) {
-        QueryFragments<kDim, kG>([&](int i) { return q_polled[i]; }, q_scale, high, low);
+        QueryFragments<kDim, kG, kFloat8>([&](int i) { return q_polled[i]; }, q_scale, high, low);
       } else {
         // Through L2: with a link the rows were just written by a peer GPU.
         const float* q_heads = q + seq * q_stride + kv_head * kG * kDim;
-        QueryFragments<kDim, kG>([&](int i) { return __ldcg(q_heads + i); }, q_scale, high, low);
+        QueryFragments<kDim, kG, kFloat8>([&](int i) { return __ldcg(q_heads + i); }, q_scale, high, low);
       }
     };
     if (!tiles_started) tiles.StartTiles();
@@ -165,11 +165,13 @@ __global__ void __launch_bounds__(kTileThreads)
     for (int h = 0; h < 2; ++h) {
       const int head = 2 * (lane % 4) + h;
       if (head >= kG) continue;
-      float* to = shared_acc + (warp * kG + head) * kDim + lane / 4;
+      // Rows lane / 4 and lane / 4 + 8 of product d: dims 16d + lane / 4 and 8 on, or, float8,
+      // dims (lane / 4)·kDim/8 + 2d and the next (AttendWarpFloat8Tokens).
+      float* to = shared_acc + (warp * kG + head) * kDim + (kFloat8 ? lane / 4 * (kDim / 8) : lane / 4);
 #pragma unroll
       for (int d = 0; d < kDim / 16; ++d) {
-        to[16 * d] = rows.o[d][h];
-        to[16 * d + 8] = rows.o[d][2 + h];
+        to[kFloat8 ? 2 * d : 16 * d] = rows.o[d][h];
+        to[kFloat8 ? 2 * d + 1 : 16 * d + 8] = rows.o[d][2 + h];
       }
     }
   } else if constexpr (!kFloat8) {
@@ -318,9 +320,15 @@ absl::StatusOr<int> PrepareTiledLaunch() {
   cudaFuncAttributes attributes;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, kernel));
   const int static_bytes = static_cast<int>(attributes.sharedSizeBytes);
+  // Float8's deep tiles take half bf16's bytes, which two blocks an SM could hold: a chained
+  // launch asks for a byte past half an SM, so that its early blocks do not pair up on SMs while
+  // others idle (batch 1 took 1.3x as long so on an H100). A linked launch is not chained, and ran
+  // 1.14x slower at batch 1 asking so (tests/bench/RESULTS.md).
+  const int one_an_sm = per_sm / 2 - reserved - static_bytes + 1;
+  const bool one_block_an_sm = kIsFloat8<Kv> && !kLinked;
   const int bytes =
       kStages == kDeepTileStages
-          ? kNeeded
+          ? (one_block_an_sm ? std::min(per_block - static_bytes, std::max(kNeeded, one_an_sm)) : kNeeded)
           : std::min(per_block - static_bytes, std::max(kNeeded, per_sm / kTileBlocksPerSm - reserved - static_bytes));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (kStages != kDeepTileStages) {

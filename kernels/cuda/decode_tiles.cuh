@@ -16,8 +16,8 @@
 // kernel's tolerances. Kept per warp: the running max and sum of each head, and its outputs.
 //
 // Over a float8 cache (Float8KvLayer) the tiles hold the codes, half the bytes, and each token's
-// k and v scales; each warp widens its 16 tokens' codes to bf16 rows of its own in shared memory
-// (float8.cuh) and attends to those as to a bf16 tile's, each score times its key's scale, each
+// k and v scales; each lane loads the codes its fragments hold straight from the tile and widens
+// them to bf16 in registers (AttendWarpFloat8Tokens), each score times its key's scale, each
 // softmax weight times its value's scale in the products (not in the sum).
 #ifndef LAMINA_KERNELS_CUDA_DECODE_TILES_CUH_
 #define LAMINA_KERNELS_CUDA_DECODE_TILES_CUH_
@@ -56,17 +56,15 @@ constexpr bool kIsFloat8 = std::is_same_v<Kv, Float8KvLayer>;
 // A stage holds a tile's k rows, then its v rows, each padded by 16 bytes so that the 8 rows an
 // ldmatrix reads start in different banks; float8, rows of codes, then the tile's 64 k scales and
 // 64 v scales. After the stages, a ring of the slot ids of kStages tiles, copied there ahead of
-// their tiles. Float8, then each warp's 16 k and 16 v rows widened to bf16.
+// their tiles.
 template <int kDim, int kStages, bool kFloat8 = false>
 struct TileLayout {
-  static constexpr int kRowBytes = kDim * 2 + 16;  // a bf16 row, as the products read it
-  static constexpr int kCopiedRowBytes = kFloat8 ? kDim + 16 : kRowBytes;
+  static constexpr int kRowBytes = kDim * 2 + 16;                          // a bf16 row
+  static constexpr int kCopiedRowBytes = kFloat8 ? kDim + 16 : kRowBytes;  // a row as copied
   static constexpr int kScalesOffset = 2 * kTileTokens * kCopiedRowBytes;  // in a stage, float8
   static constexpr int kStageBytes = kScalesOffset + (kFloat8 ? 2 * kTileTokens * 4 : 0);
   static constexpr int kSlotRingOffset = kStages * kStageBytes;
-  static constexpr int kWidenedOffset = kSlotRingOffset + kStages * kTileTokens * 4;
-  static constexpr int kWidenedWarpBytes = kFloat8 ? 2 * 16 * kRowBytes : 0;
-  static constexpr int kBytes = kWidenedOffset + kTileWarps * kWidenedWarpBytes;  // the least a block needs
+  static constexpr int kBytes = kSlotRingOffset + kStages * kTileTokens * 4;  // the least a block needs
 };
 
 // What a warp keeps of its tokens: for query head lane / 4 (valid below kG), the running max (log2
@@ -83,8 +81,9 @@ struct WarpRows {
 
 // The A fragments of Q for each 16 dims, scaled and split: row lane / 4 is query head
 // `first_head` + lane / 4 (zero past kG), `load(i)` gives float i of the block's kG * kDim query
-// floats.
-template <int kDim, int kG, typename Load>
+// floats. kFloat8: product ks takes the dims AttendWarpFloat8Tokens gives it, lane % 4 = c taking
+// dims c·kDim/4 + 4ks + 0..3, rather than 16ks + 2c and 16ks + 2c + 8 onwards.
+template <int kDim, int kG, bool kFloat8 = false, typename Load>
 __device__ __forceinline__ void QueryFragments(const Load& load, float scale, uint32_t (&high)[kDim / 16][2],
                                                uint32_t (&low)[kDim / 16][2]) {
   const int lane = threadIdx.x % 32;
@@ -93,7 +92,7 @@ __device__ __forceinline__ void QueryFragments(const Load& load, float scale, ui
   for (int ks = 0; ks < kDim / 16; ++ks) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int d = 16 * ks + 8 * half + col;
+      const int d = kFloat8 ? (lane % 4) * (kDim / 4) + 4 * ks + 2 * half : 16 * ks + 8 * half + col;
       const float x0 = row < kG ? load(row * kDim + d) * scale : 0.f;
       const float x1 = row < kG ? load(row * kDim + d + 1) * scale : 0.f;
       SplitBf16(x0, x1, high[ks][half], low[ks][half]);
@@ -139,27 +138,6 @@ __device__ __forceinline__ void CopyTile(uint32_t smem, int tile, const int* slo
   }
 }
 
-// Float8: widens the warp's 16 k rows and 16 v rows of codes in `stage` (a generic pointer to it)
-// to bf16 rows in `widened` (16 k rows, then 16 v rows, TileLayout::kRowBytes apart). The warp's
-// own work: __syncwarp before its lanes read them.
-template <int kDim, int kStages>
-__device__ __forceinline__ void WidenWarpRows(const unsigned char* stage, unsigned char* widened) {
-  using Layout = TileLayout<kDim, kStages, true>;
-  constexpr int kChunks = kDim / 16;  // 16 codes each
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int i = lane; i < 2 * 16 * kChunks; i += 32) {
-    const int row = i / kChunks, chunk = i % kChunks;  // rows 0-15 k, 16-31 v
-    const int copied_row = row < 16 ? 16 * warp + row : kTileTokens + 16 * warp + row - 16;
-    const uint4 codes = *reinterpret_cast<const uint4*>(stage + copied_row * Layout::kCopiedRowBytes + chunk * 16);
-    uint4 low, high;
-    WidenCodes16(codes, low, high);
-    uint4* to = reinterpret_cast<uint4*>(widened + row * Layout::kRowBytes + chunk * 32);
-    to[0] = low;
-    to[1] = high;
-  }
-}
-
 // The slot ids of this thread's rows of tile `tile` (CopyTile's `slots`), from global memory.
 template <int kDim>
 __device__ __forceinline__ void LoadTileSlots(const int32_t* slot_ids, int lo, int hi, int tile, int* slots) {
@@ -196,18 +174,17 @@ __device__ __forceinline__ void CopyTileSlots(unsigned char* smem, const int32_t
   CopyAsync4(to, t < hi ? slot_ids + t : slot_ids, t < hi);
 }
 
-// The warp's 16 tokens, their bf16 k and v rows at k_rows and v_rows (shared addresses,
-// TileLayout::kRowBytes apart), the first of them at chunk token `first`; tokens from `hi` on are
-// masked. kScaled: token i's score is multiplied by k_scales[i], and its softmax weight by
-// v_scales[i] in the products (shared memory, the warp's 16 tokens each).
+// The online softmax over the warp's 16 tokens, given their scores' two parts (S's C fragments,
+// tokens 8j..8j+7 in [j]), the first at chunk token `first` (< hi; tokens from `hi` on are
+// masked): updates the rows' max and sum, rescales their outputs, and gives the probabilities as
+// Pᵀ's B fragments, split in two bf16 parts. kScaled: token i's score is multiplied by k_scales[i]
+// first, and its probability by v_scales[i] in the fragments (not in the sum); shared memory, the
+// warp's 16 tokens each.
 template <int kDim, bool kScaled>
-__device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim / 16][2],
-                                                 const uint32_t (&q_low)[kDim / 16][2], uint32_t k_rows,
-                                                 uint32_t v_rows, int first, int hi, WarpRows<kDim>& rows,
-                                                 const float* k_scales = nullptr, const float* v_scales = nullptr) {
-  using Layout = TileLayout<kDim, kShallowTileStages>;  // only its row size, the same at every depth
+__device__ __forceinline__ void SoftmaxStep(const float (&s_high)[2][4], const float (&s_low)[2][4], int first, int hi,
+                                            const float* k_scales, const float* v_scales, WarpRows<kDim>& rows,
+                                            uint32_t (&p_high)[2], uint32_t (&p_low)[2]) {
   const int lane = threadIdx.x % 32;
-  const int m = lane / 8, r = lane % 8;  // this lane addresses row r of 8 x 8 matrix m
   // This lane's tokens' scales: 8j + 2 (lane % 4) + e, as its scores.
   float2 k_scale[2] = {}, v_scale[2] = {};
   if constexpr (kScaled) {
@@ -215,21 +192,6 @@ __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim /
     for (int j = 0; j < 2; ++j) {
       k_scale[j] = *reinterpret_cast<const float2*>(k_scales + 8 * j + 2 * (lane % 4));
       v_scale[j] = *reinterpret_cast<const float2*>(v_scales + 8 * j + 2 * (lane % 4));
-    }
-  }
-
-  // S = Q·Kᵀ, tokens 8j..8j+7 in s[j]; the two parts of Q in their own sums (shorter chains).
-  // Matrices: tokens 0-7 and 8-15 (m / 2) by dims +0 and +8 (m % 2).
-  float s_high[2][4] = {}, s_low[2][4] = {};
-  const uint32_t k_at = k_rows + ((m / 2) * 8 + r) * Layout::kRowBytes + (m % 2) * 16;
-#pragma unroll
-  for (int ks = 0; ks < kDim / 16; ++ks) {
-    uint32_t b[4];
-    LoadMatrices(k_at + ks * 32, b);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      MmaUpperRows(s_high[j], q_high[ks][0], q_high[ks][1], b[2 * j], b[2 * j + 1]);
-      MmaUpperRows(s_low[j], q_low[ks][0], q_low[ks][1], b[2 * j], b[2 * j + 1]);
     }
   }
   float s[2][2];
@@ -268,9 +230,7 @@ __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim /
     rows.o[d][2] *= correction_even;
     rows.o[d][3] *= correction_odd;
   }
-
-  // Oᵀ += Vᵀ·Pᵀ: Pᵀ's B fragment is S's layout (tokens 2c.. of n-tile 0, then of n-tile 1), and Vᵀ
-  // comes out of shared memory transposed, 16 dims an A fragment, from the same matrices as K's.
+  // Pᵀ's B fragment is S's layout: tokens 2c.. of n-tile 0, then of n-tile 1.
   if constexpr (kScaled) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -278,14 +238,124 @@ __device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim /
       p[j][1] *= v_scale[j].y;
     }
   }
-  uint32_t p_high[2], p_low[2];
   SplitBf16(p[0][0], p[0][1], p_high[0], p_low[0]);
   SplitBf16(p[1][0], p[1][1], p_high[1], p_low[1]);
+}
+
+// The warp's 16 tokens, their bf16 k and v rows at k_rows and v_rows (shared addresses,
+// TileLayout::kRowBytes apart), the first of them at chunk token `first`; tokens from `hi` on are
+// masked.
+template <int kDim>
+__device__ __forceinline__ void AttendWarpTokens(const uint32_t (&q_high)[kDim / 16][2],
+                                                 const uint32_t (&q_low)[kDim / 16][2], uint32_t k_rows,
+                                                 uint32_t v_rows, int first, int hi, WarpRows<kDim>& rows) {
+  using Layout = TileLayout<kDim, kShallowTileStages>;  // only its row size, the same at every depth
+  const int lane = threadIdx.x % 32;
+  const int m = lane / 8, r = lane % 8;  // this lane addresses row r of 8 x 8 matrix m
+
+  // S = Q·Kᵀ, tokens 8j..8j+7 in s[j]; the two parts of Q in their own sums (shorter chains).
+  // Matrices: tokens 0-7 and 8-15 (m / 2) by dims +0 and +8 (m % 2).
+  float s_high[2][4] = {}, s_low[2][4] = {};
+  const uint32_t k_at = k_rows + ((m / 2) * 8 + r) * Layout::kRowBytes + (m % 2) * 16;
+#pragma unroll
+  for (int ks = 0; ks < kDim / 16; ++ks) {
+    uint32_t b[4];
+    LoadMatrices(k_at + ks * 32, b);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      MmaUpperRows(s_high[j], q_high[ks][0], q_high[ks][1], b[2 * j], b[2 * j + 1]);
+      MmaUpperRows(s_low[j], q_low[ks][0], q_low[ks][1], b[2 * j], b[2 * j + 1]);
+    }
+  }
+  uint32_t p_high[2], p_low[2];
+  SoftmaxStep<kDim, false>(s_high, s_low, first, hi, nullptr, nullptr, rows, p_high, p_low);
+
+  // Oᵀ += Vᵀ·Pᵀ: Vᵀ comes out of shared memory transposed, 16 dims an A fragment, from the same
+  // matrices as K's.
   const uint32_t v_at = v_rows + ((m / 2) * 8 + r) * Layout::kRowBytes + (m % 2) * 16;
 #pragma unroll
   for (int d = 0; d < kDim / 16; ++d) {
     uint32_t a[4];
     LoadMatricesTransposed(v_at + d * 32, a);
+    Mma(rows.o[d], a, p_high[0], p_high[1]);
+    Mma(rows.o[d], a, p_low[0], p_low[1]);
+  }
+}
+
+// kBytes (2 to 32, a power of two) bytes at `from` (shared memory, aligned to them, or to 16) as
+// words, little-endian; a 2-byte load fills the low half of words[0].
+template <int kBytes>
+__device__ __forceinline__ void LoadCodeWords(const unsigned char* from,
+                                              uint32_t (&words)[kBytes >= 4 ? kBytes / 4 : 1]) {
+  if constexpr (kBytes == 2) {
+    words[0] = *reinterpret_cast<const uint16_t*>(from);
+  } else if constexpr (kBytes == 4) {
+    words[0] = *reinterpret_cast<const uint32_t*>(from);
+  } else if constexpr (kBytes == 8) {
+    const uint2 w = *reinterpret_cast<const uint2*>(from);
+    words[0] = w.x, words[1] = w.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      const uint4 w = reinterpret_cast<const uint4*>(from)[i];
+      words[4 * i] = w.x, words[4 * i + 1] = w.y, words[4 * i + 2] = w.z, words[4 * i + 3] = w.w;
+    }
+  }
+}
+
+// The warp's 16 tokens over a float8 tile: their k and v rows of codes at k_rows and v_rows
+// (shared memory, `row_bytes` apart), their scales at k_scales and v_scales, as SoftmaxStep takes
+// them. The codes go from shared memory straight into the products' fragments, widened to bf16 in
+// registers (exactly), each lane loading only what its fragments hold, whole:
+//  - S = Q·Kᵀ: lane (g, c) = (lane / 4, lane % 4) holds token g's dims c·kDim/4 onwards, kDim/4
+//    contiguous codes, and product ks takes codes 4ks..4ks+3 of them as its B rows 2c, 2c + 1,
+//    2c + 8, 2c + 9; the query's fragments follow the same order of dims (QueryFragments'
+//    kFloat8), so each product still pairs every dim of Q with the same dim of K;
+//  - Oᵀ += Vᵀ·Pᵀ: lane (g, c) holds tokens 2c, 2c + 1, 2c + 8 and 2c + 9's dims g·kDim/8 onwards,
+//    kDim/8 contiguous codes each; product d takes codes 2d and 2d + 1 as its A rows g and g + 8,
+//    paired across tokens with a byte permute. So output row g of product d is dim
+//    g·kDim/8 + 2d, and row g + 8 is the next (Float8OutputDim).
+template <int kDim>
+__device__ __forceinline__ void AttendWarpFloat8Tokens(const uint32_t (&q_high)[kDim / 16][2],
+                                                       const uint32_t (&q_low)[kDim / 16][2],
+                                                       const unsigned char* k_rows, const unsigned char* v_rows,
+                                                       int row_bytes, const float* k_scales, const float* v_scales,
+                                                       int first, int hi, WarpRows<kDim>& rows) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  // Every load first, so that their latencies overlap: k's codes, then v's, which wait for the
+  // softmax only in the products.
+  uint32_t k_codes[2][kDim / 16];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) LoadCodeWords<kDim / 4>(k_rows + (8 * j + g) * row_bytes + c * (kDim / 4), k_codes[j]);
+  constexpr int kVBytes = kDim / 8;
+  constexpr int kVWords = kVBytes >= 4 ? kVBytes / 4 : 1;
+  uint32_t tokens[4][kVWords];  // tokens 2c, 2c + 1, 2c + 8, 2c + 9
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    LoadCodeWords<kVBytes>(v_rows + (2 * c + (i & 1) + 8 * (i >> 1)) * row_bytes + g * kVBytes, tokens[i]);
+  }
+  float s_high[2][4] = {}, s_low[2][4] = {};
+#pragma unroll
+  for (int ks = 0; ks < kDim / 16; ++ks) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t b0 = WidenCodePair(k_codes[j][ks] & 0xffffu), b1 = WidenCodePair(k_codes[j][ks] >> 16);
+      MmaUpperRows(s_high[j], q_high[ks][0], q_high[ks][1], b0, b1);
+      MmaUpperRows(s_low[j], q_low[ks][0], q_low[ks][1], b0, b1);
+    }
+  }
+  uint32_t p_high[2], p_low[2];
+  SoftmaxStep<kDim, true>(s_high, s_low, first, hi, k_scales, v_scales, rows, p_high, p_low);
+
+#pragma unroll
+  for (int d = 0; d < kDim / 16; ++d) {
+    // Codes 2d and 2d + 1 of two tokens, as [first's 2d, second's 2d, first's 2d + 1, second's].
+    const int word = 2 * d / 4, at = 2 * d % 4;
+    const uint32_t selector = at | (4 + at) << 4 | (at + 1) << 8 | (5 + at) << 12;
+    const uint32_t low_tokens = __byte_perm(tokens[0][word], tokens[1][word], selector);
+    const uint32_t high_tokens = __byte_perm(tokens[2][word], tokens[3][word], selector);
+    const uint32_t a[4] = {WidenCodePair(low_tokens & 0xffffu), WidenCodePair(low_tokens >> 16),
+                           WidenCodePair(high_tokens & 0xffffu), WidenCodePair(high_tokens >> 16)};
     Mma(rows.o[d], a, p_high[0], p_high[1]);
     Mma(rows.o[d], a, p_low[0], p_low[1]);
   }
@@ -371,18 +441,15 @@ struct TileStream {
       if (first >= hi) continue;
       const int stage = (tile % kStages) * Layout::kStageBytes;
       if constexpr (kFloat8) {
-        unsigned char* widened = smem + Layout::kWidenedOffset + warp * Layout::kWidenedWarpBytes;
-        tiles_internal::WidenWarpRows<kDim, kStages>(smem + stage, widened);
-        __syncwarp();
+        const unsigned char* k_rows = smem + stage + 16 * warp * Layout::kCopiedRowBytes;
         const float* scales = reinterpret_cast<const float*>(smem + stage + Layout::kScalesOffset) + 16 * warp;
-        const uint32_t k_rows = SharedAddress(widened);
-        tiles_internal::AttendWarpTokens<kDim, true>(q_high, q_low, k_rows, k_rows + 16 * Layout::kRowBytes, first, hi,
-                                                     rows, scales, scales + kTileTokens);
-        __syncwarp();  // before the next tile's rows are widened over these
+        tiles_internal::AttendWarpFloat8Tokens<kDim>(
+            q_high, q_low, k_rows, k_rows + kTileTokens * Layout::kCopiedRowBytes, Layout::kCopiedRowBytes, scales,
+            scales + kTileTokens, first, hi, rows);
       } else {
         const uint32_t k_rows = base + stage + 16 * warp * Layout::kRowBytes;
-        tiles_internal::AttendWarpTokens<kDim, false>(q_high, q_low, k_rows, k_rows + kTileTokens * Layout::kRowBytes,
-                                                      first, hi, rows);
+        tiles_internal::AttendWarpTokens<kDim>(q_high, q_low, k_rows, k_rows + kTileTokens * Layout::kRowBytes, first,
+                                               hi, rows);
       }
     }
     WaitCopies<0>();

@@ -47,18 +47,6 @@ __device__ __forceinline__ uint32_t WidenCodePair(uint32_t two_codes) {
   return *reinterpret_cast<const uint32_t*>(&widened);
 }
 
-// 16 codes as 16 bf16 values, in order.
-__device__ __forceinline__ void WidenCodes16(uint4 codes, uint4& low, uint4& high) {
-  low.x = WidenCodePair(codes.x & 0xffffu);
-  low.y = WidenCodePair(codes.x >> 16);
-  low.z = WidenCodePair(codes.y & 0xffffu);
-  low.w = WidenCodePair(codes.y >> 16);
-  high.x = WidenCodePair(codes.z & 0xffffu);
-  high.y = WidenCodePair(codes.z >> 16);
-  high.z = WidenCodePair(codes.w & 0xffffu);
-  high.w = WidenCodePair(codes.w >> 16);
-}
-
 }  // namespace lamina::kernels::cuda
 
 #endif  // LAMINA_KERNELS_CUDA_FLOAT8_CUH_
