@@ -307,14 +307,14 @@ __device__ __forceinline__ void LoadCodeWords(const unsigned char* from,
 // (shared memory, `row_bytes` apart), their scales at k_scales and v_scales, as SoftmaxStep takes
 // them. The codes go from shared memory straight into the products' fragments, widened to bf16 in
 // registers (exactly), each lane loading only what its fragments hold, whole:
-//  - S = Q·Kᵀ: lane (g, c) = (lane / 4, lane % 4) holds token g's dims c·kDim/4 onwards, kDim/4
-//    contiguous codes, and product ks takes codes 4ks..4ks+3 of them as its B rows 2c, 2c + 1,
+//  - S = Q·Kᵀ: lane (g, c) = (lane / 4, lane % 4) holds token 8j + g's dims c·kDim/4 onwards
+//    (n-tile j), kDim/4 contiguous codes, and product ks takes codes 4ks..4ks+3 of them as its B rows 2c, 2c + 1,
 //    2c + 8, 2c + 9; the query's fragments follow the same order of dims (QueryFragments'
 //    kFloat8), so each product still pairs every dim of Q with the same dim of K;
 //  - Oᵀ += Vᵀ·Pᵀ: lane (g, c) holds tokens 2c, 2c + 1, 2c + 8 and 2c + 9's dims g·kDim/8 onwards,
 //    kDim/8 contiguous codes each; product d takes codes 2d and 2d + 1 as its A rows g and g + 8,
 //    paired across tokens with a byte permute. So output row g of product d is dim
-//    g·kDim/8 + 2d, and row g + 8 is the next (Float8OutputDim).
+//    g·kDim/8 + 2d, and row g + 8 is the next (DecodeKernel writes them back so).
 template <int kDim>
 __device__ __forceinline__ void AttendWarpFloat8Tokens(const uint32_t (&q_high)[kDim / 16][2],
                                                        const uint32_t (&q_low)[kDim / 16][2],
