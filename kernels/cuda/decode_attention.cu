@@ -164,9 +164,6 @@ absl::Status Dispatch(const AttentionShape& shape, const DecodePlan& plan, const
                       const Bf16KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
                       int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
                       cudaStream_t stream) {
-  if (plan.splits > 1 && workspace == nullptr) {
-    return absl::InvalidArgumentError("CUDA decode attention: a split plan needs its workspace");
-  }
   return DispatchShape(shape, [&](auto dim, auto group) {
     return LaunchDecode<decltype(dim)::value, decltype(group)::value>(
         shape, plan, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, num_seqs, workspace, link, stream);

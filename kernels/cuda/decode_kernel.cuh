@@ -385,6 +385,9 @@ absl::Status LaunchBlockDecode(const AttentionShape& shape, const DecodePlan& pl
                                const Kv& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
                                int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
                                cudaStream_t stream) {
+  if (plan.splits > 1 && workspace == nullptr) {
+    return absl::InvalidArgumentError("CUDA decode attention: a split plan needs its workspace");
+  }
   const float q_scale = 1.4426950408889634f / sqrtf(static_cast<float>(kDim));
   const int kv_heads = static_cast<int>(shape.num_kv_heads);
   const int window = static_cast<int>(shape.sliding_window);

@@ -41,9 +41,6 @@ absl::Status DispatchFloat8(const AttentionShape& shape, const DecodePlan& plan,
     return absl::InvalidArgumentError(
         absl::StrCat("decode attention: plan of ", plan.splits, " splits (at most ", kMaxMergedSplits, ")"));
   }
-  if (plan.splits > 1 && workspace == nullptr) {
-    return absl::InvalidArgumentError("CUDA decode attention: a split plan needs its workspace");
-  }
   return DispatchShape(shape, [&](auto dim, auto group) {
     return LaunchBlockDecode<decltype(dim)::value, decltype(group)::value>(
         shape, plan, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, num_seqs, workspace, link, stream);

@@ -59,6 +59,31 @@ struct DeviceFloat8Cache {
   }
 };
 
+// A batch's contexts on scattered slots of a pool of `num_slots`, as after churn in the
+// allocator: each sequence's slot list, where each begins (in both widths the kernels take), and
+// each one's last slot, where its new token goes.
+struct Contexts {
+  std::vector<int32_t> slots, begin32, write;
+  std::vector<int64_t> begin64;
+};
+
+Contexts ScatteredContexts(const std::vector<int64_t>& lengths, int64_t num_slots, std::mt19937& rng) {
+  const int64_t total = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  Contexts c;
+  c.slots.resize(num_slots);
+  std::iota(c.slots.begin(), c.slots.end(), 0);
+  std::shuffle(c.slots.begin(), c.slots.end(), rng);
+  c.slots.resize(total);
+  c.begin32 = {0};
+  c.begin64 = {0};
+  for (int64_t len : lengths) {
+    c.begin64.push_back(c.begin64.back() + len);
+    c.begin32.push_back(static_cast<int32_t>(c.begin64.back()));
+    c.write.push_back(c.slots[c.begin64.back() - 1]);
+  }
+  return c;
+}
+
 class Float8KvTest : public ::lamina::testing::DataPlaneGpuTest {
  protected:
   void SetUp() override {
@@ -183,16 +208,8 @@ TEST_F(Float8KvTest, DecodeAttentionMatchesTheCpuOverTheSameCodesAndScales) {
     const int64_t seqs = static_cast<int64_t>(c.contexts.size());
     const int64_t total = std::accumulate(c.contexts.begin(), c.contexts.end(), int64_t{0});
     const int64_t num_slots = total + 50, kv_size = c.kv_heads * c.head_dim, q_size = c.q_heads * c.head_dim;
-    std::vector<int32_t> slots(num_slots);
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng_);
-    slots.resize(total);
-    std::vector<int64_t> begin64 = {0};
-    std::vector<int32_t> begin32 = {0};
-    for (int64_t len : c.contexts) {
-      begin64.push_back(begin64.back() + len);
-      begin32.push_back(static_cast<int32_t>(begin64.back()));
-    }
+    const Contexts contexts = ScatteredContexts(c.contexts, num_slots, rng_);
+    const std::vector<int32_t>& slots = contexts.slots;
     std::vector<uint8_t> k_codes, v_codes;
     std::vector<float> k_scales, v_scales;
     QuantizedPool(num_slots, c.kv_heads, c.head_dim, &k_codes, &k_scales);
@@ -202,13 +219,13 @@ TEST_F(Float8KvTest, DecodeAttentionMatchesTheCpuOverTheSameCodesAndScales) {
     for (float& x : q) x = dist(rng_) * 0.5f;
     std::vector<float> want(seqs * q_size);
     cpu::DecodeAttention(shape, q.data(), q_size, k_codes.data(), v_codes.data(), kv_size, k_scales.data(),
-                         v_scales.data(), slots.data(), begin64.data(), want.data(), q_size, seqs);
+                         v_scales.data(), slots.data(), contexts.begin64.data(), want.data(), q_size, seqs);
     // The reference's own size, for the tolerance: outputs are weighted means of values.
     float largest = 0;
     for (float x : want) largest = std::max(largest, std::fabs(x));
 
     const DeviceFloat8Cache cache = DeviceFloat8Cache::Of(k_codes, v_codes, k_scales, v_scales);
-    DeviceBuffer d_q = Upload(q), d_slots = Upload(slots), d_begin = Upload(begin32);
+    DeviceBuffer d_q = Upload(q), d_slots = Upload(slots), d_begin = Upload(contexts.begin32);
     const int64_t longest = *std::max_element(c.contexts.begin(), c.contexts.end());
     for (const DecodePlan& plan : Float8Plans(shape, seqs, longest)) {
       DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
@@ -249,21 +266,14 @@ TEST_F(Float8KvTest, LinkedLaunchEqualsStoreThenDecode) {
     const int64_t total = std::accumulate(c.contexts.begin(), c.contexts.end(), int64_t{0});
     const int64_t num_slots = total + 40, kv_size = c.kv_heads * c.head_dim, q_size = c.q_heads * c.head_dim;
     const int64_t row = q_size + 2 * kv_size + 8;
-    std::vector<int32_t> slots(num_slots);
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng_);
-    slots.resize(total);
-    std::vector<int32_t> begin = {0}, write;
-    for (int64_t len : c.contexts) {
-      begin.push_back(begin.back() + static_cast<int32_t>(len));
-      write.push_back(slots[begin.back() - 1]);
-    }
+    const Contexts contexts = ScatteredContexts(c.contexts, num_slots, rng_);
     std::vector<uint8_t> k_codes, v_codes;
     std::vector<float> k_scales, v_scales;
     QuantizedPool(num_slots, c.kv_heads, c.head_dim, &k_codes, &k_scales);
     QuantizedPool(num_slots, c.kv_heads, c.head_dim, &v_codes, &v_scales);
     const std::vector<float> qkv = Rows(seqs, row, c.head_dim);
-    DeviceBuffer d_qkv = Upload(qkv), d_slots = Upload(slots), d_begin = Upload(begin), d_write = Upload(write);
+    DeviceBuffer d_qkv = Upload(qkv), d_slots = Upload(contexts.slots), d_begin = Upload(contexts.begin32),
+                 d_write = Upload(contexts.write);
     const int64_t longest = *std::max_element(c.contexts.begin(), c.contexts.end());
     for (const DecodePlan& plan : Float8Plans(shape, seqs, longest)) {
       if (plan.splits > 3) continue;  // the linked launch's splits are few
