@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/model_config/model_config.h"
 #include "common/status/status_macros.h"
+#include "common/topology/kv_dtype.h"
 #include "common/topology/topology.h"
 #include "deploy/experiment/experiment_report.h"
 #include "deploy/planner/analytic_model.h"
@@ -38,6 +39,12 @@ absl::StatusOr<planner::Design> DesignOf(const Topology& topology, const PriceTa
   return design;
 }
 
+// The KV pool's dtype on the topology's first memory node (the planner models one for all).
+absl::StatusOr<DType> KvDtypeOf(const Topology& topology, const ModelConfig& config) {
+  const NodeSpec* memory = topology.NodesOf(NodeKind::kMemory).front();
+  return ChooseKvDtype(memory->kv_dtype, config, memory->device != "cpu");
+}
+
 double MeanContext(const ExperimentSpec& spec, int64_t context) {
   return static_cast<double>(context - spec.output_tokens) + spec.output_tokens / 2.0;
 }
@@ -64,8 +71,9 @@ absl::StatusOr<std::string> PlannerSection(const ExperimentResult& result) {
       LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(info.entry.file));
       LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
       LAMINA_ASSIGN_OR_RETURN(planner::Design design, DesignOf(topology, result.prices));
-      planner::Prediction p = planner::PredictBest(planner::ShapeOf(config), MeanContext(spec, context), design,
-                                                   planner::Efficiency{}, max_batch, 0);
+      LAMINA_ASSIGN_OR_RETURN(const DType kv_dtype, KvDtypeOf(topology, config));
+      planner::Prediction p = planner::PredictBest(planner::ShapeOf(config, kv_dtype), MeanContext(spec, context),
+                                                   design, planner::Efficiency{}, max_batch, 0);
       // The topology's own price overrides apply to the prediction too.
       p.tokens_per_s_per_usd_hour = info.cost.hourly_usd > 0 ? p.tokens_per_s / info.cost.hourly_usd : 0;
       Row row{info.entry.name, p.infeasible.empty() ? p.tokens_per_s_per_usd_hour : 0, -1};

@@ -4,14 +4,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/topology/kv_dtype.h"
 
 namespace lamina::planner {
 
-ModelShape ShapeOf(const ModelConfig& c) {
+ModelShape ShapeOf(const ModelConfig& c, DType kv_dtype) {
   ModelShape m;
   m.layers = c.num_layers;
   m.q_size = c.q_size();
   m.kv_size = c.kv_size();
+  m.kv_token_bytes = static_cast<double>(KvBytesPerToken(kv_dtype, c));
   const double d = static_cast<double>(c.hidden_size);
   const double per_layer = d * (c.q_size() + 2.0 * c.kv_size())  // qkv projection
                            + c.q_size() * d                      // output projection

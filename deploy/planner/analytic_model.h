@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/model_config/model_config.h"
+#include "common/tensor/dtype.h"
 #include "deploy/cost/price_table.h"
 
 namespace lamina::planner {
@@ -26,14 +27,17 @@ struct ModelShape {
   int64_t layers = 0;
   int64_t q_size = 0;         // values of q (and of o) per token per layer
   int64_t kv_size = 0;        // values of k (and of v) per token per layer
-  double bytes_per_value = 2; // e: bf16
+  double bytes_per_value = 2;  // e: bf16, for weights and what crosses the link
+  double kv_token_bytes = 0;   // one token's k and v over every layer in the KV pool's dtype (KvBytesPerToken)
 
   double weight_bytes() const { return params * bytes_per_value; }
-  double kv_bytes_per_token() const { return 2.0 * layers * kv_size * bytes_per_value; }
+  double kv_bytes_per_token() const { return kv_token_bytes; }
   // What crosses the link per token per step: q, k, v out and o back, every layer.
   double wire_bytes_per_token() const { return layers * bytes_per_value * (2.0 * q_size + 2.0 * kv_size); }
 };
-ModelShape ShapeOf(const ModelConfig& config);
+// The shape of `config`'s model with its KV pool in `kv_dtype` (bfloat16, float8_e4m3 with its
+// scales, or float32): the dtype sets how many tokens fit and how many bytes attention reads.
+ModelShape ShapeOf(const ModelConfig& config, DType kv_dtype = DType::kBF16);
 
 struct Efficiency {
   double compute = 0.6;            // of the peak tensor rate a large batch reaches

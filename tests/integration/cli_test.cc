@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/embedded/local_cluster.h"
@@ -177,6 +178,40 @@ TEST(CliTest, ReadsPromptsFromStandardInputOneALine) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, golden["prompts"][0]["greedy_text"].get<std::string>() + "\n" +
                        golden["prompts"][1]["greedy_text"].get<std::string>() + "\n");
+}
+
+// The batch `lamina plan` gives the design named `design` ("1 x h100 (colocated)"); -1 if unlisted.
+int64_t PlannedBatch(const std::string& plan, const std::string& design) {
+  for (absl::string_view line : absl::StrSplit(plan, '\n')) {
+    const size_t at = line.find(design);
+    if (at == absl::string_view::npos) continue;
+    std::vector<std::string> rest = absl::StrSplit(line.substr(at + design.size()), ' ', absl::SkipEmpty());
+    int64_t batch = -1;
+    return !rest.empty() && absl::SimpleAtoi(rest[0], &batch) ? batch : -1;
+  }
+  return -1;
+}
+
+TEST(CliTest, PlanSizesTheKvCacheInTheDtypeAsked) {
+  testing::TempDir dir;
+  const std::string workload =
+      dir.Write("w.yaml", "mode: closed\nconcurrency: 64\nrequests: 256\nprompt_tokens: 1024\noutput_tokens: 256\n");
+  const std::string command = "plan --model " + std::string(LAMINA_SOURCE_DIR) +
+                              "/deploy/models/llama-3.1-8b-shape --workload " + workload + " --compute h100 --top 20";
+  Result bf16 = RunLamina(command);
+  Result f8 = RunLamina(command + " --kv-dtype float8_e4m3");
+  ASSERT_EQ(bf16.exit_code, 0);
+  ASSERT_EQ(f8.exit_code, 0);
+  // Llama-3-8B: k and v of 8 heads x 128 over 32 layers; float8 adds a float scale per head.
+  EXPECT_NE(bf16.out.find("131.1 KB of KV per token in bfloat16"), std::string::npos) << bf16.out;
+  EXPECT_NE(f8.out.find("67.6 KB of KV per token in float8_e4m3"), std::string::npos) << f8.out;
+  const int64_t bf16_batch = PlannedBatch(bf16.out, "1 x h100 (colocated)");
+  const int64_t f8_batch = PlannedBatch(f8.out, "1 x h100 (colocated)");
+  ASSERT_GT(bf16_batch, 0) << bf16.out;
+  EXPECT_GE(f8_batch, bf16_batch * 19 / 10) << f8.out;  // 131.1 / 67.6 = 1.94 times the tokens
+  Result bad = RunLamina(command + " --kv-dtype fp8", "", /*merge_stderr=*/true);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--kv-dtype: expected 'bfloat16' or 'float8_e4m3', got 'fp8'"), std::string::npos) << bad.out;
 }
 
 TEST(CliTest, NSamplesPrintInTurnAndEachEqualsARunWithItsSeed) {

@@ -34,6 +34,25 @@ TEST(AnalyticModelTest, ShapeOfLlama3_8B) {
   EXPECT_DOUBLE_EQ(m.wire_bytes_per_token(), 32 * 2 * (2.0 * 4096 + 2.0 * 1024));
 }
 
+TEST(AnalyticModelTest, AFloat8KvPoolHoldsAboutTwiceTheTokensAndReadsAboutHalfTheBytes) {
+  const ModelShape bf16 = ShapeOf(Llama3_8B());
+  const ModelShape f8 = ShapeOf(Llama3_8B(), DType::kF8E4M3);
+  // k and v, 32 layers, 8 heads x 128 one-byte codes and a float scale per head.
+  EXPECT_DOUBLE_EQ(f8.kv_bytes_per_token(), 2.0 * 32 * (1024 + 8 * 4));
+  EXPECT_DOUBLE_EQ(f8.weight_bytes(), bf16.weight_bytes());
+  EXPECT_DOUBLE_EQ(f8.wire_bytes_per_token(), bf16.wire_bytes_per_token());
+  const DeviceKind h100 = Device("h100", 80, 3350, 989, 50, 3.0);
+  const DeviceKind h20 = Device("h20", 96, 4000, 148, 50, 1.3);
+  Efficiency eff;
+  const Prediction colocated = PredictBest(f8, 4096, {&h100, nullptr, 0, false}, eff, 100000, 0);
+  const double kv_room = 80e9 * eff.memory_usable - f8.weight_bytes();
+  EXPECT_EQ(colocated.batch, static_cast<int64_t>(kv_room / (4096 * f8.kv_bytes_per_token())));
+  EXPECT_GT(colocated.batch, PredictBest(bf16, 4096, {&h100, nullptr, 0, false}, eff, 100000, 0).batch * 19 / 10);
+  const Prediction step = PredictStep(f8, 4096, {&h100, &h20, 2, false}, eff, 256);
+  const double kv_s = 256 * 4096 * 2.0 * 32 * (1024 + 8 * 4) / (2 * 4000e9 * eff.memory_bandwidth);
+  EXPECT_NEAR(step.attention_s, kv_s, kv_s * 1e-12);
+}
+
 TEST(AnalyticModelTest, MinimumBandwidthIsThePapersFormulaForMultiHeadAttention) {
   ModelConfig c = Llama3_8B();
   c.num_kv_heads = 32;  // MHA: q, k, v and o are d values each
