@@ -19,8 +19,12 @@ constexpr int64_t kCopyRowsPerBlock = 1;
 // SendRows' blocks take fewer rows, so that a chunk of 64 to 256 rows still spreads over enough SMs:
 // on two H200s, 4 chunks of 64 q/k/v rows went from 78 to 65 us a layer (lamina-bench-data-plane).
 // Its rate over NVLink stayed 0.80 of the copy engine's whatever the rows, threads or loads in
-// flight per block.
+// flight per block. Sends that would fill fewer than kSendFewestBlocks blocks so go a block a piece
+// of a row instead (kSendPieceItems, one round of loads a thread): on an H100, lamina-bench-hop's
+// rows echo at 64 rows took 14.2 against 16.2 us; at 256 and 1024 rows pieces were slower (18.9
+// against 17.9, 54.5 against 47.0).
 constexpr int64_t kSendRowsPerBlock = 2;
+constexpr int64_t kSendFewestBlocks = 128;
 // ReceiveRows: a block a row, up to 32. Its blocks spin while they wait, so they stay a small share
 // of the GPU, which another lane's slices may need meanwhile; more rows take a one-thread WaitFlag
 // and ScatterRows. On two H200s, against 4 rows a block up to 128: batch 8 at context 1 took 21.4
@@ -37,6 +41,7 @@ constexpr int kPolledTogether = 8;
 // loads before their stores, so that enough bytes are in flight to fill a link to a peer GPU;
 // loads go through L2, as the rows may have just arrived from a peer.
 constexpr int kBatch = 4;
+constexpr int64_t kSendPieceItems = kThreads * kBatch;
 
 template <typename T>
 __device__ void CopyBlockRows(const T* __restrict__ src, int64_t src_stride, const int32_t* src_rows,
@@ -83,13 +88,19 @@ bool Vectorized(const float* src, int64_t src_stride, int64_t cols, const float*
   return aligned(src) && aligned(dst) && cols % 4 == 0 && src_stride % 4 == 0 && dst_stride % 4 == 0;
 }
 
+// Chained (chaining.cuh): its blocks may be placed while the kernel before it ends, and wait for it
+// before reading anything.
 __global__ void SendRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                                float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
-                               uint32_t* arrivals, bool vectorized) {
+                               uint32_t* arrivals, bool vectorized, int64_t rows_per_block,
+                               int64_t piece_cols) {
+  StartChained();
   // Only earlier work on the stream sets the error word: read it now, while the rows are copied.
   const bool failed = threadIdx.x == 0 && ErrorSet(error);
-  CopyBlockRows(vectorized, src, src_stride, rows, dst, dst_stride, nullptr, blockIdx.x * kSendRowsPerBlock, count, cols,
-                kSendRowsPerBlock);
+  const int64_t pieces = max((cols + piece_cols - 1) / piece_cols, int64_t{1});
+  const int64_t first = blockIdx.x / pieces * rows_per_block, begin = blockIdx.x % pieces * piece_cols;
+  CopyBlockRows(vectorized, src + begin, src_stride, rows, dst + begin, dst_stride, nullptr, first, count,
+                min(piece_cols, cols - begin), rows_per_block);
   ArriveAndRaise(arrivals, gridDim.x, flag, value, error, &failed);
 }
 
@@ -199,9 +210,11 @@ __global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t
 
 bool Aligned8(const float* p, int64_t stride) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0 && stride % 2 == 0; }
 
-// ScatterRows (dst_rows set) and GatherRows (src_rows set).
+// ScatterRows (dst_rows set) and GatherRows (src_rows set). Chained, as SendRowsKernel: after a
+// WaitFlag, its blocks are placed once the flag is up rather than once the wait has ended.
 __global__ void CopyRowsKernel(const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count,
                                int64_t cols, float* dst, int64_t dst_stride, const int32_t* dst_rows, bool vectorized) {
+  StartChained();
   CopyBlockRows(vectorized, src, src_stride, src_rows, dst, dst_stride, dst_rows, blockIdx.x * kCopyRowsPerBlock, count,
                 cols, kCopyRowsPerBlock);
 }
@@ -210,10 +223,9 @@ absl::Status CopyRows(const float* src, int64_t src_stride, const int32_t* src_r
                       float* dst, int64_t dst_stride, const int32_t* dst_rows, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
   const int64_t blocks = (count + kCopyRowsPerBlock - 1) / kCopyRowsPerBlock;
-  CopyRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      src, src_stride, src_rows, count, cols, dst, dst_stride, dst_rows,
-      Vectorized(src, src_stride, cols, dst, dst_stride));
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(CopyRowsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                                            stream, src, src_stride, src_rows, count, cols, dst, dst_stride, dst_rows,
+                                            Vectorized(src, src_stride, cols, dst, dst_stride)));
   return absl::OkStatus();
 }
 
@@ -224,12 +236,16 @@ absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows,
                       uint32_t* arrivals, cudaStream_t stream) {
   if (count < 0 || cols < 0) return absl::InvalidArgumentError("SendRows: negative count or cols");
   const bool vectorized = Vectorized(src, src_stride, cols, dst, dst_stride);
-  // At least one block, so that an empty send still raises its flag.
-  const int64_t blocks = count == 0 ? 1 : (count + kSendRowsPerBlock - 1) / kSendRowsPerBlock;
-  SendRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(src, src_stride, rows, count, cols, dst,
-                                                                          dst_stride, flag, value, error, arrivals,
-                                                                          vectorized);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // Row pairs, or pieces of rows when the pairs would be too few blocks; at least one block, so
+  // that an empty send still raises its flag.
+  const bool pieces = (count + kSendRowsPerBlock - 1) / kSendRowsPerBlock < kSendFewestBlocks;
+  const int64_t rows_per_block = pieces ? 1 : kSendRowsPerBlock;
+  const int64_t piece_cols = std::max<int64_t>(1, pieces ? std::min(cols, kSendPieceItems * (vectorized ? 4 : 1)) : cols);
+  const int64_t blocks =
+      std::max<int64_t>(1, (count + rows_per_block - 1) / rows_per_block * ((cols + piece_cols - 1) / piece_cols));
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(SendRowsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                                            stream, src, src_stride, rows, count, cols, dst, dst_stride, flag, value,
+                                            error, arrivals, vectorized, rows_per_block, piece_cols));
   return absl::OkStatus();
 }
 

@@ -28,7 +28,8 @@ namespace lamina::kernels::cuda {
 // dst row i = src row (rows ? rows[i] : i), for i < count; then, once every row is written,
 // *flag = value (unless *error != 0, when error is not null). `dst` and `flag` may be a peer GPU's
 // memory (mapped through CUDA IPC). `arrivals` is a zeroed device word of this GPU that the
-// launch uses to find its last block, and leaves zeroed.
+// launch uses to find its last block, and leaves zeroed. The launch is chained (chaining.h): its
+// blocks may be placed while the kernel before it ends, and read nothing until it has.
 absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                       float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
                       uint32_t* arrivals, cudaStream_t stream);
@@ -86,6 +87,8 @@ absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int
 // spins on the peer: call this when a link opens, before any wait is queued.
 absl::Status PreloadDataPlaneKernels();
 
+// ScatterRows and GatherRows are chained as SendRows is; after a WaitFlag, their blocks are placed
+// once the flag is up.
 // dst row rows[i] = src row i, for i < count.
 absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          float* dst, int64_t dst_stride, cudaStream_t stream);

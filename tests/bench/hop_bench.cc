@@ -22,11 +22,23 @@
 // and the baseline of the same run, `echo`: the memory end a ReceiveLines and a SendLines with no
 // attention between them, the chain of line kernels alone. Ratios: flag ÷ lines, lines ÷ echo,
 // ahead ÷ chained.
+//
+// A second table, for --row-batches, times the path of larger hops, rows behind a flag:
+//   compute end: SendRows (q/k/v out, then a flag), WaitFlag and ScatterRows (or ReceiveRows, up to
+//   32 rows) for the outputs;
+//   memory end (`rows`): LinkedDecodeAttention waiting for the flag in the launch (up to 16 blocks)
+//   or chained to a WaitFlag queued ahead, as memory nodes wait, writing its outputs into the
+//   compute end's buffer and raising a done flag;
+// against, in the same run, `echo` (the memory end a WaitFlag and a SendRows of the q rows back)
+// and `alone` (the memory end's StoreKv and DecodeAttention queued back to back, no compute end):
+// rows - alone is the data plane's share of a layer on this GPU.
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
-//   lamina-bench-hop [--layers 256] [--contexts 1,1024] [--batches 1,4,16]
+//   lamina-bench-hop [--layers 256] [--contexts 1,1024] [--batches 1,4,16] [--row-batches 64,256,1024]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,10 +59,13 @@ namespace kc = kernels::cuda;
 constexpr int64_t kQHeads = 32, kKvHeads = 8, kHeadDim = 128;
 constexpr int64_t kQ = kQHeads * kHeadDim, kKv = kKvHeads * kHeadDim, kQkv = kQ + 2 * kKv;
 constexpr int64_t kTimeoutNs = 2'000'000'000;
-// A linked launch polls for its own lines only up to this many blocks, as memory nodes do.
+// A linked launch polls for its own lines, or waits for its flag, only up to these many blocks,
+// as memory nodes do (cuda_kv_backend.cc).
 constexpr int64_t kMostPollingBlocks = 128;
+constexpr int64_t kMostWaitingBlocks = 16;
 
 enum class MemoryEnd { kFlag, kLines, kAhead, kChained, kEcho };
+enum class RowsEnd { kRows, kEcho, kAlone };
 
 // One batch's buffers, all on device 0: `batch` sequences of `context` cached tokens each.
 struct Hop {
@@ -59,10 +74,16 @@ struct Hop {
   // Queues `layers` layers of the hop on both streams, held behind `gate` until all are queued.
   absl::Status Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
                      cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const;
+  // The same for rows behind a flag; with kAlone only the memory end's work, on `attention`.
+  absl::Status QueueRows(RowsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid,
+                         const cuda::Event& end, cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const;
+  // Whether the rows path's launch waits for its flag itself rather than behind a WaitFlag.
+  bool RowsWaitInLaunch() const { return kc::DecodeBlocks(shape, row_plan, batch) <= kMostWaitingBlocks; }
 
   int64_t batch = 0, slots = 0;
   kc::AttentionShape shape{kQHeads, kKvHeads, kHeadDim, 0};
-  kc::DecodePlan plan;
+  kc::DecodePlan plan;      // for lines: a block per (sequence, kv head)
+  kc::DecodePlan row_plan;  // for rows: as planned
   cuda::DeviceBuffer qkv;         // the compute end's rows [batch, kQkv]
   cuda::DeviceBuffer in_lines;    // the memory end's q/k/v lines, mirroring `mirror`
   cuda::DeviceBuffer mirror;      // [batch, kQkv]
@@ -72,7 +93,7 @@ struct Hop {
   cuda::DeviceBuffer k, v;        // the cache, [batch * context, kKv] bf16 each
   cuda::DeviceBuffer lists;       // slot ids, slot begins, write slots (int32)
   cuda::DeviceBuffer counters;    // the linked launch's (LinkedDecodeCounters), uint32
-  cuda::DeviceBuffer words;       // done, busy_ns[2], busy_start (uint64)
+  cuda::DeviceBuffer words;       // done, busy_ns[2], busy_start, ready (uint64), SendRows' arrivals (2 uint32)
   cuda::DeviceBuffer workspace;
   cuda::DeviceBuffer error;  // uint32
 };
@@ -82,6 +103,7 @@ absl::StatusOr<Hop> Hop::Create(int64_t batch, int64_t context, int sms) {
   h.batch = batch;
   h.slots = batch * context;
   h.plan = kc::PlanDecode(h.shape, batch, context, sms);
+  h.row_plan = h.plan;
   h.plan.warp_per_head = false;  // lines go a block per (sequence, kv head), as memory nodes launch them
   const int64_t slots = batch * context;
   LAMINA_ASSIGN_OR_RETURN(h.qkv, cuda::DeviceBuffer::CreateZeroed(batch * kQkv * sizeof(float)));
@@ -101,9 +123,10 @@ absl::StatusOr<Hop> Hop::Create(int64_t batch, int64_t context, int sms) {
       cudaMemcpy(h.lists.data(), lists.data(), lists.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   LAMINA_ASSIGN_OR_RETURN(
       h.counters, cuda::DeviceBuffer::CreateZeroed(kc::LinkedDecodeCounters(h.shape, batch) * sizeof(uint32_t)));
-  LAMINA_ASSIGN_OR_RETURN(h.words, cuda::DeviceBuffer::CreateZeroed(4 * sizeof(uint64_t)));
+  LAMINA_ASSIGN_OR_RETURN(h.words, cuda::DeviceBuffer::CreateZeroed(6 * sizeof(uint64_t)));
   LAMINA_ASSIGN_OR_RETURN(h.workspace,
-                          cuda::DeviceBuffer::CreateZeroed(std::max<int64_t>(1, h.plan.workspace_floats) * 4));
+                          cuda::DeviceBuffer::CreateZeroed(
+                              std::max<int64_t>({1, h.plan.workspace_floats, h.row_plan.workspace_floats}) * 4));
   LAMINA_ASSIGN_OR_RETURN(h.error, cuda::DeviceBuffer::CreateZeroed(sizeof(uint32_t)));
   return h;
 }
@@ -169,9 +192,78 @@ absl::Status Hop::Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const c
   return end.Record(compute);
 }
 
+absl::Status Hop::QueueRows(RowsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid,
+                            const cuda::Event& end, cudaStream_t compute, cudaStream_t attention,
+                            uint64_t* gate) const {
+  uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
+  LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, compute));
+  LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, attention));
+  const int32_t* slot_ids = lists.as<int32_t>();  // 0, 1, ...: also the batch rows, in order
+  const int32_t* write_slots = slot_ids + slots + batch + 1;
+  uint32_t* error_word = error.as<uint32_t>();
+  uint64_t* done = words.as<uint64_t>();
+  uint64_t* ready = done + 4;
+  uint32_t* arrivals = reinterpret_cast<uint32_t*>(done + 5);  // the compute end's, the memory end's
+  const float* rows = mirror.as<float>();
+  cudaStream_t timed = memory == RowsEnd::kAlone ? attention : compute;
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    const uint64_t value = ++*tag;
+    if (memory == RowsEnd::kAlone) {
+      LAMINA_RETURN_IF_ERROR(kc::StoreKv(rows + kQ, rows + kQ + kKv, kQkv, write_slots, k.as<kc::bf16>(),
+                                         v.as<kc::bf16>(), batch, kKv, attention));
+      LAMINA_RETURN_IF_ERROR(kc::DecodeAttention(shape, row_plan, rows, kQkv, k.as<kc::bf16>(), v.as<kc::bf16>(),
+                                                 slot_ids, slot_ids + slots, out_mirror.as<float>(), kQ, batch,
+                                                 workspace.as<float>(), attention));
+    } else if (memory == RowsEnd::kEcho) {
+      LAMINA_RETURN_IF_ERROR(kc::WaitFlag(ready, value, kTimeoutNs, error_word, 2, attention));
+      LAMINA_RETURN_IF_ERROR(kc::SendRows(rows, kQkv, nullptr, batch, kQ, out_mirror.as<float>(), kQ, done, value,
+                                          error_word, arrivals + 1, attention));
+    } else {
+      kc::DecodeLink link;
+      link.ready = ready;
+      link.ready_value = value;
+      link.timeout_ns = kTimeoutNs;
+      link.error = error_word;
+      link.error_code = 3;
+      link.k = rows + kQ;
+      link.v = rows + kQ + kKv;
+      link.kv_stride = kQkv;
+      link.write_slots = write_slots;
+      link.counters = counters.as<uint32_t>();
+      link.done = done;
+      link.done_value = value;
+      link.busy_ns = done + 1;
+      link.busy_start = done + 3;
+      if (!RowsWaitInLaunch()) {
+        LAMINA_RETURN_IF_ERROR(kc::WaitFlag(ready, value, kTimeoutNs, error_word, 2, attention));
+        link.chained_to_wait = true;
+      }
+      LAMINA_RETURN_IF_ERROR(kc::LinkedDecodeAttention(shape, row_plan, rows, kQkv, k.as<kc::bf16>(),
+                                                       v.as<kc::bf16>(), slot_ids, slot_ids + slots,
+                                                       out_mirror.as<float>(), kQ, batch, workspace.as<float>(), link,
+                                                       attention));
+    }
+    if (layer == layers / 4) LAMINA_RETURN_IF_ERROR(mid.Record(timed));
+    if (memory == RowsEnd::kAlone) continue;
+    LAMINA_RETURN_IF_ERROR(kc::SendRows(qkv.as<float>(), kQkv, nullptr, batch, kQkv, mirror.as<float>(), kQkv, ready,
+                                        value, error_word, arrivals, compute));
+    if (batch <= kc::ReceiveRowsMaxCount()) {
+      LAMINA_RETURN_IF_ERROR(kc::ReceiveRows(done, value, kTimeoutNs, error_word, 4, out_mirror.as<float>(), kQ,
+                                             slot_ids, batch, kQ, out.as<float>(), kQ, compute));
+    } else {
+      LAMINA_RETURN_IF_ERROR(kc::WaitFlag(done, value, kTimeoutNs, error_word, 4, compute));
+      LAMINA_RETURN_IF_ERROR(
+          kc::ScatterRows(out_mirror.as<float>(), kQ, slot_ids, batch, kQ, out.as<float>(), kQ, compute));
+    }
+  }
+  return end.Record(timed);
+}
+
 // Microseconds a layer from the end of the first quarter of the layers to the last, the best of
 // `reps` runs after a warm-up.
-absl::StatusOr<double> SteadyMicros(const Hop& hop, MemoryEnd memory, int64_t layers, int reps, uint32_t* tag,
+// `queue` queues the layers behind `gate`, recording the two events.
+using QueueLayers = std::function<absl::Status(const cuda::Event& mid, const cuda::Event& end)>;
+absl::StatusOr<double> SteadyMicros(const Hop& hop, const QueueLayers& queue, int64_t layers, int reps,
                                     cudaStream_t compute, cudaStream_t attention, uint64_t* gate) {
   LAMINA_ASSIGN_OR_RETURN(cuda::Event mid, cuda::Event::Create());
   LAMINA_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create());
@@ -179,7 +271,7 @@ absl::StatusOr<double> SteadyMicros(const Hop& hop, MemoryEnd memory, int64_t la
   for (int rep = -1; rep < reps; ++rep) {
     __atomic_store_n(gate, 0, __ATOMIC_RELEASE);
     *reinterpret_cast<uint32_t*>(gate + 1) = 0;
-    const absl::Status queued = hop.Queue(memory, layers, tag, mid, end, compute, attention, gate);
+    const absl::Status queued = queue(mid, end);
     __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(attention));
@@ -198,15 +290,20 @@ absl::StatusOr<double> SteadyMicros(const Hop& hop, MemoryEnd memory, int64_t la
 }
 
 absl::Status Run(const std::vector<std::string>& args) {
-  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"layers", "contexts", "batches"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"layers", "contexts", "batches", "row-batches"}, {}));
   LAMINA_ASSIGN_OR_RETURN(const int64_t layers, flags.Int("layers", 256));
   if (layers < 8) return absl::InvalidArgumentError(absl::StrCat("--layers ", layers, ": at least 8"));
   LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> contexts,
                           cli::ParseIdList("--contexts", flags.String("contexts", "1,1024")));
   LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> batches,
                           cli::ParseIdList("--batches", flags.String("batches", "1,4,16")));
+  LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> row_batches,
+                          cli::ParseIdList("--row-batches", flags.String("row-batches", "64,256,1024")));
   for (const int32_t n : contexts) {
     if (n < 1) return absl::InvalidArgumentError(absl::StrCat("--contexts: ", n, " (at least 1)"));
+  }
+  for (const int32_t n : row_batches) {
+    if (n < 1) return absl::InvalidArgumentError(absl::StrCat("--row-batches: ", n, " (at least 1)"));
   }
   for (const int32_t n : batches) {
     if (n < 1 || n > kc::ReceiveRowsMaxCount()) {
@@ -234,7 +331,12 @@ absl::Status Run(const std::vector<std::string>& args) {
       LAMINA_ASSIGN_OR_RETURN(Hop hop, Hop::Create(batch, context, prop.multiProcessorCount));
       const int64_t blocks = kc::DecodeBlocks(hop.shape, hop.plan, batch);
       auto time = [&](MemoryEnd memory) {
-        return SteadyMicros(hop, memory, layers, 5, &tag, compute.get(), attention.get(), gate);
+        return SteadyMicros(
+            hop,
+            [&](const cuda::Event& mid, const cuda::Event& end) {
+              return hop.Queue(memory, layers, &tag, mid, end, compute.get(), attention.get(), gate);
+            },
+            layers, 5, compute.get(), attention.get(), gate);
       };
       LAMINA_ASSIGN_OR_RETURN(const double echo, time(MemoryEnd::kEcho));
       LAMINA_ASSIGN_OR_RETURN(const double ahead, time(MemoryEnd::kAhead));
@@ -254,6 +356,29 @@ absl::Status Run(const std::vector<std::string>& args) {
                     static_cast<long long>(blocks), flag, lines, ahead, chained, echo, flag / lines, lines / echo,
                     ahead / chained);
       }
+    }
+  }
+  std::printf("\nRows behind a flag (SendRows, WaitFlag), us a layer: rows = the memory end's linked attention;\n"
+              "echo = a WaitFlag and SendRows back instead; alone = its StoreKv and DecodeAttention, nothing moving\n\n");
+  std::printf("%8s %6s %7s %7s | %8s %8s %8s | %10s %12s\n", "context", "batch", "blocks", "waits", "rows", "echo",
+              "alone", "rows-alone", "rows÷(e+a)");
+  for (const int32_t context : contexts) {
+    for (const int32_t batch : row_batches) {
+      LAMINA_ASSIGN_OR_RETURN(Hop hop, Hop::Create(batch, context, prop.multiProcessorCount));
+      auto time = [&](RowsEnd memory) {
+        return SteadyMicros(
+            hop,
+            [&](const cuda::Event& mid, const cuda::Event& end) {
+              return hop.QueueRows(memory, layers, &tag, mid, end, compute.get(), attention.get(), gate);
+            },
+            layers, 5, compute.get(), attention.get(), gate);
+      };
+      LAMINA_ASSIGN_OR_RETURN(const double echo, time(RowsEnd::kEcho));
+      LAMINA_ASSIGN_OR_RETURN(const double alone, time(RowsEnd::kAlone));
+      LAMINA_ASSIGN_OR_RETURN(const double rows, time(RowsEnd::kRows));
+      std::printf("%8d %6d %7lld %7s | %8.2f %8.2f %8.2f | %10.2f %12.2f\n", context, batch,
+                  static_cast<long long>(kc::DecodeBlocks(hop.shape, hop.row_plan, batch)),
+                  hop.RowsWaitInLaunch() ? "launch" : "ahead", rows, echo, alone, rows - alone, rows / (echo + alone));
     }
   }
   return absl::OkStatus();

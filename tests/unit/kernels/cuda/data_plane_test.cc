@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -135,6 +136,49 @@ TEST_P(DataPlaneRowsTest, ReceiveRowsWaitsThenScattersInOneLaunch) {
 // 12 and 1000: float4 copies; 13 and 1001: float copies; 1000 and 1001 take several batches of
 // loads per thread.
 INSTANTIATE_TEST_SUITE_P(Columns, DataPlaneRowsTest, ::testing::Values(12, 13, 1000, 1001));
+
+// SendRows' two shapes of launch: a block a piece of a row for fewer than 256 rows (rows of more
+// than 4096 floats, or of 1024 when not float4-aligned, in several pieces), a block a pair of rows
+// from 256 rows on. Params: rows, cols.
+class SendRowsShapesTest : public DataPlaneKernelsTest,
+                           public ::testing::WithParamInterface<std::pair<int64_t, int64_t>> {};
+
+TEST_P(SendRowsShapesTest, EveryPieceOfEveryPickedRowArrivesBeforeTheFlag) {
+  const auto [n, cols] = GetParam();
+  std::vector<float> src(n * cols);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 100003) * 0.5f - 11.f;
+  std::vector<int32_t> picked(n);  // the rows sent, last first
+  for (int64_t i = 0; i < n; ++i) picked[i] = static_cast<int32_t>(n - 1 - i);
+  auto d_staged = Upload(src);
+  auto d_src = Upload(std::vector<float>(n * cols, 0.f));
+  auto d_picked = Upload(picked);
+  auto d_received = Upload(std::vector<float>(n * cols, 0.f));
+  auto d_flag = Upload(std::vector<uint64_t>{0});
+  auto d_arrivals = Upload(std::vector<uint32_t>{0});
+  TwoEnds ends = TwoEnds::Create();
+  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 6, 5'000'000'000, ends.error_word(), 1, ends.receiver.get()).ok());
+  // The rows are written by the kernel just before the send (both chained): the send reads them
+  // only once that kernel has ended.
+  ASSERT_TRUE(ScatterRows(d_staged.as<float>(), cols, nullptr, n, cols, d_src.as<float>(), cols, ends.sender.get()).ok());
+  ASSERT_TRUE(SendRows(d_src.as<float>(), cols, d_picked.as<int32_t>(), n, cols, d_received.as<float>(), cols,
+                       d_flag.as<uint64_t>(), 6, nullptr, d_arrivals.as<uint32_t>(), ends.sender.get())
+                  .ok());
+  ASSERT_TRUE(ends.sender.Synchronize().ok());
+  ASSERT_TRUE(ends.receiver.Synchronize().ok());
+  EXPECT_EQ(*ends.error_word(), 0u);
+  EXPECT_EQ(Download<uint64_t>(d_flag, 1)[0], 6u);
+  EXPECT_EQ(Download<uint32_t>(d_arrivals, 1)[0], 0u);
+  const std::vector<float> received = Download<float>(d_received, n * cols);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(received[i * cols + c], src[picked[i] * cols + c]) << i << "," << c;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SendRowsShapesTest,
+                         ::testing::Values(std::pair<int64_t, int64_t>{5, 4100}, std::pair<int64_t, int64_t>{5, 1031},
+                                           std::pair<int64_t, int64_t>{255, 6144},
+                                           std::pair<int64_t, int64_t>{257, 12}, std::pair<int64_t, int64_t>{257, 13},
+                                           std::pair<int64_t, int64_t>{300, 4100}));
 
 // Lines: cols and the source row's stride. (12, 12): float2 loads; (12, 13): floats, as the rows
 // are not 8-byte aligned; (1000, 1000): several batches of loads per thread.
