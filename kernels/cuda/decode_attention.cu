@@ -47,8 +47,12 @@ namespace lamina::kernels::cuda {
 namespace {
 
 constexpr int kThreads = kTileThreads;
-// A warp per (sequence, kv head) takes over from a block each from this many pairs per SM on.
+// A warp per (sequence, kv head) takes over from a block each from this many pairs per SM on, or
+// from kWarpFewestPairsPerSm on where the context is at most kWarpTokensPerPairPerSm tokens for
+// each pair per SM (see PlanDecode).
 constexpr int kWarpPairsPerSm = 8;
+constexpr int kWarpFewestPairsPerSm = 2;
+constexpr int kWarpTokensPerPairPerSm = 10;
 constexpr int kWarpsPerBlock = kThreads / 32;
 // Batches of contexts up to this many tokens that fill the GPU with blocks in one split run one
 // warp per (sequence, kv head) instead.
@@ -291,8 +295,15 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
   }
   if (plan.splits > 1) plan.workspace_floats = num_seqs * shape.num_q_heads * plan.splits * (shape.head_dim + 1);
   // A warp each pays once a block each needs more than a full load of blocks; with fewer, on two
-  // H200s, it was as fast at batch 64 and 2 us slower at batch 1 (lamina-bench-kernels).
-  plan.warp_per_head = plan.splits == 1 && max_context <= kWarpMaxContext && pairs >= kWarpPairsPerSm * num_sms;
+  // H200s, it was as fast at batch 64 and 2 us slower at batch 1 (lamina-bench-kernels). Below
+  // that, it pays where the context is short for the pairs: each warp reads its whole context,
+  // while a block each pays for its waves. On an H100 (32/8 heads of 128, 132 SMs), a warp each
+  // was 1.98x, 1.59x and 1.27x as fast at batch 128 (1024 pairs) and contexts 1, 16 and 64, and
+  // 1.02x at 128; 1.44x and 1.25x at batch 64 and contexts 1 and 16, 0.90x at 64.
+  const bool short_for_pairs =
+      pairs >= kWarpFewestPairsPerSm * num_sms && max_context * num_sms <= kWarpTokensPerPairPerSm * pairs;
+  plan.warp_per_head =
+      plan.splits == 1 && max_context <= kWarpMaxContext && (pairs >= kWarpPairsPerSm * num_sms || short_for_pairs);
   if (plan.warp_per_head) plan.tiled = plan.deep_tiles = false;
   return plan;
 }

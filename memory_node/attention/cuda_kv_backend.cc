@@ -378,8 +378,12 @@ class CudaKvLane : public DeviceKvLane {
     // lanes' budget, wait behind a small kernel queued ahead instead.
     kc::DecodePlan plan = side_by_side_plans_[chunk];
     // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
-    // (short contexts on a small share of the GPU) runs a block per head, one split, instead.
-    if (hop.lines != nullptr || hop.out_lines != nullptr) plan.warp_per_head = false;
+    // (short contexts for its pairs) runs the tiled blocks the planner would pick otherwise, in one
+    // split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
+    if ((hop.lines != nullptr || hop.out_lines != nullptr) && plan.warp_per_head) {
+      plan.warp_per_head = false;
+      plan.tiled = true;
+    }
     const bool lines = hop.lines != nullptr;
     const ChunkWait& wait =
         WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count, kc::DecodeBlocks(o.attention, plan, r.count));

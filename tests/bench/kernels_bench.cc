@@ -285,12 +285,16 @@ absl::Status BenchShortContexts(FILE* csv, cudaStream_t stream) {
   std::printf("\nDecode attention at short contexts, 32/8 heads of 128: a warp against a block per (sequence, kv "
               "head)\n");
   std::printf("%6s %8s %12s %11s %12s %8s\n", "batch", "context", "block us", "warp us", "block/warp", "picked");
-  for (int batch : {64, 256, 1024}) {
+  for (int batch : {32, 64, 128, 256, 1024}) {
     for (int context : {1, 16, 64, 128, 256, 512, 1024}) {
       LAMINA_ASSIGN_OR_RETURN(DecodeInputs in, DecodeInputs::Create({32, 8, batch, context}, stream));
       kc::DecodePlan block_each = kc::PlanDecode(in.shape, batch, context, sms);
       if (block_each.splits > 1) continue;  // split plans keep a block per split
+      // The tiled block each that the planner would pick without the warp layout (these batches
+      // have more pairs than SMs, so shallow tiles).
       block_each.warp_per_head = false;
+      block_each.tiled = true;
+      block_each.deep_tiles = false;
       kc::DecodePlan warp_each = block_each;
       warp_each.warp_per_head = true;
       LAMINA_ASSIGN_OR_RETURN(double block_ms, in.TimeMs(block_each, stream));

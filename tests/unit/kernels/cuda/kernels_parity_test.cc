@@ -323,10 +323,16 @@ TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1024), 1024 * 8 / 4);
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 3), 6);  // 24 pairs, the last block full
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1), 2);
-  // Too few pairs to fill the GPU with blocks: a block each.
-  plan = cuda::PlanDecode(llama, 64, 1, 132);
+  // Fewer pairs than fill the GPU with blocks: a warp each only where the context is short for
+  // them (at most 10 tokens for each pair per SM), and never below 2 pairs an SM.
+  plan = cuda::PlanDecode(llama, 64, 1, 132);  // 512 pairs: up to 38 tokens
   EXPECT_EQ(plan.splits, 1);
-  EXPECT_FALSE(plan.warp_per_head);
+  EXPECT_TRUE(plan.warp_per_head);
+  EXPECT_TRUE(cuda::PlanDecode(llama, 64, 38, 132).warp_per_head);
+  EXPECT_FALSE(cuda::PlanDecode(llama, 64, 39, 132).warp_per_head);
+  EXPECT_TRUE(cuda::PlanDecode(llama, 128, 77, 132).warp_per_head);  // 1024 pairs: up to 77 tokens
+  EXPECT_FALSE(cuda::PlanDecode(llama, 128, 78, 132).warp_per_head);
+  EXPECT_FALSE(cuda::PlanDecode(llama, 32, 1, 132).warp_per_head);  // 256 pairs: under 2 an SM
   // Past 256 tokens, a block each.
   plan = cuda::PlanDecode(llama, 1024, 257, 132);
   EXPECT_FALSE(plan.warp_per_head);
