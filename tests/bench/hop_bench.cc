@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,8 +74,26 @@ struct Hop {
   absl::Status Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
                      cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const;
   // The same for rows behind a flag; with kAlone only the memory end's work, on `attention`.
-  absl::Status QueueRows(RowsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid,
-                         const cuda::Event& end, cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const;
+  absl::Status Queue(RowsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
+                     cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const;
+  // The memory end's link: the new k/v in `mirror`, stored at each sequence's last slot; the
+  // inputs' and outputs' ways are the caller's to set.
+  kc::DecodeLink Link() const {
+    const float* rows = mirror.as<float>();
+    uint64_t* done = words.as<uint64_t>();
+    kc::DecodeLink link;
+    link.timeout_ns = kTimeoutNs;
+    link.error = error.as<uint32_t>();
+    link.error_code = 3;
+    link.k = rows + kQ;
+    link.v = rows + kQ + kKv;
+    link.kv_stride = kQkv;
+    link.write_slots = lists.as<int32_t>() + slots + batch + 1;
+    link.counters = counters.as<uint32_t>();
+    link.busy_ns = done + 1;
+    link.busy_start = done + 3;
+    return link;
+  }
   // Whether the rows path's launch waits for its flag itself rather than behind a WaitFlag.
   bool RowsWaitInLaunch() const { return kc::DecodeBlocks(shape, row_plan, batch) <= kMostWaitingBlocks; }
 
@@ -148,19 +165,9 @@ absl::Status Hop::Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const c
       LAMINA_RETURN_IF_ERROR(
           kc::SendLines(rows, kQkv, nullptr, batch, kQ, out_lines.as<kc::Line>(), kQ, line_tag, error_word, attention));
     } else {
-      kc::DecodeLink link;
-      link.timeout_ns = kTimeoutNs;
-      link.error = error_word;
-      link.error_code = 3;
-      link.k = rows + kQ;
-      link.v = rows + kQ + kKv;
-      link.kv_stride = kQkv;
-      link.write_slots = slot_ids + slots + batch + 1;
-      link.counters = counters.as<uint32_t>();
+      kc::DecodeLink link = Link();
       link.out_lines = out_lines.as<kc::Line>();
       link.line_tag = line_tag;
-      link.busy_ns = done + 1;
-      link.busy_start = done + 3;
       if (memory == MemoryEnd::kFlag) {
         link.done = done;
         link.done_value = *tag;
@@ -192,9 +199,8 @@ absl::Status Hop::Queue(MemoryEnd memory, int64_t layers, uint32_t* tag, const c
   return end.Record(compute);
 }
 
-absl::Status Hop::QueueRows(RowsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid,
-                            const cuda::Event& end, cudaStream_t compute, cudaStream_t attention,
-                            uint64_t* gate) const {
+absl::Status Hop::Queue(RowsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
+                        cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const {
   uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
   LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, compute));
   LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, attention));
@@ -219,21 +225,11 @@ absl::Status Hop::QueueRows(RowsEnd memory, int64_t layers, uint32_t* tag, const
       LAMINA_RETURN_IF_ERROR(kc::SendRows(rows, kQkv, nullptr, batch, kQ, out_mirror.as<float>(), kQ, done, value,
                                           error_word, arrivals + 1, attention));
     } else {
-      kc::DecodeLink link;
+      kc::DecodeLink link = Link();
       link.ready = ready;
       link.ready_value = value;
-      link.timeout_ns = kTimeoutNs;
-      link.error = error_word;
-      link.error_code = 3;
-      link.k = rows + kQ;
-      link.v = rows + kQ + kKv;
-      link.kv_stride = kQkv;
-      link.write_slots = write_slots;
-      link.counters = counters.as<uint32_t>();
       link.done = done;
       link.done_value = value;
-      link.busy_ns = done + 1;
-      link.busy_start = done + 3;
       if (!RowsWaitInLaunch()) {
         LAMINA_RETURN_IF_ERROR(kc::WaitFlag(ready, value, kTimeoutNs, error_word, 2, attention));
         link.chained_to_wait = true;
@@ -261,20 +257,29 @@ absl::Status Hop::QueueRows(RowsEnd memory, int64_t layers, uint32_t* tag, const
 
 // Microseconds a layer from the end of the first quarter of the layers to the last, the best of
 // `reps` runs after a warm-up.
-// `queue` queues the layers behind `gate`, recording the two events.
-using QueueLayers = std::function<absl::Status(const cuda::Event& mid, const cuda::Event& end)>;
-absl::StatusOr<double> SteadyMicros(const Hop& hop, const QueueLayers& queue, int64_t layers, int reps,
-                                    cudaStream_t compute, cudaStream_t attention, uint64_t* gate) {
+// The streams and words a hop is timed with.
+struct Bench {
+  cudaStream_t compute, attention;
+  uint64_t* gate;
+  uint32_t* tag;
+  int64_t layers;
+};
+
+// The memory end `memory` (a MemoryEnd or a RowsEnd) of `hop`, queued by Hop::Queue.
+template <typename End>
+absl::StatusOr<double> SteadyMicros(const Hop& hop, End memory, const Bench& b, int reps = 5) {
+  const int64_t layers = b.layers;
+  uint64_t* gate = b.gate;
   LAMINA_ASSIGN_OR_RETURN(cuda::Event mid, cuda::Event::Create());
   LAMINA_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create());
   double best = -1;
   for (int rep = -1; rep < reps; ++rep) {
     __atomic_store_n(gate, 0, __ATOMIC_RELEASE);
     *reinterpret_cast<uint32_t*>(gate + 1) = 0;
-    const absl::Status queued = queue(mid, end);
+    const absl::Status queued = hop.Queue(memory, layers, b.tag, mid, end, b.compute, b.attention, gate);
     __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(attention));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(b.compute));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(b.attention));
     LAMINA_RETURN_IF_ERROR(queued);
     uint32_t error = 0;
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(&error, hop.error.data(), sizeof(error), cudaMemcpyDeviceToHost));
@@ -324,20 +329,14 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cuda::PinnedBuffer gate_words, cuda::PinnedBuffer::Create(2 * sizeof(uint64_t)));
   uint64_t* gate = gate_words.as<uint64_t>();
   uint32_t tag = 0;
+  const Bench bench{compute.get(), attention.get(), gate, &tag, layers};
   std::printf("%8s %6s %7s | %8s %8s %8s %8s | %8s | %11s %11s %14s\n", "context", "batch", "blocks", "flag", "lines",
               "ahead", "chained", "echo", "flag÷lines", "lines÷echo", "ahead÷chained");
   for (const int32_t context : contexts) {
     for (const int32_t batch : batches) {
       LAMINA_ASSIGN_OR_RETURN(Hop hop, Hop::Create(batch, context, prop.multiProcessorCount));
       const int64_t blocks = kc::DecodeBlocks(hop.shape, hop.plan, batch);
-      auto time = [&](MemoryEnd memory) {
-        return SteadyMicros(
-            hop,
-            [&](const cuda::Event& mid, const cuda::Event& end) {
-              return hop.Queue(memory, layers, &tag, mid, end, compute.get(), attention.get(), gate);
-            },
-            layers, 5, compute.get(), attention.get(), gate);
-      };
+      auto time = [&](MemoryEnd memory) { return SteadyMicros(hop, memory, bench); };
       LAMINA_ASSIGN_OR_RETURN(const double echo, time(MemoryEnd::kEcho));
       LAMINA_ASSIGN_OR_RETURN(const double ahead, time(MemoryEnd::kAhead));
       LAMINA_ASSIGN_OR_RETURN(const double chained, time(MemoryEnd::kChained));
@@ -365,14 +364,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   for (const int32_t context : contexts) {
     for (const int32_t batch : row_batches) {
       LAMINA_ASSIGN_OR_RETURN(Hop hop, Hop::Create(batch, context, prop.multiProcessorCount));
-      auto time = [&](RowsEnd memory) {
-        return SteadyMicros(
-            hop,
-            [&](const cuda::Event& mid, const cuda::Event& end) {
-              return hop.QueueRows(memory, layers, &tag, mid, end, compute.get(), attention.get(), gate);
-            },
-            layers, 5, compute.get(), attention.get(), gate);
-      };
+      auto time = [&](RowsEnd memory) { return SteadyMicros(hop, memory, bench); };
       LAMINA_ASSIGN_OR_RETURN(const double echo, time(RowsEnd::kEcho));
       LAMINA_ASSIGN_OR_RETURN(const double alone, time(RowsEnd::kAlone));
       LAMINA_ASSIGN_OR_RETURN(const double rows, time(RowsEnd::kRows));
