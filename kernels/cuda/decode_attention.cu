@@ -305,6 +305,13 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
   plan.warp_per_head =
       plan.splits == 1 && max_context <= kWarpMaxContext && (pairs >= kWarpPairsPerSm * num_sms || short_for_pairs);
   if (plan.warp_per_head) plan.tiled = plan.deep_tiles = false;
+  // Past 2 pairs an SM and short of a warp each's range, contexts of up to kWarpMaxContext tokens
+  // in one split ran faster on the CUDA cores than in tiles: on an H100, 1.09-1.16x at batch 64 and
+  // contexts 64 to 256, 1.05-1.15x at batch 128 and 128 to 256 (lamina-bench-kernels --only short).
+  if (!plan.warp_per_head && plan.splits == 1 && max_context <= kWarpMaxContext &&
+      pairs >= kWarpFewestPairsPerSm * num_sms) {
+    plan.tiled = plan.deep_tiles = false;
+  }
   return plan;
 }
 

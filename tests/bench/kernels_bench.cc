@@ -277,14 +277,15 @@ absl::Status BenchFloat8(double read_rate, FILE* csv, cudaStream_t stream) {
 }
 
 // Large batches at short contexts, where each (sequence, kv head) has little to read: a warp each
-// (warp_per_head) against a block each (the baseline), both in one split. "picked" is what
-// PlanDecode chooses.
+// (warp_per_head) and a block each on the CUDA cores against a tiled block each (the baseline),
+// all in one split. "picked" is what PlanDecode chooses.
 absl::Status BenchShortContexts(FILE* csv, cudaStream_t stream) {
   int sms = 0;
   LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf("\nDecode attention at short contexts, 32/8 heads of 128: a warp against a block per (sequence, kv "
               "head)\n");
-  std::printf("%6s %8s %12s %11s %12s %8s\n", "batch", "context", "block us", "warp us", "block/warp", "picked");
+  std::printf("%6s %8s %12s %11s %11s %12s %12s %8s\n", "batch", "context", "block us", "cores us", "warp us",
+              "block/warp", "block/cores", "picked");
   for (int batch : {32, 64, 128, 256, 1024}) {
     for (int context : {1, 16, 64, 128, 256, 512, 1024}) {
       LAMINA_ASSIGN_OR_RETURN(DecodeInputs in, DecodeInputs::Create({32, 8, batch, context}, stream));
@@ -297,14 +298,18 @@ absl::Status BenchShortContexts(FILE* csv, cudaStream_t stream) {
       block_each.deep_tiles = false;
       kc::DecodePlan warp_each = block_each;
       warp_each.warp_per_head = true;
+      kc::DecodePlan cores_each = block_each;  // a block each on the CUDA cores
+      cores_each.tiled = false;
       LAMINA_ASSIGN_OR_RETURN(double block_ms, in.TimeMs(block_each, stream));
+      LAMINA_ASSIGN_OR_RETURN(double cores_ms, in.TimeMs(cores_each, stream));
       LAMINA_ASSIGN_OR_RETURN(double warp_ms, in.TimeMs(warp_each, stream));
-      const bool picked_warp = kc::PlanDecode(in.shape, batch, context, sms).warp_per_head;
-      std::printf("%6d %8d %12.1f %11.1f %12.2f %8s\n", batch, context, block_ms * 1e3, warp_ms * 1e3,
-                  block_ms / warp_ms, picked_warp ? "warp" : "block");
+      const kc::DecodePlan picked = kc::PlanDecode(in.shape, batch, context, sms);
+      const char* picked_name = picked.warp_per_head ? "warp" : picked.tiled ? "block" : "cores";
+      std::printf("%6d %8d %12.1f %11.1f %11.1f %12.2f %12.2f %8s\n", batch, context, block_ms * 1e3, cores_ms * 1e3,
+                  warp_ms * 1e3, block_ms / warp_ms, block_ms / cores_ms, picked_name);
       if (csv) {
-        std::fprintf(csv, "short_context,%d,%d,%.2f,%.2f,%s\n", batch, context, block_ms * 1e3, warp_ms * 1e3,
-                     picked_warp ? "warp" : "block");
+        std::fprintf(csv, "short_context,%d,%d,%.2f,%.2f,%.2f,%s\n", batch, context, block_ms * 1e3, cores_ms * 1e3,
+                     warp_ms * 1e3, picked_name);
       }
     }
   }

@@ -333,6 +333,14 @@ TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
   EXPECT_TRUE(cuda::PlanDecode(llama, 128, 77, 132).warp_per_head);  // 1024 pairs: up to 77 tokens
   EXPECT_FALSE(cuda::PlanDecode(llama, 128, 78, 132).warp_per_head);
   EXPECT_FALSE(cuda::PlanDecode(llama, 32, 1, 132).warp_per_head);  // 256 pairs: under 2 an SM
+  // Past them, up to 256 tokens in one split, a block each on the CUDA cores; else tiles.
+  plan = cuda::PlanDecode(llama, 64, 39, 132);
+  EXPECT_FALSE(plan.warp_per_head);
+  EXPECT_FALSE(plan.tiled);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_FALSE(cuda::PlanDecode(llama, 128, 256, 132).tiled);
+  EXPECT_TRUE(cuda::PlanDecode(llama, 128, 257, 132).tiled);
+  EXPECT_TRUE(cuda::PlanDecode(llama, 32, 128, 132).tiled);
   // Past 256 tokens, a block each.
   plan = cuda::PlanDecode(llama, 1024, 257, 132);
   EXPECT_FALSE(plan.warp_per_head);
