@@ -62,8 +62,9 @@ struct DecodePlan {
 // the launch needs (counting a block's fixed costs and the merge of splits as about a tile each).
 // Deep tiles, a block an SM, up to `num_sms` (sequence, kv head) pairs when `deep_tiles_fit` (the
 // GPU allows a block their shared memory); else shallow ones, `blocks_per_sm` blocks an SM. At most
-// 1024 splits. A warp per (sequence, kv head) instead when there is one split, at least
-// `num_sms` × 8 pairs, and no context longer than 256 tokens.
+// 1024 splits. With one split and no context longer than 256 tokens: a warp per (sequence, kv
+// head) from `num_sms` × 8 pairs, or from `num_sms` × 2 where the context is at most 10 tokens for
+// each pair per SM; else, from `num_sms` × 2 pairs, a block each on the CUDA cores (not tiled).
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
                       int blocks_per_sm, bool deep_tiles_fit = true);
 

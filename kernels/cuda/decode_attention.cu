@@ -268,9 +268,9 @@ int DecodeBlocksPerSm(const AttentionShape& shape) {
 
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
                       int blocks_per_sm, bool deep_tiles_fit) {
-  // Tiled whatever the batch: in Llama-3-8B decode steps on an H100 the tiled kernel beat the
-  // CUDA-core one from batch 1 (8 pairs) on, once deep tiles no longer asked for an SM's whole
-  // shared memory (tests/bench/RESULTS.md). The CUDA-core kernel stays for plans that ask for it.
+  // Tiled, but for short contexts at large batches (below): in Llama-3-8B decode steps on an H100
+  // the tiled kernel beat the CUDA-core one from batch 1 (8 pairs) on, once deep tiles no longer
+  // asked for an SM's whole shared memory (tests/bench/RESULTS.md).
   DecodePlan plan;
   plan.tiled = true;
   const int64_t pairs = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
