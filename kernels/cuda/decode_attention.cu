@@ -47,16 +47,15 @@ namespace lamina::kernels::cuda {
 namespace {
 
 constexpr int kThreads = kTileThreads;
-// A warp per (sequence, kv head) takes over from a block each from this many pairs per SM on, or
-// from kWarpFewestPairsPerSm on where the context is at most kWarpTokensPerPairPerSm tokens for
-// each pair per SM (see PlanDecode).
+// Short contexts (up to kShortMaxContext tokens, in one split) of at least kShortPairsPerSm
+// (sequence, kv head) pairs per SM leave the tiles: a warp per pair from kWarpPairsPerSm pairs per
+// SM on, or where the context is at most kWarpTokensPerPairPerSm tokens for each pair per SM; else
+// a block per pair on the CUDA cores (see PlanDecode).
+constexpr int64_t kShortMaxContext = 256;
+constexpr int kShortPairsPerSm = 2;
 constexpr int kWarpPairsPerSm = 8;
-constexpr int kWarpFewestPairsPerSm = 2;
 constexpr int kWarpTokensPerPairPerSm = 10;
 constexpr int kWarpsPerBlock = kThreads / 32;
-// Batches of contexts up to this many tokens that fill the GPU with blocks in one split run one
-// warp per (sequence, kv head) instead.
-constexpr int64_t kWarpMaxContext = 256;
 
 // warp_per_head: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps past
 // the last pair only join the block's barriers.
@@ -294,23 +293,18 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
     }
   }
   if (plan.splits > 1) plan.workspace_floats = num_seqs * shape.num_q_heads * plan.splits * (shape.head_dim + 1);
-  // A warp each pays once a block each needs more than a full load of blocks; with fewer, on two
-  // H200s, it was as fast at batch 64 and 2 us slower at batch 1 (lamina-bench-kernels). Below
-  // that, it pays where the context is short for the pairs: each warp reads its whole context,
-  // while a block each pays for its waves. On an H100 (32/8 heads of 128, 132 SMs), a warp each
-  // was 1.98x, 1.59x and 1.27x as fast at batch 128 (1024 pairs) and contexts 1, 16 and 64, and
-  // 1.02x at 128; 1.44x and 1.25x at batch 64 and contexts 1 and 16, 0.90x at 64.
-  const bool short_for_pairs =
-      pairs >= kWarpFewestPairsPerSm * num_sms && max_context * num_sms <= kWarpTokensPerPairPerSm * pairs;
-  plan.warp_per_head =
-      plan.splits == 1 && max_context <= kWarpMaxContext && (pairs >= kWarpPairsPerSm * num_sms || short_for_pairs);
-  if (plan.warp_per_head) plan.tiled = plan.deep_tiles = false;
-  // Past 2 pairs an SM and short of a warp each's range, contexts of up to kWarpMaxContext tokens
-  // in one split ran faster on the CUDA cores than in tiles: on an H100, 1.09-1.16x at batch 64 and
-  // contexts 64 to 256, 1.05-1.15x at batch 128 and 128 to 256 (lamina-bench-kernels --only short).
-  if (!plan.warp_per_head && plan.splits == 1 && max_context <= kWarpMaxContext &&
-      pairs >= kWarpFewestPairsPerSm * num_sms) {
+  // Short contexts leave the tiles from 2 pairs an SM. A warp each pays once a block each needs
+  // more than a full load of blocks (with fewer, on two H200s, it was as fast at batch 64 and 2 us
+  // slower at batch 1), and below that where the context is short for the pairs: each warp reads
+  // its whole context, while a block each pays for its waves. On an H100 (32/8 heads of 128, 132
+  // SMs), a warp each was 1.98x, 1.59x and 1.27x the tiled kernel's speed at batch 128 (1024 pairs)
+  // and contexts 1, 16 and 64, and 1.02x at 128; 1.44x and 1.25x at batch 64 and contexts 1 and 16,
+  // 0.90x at 64. Where no warp each is taken, a block each on the CUDA cores beat the tiles: 1.09-
+  // 1.16x at batch 64 and contexts 64 to 256, 1.05-1.15x at batch 128 and 128 to 256
+  // (lamina-bench-kernels --only short).
+  if (plan.splits == 1 && max_context <= kShortMaxContext && pairs >= kShortPairsPerSm * num_sms) {
     plan.tiled = plan.deep_tiles = false;
+    plan.warp_per_head = pairs >= kWarpPairsPerSm * num_sms || max_context * num_sms <= kWarpTokensPerPairPerSm * pairs;
   }
   return plan;
 }

@@ -1,5 +1,5 @@
 // Shared by the CUDA tests: host vectors to and from device memory (a copy that fails fails the
-// test), and a fixture for tests of the data planes' kernels on GPU 0. Header-only; include it
+// test), and fixtures for tests of the data planes' kernels on GPU 0. Header-only; include it
 // only from tests that link gtest and the CUDA kernels.
 #ifndef LAMINA_TESTS_SUPPORT_CUDA_TEST_UTIL_H_
 #define LAMINA_TESTS_SUPPORT_CUDA_TEST_UTIL_H_
@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,22 @@ class DataPlaneGpuTest : public ::testing::Test {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     ASSERT_TRUE(::lamina::kernels::cuda::PreloadDataPlaneKernels().ok());
   }
+};
+
+// DataPlaneGpuTest with error_, a zeroed word of pinned host memory for the kernels' waits to set
+// when they give up.
+class ErrorWordGpuTest : public DataPlaneGpuTest {
+ protected:
+  void SetUp() override {
+    DataPlaneGpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto error = ::lamina::cuda::PinnedBuffer::Create(sizeof(uint32_t));
+    ASSERT_TRUE(error.ok()) << error.status();
+    error_ = std::move(*error);
+    *error_.as<uint32_t>() = 0;
+  }
+
+  ::lamina::cuda::PinnedBuffer error_;
 };
 
 }  // namespace lamina::testing

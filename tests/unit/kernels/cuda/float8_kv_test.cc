@@ -27,7 +27,6 @@ namespace lamina::kernels::cuda {
 namespace {
 
 using ::lamina::cuda::DeviceBuffer;
-using ::lamina::cuda::PinnedBuffer;
 using ::lamina::testing::Download;
 using ::lamina::testing::Upload;
 
@@ -84,17 +83,8 @@ Contexts ScatteredContexts(const std::vector<int64_t>& lengths, int64_t num_slot
   return c;
 }
 
-class Float8KvTest : public ::lamina::testing::DataPlaneGpuTest {
+class Float8KvTest : public ::lamina::testing::ErrorWordGpuTest {
  protected:
-  void SetUp() override {
-    DataPlaneGpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    auto error = PinnedBuffer::Create(sizeof(uint32_t));
-    ASSERT_TRUE(error.ok());
-    error_ = std::move(*error);
-    *error_.as<uint32_t>() = 0;
-  }
-
   // Values across many magnitudes: each head scaled by its own power of ten, so that a head's
   // small values land on subnormal codes.
   std::vector<float> Rows(int64_t count, int64_t stride, int64_t head_dim) {
@@ -120,7 +110,6 @@ class Float8KvTest : public ::lamina::testing::DataPlaneGpuTest {
   }
 
   std::mt19937 rng_{808};
-  PinnedBuffer error_;
 };
 
 TEST_F(Float8KvTest, StoreKvQuantizesEachHeadAsTheCpuDoes) {

@@ -24,7 +24,6 @@ namespace lamina::kernels::cuda {
 namespace {
 
 using ::lamina::cuda::DeviceBuffer;
-using ::lamina::cuda::PinnedBuffer;
 using ::lamina::testing::Download;
 using ::lamina::testing::Upload;
 
@@ -69,17 +68,8 @@ std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, int64_t
 
 // One decode step's inputs: a pool with scattered slots, each sequence's last slot its write slot,
 // and the q/k/v rows of the new tokens.
-class LinkedDecodeTest : public ::lamina::testing::DataPlaneGpuTest {
+class LinkedDecodeTest : public ::lamina::testing::ErrorWordGpuTest {
  protected:
-  void SetUp() override {
-    DataPlaneGpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    auto error = PinnedBuffer::Create(sizeof(uint32_t));
-    ASSERT_TRUE(error.ok());
-    error_ = std::move(*error);
-    *error_.as<uint32_t>() = 0;
-  }
-
   void Build(const Case& c) {
     shape_ = {c.q_heads, c.kv_heads, c.head_dim, c.sliding_window};
     seqs_ = static_cast<int64_t>(c.contexts.size());
@@ -148,7 +138,6 @@ class LinkedDecodeTest : public ::lamina::testing::DataPlaneGpuTest {
   int64_t seqs_ = 0, kv_size_ = 0, q_size_ = 0, row_ = 0, num_slots_ = 0, longest_ = 0;
   std::vector<bf16> pool_;
   DeviceBuffer d_qkv_, d_slots_, d_begin_, d_write_;
-  PinnedBuffer error_;
 };
 
 TEST_F(LinkedDecodeTest, SameOutputsAndPoolAsStoreThenDecode) {
