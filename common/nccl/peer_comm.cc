@@ -269,6 +269,12 @@ absl::Status PeerComm::EndWatch(cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+void PeerComm::Abort(absl::Status why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cudaSetDevice(device_);
+  FailLocked(std::move(why));
+}
+
 absl::Status PeerComm::health() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;

@@ -67,6 +67,9 @@ class PeerComm {
 
   // OK while the communicator works; once it has failed (timed out, aborted, an NCCL error), why.
   absl::Status health() const;
+  // Any thread: the peer is gone, so the communicator is aborted now rather than when the watchdog
+  // times its work out; health() reports `why` from then on (unless it had failed already).
+  void Abort(absl::Status why);
 
  private:
   PeerComm(int rank, int device, absl::Duration join_timeout, absl::Duration timeout)

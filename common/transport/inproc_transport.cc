@@ -43,6 +43,10 @@ class Queue {
     closed_ = true;
     ready_.notify_all();
   }
+  bool closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
 
  private:
   std::mutex mu_;
@@ -74,6 +78,8 @@ class InprocConnection : public Connection {
     in_->Close();
     out_->Close();
   }
+  // Either end's Close closes both queues.
+  bool PeerClosed() override { return in_->closed(); }
   std::string peer() const override { return peer_; }
 
  private:

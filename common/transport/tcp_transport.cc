@@ -162,6 +162,13 @@ class TcpConnection : public Connection {
     if (!closed_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);
   }
 
+  // The peer's FIN (POLLRDHUP) or a reset (POLLHUP, POLLERR), whatever bytes are still unread.
+  bool PeerClosed() override {
+    if (closed_) return true;
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
+
   std::string peer() const override { return peer_; }
 
  private:

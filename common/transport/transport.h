@@ -39,6 +39,10 @@ class Connection {
   virtual absl::Status Receive(MessageHeader* header, std::vector<uint8_t>* payload, absl::Time deadline) = 0;
   // Closes both directions; the peer's pending and later calls fail with Unavailable.
   virtual void Close() = 0;
+  // Without waiting or taking a message: whether the peer has closed its end (or died), or Close
+  // was called here. Messages the peer sent before it closed may still be waiting to be received.
+  // Safe beside a Send or Receive on another thread.
+  virtual bool PeerClosed() = 0;
   // The peer's address, for error messages.
   virtual std::string peer() const = 0;
 };

@@ -57,6 +57,7 @@ absl::StatusOr<RemoteAttention::Node*> RemoteAttention::NodeOf(SequenceId seq) {
 }
 
 void RemoteAttention::Drop(Node* node) {
+  watch_.Disarm();
   if (node->connection) node->connection->Close();
   node->connection.reset();  // reconnect on next use
   node->link.reset();        // the memory end was the connection's
@@ -405,8 +406,12 @@ absl::Status RemoteAttention::AwaitBegun(absl::Status first_error) {
     // as failed, which would end their sequences too.
     for (Node* node : step_nodes_) Drop(node);
     step_nodes_.clear();
+    return first_error;
   }
-  return first_error;
+  std::vector<LinkWatch::Watched> watched;
+  for (Node* node : step_nodes_) watched.push_back({node->name, node->connection.get(), node->link.get()});
+  watch_.Arm(std::move(watched));
+  return absl::OkStatus();
 }
 
 absl::Status RemoteAttention::QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out,
@@ -502,6 +507,7 @@ absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, 
 
 absl::Status RemoteAttention::EndDeviceStep(bool abandoned) {
   ScopedPause waiting(computing_);
+  watch_.Disarm();  // the step's work is done: a node's close is now the replies' to tell
   ++next_tag_;
   absl::Status first_error;
   for (Node* node : step_nodes_) {

@@ -11,6 +11,8 @@
 // data planes (memory_node/data_plane/device_link.h): decode steps then go GPU to GPU with every
 // layer queued ahead (DeviceDecode), and the connection carries only each step's plan and outcome.
 // A node whose preferred transports cannot open falls back to the next one, down to the host path.
+// While a device step runs, a LinkWatch aborts the link of a node whose connection closes, so that
+// a dead memory node fails its sequences at once rather than after the link's timeout.
 // Thread-compatible: one step at a time.
 #ifndef LAMINA_COMPUTE_NODE_REMOTE_REMOTE_ATTENTION_H_
 #define LAMINA_COMPUTE_NODE_REMOTE_REMOTE_ATTENTION_H_
@@ -27,6 +29,7 @@
 #include "common/attention/attention_service.h"
 #include "common/metrics/busy_meter.h"
 #include "common/transport/transport.h"
+#include "compute_node/remote/link_watch.h"
 #include "memory_node/data_plane/attention_server.h"
 #include "memory_node/data_plane/device_link.h"
 
@@ -144,7 +147,8 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // EndDeviceDecode and AbandonDeviceDecode. A node whose wait gave up is dropped either way (its
   // link opens afresh), and reported failed only when the step was not abandoned.
   absl::Status EndDeviceStep(bool abandoned);
-  // Closes the node's connection and link, to be opened afresh on next use.
+  // Closes the node's connection and link, to be opened afresh on next use (disarming the watch,
+  // which must not look at a link gone).
   void Drop(Node* node);
   // Connects if needed, then opens the node's device link unless tried on this connection.
   void EnsureLink(Node* node);
@@ -172,6 +176,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   int64_t line_rows_ = 0;
   uint64_t device_step_ = 0;
   std::vector<Node*> step_nodes_;  // the nodes of the device step in flight
+  LinkWatch watch_;                // armed from a device step's begin to its end; stopped first
 };
 
 }  // namespace lamina

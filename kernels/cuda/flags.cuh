@@ -26,15 +26,21 @@ __device__ inline uint64_t GlobalTimerNs() {
 
 // One thread: returns once *flag >= value (== value with kExact), with acquire ordering (the
 // spin itself uses relaxed loads, and one fence follows, so that many spinning blocks stay cheap).
-// After `timeout_ns` it gives up and sets *error = code when still 0; once *error is set it
-// returns at once. `error` may be host memory, so it is written with a plain store.
+// After `timeout_ns` it gives up and sets *error = code when still 0. Once *error is set it
+// returns at once, and it looks at *error every kSpinsBetweenChecks spins too: another wait that
+// gave up, or the host aborting the step (its peer is gone), ends the spin then, not after the
+// timeout. `error` may be host memory, so it is written with a plain store.
+constexpr int kSpinsBetweenChecks = 64;
+
 template <bool kExact = false>
 __device__ inline void SpinOnFlag(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
                                   uint32_t code) {
   volatile uint32_t* e = error;
   if (*e != 0) return;  // the step failed already: do not wait again
   const uint64_t start = GlobalTimerNs();
-  while (kExact ? LoadRelaxed(flag) != value : LoadRelaxed(flag) < value) {
+  for (int spins = 1; kExact ? LoadRelaxed(flag) != value : LoadRelaxed(flag) < value; ++spins) {
+    if (spins % kSpinsBetweenChecks != 0) continue;
+    if (*e != 0) return;  // aborted, or another wait gave up: nothing will come
     if (static_cast<int64_t>(GlobalTimerNs() - start) > timeout_ns) {
       if (*e == 0) *e = code;
       __threadfence_system();

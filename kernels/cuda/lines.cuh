@@ -47,7 +47,8 @@ __device__ inline uint4 LoadLine(const Line* line) {
   return raw;
 }
 
-// Now and then while polling: has the time run out, or did another wait give up?
+// Now and then while polling: has the time run out, did another wait give up, or did the host abort
+// the step?
 __device__ inline void CheckPoll(LinePoll& poll) {
   volatile uint32_t* e = poll.error;
   if (*e != 0) {
@@ -86,7 +87,7 @@ __device__ inline void PollLines(const Line* const (&lines)[kMost], int n, uint3
         pending &= ~(1u << i);
       }
     }
-    if (pending != 0 && (spins & 63) == 63) CheckPoll(poll);
+    if (pending != 0 && (spins + 1) % kSpinsBetweenChecks == 0) CheckPoll(poll);
   }
 }
 

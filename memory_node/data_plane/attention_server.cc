@@ -51,7 +51,12 @@ void AttentionServer::Serve(Connection* connection) {
   Scratch s;
   MessageHeader header;
   while (!stopping_) {
-    if (!connection->Receive(&header, &s.request, absl::InfiniteFuture()).ok()) return;
+    if (!connection->Receive(&header, &s.request, absl::InfiniteFuture()).ok()) {
+      // The compute node is gone (or the server stops): a step it left queued here would hold its
+      // waits, and the SMs of a linked attention's, until the link's timeout.
+      if (s.link) (void)s.link->Abort();
+      return;
+    }
     s.out.clear();
     s.answer.clear();
     absl::Status status;

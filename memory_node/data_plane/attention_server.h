@@ -6,7 +6,8 @@
 //
 // With an `executor` whose pool is on a GPU, a compute node may open a device-side data plane
 // (device_link.h) on its connection: its decode steps then go GPU to GPU, and the connection
-// carries only each step's plan and outcome.
+// carries only each step's plan and outcome. When the connection closes mid-step, the link is
+// aborted (MemoryLinkEnd::Abort), so that the step's waits end then rather than at their timeout.
 #ifndef LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 #define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 

@@ -27,6 +27,7 @@ namespace {
 namespace kc = kernels::cuda;
 
 constexpr uint32_t kReceiveTimedOut = 1;
+constexpr uint32_t kAborted = 2;  // Abort: the peer is gone
 
 uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
   return step * static_cast<uint64_t>(shape.num_layers) + static_cast<uint64_t>(layer) + 1;
@@ -35,13 +36,16 @@ uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
 // What both ends own: a receive buffer and flags (exported), a word for each chunk's SendRows to
 // count its blocks, and the error word that a timed-out wait sets. The error word is device
 // memory: every send reads it before raising its flag, and a read of host memory there would add
-// a PCIe round trip to each hop. The host reads it once per step.
+// a PCIe round trip to each hop. The host reads it once per step, and Abort sets it with a copy on
+// a stream of its own, which a copy engine runs while the waits spin.
 struct Local {
   cuda::DeviceBuffer receive;   // float [max_rows, row floats]
   cuda::DeviceBuffer lines;     // Line [max_chunks, line_rows, row floats / 2], zeroed (no tag is 0)
   cuda::DeviceBuffer flags;     // uint64 [max_chunks], the peer raises them
   cuda::DeviceBuffer arrivals;  // uint32 [max_chunks]
   cuda::DeviceBuffer error;     // uint32
+  cuda::PinnedBuffer aborted;   // uint32 kAborted, what Abort copies into `error`
+  cuda::Stream aborts;          // Abort's copies
   int device = 0;
 
   // On the current device, for rows of `row_floats`.
@@ -57,6 +61,9 @@ struct Local {
     LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint64_t)));
     LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint32_t)));
     LAMINA_ASSIGN_OR_RETURN(l.error, cuda::DeviceBuffer::Create(sizeof(uint32_t)));
+    LAMINA_ASSIGN_OR_RETURN(l.aborted, cuda::PinnedBuffer::Create(sizeof(uint32_t)));
+    *l.aborted.as<uint32_t>() = kAborted;
+    LAMINA_ASSIGN_OR_RETURN(l.aborts, cuda::Stream::Create());
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.error.data(), 0, sizeof(uint32_t)));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.lines.data(), 0, l.lines.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.flags.data(), 0, l.flags.bytes()));
@@ -89,8 +96,21 @@ struct Local {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(&code, error.data(), sizeof(code), cudaMemcpyDeviceToHost));
     if (code == 0) return absl::OkStatus();
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(error.data(), 0, sizeof(uint32_t)));
+    if (code == kAborted) {
+      return absl::UnavailableError(
+          absl::StrCat("cuda_ipc: the peer closed its connection while ", waiting_for, " were awaited"));
+    }
     return absl::DeadlineExceededError(absl::StrCat("cuda_ipc: ", waiting_for, " did not arrive within ",
                                                     absl::FormatDuration(timeout)));
+  }
+
+  // Any thread: sets the error word, so that every wait on it gives up. Returns once it is set
+  // (a copy takes microseconds beside the spinning waits).
+  absl::Status Abort() {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(error.data(), aborted.data(), sizeof(uint32_t), cudaMemcpyHostToDevice, aborts.get()));
+    return aborts.Synchronize();
   }
 };
 
@@ -217,6 +237,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     LAMINA_RETURN_IF_ERROR(receives_.Synchronize());
     return local_.TakeStatus("attention outputs", shape_.timeout);
   }
+  absl::Status Abort() override { return local_.Abort(); }
 
   bool can_send_rows() const override { return true; }
   absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
@@ -337,6 +358,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
   }
 
   absl::Status TakeStepStatus() override { return local_.TakeStatus("q/k/v", shape_.timeout); }
+  absl::Status Abort() override { return local_.Abort(); }
 
  private:
   explicit CudaIpcMemoryEnd(const LinkShape& shape) : shape_(shape) {}

@@ -17,7 +17,8 @@
 // InfiniBand/RoCE across hosts; a layer travels in one chunk) and `rdma` (cuda_ipc's flags and
 // waits, with RDMA WRITEs over a libibverbs RC queue pair into GPU memory registered for GPUDirect
 // RDMA, posted by a host thread once the GPU has staged the rows). A wait gives up after the link's
-// timeout, and the step then fails with DeadlineExceeded instead of hanging.
+// timeout, and the step then fails with DeadlineExceeded instead of hanging; or at once when the
+// host aborts it (Abort: the peer's control connection closed), and the step fails with Unavailable.
 // Thread-compatible: one step at a time per link.
 #ifndef LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
 #define LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
@@ -92,8 +93,14 @@ class ComputeLinkEnd {
   // rows of `out` [batch rows, out_stride] (device memory).
   virtual absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, float* out,
                                     int64_t out_stride, GpuStream stream) = 0;
-  // Host, once the stream's work is done: OK, or DeadlineExceeded when a wait gave up (cleared).
+  // Host, once the stream's work is done: OK, DeadlineExceeded when a wait gave up, or
+  // Unavailable after Abort (cleared).
   virtual absl::Status TakeStepStatus() = 0;
+  // Host, from any thread while a step is queued or running (not during TakeStepStatus): the peer
+  // is gone (its control connection closed). The step's waits give up now rather than after the
+  // link's timeout, and so does every wait queued before TakeStepStatus, which reports Unavailable.
+  // The default does nothing: the waits give up after the timeout.
+  virtual absl::Status Abort() { return absl::OkStatus(); }
 
   // A prefill's k/v (kBeginStore): whether this link carries them. Then, on `stream`,
   // QueueSendRows sends `count` consecutive rows of k and v at `rows` [count, stride] (each row's
@@ -155,7 +162,9 @@ class MemoryLinkEnd {
   virtual std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) {
     return std::nullopt;
   }
+  // As ComputeLinkEnd's.
   virtual absl::Status TakeStepStatus() = 0;
+  virtual absl::Status Abort() { return absl::OkStatus(); }
 };
 
 // The compute end of `transport` ("cuda_ipc", "nccl" or "rdma") on GPU `device`. FailedPrecondition

@@ -108,6 +108,10 @@ class NcclComputeEnd : public ComputeLinkEnd {
   }
 
   absl::Status TakeStepStatus() override { return comm_ ? comm_->health() : absl::OkStatus(); }
+  absl::Status Abort() override {
+    if (comm_) comm_->Abort(absl::UnavailableError("nccl: the memory node closed its connection"));
+    return absl::OkStatus();
+  }
 
  private:
   NcclComputeEnd(const LinkShape& shape, int device) : shape_(shape), device_(device) {}
@@ -188,6 +192,10 @@ class NcclMemoryEnd : public MemoryLinkEnd {
   }
 
   absl::Status TakeStepStatus() override { return comm_->health(); }
+  absl::Status Abort() override {
+    comm_->Abort(absl::UnavailableError("nccl: the compute node closed its connection"));
+    return absl::OkStatus();
+  }
 
  private:
   explicit NcclMemoryEnd(const LinkShape& shape) : shape_(shape), last_layer_(shape.num_layers - 1) {}

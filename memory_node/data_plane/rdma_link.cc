@@ -38,6 +38,7 @@ namespace {
 namespace kc = kernels::cuda;
 
 constexpr uint32_t kReceiveTimedOut = 1;
+constexpr uint32_t kAborted = 2;                  // Abort: the peer is gone
 constexpr size_t kRegionAlign = size_t{2} << 20;  // dmabuf export works on 2 MiB-aligned ranges
 
 uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
@@ -156,14 +157,22 @@ class Side {
       std::lock_guard<std::mutex> lock(mu_);
       status = std::exchange(poster_status_, absl::OkStatus());
     }
-    if (*e != 0) {
-      *e = 0;
-      if (status.ok()) {
-        status = absl::DeadlineExceededError(absl::StrCat("rdma: ", waiting_for, " did not arrive within ",
-                                                          absl::FormatDuration(shape_.timeout)));
-      }
+    if (*e == kAborted) {
+      status = absl::UnavailableError(
+          absl::StrCat("rdma: the peer closed its connection while ", waiting_for, " were awaited"));
+    } else if (*e != 0 && status.ok()) {
+      status = absl::DeadlineExceededError(
+          absl::StrCat("rdma: ", waiting_for, " did not arrive within ", absl::FormatDuration(shape_.timeout)));
     }
+    *e = 0;
     return status;
+  }
+
+  // Any thread: sets the error word (host memory), so that every wait on it, and the poster's wait
+  // for staged rows, gives up.
+  void Abort() {
+    volatile uint32_t* e = error();
+    *e = kAborted;
   }
 
  private:
@@ -190,7 +199,9 @@ class Side {
   absl::Status PostOne(const Send& send) {
     volatile uint64_t* ready_word = ready() + send.chunk;
     const absl::Time give_up = absl::Now() + shape_.timeout;
+    volatile uint32_t* e = error();
     while (*ready_word < send.value) {
+      if (*e == kAborted) return absl::UnavailableError("rdma: the peer closed its connection");
       if (absl::Now() > give_up) {
         return absl::DeadlineExceededError(absl::StrCat("rdma: rows to send were not staged within ",
                                                         absl::FormatDuration(shape_.timeout)));
@@ -257,6 +268,10 @@ class RdmaComputeEnd : public ComputeLinkEnd {
   }
 
   absl::Status TakeStepStatus() override { return side_->TakeStatus("attention outputs"); }
+  absl::Status Abort() override {
+    side_->Abort();
+    return absl::OkStatus();
+  }
 
  private:
   RdmaComputeEnd(const LinkShape& shape, int device) : shape_(shape), device_(device) {}
@@ -296,6 +311,10 @@ class RdmaMemoryEnd : public MemoryLinkEnd {
   }
 
   absl::Status TakeStepStatus() override { return side_->TakeStatus("q/k/v"); }
+  absl::Status Abort() override {
+    side_->Abort();
+    return absl::OkStatus();
+  }
 
  private:
   explicit RdmaMemoryEnd(const LinkShape& shape) : shape_(shape) {}

@@ -7,6 +7,8 @@
 // forcing in tests/unit/compute_node/engine/cuda. Skips with the reason where no GPU is present.
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-
 #include "common/cuda/device.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
@@ -131,6 +132,7 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
   const std::vector<Outcome> outcomes = requests.Join();
 
   int failed = 0, succeeded = 0;
+  absl::Duration slowest_failure;
   for (int i = 0; i < 8; ++i) {
     const Outcome& o = outcomes[i];
     if (o.status.ok()) {
@@ -141,9 +143,15 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
       ++failed;
       EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
       EXPECT_NE(o.status.message().find("memory-1"), absl::string_view::npos) << o.status;
-      EXPECT_LT(o.ended - killed, absl::Seconds(20)) << "failed requests must end within the link's timeout";
+      // The node's connection closes at once: over a device link the compute node aborts the
+      // step's waits then (LinkWatch) rather than when they time out (the links' 10 s).
+      EXPECT_LT(o.ended - killed, absl::Seconds(5)) << "request " << i << ": " << o.status << "\ncompute-0's log:\n"
+                                                    << (*cluster)->NodeLog("compute-0");
+      slowest_failure = std::max(slowest_failure, o.ended - killed);
     }
   }
+  std::printf("%s: memory-1 killed; %d requests failed, the last %.0f ms after the kill; %d finished\n",
+              GetParam().c_str(), failed, absl::ToDoubleMilliseconds(slowest_failure), succeeded);
   EXPECT_GT(failed, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0");
   EXPECT_GT(succeeded, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0");
 

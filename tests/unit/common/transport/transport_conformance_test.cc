@@ -6,6 +6,7 @@
 #include <numeric>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "common/transport/transport.h"
 #include "gtest/gtest.h"
 
@@ -157,6 +158,30 @@ TYPED_TEST(TransportConformanceTest, PeerClosingIsUnavailableForReceiveAndSend) 
   // A socket may accept a send or two into its buffer before it notices the reset.
   for (int i = 0; i < 20 && status.ok(); ++i) status = this->server_->Send({}, {&part, 1});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
+// A watcher learns that the peer went away without taking its messages: one sent before the close
+// is still received after it.
+TYPED_TEST(TransportConformanceTest, PeerClosedTellsOfAPeerGoneAndTakesNothing) {
+  EXPECT_FALSE(this->server_->PeerClosed());
+  EXPECT_FALSE(this->client_->PeerClosed());
+  std::vector<uint8_t> bytes = Pattern(100, 5);
+  ByteSpan part = bytes;
+  ASSERT_TRUE(this->client_->Send({6, 0, 66}, {&part, 1}).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(this->server_->PeerClosed()) << "a message waiting is not a close";
+  this->client_->Close();
+  this->client_.reset();
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (!this->server_->PeerClosed() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(this->server_->PeerClosed());
+  MessageHeader header;
+  std::vector<uint8_t> payload;
+  ASSERT_TRUE(this->server_->Receive(&header, &payload, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(header.tag, 66u);
+  EXPECT_EQ(payload, bytes);
+  EXPECT_EQ(this->server_->Receive(&header, &payload, absl::Now() + absl::Seconds(5)).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TYPED_TEST(TransportConformanceTest, ConnectingWhereNobodyListensIsUnavailable) {

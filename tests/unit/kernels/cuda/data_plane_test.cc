@@ -315,5 +315,30 @@ TEST_F(DataPlaneKernelsTest, AWaitGivesUpAndTheFailedStepKeepsItsFlagsDown) {
   EXPECT_EQ(Download<uint64_t>(d_peer_flag, 1)[0], 0u) << "a failed step must not tell the peer its rows are there";
 }
 
+// The host aborts a step (its peer is gone) by setting the error word while the waits spin: a
+// flag's wait and a poll of lines, each with 10 s to wait, then end within moments, and the word
+// keeps the abort's code.
+TEST_F(DataPlaneKernelsTest, WaitsSpinningWhenTheHostSetsTheErrorWordEndThen) {
+  const int64_t cols = 8, n = 2;
+  auto d_flag = Upload(std::vector<uint64_t>{0});
+  auto d_lines = Upload(std::vector<Line>(n * cols / 2, Line{}));
+  auto d_out = Upload(std::vector<float>(n * cols, -1.f));
+  TwoEnds ends = TwoEnds::Create();
+  constexpr int64_t kTenSeconds = 10'000'000'000;
+  ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 1, kTenSeconds, ends.error_word(), 7, ends.sender.get()).ok());
+  ASSERT_TRUE(ReceiveLines(d_lines.as<Line>(), cols, 3, kTenSeconds, ends.error_word(), 7, nullptr, n, cols,
+                           d_out.as<float>(), cols, ends.receiver.get())
+                  .ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(cudaStreamQuery(ends.sender.get()), cudaErrorNotReady) << "the wait must still be spinning";
+  EXPECT_EQ(cudaStreamQuery(ends.receiver.get()), cudaErrorNotReady) << "the poll must still be spinning";
+  const absl::Time aborted = absl::Now();
+  *const_cast<volatile uint32_t*>(ends.error_word()) = 2;
+  ASSERT_TRUE(ends.sender.Synchronize().ok());
+  ASSERT_TRUE(ends.receiver.Synchronize().ok());
+  EXPECT_LT(absl::Now() - aborted, absl::Seconds(1));
+  EXPECT_EQ(*ends.error_word(), 2u) << "the abort's code stays";
+}
+
 }  // namespace
 }  // namespace lamina::kernels::cuda

@@ -1,0 +1,64 @@
+#include "compute_node/remote/link_watch.h"
+
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+namespace lamina {
+
+LinkWatch::~LinkWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void LinkWatch::Arm(std::vector<Watched> watched) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watched_ = std::move(watched);
+  armed_ = true;
+  if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  changed_.notify_all();
+}
+
+void LinkWatch::Disarm() {
+  // The thread looks at the connections under the lock, so once it is ours they are left alone.
+  std::lock_guard<std::mutex> lock(mu_);
+  armed_ = false;
+  watched_.clear();
+}
+
+int LinkWatch::aborted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return aborted_;
+}
+
+void LinkWatch::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (!armed_) {
+      changed_.wait(lock, [this] { return stopping_ || armed_; });
+      continue;
+    }
+    for (size_t i = 0; i < watched_.size();) {
+      const Watched& w = watched_[i];
+      if (!w.connection->PeerClosed()) {
+        ++i;
+        continue;
+      }
+      const absl::Status aborted = w.link->Abort();
+      std::fprintf(
+          stderr, "memory node '%s' closed its connection mid-step: its %s link's waits %s\n", w.name.c_str(),
+          w.link->transport().c_str(),
+          aborted.ok() ? "end now" : ("end at their timeout, as the abort failed: " + aborted.ToString()).c_str());
+      ++aborted_;
+      watched_.erase(watched_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    changed_.wait_for(lock, std::chrono::microseconds(absl::ToInt64Microseconds(period_)),
+                      [this] { return stopping_ || !armed_; });
+  }
+}
+
+}  // namespace lamina
