@@ -408,8 +408,12 @@ absl::Status RemoteAttention::AwaitBegun(absl::Status first_error) {
     step_nodes_.clear();
     return first_error;
   }
-  std::vector<LinkWatch::Watched> watched;
-  for (Node* node : step_nodes_) watched.push_back({node->name, node->connection.get(), node->link.get()});
+  std::vector<PeerWatch::Watched> watched;
+  for (Node* node : step_nodes_) {
+    ComputeLinkEnd* link = node->link.get();
+    watched.push_back({absl::StrCat("memory node '", node->name, "' (", link->transport(), ")"), node->connection.get(),
+                       [link] { return link->Abort(); }});
+  }
   watch_.Arm(std::move(watched));
   return absl::OkStatus();
 }

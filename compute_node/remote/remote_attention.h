@@ -11,7 +11,7 @@
 // data planes (memory_node/data_plane/device_link.h): decode steps then go GPU to GPU with every
 // layer queued ahead (DeviceDecode), and the connection carries only each step's plan and outcome.
 // A node whose preferred transports cannot open falls back to the next one, down to the host path.
-// While a device step runs, a LinkWatch aborts the link of a node whose connection closes, so that
+// While a device step runs, a PeerWatch aborts the link of a node whose connection closes, so that
 // a dead memory node fails its sequences at once rather than after the link's timeout.
 // Thread-compatible: one step at a time.
 #ifndef LAMINA_COMPUTE_NODE_REMOTE_REMOTE_ATTENTION_H_
@@ -28,8 +28,8 @@
 #include "absl/time/time.h"
 #include "common/attention/attention_service.h"
 #include "common/metrics/busy_meter.h"
+#include "common/transport/peer_watch.h"
 #include "common/transport/transport.h"
-#include "compute_node/remote/link_watch.h"
 #include "memory_node/data_plane/attention_server.h"
 #include "memory_node/data_plane/device_link.h"
 
@@ -176,7 +176,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   int64_t line_rows_ = 0;
   uint64_t device_step_ = 0;
   std::vector<Node*> step_nodes_;  // the nodes of the device step in flight
-  LinkWatch watch_;                // armed from a device step's begin to its end; stopped first
+  PeerWatch watch_;                // armed from a device step's begin to its end; stopped first
 };
 
 }  // namespace lamina

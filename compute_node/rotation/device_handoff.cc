@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
+#include "common/cuda/error_word.h"
 #include "common/cuda/ipc.h"
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
@@ -22,6 +23,7 @@ namespace {
 namespace kc = kernels::cuda;
 
 constexpr uint32_t kHandoverTimedOut = 1;
+constexpr uint32_t kHandoverAborted = 2;  // Abort: the sender is gone
 
 uint64_t ResidualValue(uint64_t value) { return 2 * value + 1; }
 uint64_t AttnOutValue(uint64_t value) { return 2 * value + 2; }
@@ -48,7 +50,7 @@ class CudaDeviceInbox : public DeviceInbox {
     LAMINA_ASSIGN_OR_RETURN(inbox->attn_out_,
                             cuda::DeviceBuffer::Create(shape.max_rows * shape.q_size * sizeof(float)));
     LAMINA_ASSIGN_OR_RETURN(inbox->flag_, cuda::DeviceBuffer::Create(sizeof(uint64_t)));
-    LAMINA_ASSIGN_OR_RETURN(inbox->error_, cuda::DeviceBuffer::Create(sizeof(uint32_t)));
+    LAMINA_ASSIGN_OR_RETURN(inbox->error_, cuda::ErrorWord::Create());
     LAMINA_RETURN_IF_ERROR(inbox->Reset());
     std::vector<uint8_t> bytes;
     WireWriter w(&bytes);
@@ -70,8 +72,8 @@ class CudaDeviceInbox : public DeviceInbox {
     LAMINA_RETURN_IF_ERROR(CheckRows(rows, shape_));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     LAMINA_RETURN_IF_ERROR(kc::WaitFlagEquals(flag_.as<uint64_t>(), AttnOutValue(value),
-                                              absl::ToInt64Nanoseconds(shape_.timeout), error_.as<uint32_t>(),
-                                              kHandoverTimedOut, stream));
+                                              absl::ToInt64Nanoseconds(shape_.timeout), error_.get(), kHandoverTimedOut,
+                                              stream));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(residual, residual_.data(), rows * shape_.hidden * sizeof(float),
                                                 cudaMemcpyDeviceToDevice, stream));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(attn_out, attn_out_.data(), rows * shape_.q_size * sizeof(float),
@@ -80,24 +82,22 @@ class CudaDeviceInbox : public DeviceInbox {
   }
 
   absl::Status TakeStatus() override {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    uint32_t code = 0;
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(&code, error_.data(), sizeof(code), cudaMemcpyDeviceToHost));
+    LAMINA_ASSIGN_OR_RETURN(const uint32_t code, error_.Take());
     if (code == 0) return absl::OkStatus();
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_.data(), 0, sizeof(uint32_t), nullptr));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
+    if (code == kHandoverAborted) return absl::UnavailableError("the sender closed its connection mid-step");
     return absl::DeadlineExceededError(
         absl::StrCat("the batch was not handed over within ", absl::FormatDuration(shape_.timeout)));
   }
+
+  absl::Status Abort() override { return error_.Abort(kHandoverAborted); }
 
   absl::Status Reset() override {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     // On the legacy default stream, which does not wait for the nodes' (non-blocking) streams:
     // their waits may spin meanwhile.
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag_.data(), 0, sizeof(uint64_t), nullptr));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_.data(), 0, sizeof(uint32_t), nullptr));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
-    return absl::OkStatus();
+    return error_.Take().status();
   }
 
  private:
@@ -108,7 +108,7 @@ class CudaDeviceInbox : public DeviceInbox {
   cuda::DeviceBuffer residual_;  // float [max_rows, hidden]
   cuda::DeviceBuffer attn_out_;  // float [max_rows, q_size]
   cuda::DeviceBuffer flag_;      // uint64, raised by the sender
-  cuda::DeviceBuffer error_;     // uint32, set by a wait that gave up
+  cuda::ErrorWord error_;        // set by a wait that gave up, or by Abort
   std::string offer_;
 };
 

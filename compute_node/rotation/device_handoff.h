@@ -10,8 +10,8 @@
 // sender. Hand-over `value` (a number both ends derive from the step, the pass and the slice)
 // raises the flag to 2 value + 1 after the residual stream and 2 value + 2 after the attention
 // output, and the receiver waits for exactly 2 value + 2, so a late write from an abandoned step
-// never passes for the current one. A wait gives up after the shape's timeout; the receiver's
-// TakeStatus then reports it.
+// never passes for the current one. A wait gives up after the shape's timeout, or at once when the
+// receiver aborts it (the sender's connection closed); the receiver's TakeStatus then reports it.
 // Thread-compatible: one step at a time per batch.
 #ifndef LAMINA_COMPUTE_NODE_ROTATION_DEVICE_HANDOFF_H_
 #define LAMINA_COMPUTE_NODE_ROTATION_DEVICE_HANDOFF_H_
@@ -43,8 +43,13 @@ class DeviceInbox {
   // [rows, hidden] and `attn_out` [rows, q_size], device memory of this GPU.
   virtual absl::Status QueueReceive(uint64_t value, int64_t rows, float* residual, float* attn_out,
                                     CUstream_st* stream) = 0;
-  // Host, once the stream's work is done: OK, or DeadlineExceeded when a wait gave up (cleared).
+  // Host, once the stream's work is done: OK, DeadlineExceeded when a wait gave up, or Unavailable
+  // after Abort (cleared).
   virtual absl::Status TakeStatus() = 0;
+  // Host, from any thread while a step is queued or running (not during TakeStatus): the sender is
+  // gone (its connection closed). The waits give up now rather than after the timeout, and so does
+  // every wait queued before TakeStatus.
+  virtual absl::Status Abort() = 0;
   // Forgets earlier hand-overs (a new sender connected).
   virtual absl::Status Reset() = 0;
 };

@@ -159,7 +159,16 @@ bool SliceRelay::ReceivesOnDevice(int64_t rows) {
   ScopedPause waiting(computing_);
   absl::StatusOr<DeviceInbox*> device = inbox_->AwaitDevice(route_.batch, absl::Now() + timeout_);
   device_inbox_ = device.ok() ? *device : nullptr;
-  return device_inbox_ != nullptr;
+  if (device_inbox_ == nullptr) return false;
+  // Until TakeDeviceStatus: a sender that dies mid-step ends this step's waits for it then.
+  absl::StatusOr<std::shared_ptr<Connection>> sender = inbox_->Await(route_.batch, absl::Now());
+  if (sender.ok()) {
+    watched_sender_ = *sender;
+    DeviceInbox* inbox = device_inbox_;
+    watch_.Arm({{absl::StrCat("compute node '", peers_.previous, "' (batch ", route_.batch, "'s hand-overs)"),
+                 watched_sender_.get(), [inbox] { return inbox->Abort(); }}});
+  }
+  return true;
 }
 
 absl::StatusOr<uint64_t> SliceRelay::DeviceValue(int64_t slice) const {
@@ -192,6 +201,8 @@ absl::Status SliceRelay::QueueReceive(int64_t slice, int64_t rows, float* residu
 }
 
 absl::Status SliceRelay::TakeDeviceStatus() {
+  watch_.Disarm();
+  watched_sender_.reset();
   if (!received_on_device_) return absl::OkStatus();
   received_on_device_ = false;
   absl::Status status = device_inbox_->TakeStatus();

@@ -18,6 +18,7 @@
 
 #include "absl/time/time.h"
 #include "common/metrics/busy_meter.h"
+#include "common/transport/peer_watch.h"
 #include "common/transport/transport.h"
 #include "compute_node/rotation/residual_inbox.h"
 #include "compute_node/rotation/slice_handoff.h"
@@ -83,6 +84,10 @@ class SliceRelay : public SliceHandoff {
   std::unique_ptr<DeviceOutlet> outlet_;  // with outbound_, when the next replica takes GPU hand-overs
   DeviceInbox* device_inbox_ = nullptr;   // this pass's, when the previous replica sends GPU to GPU
   bool received_on_device_ = false;       // this pass queued a wait on device_inbox_
+  // From ReceivesOnDevice to TakeDeviceStatus: the sender's connection, watched so that its close
+  // aborts device_inbox_'s waits. The watch stops before the rest is destroyed.
+  std::shared_ptr<Connection> watched_sender_;
+  PeerWatch watch_;
 };
 
 }  // namespace lamina

@@ -6,6 +6,8 @@
 // step * num_layers + layer + 1. A decode chunk of a few rows (up to LinkShape::line_rows) goes as
 // lines instead (kernels/cuda/line.h), into a lines buffer that each end also exports, tagged
 // LineTag of the same value: no flag, and the receiver polls the lines themselves.
+#include "memory_node/data_plane/cuda_ipc_link.h"
+
 #include <cuda_runtime_api.h>
 
 #include <vector>
@@ -13,13 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
+#include "common/cuda/error_word.h"
 #include "common/cuda/ipc.h"
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
 #include "kernels/cuda/data_plane.h"
 #include "memory_node/data_plane/attention_protocol.h"
 #include "memory_node/data_plane/link_rows.h"
-#include "memory_node/data_plane/cuda_ipc_link.h"
 
 namespace lamina {
 namespace {
@@ -34,25 +36,18 @@ uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
 }
 
 // What both ends own: a receive buffer and flags (exported), a word for each chunk's SendRows to
-// count its blocks, and the error word that a timed-out wait sets. The error word is device
-// memory: every send reads it before raising its flag, and a read of host memory there would add
-// a PCIe round trip to each hop. The host reads it once per step, and Abort sets it with a copy on
-// a stream of its own, which a copy engine runs while the waits spin.
+// count its blocks, and the error word that a timed-out wait sets (common/cuda/error_word.h).
 struct Local {
   cuda::DeviceBuffer receive;   // float [max_rows, row floats]
   cuda::DeviceBuffer lines;     // Line [max_chunks, line_rows, row floats / 2], zeroed (no tag is 0)
   cuda::DeviceBuffer flags;     // uint64 [max_chunks], the peer raises them
   cuda::DeviceBuffer arrivals;  // uint32 [max_chunks]
-  cuda::DeviceBuffer error;     // uint32
-  cuda::PinnedBuffer aborted;   // uint32 kAborted, what Abort copies into `error`
-  cuda::Stream aborts;          // Abort's copies
-  int device = 0;
+  cuda::ErrorWord error;
 
   // On the current device, for rows of `row_floats`.
   static absl::StatusOr<Local> Create(const LinkShape& shape, int64_t row_floats) {
     LAMINA_RETURN_IF_ERROR(kc::PreloadDataPlaneKernels());
     Local l;
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&l.device));
     LAMINA_ASSIGN_OR_RETURN(
         l.receive, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_rows * row_floats) * sizeof(float)));
     LAMINA_ASSIGN_OR_RETURN(
@@ -60,11 +55,7 @@ struct Local {
                                             sizeof(kc::Line)));
     LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint64_t)));
     LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint32_t)));
-    LAMINA_ASSIGN_OR_RETURN(l.error, cuda::DeviceBuffer::Create(sizeof(uint32_t)));
-    LAMINA_ASSIGN_OR_RETURN(l.aborted, cuda::PinnedBuffer::Create(sizeof(uint32_t)));
-    *l.aborted.as<uint32_t>() = kAborted;
-    LAMINA_ASSIGN_OR_RETURN(l.aborts, cuda::Stream::Create());
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.error.data(), 0, sizeof(uint32_t)));
+    LAMINA_ASSIGN_OR_RETURN(l.error, cuda::ErrorWord::Create());
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.lines.data(), 0, l.lines.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.flags.data(), 0, l.flags.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.arrivals.data(), 0, l.arrivals.bytes()));
@@ -91,26 +82,14 @@ struct Local {
 
   // Called once the step's work is done.
   absl::Status TakeStatus(const char* waiting_for, absl::Duration timeout) {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    uint32_t code = 0;
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(&code, error.data(), sizeof(code), cudaMemcpyDeviceToHost));
+    LAMINA_ASSIGN_OR_RETURN(const uint32_t code, error.Take());
     if (code == 0) return absl::OkStatus();
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(error.data(), 0, sizeof(uint32_t)));
     if (code == kAborted) {
       return absl::UnavailableError(
           absl::StrCat("cuda_ipc: the peer closed its connection while ", waiting_for, " were awaited"));
     }
     return absl::DeadlineExceededError(absl::StrCat("cuda_ipc: ", waiting_for, " did not arrive within ",
                                                     absl::FormatDuration(timeout)));
-  }
-
-  // Any thread: sets the error word, so that every wait on it gives up. Returns once it is set
-  // (a copy takes microseconds beside the spinning waits).
-  absl::Status Abort() {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    LAMINA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(error.data(), aborted.data(), sizeof(uint32_t), cudaMemcpyHostToDevice, aborts.get()));
-    return aborts.Synchronize();
   }
 };
 
@@ -210,11 +189,11 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     if (AsLines(shape_, r.count)) {
       return kc::SendLines(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                            ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.qkv_size), shape_.qkv_size,
-                           kc::LineTag(FlagValue(shape_, step, layer)), local_.error.as<uint32_t>(), stream);
+                           kc::LineTag(FlagValue(shape_, step, layer)), local_.error.get(), stream);
     }
     return kc::SendRows(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                         remote_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size,
-                        remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer), local_.error.as<uint32_t>(),
+                        remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer), local_.error.get(),
                         local_.arrivals.as<uint32_t>() + chunk, stream);
   }
 
@@ -237,7 +216,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     LAMINA_RETURN_IF_ERROR(receives_.Synchronize());
     return local_.TakeStatus("attention outputs", shape_.timeout);
   }
-  absl::Status Abort() override { return local_.Abort(); }
+  absl::Status Abort() override { return local_.error.Abort(kAborted); }
 
   bool can_send_rows() const override { return true; }
   absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
@@ -249,13 +228,12 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                                                      shape_.max_rows, " (at most ", most, ")"));
     }
     return kc::SendRows(rows, stride, nullptr, count, kv2, remote_.receive.as<float>(), kv2,
-                        remote_.flags.as<uint64_t>(), FlagValue(shape_, step, layer), local_.error.as<uint32_t>(),
+                        remote_.flags.as<uint64_t>(), FlagValue(shape_, step, layer), local_.error.get(),
                         local_.arrivals.as<uint32_t>(), stream);
   }
   absl::Status QueueAwait(uint64_t step, int64_t layer, GpuStream stream) override {
     return kc::WaitFlag(local_.flags.as<uint64_t>(), FlagValue(shape_, step, layer),
-                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
-                        stream);
+                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut, stream);
   }
 
  private:
@@ -268,18 +246,18 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     if (AsLines(shape_, r.count)) {
       return kc::ReceiveLines(ChunkLines(local_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size), shape_.q_size,
                               kc::LineTag(FlagValue(shape_, step, layer)), absl::ToInt64Nanoseconds(shape_.timeout),
-                              local_.error.as<uint32_t>(), kReceiveTimedOut, rows_.device_rows() + r.first, r.count,
+                              local_.error.get(), kReceiveTimedOut, rows_.device_rows() + r.first, r.count,
                               shape_.q_size, out, out_stride, stream);
     }
     if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
       return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
-                             absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
+                             absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
                              local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
                              rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
     }
     LAMINA_RETURN_IF_ERROR(kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
-                                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(),
-                                        kReceiveTimedOut, stream));
+                                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
+                                        stream));
     return kc::ScatterRows(local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
                            rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
   }
@@ -317,8 +295,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,
                             GpuStream stream) override {
     return kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
-                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.as<uint32_t>(), kReceiveTimedOut,
-                        stream);
+                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut, stream);
   }
 
   absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
@@ -328,8 +305,8 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
     // times out too.
     return kc::SendRows(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
                         remote_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
-                        remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
-                        local_.error.as<uint32_t>(), local_.arrivals.as<uint32_t>() + chunk, stream);
+                        remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer), local_.error.get(),
+                        local_.arrivals.as<uint32_t>() + chunk, stream);
   }
 
   std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) override {
@@ -338,7 +315,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
     hop.ready = local_.flags.as<uint64_t>() + chunk;
     hop.ready_value = FlagValue(shape_, step, layer);
     hop.timeout_ns = absl::ToInt64Nanoseconds(shape_.timeout);
-    hop.error = local_.error.as<uint32_t>();
+    hop.error = local_.error.get();
     hop.error_code = kReceiveTimedOut;
     hop.out = remote_.receive.as<float>() + r.first * shape_.q_size;
     hop.out_stride = shape_.q_size;
@@ -358,7 +335,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
   }
 
   absl::Status TakeStepStatus() override { return local_.TakeStatus("q/k/v", shape_.timeout); }
-  absl::Status Abort() override { return local_.Abort(); }
+  absl::Status Abort() override { return local_.error.Abort(kAborted); }
 
  private:
   explicit CudaIpcMemoryEnd(const LinkShape& shape) : shape_(shape) {}

@@ -144,7 +144,7 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
       EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
       EXPECT_NE(o.status.message().find("memory-1"), absl::string_view::npos) << o.status;
       // The node's connection closes at once: over a device link the compute node aborts the
-      // step's waits then (LinkWatch) rather than when they time out (the links' 10 s).
+      // step's waits then (PeerWatch) rather than when they time out (the links' 10 s).
       EXPECT_LT(o.ended - killed, absl::Seconds(5)) << "request " << i << ": " << o.status << "\ncompute-0's log:\n"
                                                     << (*cluster)->NodeLog("compute-0");
       slowest_failure = std::max(slowest_failure, o.ended - killed);
@@ -437,13 +437,19 @@ TEST(GpuPipeliningTest, KillingARotatingComputeNodeEndsItsBatchesAndTheOtherStay
   const absl::Time killed = absl::Now();
   ASSERT_EQ(::kill(static_cast<pid_t>(*dead), SIGKILL), 0);
   const std::vector<Outcome> outcomes = requests.Join();
+  absl::Duration slowest;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const Outcome& o = outcomes[i];
     ASSERT_FALSE(o.status.ok()) << "request " << i << " outlived the compute node it ran through";
     EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
     EXPECT_NE(o.status.message().find("compute-1"), absl::string_view::npos) << o.status;
-    EXPECT_LT(o.ended - killed, absl::Seconds(10)) << "request " << i;
+    // compute-1's hand-over connections close at once, and compute-0 aborts its waits for them
+    // then (PeerWatch) rather than when they time out.
+    EXPECT_LT(o.ended - killed, absl::Seconds(5)) << "request " << i;
+    slowest = std::max(slowest, o.ended - killed);
   }
+  std::printf("compute-1 killed: its %zu requests failed, the last %.0f ms after the kill\n", outcomes.size(),
+              absl::ToDoubleMilliseconds(slowest));
   absl::SleepFor(absl::Seconds(2));
   EXPECT_EQ(::kill(static_cast<pid_t>(*survivor), 0), 0) << "compute-0 died with compute-1";
   const std::string log = (*cluster)->NodeLog("compute-0");

@@ -1,4 +1,4 @@
-#include "compute_node/remote/link_watch.h"
+#include "common/transport/peer_watch.h"
 
 #include <chrono>
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 namespace lamina {
 
-LinkWatch::~LinkWatch() {
+PeerWatch::~PeerWatch() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -15,7 +15,7 @@ LinkWatch::~LinkWatch() {
   if (thread_.joinable()) thread_.join();
 }
 
-void LinkWatch::Arm(std::vector<Watched> watched) {
+void PeerWatch::Arm(std::vector<Watched> watched) {
   std::lock_guard<std::mutex> lock(mu_);
   watched_ = std::move(watched);
   armed_ = true;
@@ -23,19 +23,19 @@ void LinkWatch::Arm(std::vector<Watched> watched) {
   changed_.notify_all();
 }
 
-void LinkWatch::Disarm() {
+void PeerWatch::Disarm() {
   // The thread looks at the connections under the lock, so once it is ours they are left alone.
   std::lock_guard<std::mutex> lock(mu_);
   armed_ = false;
   watched_.clear();
 }
 
-int LinkWatch::aborted() const {
+int PeerWatch::aborted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return aborted_;
 }
 
-void LinkWatch::Run() {
+void PeerWatch::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     if (!armed_) {
@@ -48,10 +48,9 @@ void LinkWatch::Run() {
         ++i;
         continue;
       }
-      const absl::Status aborted = w.link->Abort();
+      const absl::Status aborted = w.abort();
       std::fprintf(
-          stderr, "memory node '%s' closed its connection mid-step: its %s link's waits %s\n", w.name.c_str(),
-          w.link->transport().c_str(),
+          stderr, "%s closed its connection mid-step: the step's waits for it %s\n", w.what.c_str(),
           aborted.ok() ? "end now" : ("end at their timeout, as the abort failed: " + aborted.ToString()).c_str());
       ++aborted_;
       watched_.erase(watched_.begin() + static_cast<std::ptrdiff_t>(i));
