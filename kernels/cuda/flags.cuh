@@ -38,14 +38,14 @@ __device__ inline void SpinOnFlag(const uint64_t* flag, uint64_t value, int64_t 
   volatile uint32_t* e = error;
   if (*e != 0) return;  // the step failed already: do not wait again
   const uint64_t start = GlobalTimerNs();
+  // The clock is read every spin, as before the error word was, which paces the flag's loads.
   for (int spins = 1; kExact ? LoadRelaxed(flag) != value : LoadRelaxed(flag) < value; ++spins) {
-    if (spins % kSpinsBetweenChecks != 0) continue;
-    if (*e != 0) return;  // aborted, or another wait gave up: nothing will come
     if (static_cast<int64_t>(GlobalTimerNs() - start) > timeout_ns) {
       if (*e == 0) *e = code;
       __threadfence_system();
       return;
     }
+    if (spins % kSpinsBetweenChecks == 0 && *e != 0) return;  // aborted, or another wait gave up
   }
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
