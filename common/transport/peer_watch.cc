@@ -49,9 +49,13 @@ void PeerWatch::Run() {
         continue;
       }
       const absl::Status aborted = w.abort();
-      std::fprintf(
-          stderr, "%s closed its connection mid-step: the step's waits for it %s\n", w.what.c_str(),
-          aborted.ok() ? "end now" : ("end at their timeout, as the abort failed: " + aborted.ToString()).c_str());
+      if (aborted.ok()) {
+        std::fprintf(stderr, "%s closed its connection mid-step: the step's waits for it end now\n", w.what.c_str());
+      } else {
+        std::fprintf(stderr,
+                     "%s closed its connection mid-step; its waits end at their timeout, as the abort failed: %s\n",
+                     w.what.c_str(), aborted.ToString().c_str());
+      }
       ++aborted_;
       watched_.erase(watched_.begin() + static_cast<std::ptrdiff_t>(i));
     }
