@@ -1,5 +1,6 @@
 #include "memory_node/data_plane/attention_server.h"
 
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,7 +55,12 @@ void AttentionServer::Serve(Connection* connection) {
     if (!connection->Receive(&header, &s.request, absl::InfiniteFuture()).ok()) {
       // The compute node is gone (or the server stops): a step it left queued here would hold its
       // waits, and the SMs of a linked attention's, until the link's timeout.
-      if (s.link) (void)s.link->Abort();
+      if (s.link && s.step_open) {
+        const absl::Status aborted = s.link->Abort();
+        std::fprintf(stderr, "compute node at %s closed its connection mid-step: the step's waits end %s%s\n",
+                     connection->peer().c_str(), aborted.ok() ? "now" : "at their timeout, as the abort failed: ",
+                     aborted.ok() ? "" : aborted.ToString().c_str());
+      }
       return;
     }
     s.out.clear();
@@ -75,6 +81,7 @@ void AttentionServer::Serve(Connection* connection) {
     if (s.begun.pending) {
       // After the reply: the compute node starts sending while the layers are queued.
       s.begun.pending = false;
+      s.step_open = true;
       s.queued = s.begun.pieces.empty()
                      ? AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
                                                             s.begun.chunks, s.begun.layers, s.lane.get(),
@@ -275,6 +282,7 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
     }
     default: {  // kEndDecode
       if (!scratch->link) return absl::FailedPreconditionError("no device link is open on this connection");
+      scratch->step_open = false;
       // The lane is this connection's own: no lock while its step runs.
       absl::Status finished = AttentionExecutor::FinishDeviceDecode(scratch->lane.get(), scratch->link.get());
       absl::StatusOr<absl::Duration> device_busy = scratch->lane->TakeBusy();

@@ -73,6 +73,7 @@ class AttentionServer {
       std::vector<int64_t> layers;  // a decode step's layers; empty: all
     } begun;
     absl::Status queued;
+    bool step_open = false;  // a step is queued on the link and not yet ended (kEndDecode)
     std::vector<float> out;  // kDecode's outputs
     std::vector<Reservation> reservations;
     std::vector<DecodeEntry> entries;
