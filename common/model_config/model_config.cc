@@ -1,5 +1,6 @@
 #include "common/model_config/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -225,13 +226,37 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
   return out;
 }
 
+absl::Status AddGenerationConfigEos(const std::string& json_text, const std::string& label, ModelConfig* config) {
+  Json generation = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (generation.is_discarded() || !generation.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": not a JSON object"));
+  }
+  FieldReader reader(generation, label);
+  LAMINA_ASSIGN_OR_RETURN(std::vector<int64_t> eos, reader.TokenIds("eos_token_id"));
+  for (int64_t id : eos) {
+    if (id >= config->vocab_size) return reader.Error("eos_token_id", "is outside the vocabulary");
+    if (std::find(config->eos_token_ids.begin(), config->eos_token_ids.end(), id) == config->eos_token_ids.end()) {
+      config->eos_token_ids.push_back(id);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open (is '", dir, "' a model folder?)"));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return ParseModelConfig(buffer.str(), path);
+  LAMINA_ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(buffer.str(), path));
+  const std::string generation_path = dir + "/generation_config.json";
+  std::ifstream generation(generation_path);
+  if (generation) {
+    std::stringstream text;
+    text << generation.rdbuf();
+    LAMINA_RETURN_IF_ERROR(AddGenerationConfigEos(text.str(), generation_path, &config));
+  }
+  return config;
 }
 
 }  // namespace lamina

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace lamina {
@@ -55,8 +56,12 @@ struct ModelConfig {
 
 // Parses the JSON text of a config.json; `label` names it in errors.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& label);
-// Reads and parses `dir`/config.json.
+// Reads and parses `dir`/config.json. When `dir`/generation_config.json is there, its
+// eos_token_id ids join config.json's (chat models end a turn with one only it lists, such as
+// Llama 3's <|eot_id|>); InvalidArgument names that file when it is malformed.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
+// Adds generation_config.json's eos_token_id ids (JSON text; `label` names it) to `config`'s.
+absl::Status AddGenerationConfigEos(const std::string& json_text, const std::string& label, ModelConfig* config);
 
 }  // namespace lamina
 

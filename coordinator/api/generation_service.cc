@@ -1,5 +1,8 @@
 #include "coordinator/api/generation_service.h"
 
+#include <vector>
+
+#include "common/chat_template/chat_prompt.h"
 #include "compute_node/sampling/sampling_proto.h"
 
 namespace lamina {
@@ -43,6 +46,12 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lam
   GenerationSpec spec;
   if (request->has_token_ids()) {
     spec.prompt.assign(request->token_ids().ids().begin(), request->token_ids().ids().end());
+  } else if (request->has_chat()) {
+    std::vector<ChatMessage> messages;
+    for (const lamina::v1::ChatMessage& m : request->chat().messages()) messages.push_back({m.role(), m.content()});
+    absl::StatusOr<std::vector<int32_t>> prompt = EncodeChat(chat_template_, *tokenizer_, messages);
+    if (!prompt.ok()) return ToGrpc(prompt.status());
+    spec.prompt = *std::move(prompt);
   } else {
     spec.prompt = tokenizer_->EncodePrompt(request->text());
   }
@@ -90,6 +99,7 @@ grpc::Status GenerationService::ListModels(grpc::ServerContext*, const lamina::v
   model->set_architecture(config_.architecture);
   model->set_max_context(static_cast<int32_t>(config_.max_position_embeddings));
   model->set_vocab_size(static_cast<int32_t>(config_.vocab_size));
+  model->set_chat_template(chat_template_.ok());
   return grpc::Status::OK;
 }
 

@@ -1,4 +1,5 @@
-// lamina.v1.Generation: the client API. Each Generate call tokenizes, submits to the scheduler and
+// lamina.v1.Generation: the client API. Each Generate call tokenizes (a chat through the model's
+// chat template), submits to the scheduler and
 // streams what comes back; cancelling the call cancels the request (its KV slots are freed on the
 // next iteration). Every call ends with a status: the scheduler's error, or OK after the final
 // response, or CANCELLED.
@@ -8,6 +9,8 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "common/chat_template/chat_template.h"
 #include "common/model_config/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/cluster/membership.h"
@@ -18,9 +21,15 @@ namespace lamina {
 
 class GenerationService final : public lamina::v1::Generation::Service {
  public:
+  // `chat_template`: what ChatTemplate::Load gave for the model; chat requests fail with its
+  // status when it failed.
   GenerationService(std::string model_name, const ModelConfig& config, const Tokenizer* tokenizer,
-                    Scheduler* scheduler, Membership* membership)
-      : model_name_(std::move(model_name)), config_(config), tokenizer_(tokenizer), scheduler_(scheduler),
+                    absl::StatusOr<ChatTemplate> chat_template, Scheduler* scheduler, Membership* membership)
+      : model_name_(std::move(model_name)),
+        config_(config),
+        tokenizer_(tokenizer),
+        chat_template_(std::move(chat_template)),
+        scheduler_(scheduler),
         membership_(membership) {}
 
   grpc::Status Generate(grpc::ServerContext* context, const lamina::v1::GenerateRequest* request,
@@ -34,6 +43,7 @@ class GenerationService final : public lamina::v1::Generation::Service {
   std::string model_name_;
   ModelConfig config_;
   const Tokenizer* tokenizer_;
+  absl::StatusOr<ChatTemplate> chat_template_;
   Scheduler* scheduler_;
   Membership* membership_;
 };

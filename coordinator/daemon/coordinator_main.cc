@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/chat_template/chat_template.h"
 #include "common/flags/flags.h"
 #include "common/rpc/daemon.h"
 #include "common/status/status_macros.h"
@@ -36,7 +37,12 @@ absl::Status Run(const std::vector<std::string>& args) {
   });
   Scheduler scheduler(topology, config, &tokenizer, &membership);
   scheduler_for_deaths = &scheduler;
-  GenerationService generation(model_name, config, &tokenizer, &scheduler, &membership);
+  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Load(topology.model_dir);
+  if (!chat_template.ok() && !absl::IsNotFound(chat_template.status())) {
+    std::fprintf(stderr, "coordinator: chat requests will fail: %s\n",
+                 std::string(chat_template.status().message()).c_str());
+  }
+  GenerationService generation(model_name, config, &tokenizer, std::move(chat_template), &scheduler, &membership);
   ClusterService cluster(model_name, topology.heartbeat_interval_ms, &membership, &scheduler);
 
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,

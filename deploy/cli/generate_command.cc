@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/chat_template/chat_prompt.h"
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
@@ -31,6 +32,9 @@ const char kGenerateUsage[] =
     "  names), with --endpoint on a running cluster. Several prompts run as one batch; with no\n"
     "  --prompt or --prompt-ids, prompts are read from standard input, one per line.\n"
     "options:\n"
+    "  --chat             each prompt is a user's message, put into the model's chat template\n"
+    "                     (its tokenizer_config.json's chat_template or chat_template.jinja)\n"
+    "  --system TEXT      with --chat: a system message ahead of each user's message\n"
     "  --device D         with --model: cpu (default) or cuda:N\n"
     "  --kv-dtype T       with --model: the KV cache's element type: auto (default: bfloat16 for a\n"
     "                     bfloat16 checkpoint or on a GPU, else float32), float32 (CPU), bfloat16 or\n"
@@ -112,6 +116,8 @@ struct GenerateOptions {
   std::string endpoint;
   std::vector<std::string> stop_strings;
   std::vector<std::vector<int32_t>> prompts;
+  bool chat = false;
+  std::string system;  // with chat: a system message, when not empty
   GenerationRequest defaults;
   bool print_ids = false;
 };
@@ -124,8 +130,8 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
       Flags flags, Flags::Parse(args,
                                 {"model", "endpoint", "topology", "prompt", "prompt-ids", "max-tokens", "temperature",
                                  "top-k", "top-p", "seed", "stop", "n", "device", "kv-dtype", "logprobs",
-                                 "repetition-penalty", "presence-penalty", "frequency-penalty"},
-                                {"print-ids", "ignore-eos"}));
+                                 "repetition-penalty", "presence-penalty", "frequency-penalty", "system"},
+                                {"print-ids", "ignore-eos", "chat"}));
   GenerateOptions options;
   options.model_dir = flags.String("model", "");
   options.endpoint = flags.String("endpoint", "");
@@ -189,6 +195,12 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
   }
   options.defaults.ignore_eos = flags.Has("ignore-eos");
   options.print_ids = flags.Has("print-ids");
+  options.chat = flags.Has("chat");
+  options.system = flags.String("system", "");
+  if (flags.Has("system") && !options.chat) return absl::InvalidArgumentError("--system needs --chat");
+  if (options.chat && flags.Has("prompt-ids")) {
+    return absl::InvalidArgumentError("--chat takes text prompts (--prompt or standard input), not --prompt-ids");
+  }
   for (const std::string& ids : flags.All("prompt-ids")) {
     LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> parsed, ParseIdList("prompt-ids", ids));
     options.prompts.push_back(std::move(parsed));
@@ -209,12 +221,28 @@ absl::StatusOr<std::vector<std::string>> PromptTexts(const Flags& flags) {
   return texts;
 }
 
+// The conversation of one prompt under --chat.
+std::vector<ChatMessage> ChatOf(const GenerateOptions& options, const std::string& text) {
+  std::vector<ChatMessage> messages;
+  if (!options.system.empty()) messages.push_back({"system", options.system});
+  messages.push_back({"user", text});
+  return messages;
+}
+
 // Each prompt is its own streaming call; the cluster batches them.
 absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<std::string>& texts) {
   std::vector<lamina::v1::GenerateRequest> requests;
   for (const std::string& text : texts) {
     requests.emplace_back();
-    requests.back().set_text(text);
+    if (!options.chat) {
+      requests.back().set_text(text);
+      continue;
+    }
+    for (const ChatMessage& m : ChatOf(options, text)) {
+      lamina::v1::ChatMessage* message = requests.back().mutable_chat()->add_messages();
+      message->set_role(m.role);
+      message->set_content(m.content);
+    }
   }
   for (const std::vector<int32_t>& ids : options.prompts) {
     requests.emplace_back();
@@ -287,12 +315,18 @@ absl::Status Generate(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Load(options.model_dir, &ThreadPool::Default(), options.device));
   LAMINA_RETURN_IF_ERROR(cluster->SetKvDtype(options.kv_dtype));
   const Tokenizer& tokenizer = cluster->tokenizer();
+  const absl::StatusOr<ChatTemplate> chat_template =
+      options.chat ? ChatTemplate::Load(options.model_dir) : absl::NotFoundError("no --chat");
 
   // Text prompts first, then id prompts, each in the order given.
   std::vector<GenerationRequest> requests;
   for (const std::string& text : texts) {
     requests.push_back(options.defaults);
-    requests.back().prompt = tokenizer.EncodePrompt(text);
+    if (options.chat) {
+      LAMINA_ASSIGN_OR_RETURN(requests.back().prompt, EncodeChat(chat_template, tokenizer, ChatOf(options, text)));
+    } else {
+      requests.back().prompt = tokenizer.EncodePrompt(text);
+    }
   }
   for (std::vector<int32_t>& ids : options.prompts) {
     requests.push_back(options.defaults);

@@ -246,6 +246,42 @@ TEST(CliTest, ACompletionThatTheContextCutShortIsNamed) {
             "tokens is full");
 }
 
+// --chat puts each prompt, after --system, into the model's chat template: the same ids as the
+// rendered conversation given with --prompt-ids.
+TEST(CliTest, ChatPromptsGoThroughTheModelsTemplate) {
+  testing::TempDir model;
+  model.CopyFrom(ModelDir("lamina-demo-6m"));
+  nlohmann::json config = nlohmann::json::parse(testing::ReadFileOrDie(model.path() + "/tokenizer_config.json"));
+  config["chat_template"] =
+      "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+      "{{ m.content | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}";
+  model.Write("tokenizer_config.json", config.dump());
+  auto local = LocalCluster::Load(model.path());
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::string text =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nWhat is a memory node?<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  const std::vector<int32_t> ids = (*local)->tokenizer().Encode(text);
+  Result by_ids = RunLamina("generate --model " + model.path() + " --prompt-ids " + absl::StrJoin(ids, ",") +
+                            " --max-tokens 12 --ignore-eos --print-ids");
+  ASSERT_EQ(by_ids.exit_code, 0);
+  Result chat = RunLamina("generate --model " + model.path() +
+                          " --chat --system 'Be brief.' --prompt 'What is a memory node?' --max-tokens 12 "
+                          "--ignore-eos --print-ids");
+  EXPECT_EQ(chat.exit_code, 0);
+  EXPECT_EQ(chat.out, by_ids.out);
+  EXPECT_EQ(std::count(by_ids.out.begin(), by_ids.out.end(), ' '), 11);
+
+  Result none = RunLamina("generate --model " + ModelDir("lamina-demo-6m") + " --chat --prompt hi", "", true);
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.out.find("has no chat template"), std::string::npos) << none.out;
+  Result system_alone = RunLamina("generate --model " + model.path() + " --system x --prompt hi", "", true);
+  EXPECT_EQ(system_alone.exit_code, 2);
+  EXPECT_NE(system_alone.out.find("--system needs --chat"), std::string::npos) << system_alone.out;
+}
+
 TEST(CliTest, ErrorsAreClearAndExitNonZero) {
   Result missing = RunLamina("generate --model /nonexistent/model --prompt hi", "", true);
   EXPECT_EQ(missing.exit_code, 1);

@@ -47,6 +47,23 @@ TEST(ModelConfigTest, ExplicitHeadDimMqaTiedEmbeddingsAndEosList) {
   EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{7, 9}));
 }
 
+// Llama 3 instruct models end a turn with <|eot_id|>, which only generation_config.json may list.
+TEST(ModelConfigTest, GenerationConfigsEosIdsJoinConfigsOnce) {
+  auto c = ParseModelConfig(Config(R"(, "eos_token_id": 7)"), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(
+      AddGenerationConfigEos(R"({"eos_token_id": [7, 9, 12], "do_sample": true})", "generation_config.json", &*c).ok());
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{7, 9, 12}));
+  ASSERT_TRUE(AddGenerationConfigEos(R"({"temperature": 0.6})", "generation_config.json", &*c).ok());
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{7, 9, 12}));
+
+  absl::Status outside = AddGenerationConfigEos(R"({"eos_token_id": 100})", "m/generation_config.json", &*c);
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.message().find("m/generation_config.json"), absl::string_view::npos) << outside;
+  EXPECT_NE(outside.message().find("eos_token_id"), absl::string_view::npos) << outside;
+  EXPECT_FALSE(AddGenerationConfigEos("[1]", "generation_config.json", &*c).ok());
+}
+
 // The checkpoint's dtype, as transformers 5 ("dtype") or 4 ("torch_dtype") writes it; empty when
 // neither is given.
 TEST(ModelConfigTest, ReadsTheCheckpointsDtypeInBothLayouts) {
