@@ -33,6 +33,23 @@ absl::StatusOr<std::string> StringArg(const CallArgs& args, size_t index, std::s
   return v->str();
 }
 
+}  // namespace
+
+absl::StatusOr<Value> CheckedReplace(const std::string& s, const std::string& from, const std::string& to,
+                                     int64_t count) {
+  if (!from.empty() && to.size() > from.size()) {
+    size_t hits = 0;
+    for (size_t at = s.find(from); at != std::string::npos && (count < 0 || static_cast<int64_t>(hits) < count);
+         at = s.find(from, at + from.size())) {
+      ++hits;
+    }
+    LAMINA_RETURN_IF_ERROR(CheckStringSize(s.size() + hits * (to.size() - from.size())));
+  }
+  return Value(Replace(s, from, to, count));
+}
+
+namespace {
+
 std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -63,8 +80,11 @@ absl::StatusOr<Value> Length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return Value(0);
-    case Value::Kind::kString:
-      return Value(static_cast<int64_t>(SplitCodePoints(v.str()).size()));
+    case Value::Kind::kString: {
+      int64_t n = 0;  // code points: every byte but UTF-8's continuation bytes
+      for (unsigned char c : v.str()) n += (c & 0xC0) != 0x80;
+      return Value(n);
+    }
     case Value::Kind::kList:
       return Value(static_cast<int64_t>(v.list().size()));
     case Value::Kind::kDict:
@@ -179,7 +199,10 @@ absl::StatusOr<Value> Indent(const std::string& s, const CallArgs& args) {
   const Value* blank = Arg(args, 2, "blank");
   std::string pad = "    ";
   if (width != nullptr && width->is_string()) pad = width->str();
-  if (width != nullptr && width->is_integer()) pad = std::string(static_cast<size_t>(width->int_value()), ' ');
+  if (width != nullptr && width->is_integer()) {
+    if (width->int_value() < 0 || width->int_value() > 1000) return Bad("indent's width must be from 0 to 1000");
+    pad = std::string(static_cast<size_t>(width->int_value()), ' ');
+  }
   std::string out;
   size_t pos = 0;
   bool first_line = true;
@@ -189,6 +212,7 @@ absl::StatusOr<Value> Indent(const std::string& s, const CallArgs& args) {
     const bool indent = first_line ? first != nullptr && first->Truthy()
                                    : (blank != nullptr && blank->Truthy()) || !Strip(line, nullptr, true, true).empty();
     absl::StrAppend(&out, indent ? pad : "", line);
+    LAMINA_RETURN_IF_ERROR(CheckStringSize(out.size()));
     if (nl == std::string::npos) break;
     out += '\n';
     pos = nl + 1;
@@ -290,7 +314,10 @@ absl::StatusOr<Value> GetItem(const Value& object, const Value& key) {
         return Value::Undefined(absl::StrCat("'", object.TypeName(), " object' has no attribute ", key.Repr()));
       }
       std::vector<std::string> chars;
-      if (object.is_string()) chars = SplitCodePoints(object.str());
+      if (object.is_string()) {
+        LAMINA_RETURN_IF_ERROR(CheckListSize(object.str().size()));
+        chars = SplitCodePoints(object.str());
+      }
       const int64_t size =
           object.is_list() ? static_cast<int64_t>(object.list().size()) : static_cast<int64_t>(chars.size());
       int64_t i = key.int_value();
@@ -318,6 +345,7 @@ absl::StatusOr<ValueList> Iterate(const Value& v) {
       return keys;
     }
     case Value::Kind::kString: {
+      LAMINA_RETURN_IF_ERROR(CheckListSize(v.str().size()));
       ValueList chars;
       for (std::string& c : SplitCodePoints(v.str())) chars.emplace_back(std::move(c));
       return chars;
@@ -366,7 +394,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     LAMINA_ASSIGN_OR_RETURN(std::string from, StringArg(args, 0, "old", "replace"));
     LAMINA_ASSIGN_OR_RETURN(std::string to, StringArg(args, 1, "new", "replace"));
     const Value* count = Arg(args, 2, "count");
-    return Value(Replace(v.str(), from, to, count != nullptr && count->is_integer() ? count->int_value() : -1));
+    return CheckedReplace(v.str(), from, to, count != nullptr && count->is_integer() ? count->int_value() : -1);
   }
   if (name == "indent") {
     LAMINA_RETURN_IF_ERROR(need_string());
@@ -383,6 +411,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
         LAMINA_ASSIGN_OR_RETURN(item, Attribute(item, attribute->str()));
       }
       absl::StrAppend(&out, i > 0 && separator != nullptr ? separator->ToString() : "", item.ToString());
+      LAMINA_RETURN_IF_ERROR(CheckStringSize(out.size()));
     }
     return Value(std::move(out));
   }

@@ -14,6 +14,10 @@ namespace lamina::jinja {
 // `subject | name(args)`. NotFound for a filter that does not exist.
 absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& subject, const CallArgs& args);
 
+// str.replace() whose result may not pass kMaxStringBytes.
+absl::StatusOr<Value> CheckedReplace(const std::string& s, const std::string& from, const std::string& to,
+                                     int64_t count);
+
 // `subject is name(args)`. NotFound for a test that does not exist.
 absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& subject, const CallArgs& args);
 

@@ -53,6 +53,10 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
     return Value(match);
   }
   if (name == "split") {
+    const Value* sep = Positional(args, 0);
+    if (sep != nullptr && !sep->is_none() && (!sep->is_string() || sep->str().empty())) {
+      return Bad("split() needs a nonempty string separator, or none");
+    }
     const Value* max_split = Positional(args, 1);
     return Value::List(
         Split(s, Positional(args, 0), max_split != nullptr && max_split->is_integer() ? max_split->int_value() : -1));
@@ -61,7 +65,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
     LAMINA_ASSIGN_OR_RETURN(std::string from, StringAt(args, 0, name));
     LAMINA_ASSIGN_OR_RETURN(std::string to, StringAt(args, 1, name));
     const Value* count = Positional(args, 2);
-    return Value(Replace(s, from, to, count != nullptr && count->is_integer() ? count->int_value() : -1));
+    return CheckedReplace(s, from, to, count != nullptr && count->is_integer() ? count->int_value() : -1);
   }
   if (name == "find" || name == "count") {
     LAMINA_ASSIGN_OR_RETURN(std::string needle, StringAt(args, 0, name));
@@ -90,6 +94,7 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i].is_string()) return Bad("join() needs strings");
       absl::StrAppend(&out, i > 0 ? s : "", list[i].str());
+      LAMINA_RETURN_IF_ERROR(CheckStringSize(out.size()));
     }
     return Value(std::move(out));
   }

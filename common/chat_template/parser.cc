@@ -9,6 +9,9 @@
 namespace lamina::jinja {
 namespace {
 
+// Deeper nesting than any template needs; the parser and renderer recurse once a level.
+constexpr int kMaxNesting = 200;
+
 using ExprPtr = std::unique_ptr<Expr>;
 
 ExprPtr MakeExpr(Expr::Kind kind, int line, std::string name = "") {
@@ -58,6 +61,8 @@ class Parser {
   // name) or, with no enders, the template's end. `opened` names the tag being closed, for errors.
   absl::StatusOr<Body> ParseBody(const std::vector<std::string>& enders, std::string* ended_by,
                                  const std::string& opened = "", int opened_line = 0) {
+    Nested nested(this);
+    if (depth_ > kMaxNesting) return Error(Peek(), absl::StrCat("tags nest over ", kMaxNesting, " deep"));
     Body body;
     while (true) {
       const Token& t = Peek();
@@ -98,6 +103,13 @@ class Parser {
   }
 
  private:
+  // Counts one level of recursion for as long as it lives.
+  struct Nested {
+    explicit Nested(Parser* p) : parser(p) { ++parser->depth_; }
+    ~Nested() { --parser->depth_; }
+    Parser* parser;
+  };
+
   static std::unique_ptr<Node> MakeNode(Node::Kind kind, int line) {
     auto n = std::make_unique<Node>();
     n->kind = kind;
@@ -272,6 +284,8 @@ class Parser {
 
  public:
   absl::StatusOr<ExprPtr> ParseExpr() {
+    Nested nested(this);
+    if (depth_ > kMaxNesting) return Error(Peek(), absl::StrCat("an expression nests over ", kMaxNesting, " deep"));
     LAMINA_ASSIGN_OR_RETURN(ExprPtr value, ParseOr());
     if (!IsName("if")) return value;
     ++i_;
@@ -311,6 +325,8 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseNot() {
     if (!IsName("not")) return ParseCompare();
+    Nested nested(this);
+    if (depth_ > kMaxNesting) return Error(Peek(), absl::StrCat("an expression nests over ", kMaxNesting, " deep"));
     const int line = Peek().line;
     ++i_;
     ExprPtr e = MakeExpr(Expr::Kind::kUnary, line, "not");
@@ -382,6 +398,8 @@ class Parser {
 
   // As Jinja: `-x | abs` filters -x; `-x.y` negates x.y.
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filters) {
+    Nested nested(this);
+    if (depth_ > kMaxNesting) return Error(Peek(), absl::StrCat("an expression nests over ", kMaxNesting, " deep"));
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
       node = MakeExpr(Expr::Kind::kUnary, Peek().line, tokens_[i_].text);
@@ -610,6 +628,7 @@ class Parser {
 
   const std::vector<Token>& tokens_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -22,7 +22,8 @@ std::string Capitalize(const std::string& s);
 std::string Title(const std::string& s);
 // str.replace(from, to, count); count < 0 replaces every one.
 std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
-// str.split(sep, max_split): on runs of whitespace when `sep` is null or None; max_split < 0: all.
+// str.split(sep, max_split): on runs of whitespace when `sep` is null or None, else on `sep` (a
+// nonempty string); max_split < 0: all.
 ValueList Split(const std::string& s, const Value* sep, int64_t max_split);
 
 }  // namespace lamina::jinja

@@ -1,5 +1,6 @@
 #include "common/chat_template/renderer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 #include <utility>
@@ -16,6 +17,9 @@ namespace {
 
 constexpr int kMaxMacroDepth = 64;
 constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+// Nodes rendered, expressions evaluated and loop passes: chat templates take thousands; nested loops over
+// long ranges would otherwise run for hours.
+constexpr int64_t kMaxSteps = 5'000'000;
 
 // The line of the innermost node that failed, once: a macro's line wins over its caller's.
 absl::Status AtLine(int line, const absl::Status& status) {
@@ -37,16 +41,29 @@ int64_t FloorDiv(int64_t a, int64_t b) {
 }
 
 absl::StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value(a.ToString() + b.ToString());
+  if (op == "~") {
+    std::string text = a.ToString() + b.ToString();
+    LAMINA_RETURN_IF_ERROR(CheckStringSize(text.size()));
+    return Value(std::move(text));
+  }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      LAMINA_RETURN_IF_ERROR(CheckStringSize(a.str().size() + b.str().size()));
+      return Value(a.str() + b.str());
+    }
     if (a.is_list() && b.is_list()) {
+      LAMINA_RETURN_IF_ERROR(CheckListSize(a.list().size() + b.list().size()));
       ValueList items = a.list();
       items.insert(items.end(), b.list().begin(), b.list().end());
       return Value::List(std::move(items));
     }
   }
   if (op == "*" && (a.is_string() || a.is_list()) && b.is_integer()) {
+    const int64_t times = std::max<int64_t>(b.int_value(), 0);
+    const size_t size = a.is_string() ? a.str().size() : a.list().size();
+    if (size > 0 && static_cast<uint64_t>(times) > (a.is_string() ? kMaxStringBytes : kMaxListItems) / size) {
+      return a.is_string() ? CheckStringSize(kMaxStringBytes + 1) : CheckListSize(kMaxListItems + 1);
+    }
     if (a.is_string()) {
       std::string out;
       for (int64_t i = 0; i < b.int_value(); ++i) out += a.str();
@@ -61,15 +78,26 @@ absl::StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Va
   if ((op == "/" || op == "//" || op == "%") && b.number() == 0) return Bad("division by zero");
   if (op == "/") return Value(a.number() / b.number());
   if (integers) {
+    // Python's integers never overflow; ours are 64 bits, which no chat template outgrows.
     const int64_t x = a.int_value(), y = b.int_value();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
+    int64_t r = 0;
+    const absl::Status overflow = Bad(absl::StrCat("integer overflow in ", x, " ", op, " ", y));
+    if (op == "+") return __builtin_add_overflow(x, y, &r) ? overflow : absl::StatusOr<Value>(Value(r));
+    if (op == "-") return __builtin_sub_overflow(x, y, &r) ? overflow : absl::StatusOr<Value>(Value(r));
+    if (op == "*") return __builtin_mul_overflow(x, y, &r) ? overflow : absl::StatusOr<Value>(Value(r));
+    if (y == -1 && (op == "//" || op == "%")) {  // INT64_MIN // -1 overflows
+      if (op == "%") return Value(int64_t{0});
+      return __builtin_sub_overflow(int64_t{0}, x, &r) ? overflow : absl::StatusOr<Value>(Value(r));
+    }
     if (op == "//") return Value(FloorDiv(x, y));
     if (op == "%") return Value(x - FloorDiv(x, y) * y);
     if (op == "**" && y >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < y; ++i) r *= x;
+      if (x == 0 || x == 1) return Value(y == 0 ? int64_t{1} : x);
+      if (x == -1) return Value(int64_t{y % 2 == 0 ? 1 : -1});
+      r = 1;  // |x| >= 2 overflows within 63 products
+      for (int64_t i = 0; i < y; ++i) {
+        if (__builtin_mul_overflow(r, x, &r)) return overflow;
+      }
       return Value(r);
     }
   }
@@ -141,14 +169,22 @@ class Renderer {
     return Value::Undefined(absl::StrCat("'", name, "' is undefined"));
   }
 
+  absl::Status CountStep() {
+    if (++steps_ > kMaxSteps) return Bad(absl::StrCat("the template ran over ", kMaxSteps, " steps"));
+    return absl::OkStatus();
+  }
+
   absl::Status RenderNode(const Node& node, std::string* out, Flow* flow) {
+    LAMINA_RETURN_IF_ERROR(CountStep());
     switch (node.kind) {
       case Node::Kind::kText:
         *out += node.text;
         return absl::OkStatus();
       case Node::Kind::kOutput: {
         LAMINA_ASSIGN_OR_RETURN(Value v, Eval(*node.expr));
-        *out += v.ToString();
+        const std::string text = v.ToString();
+        LAMINA_RETURN_IF_ERROR(CheckStringSize(text.size()));
+        *out += text;
         return absl::OkStatus();
       }
       case Node::Kind::kIf:
@@ -197,6 +233,7 @@ class Renderer {
     if (node.filter != nullptr) {
       ValueList kept;
       for (Value& item : items) {
+        LAMINA_RETURN_IF_ERROR(CountStep());
         scopes_.emplace_back();
         absl::Status bound = Bind(node.targets, item, &scopes_.back());
         absl::StatusOr<Value> keep = bound.ok() ? Eval(*node.filter) : bound;
@@ -212,6 +249,8 @@ class Renderer {
     ++loop_depth_;
     absl::Status status;
     for (int64_t i = 0; i < n && status.ok(); ++i) {
+      status = CountStep();  // a pass of an empty body is a step too
+      if (!status.ok()) break;
       scopes_.emplace_back();
       ValueDict loop = {{"index", Value(i + 1)},    {"index0", Value(i)},
                         {"revindex", Value(n - i)}, {"revindex0", Value(n - i - 1)},
@@ -312,6 +351,7 @@ class Renderer {
   }
 
   absl::StatusOr<Value> EvalHere(const Expr& e) {
+    LAMINA_RETURN_IF_ERROR(CountStep());
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.literal;
@@ -319,6 +359,7 @@ class Renderer {
         return Lookup(e.name);
       case Expr::Kind::kList: {
         ValueList items;
+        LAMINA_RETURN_IF_ERROR(CheckListSize(e.args.size()));
         for (const auto& item : e.args) {
           LAMINA_ASSIGN_OR_RETURN(Value v, Eval(*item));
           items.push_back(std::move(v));
@@ -447,6 +488,7 @@ class Renderer {
   std::vector<Scope> scopes_;
   int loop_depth_ = 0;
   int macro_depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace

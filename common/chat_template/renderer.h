@@ -5,8 +5,9 @@
 //
 // Errors name the template's line: InvalidArgument for a template that cannot run (an unknown
 // filter, adding a string to a number, ...), FailedPrecondition for the template's own
-// raise_exception (its message kept). Rendering is bounded: macro calls nest at most 64 deep and the
-// output may not pass 64 MiB. Each call is independent; thread-safe.
+// raise_exception (its message kept). Rendering is bounded: macro calls nest at most 64 deep, the
+// output may not pass 64 MiB, and a render takes at most 5 million steps (nodes, expressions, loop passes).
+// Each call is independent; thread-safe.
 #ifndef LAMINA_COMMON_CHAT_TEMPLATE_RENDERER_H_
 #define LAMINA_COMMON_CHAT_TEMPLATE_RENDERER_H_
 

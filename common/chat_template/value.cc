@@ -12,9 +12,14 @@
 
 namespace lamina::jinja {
 
+const std::shared_ptr<const std::string>& Value::EmptyString() {
+  static const auto* empty = new std::shared_ptr<const std::string>(std::make_shared<const std::string>());
+  return *empty;
+}
+
 Value Value::Undefined(std::string name) {
   Value v;
-  v.s_ = std::move(name);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
   return v;
 }
 
@@ -27,8 +32,8 @@ Value Value::None() {
 Value::Value(bool b) : kind_(Kind::kBool), b_(b) {}
 Value::Value(int64_t i) : kind_(Kind::kInt), i_(i) {}
 Value::Value(double d) : kind_(Kind::kFloat), d_(d) {}
-Value::Value(std::string s) : kind_(Kind::kString), s_(std::move(s)) {}
-Value::Value(const char* s) : kind_(Kind::kString), s_(s) {}
+Value::Value(std::string s) : kind_(Kind::kString), s_(std::make_shared<const std::string>(std::move(s))) {}
+Value::Value(const char* s) : kind_(Kind::kString), s_(std::make_shared<const std::string>(s)) {}
 
 Value Value::List(ValueList items) {
   Value v;
@@ -59,7 +64,7 @@ Value Value::Namespace(ValueDict items) {
 Value Value::Callable(std::string name, Function fn) {
   Value v;
   v.kind_ = Kind::kFunction;
-  v.s_ = std::move(name);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
   v.fn_ = std::make_shared<const Function>(std::move(fn));
   return v;
 }
@@ -94,7 +99,7 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return d_ != 0;
     case Kind::kString:
-      return !s_.empty();
+      return !s_->empty();
     case Kind::kList:
       return !list_->empty();
     case Kind::kDict:
@@ -103,6 +108,16 @@ bool Value::Truthy() const {
       return true;
   }
   return false;
+}
+
+absl::Status CheckStringSize(size_t bytes) {
+  if (bytes <= kMaxStringBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("a string would pass ", kMaxStringBytes >> 20, " MiB"));
+}
+
+absl::Status CheckListSize(size_t items) {
+  if (items <= kMaxListItems) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("a list would pass ", kMaxListItems, " items"));
 }
 
 std::string FloatRepr(double d) {
@@ -208,6 +223,9 @@ std::string JsonString(const std::string& s) {
 }
 
 absl::Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
+  if (out->size() > kMaxStringBytes || depth > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("tojson's text would pass ", kMaxStringBytes >> 20, " MiB"));
+  }
   // json.dumps: ", " and ": " on one line; "," and ": " with an indent, each item on its own line.
   const auto newline = [&](int level) {
     if (indent >= 0) absl::StrAppend(out, "\n", std::string(static_cast<size_t>(indent * level), ' '));
@@ -282,7 +300,7 @@ std::string Value::ToString() const {
     case Kind::kUndefined:
       return "";
     case Kind::kString:
-      return s_;
+      return *s_;
     default:
       return Repr();
   }
@@ -301,22 +319,24 @@ std::string Value::Repr() const {
     case Kind::kFloat:
       return FloatRepr(d_);
     case Kind::kString:
-      return StringRepr(s_);
+      return StringRepr(*s_);
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) absl::StrAppend(&out, i > 0 ? ", " : "", (*list_)[i].Repr());
+      for (size_t i = 0; i < list_->size() && out.size() <= kMaxStringBytes; ++i) {
+        absl::StrAppend(&out, i > 0 ? ", " : "", (*list_)[i].Repr());
+      }
       if (tuple_) return out + (list_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {
       std::string out = mutable_ ? "<Namespace {" : "{";
-      for (size_t i = 0; i < dict_->size(); ++i) {
+      for (size_t i = 0; i < dict_->size() && out.size() <= kMaxStringBytes; ++i) {
         absl::StrAppend(&out, i > 0 ? ", " : "", StringRepr((*dict_)[i].first), ": ", (*dict_)[i].second.Repr());
       }
       return out + (mutable_ ? "}>" : "}");
     }
     case Kind::kFunction:
-      return absl::StrCat("<function ", s_, ">");
+      return absl::StrCat("<function ", *s_, ">");
   }
   return "";
 }
@@ -338,7 +358,7 @@ bool Value::Equals(const Value& other) const {
     case Kind::kNone:
       return true;
     case Kind::kString:
-      return s_ == other.s_;
+      return *s_ == *other.s_;
     case Kind::kList:
       if (list_->size() != other.list_->size()) return false;
       for (size_t i = 0; i < list_->size(); ++i) {

@@ -20,6 +20,11 @@
 
 namespace lamina::jinja {
 
+// The most bytes one string value may hold, and the most items one list may: a template that
+// builds more (`'x' * 10**9`, a string doubled in a loop) fails instead of exhausting memory.
+constexpr size_t kMaxStringBytes = size_t{16} << 20;
+constexpr size_t kMaxListItems = size_t{1} << 20;
+
 class Value;
 using ValueList = std::vector<Value>;
 // Insertion-ordered, as a Python dict is: tojson and items() keep the order the keys came in.
@@ -70,12 +75,12 @@ class Value {
   bool bool_value() const { return b_; }
   int64_t int_value() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
   double number() const { return kind_ == Kind::kFloat ? d_ : static_cast<double>(int_value()); }
-  const std::string& str() const { return s_; }
+  const std::string& str() const { return *s_; }
   const ValueList& list() const { return *list_; }
   const ValueDict& dict() const { return *dict_; }
   const Function& function() const { return *fn_; }
   // The undefined value's name, or a callable's.
-  const std::string& name() const { return s_; }
+  const std::string& name() const { return *s_; }
 
   // A dict's value for `key`, or null.
   const Value* Find(std::string_view key) const;
@@ -85,7 +90,7 @@ class Value {
   // Python's truth: empty strings, lists and dicts, 0, None and undefined are false.
   bool Truthy() const;
   // Python's str(): a string as it is, None as "None", True as "True", lists and dicts as repr;
-  // undefined as "" (Jinja prints nothing for it).
+  // undefined as "" (Jinja prints nothing for it). A repr stops a little past kMaxStringBytes.
   std::string ToString() const;
   // Python's repr(): strings quoted.
   std::string Repr() const;
@@ -102,13 +107,19 @@ class Value {
   bool b_ = false;
   int64_t i_ = 0;
   double d_ = 0;
-  std::string s_;  // a string; the name of an undefined value or a callable
+  // A string; the name of an undefined value or a callable. Shared: copies of values are cheap.
+  std::shared_ptr<const std::string> s_ = EmptyString();
+  static const std::shared_ptr<const std::string>& EmptyString();
   std::shared_ptr<const ValueList> list_;
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<const Function> fn_;
   bool mutable_ = false;  // a namespace
   bool tuple_ = false;    // a list that prints as a tuple
 };
+
+// InvalidArgument when a string of `bytes`, or a list of `items`, would pass the limits above.
+absl::Status CheckStringSize(size_t bytes);
+absl::Status CheckListSize(size_t items);
 
 // Python's repr() of a float: the shortest digits that read back the same, "1.0" for whole
 // numbers, an exponent outside 1e-4 <= |x| < 1e16.

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "common/chat_template/chat_template.h"
 #include "common/model_config/model_config.h"
 #include "common/safetensors/safetensors_file.h"
 #include "common/tokenizer/tokenizer.h"
@@ -55,6 +56,17 @@ void ModelConfigJson(const uint8_t* data, size_t size) {
     return;
   }
   Require(config->num_q_heads % config->num_kv_heads == 0 && config->head_dim > 0);
+}
+
+void ChatTemplateSource(const uint8_t* data, size_t size) {
+  auto chat = ChatTemplate::Create(std::string(reinterpret_cast<const char*>(data), size), "fuzz/chat_template",
+                                   {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  if (!chat.ok()) {
+    Require(chat.status().code() == absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  auto text = chat->Apply({{"system", "Be brief."}, {"user", "Hi {{ there }}"}, {"assistant", "Hello."}}, true);
+  Require(text.ok() || text.status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 void TokenizerJson(const uint8_t* data, size_t size) {

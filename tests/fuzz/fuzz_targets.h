@@ -19,6 +19,10 @@ void TokenizerJson(const uint8_t* data, size_t size);
 // must survive encode + decode unchanged; any bytes must decode to valid UTF-8.
 void TokenizerText(const uint8_t* data, size_t size);
 
+// A chat template's source: it must parse or fail with InvalidArgument, and when it parses, render
+// a short conversation or fail with InvalidArgument, in bounded time and memory.
+void ChatTemplateSource(const uint8_t* data, size_t size);
+
 // A compute node's data-plane requests to a memory node (an AttentionServer on a CPU pool, over
 // the in-process transport), as [u8 type (mod 10), u16 length, payload] records: each must get a
 // reply naming its status, and afterwards the same connection must still reserve, decode and

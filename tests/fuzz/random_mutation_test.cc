@@ -9,6 +9,7 @@
 
 #include "common/transport/wire.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/support/golden.h"
 #include "tests/support/temp_dir.h"
@@ -21,10 +22,13 @@ using ::lamina::testing::ReadFileOrDie;
 
 const uint8_t* Bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
-// Flips, overwrites, inserts or deletes a few bytes, or truncates; JSON-ish characters are
-// favoured so that mutations reach the parsers' deeper paths.
-std::string Mutate(const std::string& seed, size_t limit, std::mt19937_64& rng) {
-  static const std::string kInteresting = "{}[]\":,-0123456789eE.\\ntrufalsn \xff\x80";
+const std::string kJsonCharacters = "{}[]\":,-0123456789eE.\\ntrufalsn \xff\x80";
+const std::string kJinjaCharacters = "{}%#-+()[]|.,:'\"~=*/ \n0123456789\\\xff";
+
+// Flips, overwrites, inserts or deletes a few bytes, or truncates; `interesting` characters (JSON's
+// by default) are favoured so that mutations reach the parsers' deeper paths.
+std::string Mutate(const std::string& seed, size_t limit, std::mt19937_64& rng,
+                   const std::string& interesting = kJsonCharacters) {
   std::string s = seed;
   const int edits = 1 + static_cast<int>(rng() % 4);
   for (int e = 0; e < edits; ++e) {
@@ -37,10 +41,10 @@ std::string Mutate(const std::string& seed, size_t limit, std::mt19937_64& rng) 
         break;
       case 1:
       case 2:
-        s[pos] = kInteresting[rng() % kInteresting.size()];
+        s[pos] = interesting[rng() % interesting.size()];
         break;
       case 3:
-        s.insert(pos, 1, kInteresting[rng() % kInteresting.size()]);
+        s.insert(pos, 1, interesting[rng() % interesting.size()]);
         break;
       case 4:
         s.erase(pos, 1 + rng() % 8);
@@ -89,6 +93,22 @@ TEST(RandomMutationTest, TokenizerFiles) {
       TokenizerJson(Bytes(mutated), mutated.size());
     }
   }
+}
+
+TEST(RandomMutationTest, ChatTemplates) {
+  std::mt19937_64 rng(6);
+  const nlohmann::json cases =
+      nlohmann::json::parse(ReadFileOrDie(std::string(LAMINA_SOURCE_DIR) + "/tests/data/chat_templates/cases.json"));
+  int seeds = 0;
+  for (const auto& c : cases["cases"]) {
+    const std::string seed = c["template"].get<std::string>();
+    for (int i = 0; i < 400; ++i) {
+      std::string mutated = Mutate(seed, seed.size(), rng, kJinjaCharacters);
+      ChatTemplateSource(Bytes(mutated), mutated.size());
+    }
+    ++seeds;
+  }
+  EXPECT_GE(seeds, 40);
 }
 
 TEST(RandomMutationTest, TokenizerTextRoundTrips) {

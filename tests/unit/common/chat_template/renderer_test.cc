@@ -92,6 +92,17 @@ TEST(RendererTest, ErrorsNameTheLineAndWhatIsWrong) {
       {"{% macro m(a) %}{{ m(a) }}{% endmacro %}{{ m(1) }}", "macros nest over 64 deep"},
       {"{{ range(1000000) }}", "range() is over 100000 long"},
       {"{% break %}", "break or continue outside a for loop"},
+      {"{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", "nests over 200 deep"},
+      {"{{ " + std::string(300, '-') + "1 }}", "nests over 200 deep"},
+      {"{{ 'x' * 100000000 }}", "a string would pass 16 MiB"},
+      {"{% set ns = namespace(s='x' * 1000000) %}{% for i in range(5) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+       "16 MiB"},
+      {"{{ 3 ** 100 }}", "integer overflow"},
+      {"{{ 'a b'.split(7) }}", "split() needs a nonempty string separator"},
+      {"{{ 'a b'.split('') }}", "split() needs a nonempty string separator"},
+      {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
+      {"{{ 'abc' | replace('b', 'x' * 10000000) * 2 }}", "16 MiB"},
+      {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "ran over 5000000 steps"},
   };
   for (const auto& c : cases) {
     absl::StatusOr<std::string> text = RenderText(c.source, variables);
