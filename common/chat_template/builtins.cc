@@ -15,13 +15,18 @@ namespace {
 
 absl::Status Bad(std::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
 
-// The argument at `index`, else the one named `name`, else null.
-const Value* Arg(const CallArgs& args, size_t index, std::string_view name) {
-  if (index < args.positional.size()) return &args.positional[index];
+// The argument passed by keyword as `name`, else null.
+const Value* Named(const CallArgs& args, std::string_view name) {
   for (const auto& [key, value] : args.named) {
     if (key == name) return &value;
   }
   return nullptr;
+}
+
+// The argument at `index`, else the one named `name`, else null.
+const Value* Arg(const CallArgs& args, size_t index, std::string_view name) {
+  if (index < args.positional.size()) return &args.positional[index];
+  return Named(args, name);
 }
 
 absl::StatusOr<std::string> StringArg(const CallArgs& args, size_t index, std::string_view name,
@@ -170,10 +175,10 @@ absl::StatusOr<Value> FilterItems(const Value& subject, const CallArgs& args, bo
 absl::StatusOr<Value> Map(const Value& subject, const CallArgs& args) {
   LAMINA_ASSIGN_OR_RETURN(ValueList items, Iterate(subject));
   ValueList out;
-  const Value* attribute = Arg(args, 99, "attribute");
+  const Value* attribute = Named(args, "attribute");  // map(attribute=...) takes it by keyword only
   if (attribute != nullptr) {
     if (!attribute->is_string()) return Bad("map's attribute must be a string");
-    const Value* fallback = Arg(args, 99, "default");
+    const Value* fallback = Named(args, "default");
     for (const Value& item : items) {
       LAMINA_ASSIGN_OR_RETURN(Value v, Attribute(item, attribute->str()));
       out.push_back(v.is_undefined() && fallback != nullptr ? *fallback : v);
