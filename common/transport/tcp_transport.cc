@@ -1,9 +1,6 @@
 // TCP transport: each message is a 32-byte frame header (magic, type, flags, tag, payload length)
 // followed by the payload, written with one sendmsg. TCP_NODELAY keeps small per-layer messages
 // from waiting on Nagle.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -16,8 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/net/sockets.h"
 #include "common/status/status_macros.h"
 #include "common/transport/transport.h"
 
@@ -39,62 +36,6 @@ struct FrameHeader {
   uint64_t length;
 };
 static_assert(sizeof(FrameHeader) == 32, "frame header layout");
-
-absl::Status Errno(const std::string& what) {
-  int err = errno;
-  std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  if (err == ECONNREFUSED || err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == EHOSTUNREACH) {
-    return absl::UnavailableError(message);
-  }
-  return absl::InternalError(message);
-}
-
-absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
-  size_t colon = address.rfind(':');
-  int port;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not host:port"));
-  }
-  return std::make_pair(address.substr(0, colon), port);
-}
-
-absl::StatusOr<sockaddr_in> Resolve(const std::string& address) {
-  LAMINA_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(address));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(host_port.second));
-  std::string host = host_port.first == "localhost" || host_port.first.empty() ? "127.0.0.1" : host_port.first;
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1) return addr;
-  addrinfo hints{}, *result = nullptr;
-  hints.ai_family = AF_INET;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &result) != 0 || result == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot resolve host '", host, "'"));
-  }
-  addr.sin_addr = reinterpret_cast<sockaddr_in*>(result->ai_addr)->sin_addr;
-  freeaddrinfo(result);
-  return addr;
-}
-
-// Waits until `fd` is ready for `events` or the deadline passes. A deadline already past still
-// looks once, so that a caller can ask what is there (or whether the peer closed) without waiting.
-absl::Status WaitFor(int fd, short events, absl::Time deadline, const std::string& peer) {
-  for (;;) {
-    int timeout_ms = -1;
-    bool last_look = false;
-    if (deadline != absl::InfiniteFuture()) {
-      const absl::Duration left = deadline - absl::Now();
-      last_look = left <= absl::ZeroDuration();
-      timeout_ms = last_look ? 0 : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
-    }
-    pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, timeout_ms);
-    if (n > 0) return absl::OkStatus();
-    if (n < 0 && errno != EINTR) return Errno("poll");
-    if (n == 0 && last_look) {
-      return absl::DeadlineExceededError(absl::StrCat("no answer from ", peer, " before the deadline"));
-    }
-  }
-}
 
 class TcpConnection : public Connection {
  public:
@@ -126,7 +67,7 @@ class TcpConnection : public Connection {
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN) {
-          LAMINA_RETURN_IF_ERROR(WaitFor(fd_, POLLOUT, absl::Now() + absl::Seconds(30), peer_));
+          LAMINA_RETURN_IF_ERROR(WaitForSocket(fd_, POLLOUT, absl::Now() + absl::Seconds(30), peer_));
           continue;
         }
         return absl::UnavailableError(absl::StrCat("send to ", peer_, " failed: ", std::strerror(errno)));
@@ -175,7 +116,7 @@ class TcpConnection : public Connection {
   absl::Status ReadExactly(uint8_t* data, size_t size, absl::Time deadline) {
     size_t done = 0;
     while (done < size) {
-      LAMINA_RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, peer_));
+      LAMINA_RETURN_IF_ERROR(WaitForSocket(fd_, POLLIN, deadline, peer_));
       ssize_t n = ::recv(fd_, data + done, size - done, 0);
       if (n == 0) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " closed by the peer"));
       if (n < 0) {
@@ -206,23 +147,19 @@ class TcpListener : public Listener {
       if (closed_) return absl::CancelledError("listener closed");
       // Poll in short slices so that Close() is noticed promptly.
       absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(100));
-      absl::Status ready = WaitFor(fd_, POLLIN, slice, address_);
+      absl::Status ready = WaitForSocket(fd_, POLLIN, slice, address_);
       if (absl::IsDeadlineExceeded(ready)) {
         if (absl::Now() >= deadline) return absl::DeadlineExceededError("no connection before the deadline");
         continue;
       }
       LAMINA_RETURN_IF_ERROR(ready);
-      sockaddr_in peer{};
-      socklen_t len = sizeof(peer);
-      int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC);
+      int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
         if (closed_) return absl::CancelledError("listener closed");
-        return Errno("accept");
+        return SocketError("accept");
       }
-      char ip[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof(ip));
-      return std::unique_ptr<Connection>(new TcpConnection(fd, absl::StrCat(ip, ":", ntohs(peer.sin_port))));
+      return std::unique_ptr<Connection>(new TcpConnection(fd, PeerAddress(fd)));
     }
   }
 
@@ -240,50 +177,12 @@ class TcpTransport : public Transport {
   std::string name() const override { return "tcp"; }
 
   absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override {
-    LAMINA_ASSIGN_OR_RETURN(sockaddr_in addr, Resolve(address));
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return Errno("socket");
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      absl::Status status = errno == EADDRINUSE
-                                ? absl::AlreadyExistsError(absl::StrCat("address ", address, " is already in use"))
-                                : Errno(absl::StrCat("bind ", address));
-      ::close(fd);
-      return status;
-    }
-    if (::listen(fd, 64) != 0) {
-      absl::Status status = Errno("listen");
-      ::close(fd);
-      return status;
-    }
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
-    return std::unique_ptr<Listener>(new TcpListener(fd, absl::StrCat(ip, ":", ntohs(addr.sin_port))));
+    LAMINA_ASSIGN_OR_RETURN(ListeningSocket socket, ListenTcp(address, 64));
+    return std::unique_ptr<Listener>(new TcpListener(socket.fd, socket.address));
   }
 
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, absl::Time deadline) override {
-    LAMINA_ASSIGN_OR_RETURN(sockaddr_in addr, Resolve(address));
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return Errno("socket");
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno != EINPROGRESS) {
-      absl::Status status = absl::UnavailableError(absl::StrCat("cannot connect to ", address, ": ", std::strerror(errno)));
-      ::close(fd);
-      return status;
-    }
-    absl::Status ready = WaitFor(fd, POLLOUT, deadline, address);
-    int error = 0;
-    socklen_t len = sizeof(error);
-    if (ready.ok()) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
-    if (!ready.ok() || error != 0) {
-      ::close(fd);
-      if (!ready.ok()) return absl::DeadlineExceededError(absl::StrCat("connecting to ", address, " timed out"));
-      return absl::UnavailableError(absl::StrCat("cannot connect to ", address, ": ", std::strerror(error)));
-    }
-    // Back to blocking mode: sends wait for buffer space, receives poll with deadlines.
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    LAMINA_ASSIGN_OR_RETURN(int fd, ConnectTcp(address, deadline));
     return std::unique_ptr<Connection>(new TcpConnection(fd, address));
   }
 };

@@ -1,0 +1,138 @@
+#include "common/net/sockets.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace lamina {
+namespace {
+
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
+  size_t colon = address.rfind(':');
+  int port;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not host:port"));
+  }
+  return std::make_pair(address.substr(0, colon), port);
+}
+
+std::string Ipv4Text(const sockaddr_in& addr) {
+  char ip[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
+  return absl::StrCat(ip, ":", ntohs(addr.sin_port));
+}
+
+}  // namespace
+
+absl::Status SocketError(const std::string& what) {
+  int err = errno;
+  std::string message = absl::StrCat(what, ": ", std::strerror(err));
+  if (err == ECONNREFUSED || err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == EHOSTUNREACH) {
+    return absl::UnavailableError(message);
+  }
+  return absl::InternalError(message);
+}
+
+absl::StatusOr<sockaddr_in> ResolveIpv4(const std::string& address) {
+  LAMINA_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(address));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(host_port.second));
+  std::string host = host_port.first == "localhost" || host_port.first.empty() ? "127.0.0.1" : host_port.first;
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1) return addr;
+  addrinfo hints{}, *result = nullptr;
+  hints.ai_family = AF_INET;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &result) != 0 || result == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot resolve host '", host, "'"));
+  }
+  addr.sin_addr = reinterpret_cast<sockaddr_in*>(result->ai_addr)->sin_addr;
+  freeaddrinfo(result);
+  return addr;
+}
+
+absl::Status WaitForSocket(int fd, short events, absl::Time deadline, const std::string& peer) {
+  for (;;) {
+    int timeout_ms = -1;
+    bool last_look = false;
+    if (deadline != absl::InfiniteFuture()) {
+      const absl::Duration left = deadline - absl::Now();
+      last_look = left <= absl::ZeroDuration();
+      timeout_ms = last_look ? 0 : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+    }
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, timeout_ms);
+    if (n > 0) return absl::OkStatus();
+    if (n < 0 && errno != EINTR) return SocketError("poll");
+    if (n == 0 && last_look) {
+      return absl::DeadlineExceededError(absl::StrCat("no answer from ", peer, " before the deadline"));
+    }
+  }
+}
+
+absl::StatusOr<ListeningSocket> ListenTcp(const std::string& address, int backlog) {
+  LAMINA_ASSIGN_OR_RETURN(sockaddr_in addr, ResolveIpv4(address));
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return SocketError("socket");
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    absl::Status status = errno == EADDRINUSE
+                              ? absl::AlreadyExistsError(absl::StrCat("address ", address, " is already in use"))
+                              : SocketError(absl::StrCat("bind ", address));
+    ::close(fd);
+    return status;
+  }
+  if (::listen(fd, backlog) != 0) {
+    absl::Status status = SocketError("listen");
+    ::close(fd);
+    return status;
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return ListeningSocket{fd, Ipv4Text(addr)};
+}
+
+absl::StatusOr<int> ConnectTcp(const std::string& address, absl::Time deadline) {
+  LAMINA_ASSIGN_OR_RETURN(sockaddr_in addr, ResolveIpv4(address));
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return SocketError("socket");
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno != EINPROGRESS) {
+    absl::Status status =
+        absl::UnavailableError(absl::StrCat("cannot connect to ", address, ": ", std::strerror(errno)));
+    ::close(fd);
+    return status;
+  }
+  absl::Status ready = WaitForSocket(fd, POLLOUT, deadline, address);
+  int error = 0;
+  socklen_t len = sizeof(error);
+  if (ready.ok()) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+  if (!ready.ok() || error != 0) {
+    ::close(fd);
+    if (!ready.ok()) return absl::DeadlineExceededError(absl::StrCat("connecting to ", address, " timed out"));
+    return absl::UnavailableError(absl::StrCat("cannot connect to ", address, ": ", std::strerror(error)));
+  }
+  // Back to blocking mode: sends wait for buffer space, receives poll with deadlines.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string PeerAddress(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.sin_family != AF_INET) return "?";
+  return Ipv4Text(addr);
+}
+
+}  // namespace lamina
