@@ -220,12 +220,18 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     }
 
     if (!top.Has("coordinator")) return absl::InvalidArgumentError(absl::StrCat(path, ":1: coordinator: missing"));
-    Fields coordinator(top.Get("coordinator"), path, "coordinator", {"host", "port"});
+    Fields coordinator(top.Get("coordinator"), path, "coordinator", {"host", "port", "http_port"});
     LAMINA_RETURN_IF_ERROR(coordinator.CheckShape());
     const std::string default_host = "127.0.0.1";
     LAMINA_ASSIGN_OR_RETURN(t.coordinator_host, coordinator.String("host", &default_host));
     LAMINA_ASSIGN_OR_RETURN(int64_t port, coordinator.Integer("port", nullptr, 1, 65535));
     t.coordinator_port = static_cast<int>(port);
+    const int64_t no_http = 0;
+    LAMINA_ASSIGN_OR_RETURN(int64_t http_port, coordinator.Integer("http_port", &no_http, 1, 65535));
+    if (http_port == port) {
+      return coordinator.Error(coordinator.Get("http_port"), "http_port", "must differ from coordinator.port");
+    }
+    t.coordinator_http_port = static_cast<int>(http_port);
 
     if (top.Has("scheduler")) {
       Fields s(top.Get("scheduler"), path, "scheduler",
@@ -278,7 +284,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       std::vector<std::pair<std::string, std::string>> ports = {{"port", spec.grpc_address()}};
       if (spec.data_port != 0) ports.push_back({"data_port", spec.data_address()});
       for (const auto& [field, address] : ports) {
-        if (address == t.coordinator_address() || endpoints.count(address)) {
+        if (address == t.coordinator_address() || endpoints.count(address) ||
+            (t.coordinator_http_port != 0 && address == t.coordinator_http_address())) {
           return absl::InvalidArgumentError(absl::StrCat(path, ":", spec.line, ": nodes[", index, "].", field,
                                                          ": ", address, " is used twice in this topology"));
         }
@@ -340,6 +347,7 @@ absl::Status CheckPortsFree(const Topology& t) {
     int port;
   };
   std::vector<Use> uses = {{"coordinator.port", 1, t.coordinator_port}};
+  if (t.coordinator_http_port != 0) uses.push_back({"coordinator.http_port", 1, t.coordinator_http_port});
   for (const NodeSpec& n : t.nodes) {
     uses.push_back({"nodes '" + n.name + "' port", n.line, n.port});
     if (n.data_port != 0) uses.push_back({"nodes '" + n.name + "' data_port", n.line, n.data_port});

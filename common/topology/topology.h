@@ -75,6 +75,8 @@ struct Topology {
   int64_t weights_seed = 0;
   std::string coordinator_host = "127.0.0.1";
   int coordinator_port = 0;
+  // The OpenAI-compatible HTTP API's port on coordinator_host (coordinator/openai/); 0: none.
+  int coordinator_http_port = 0;
   int max_batch = 64;
   int max_tokens_per_iteration = 4096;
   // Prompts longer than what an iteration's token budget has left are prefilled in chunks over
@@ -103,6 +105,9 @@ struct Topology {
   std::map<std::string, double> prices;  // device kind -> dollars per hour
 
   std::string coordinator_address() const { return coordinator_host + ":" + std::to_string(coordinator_port); }
+  std::string coordinator_http_address() const {
+    return coordinator_host + ":" + std::to_string(coordinator_http_port);
+  }
   // nullptr when absent.
   const NodeSpec* Find(const std::string& name) const;
   std::vector<const NodeSpec*> NodesOf(NodeKind kind) const;

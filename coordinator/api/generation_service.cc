@@ -1,9 +1,8 @@
 #include "coordinator/api/generation_service.h"
 
-#include <vector>
+#include <utility>
 
-#include "common/chat_template/chat_prompt.h"
-#include "compute_node/sampling/sampling_proto.h"
+#include "coordinator/api/generation_request.h"
 
 namespace lamina {
 namespace {
@@ -25,15 +24,6 @@ lamina::v1::FinishReason ToProto(FinishReason reason) {
   return lamina::v1::FINISH_REASON_UNSPECIFIED;
 }
 
-// The compute node's log probabilities of `token`, with each token's text added.
-void AddLogprobs(int32_t token, const lamina::v1::TokenLogprobs& logprobs, const Tokenizer& tokenizer,
-                 lamina::v1::GenerateResponse* response) {
-  lamina::v1::TokenLogprobs* out = response->add_logprobs();
-  *out = logprobs;
-  out->set_token(tokenizer.TokenText(token));
-  for (lamina::v1::TokenLogprob& top : *out->mutable_top()) top.set_token(tokenizer.TokenText(top.token_id()));
-}
-
 }  // namespace
 
 grpc::Status ToGrpc(const absl::Status& status) {
@@ -43,26 +33,9 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lamina::v1::GenerateRequest* request,
                                          grpc::ServerWriter<lamina::v1::GenerateResponse>* writer) {
-  GenerationSpec spec;
-  if (request->has_token_ids()) {
-    spec.prompt.assign(request->token_ids().ids().begin(), request->token_ids().ids().end());
-  } else if (request->has_chat()) {
-    std::vector<ChatMessage> messages;
-    for (const lamina::v1::ChatMessage& m : request->chat().messages()) messages.push_back({m.role(), m.content()});
-    absl::StatusOr<std::vector<int32_t>> prompt = EncodeChat(chat_template_, *tokenizer_, messages);
-    if (!prompt.ok()) return ToGrpc(prompt.status());
-    spec.prompt = *std::move(prompt);
-  } else {
-    spec.prompt = tokenizer_->EncodePrompt(request->text());
-  }
-  spec.sampling = SamplingFromProto(request->sampling());
-  spec.n = request->n() > 0 ? request->n() : 1;
-  spec.stop.max_tokens = request->max_tokens();
-  spec.stop.ignore_eos = request->ignore_eos();
-  spec.stop.stop_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
-  spec.stop_strings.assign(request->stop_strings().begin(), request->stop_strings().end());
-
-  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = scheduler_->Submit(std::move(spec));
+  absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(*request, *tokenizer_, chat_template_);
+  if (!spec.ok()) return ToGrpc(spec.status());
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = scheduler_->Submit(*std::move(spec));
   if (!handle.ok()) return ToGrpc(handle.status());
   for (;;) {
     if (context->IsCancelled()) {
@@ -76,7 +49,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lam
     response.set_index(event.index);
     for (int32_t id : event.token_ids) response.add_token_ids(id);
     for (size_t i = 0; i < event.logprobs.size() && i < event.token_ids.size(); ++i) {
-      AddLogprobs(event.token_ids[i], event.logprobs[i], *tokenizer_, &response);
+      *response.add_logprobs() = WithTokenTexts(event.token_ids[i], event.logprobs[i], *tokenizer_);
     }
     response.set_text(event.text);
     if (event.finish != FinishReason::kNone) {

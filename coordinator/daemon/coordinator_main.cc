@@ -1,6 +1,7 @@
 // lamina-coordinator: serves the client API (lamina.v1.Generation) and cluster membership
-// (lamina.v1.Cluster) on the topology's coordinator port, and drives the nodes. Stops cleanly on
-// SIGINT or SIGTERM (requests in flight end with UNAVAILABLE).
+// (lamina.v1.Cluster) on the topology's coordinator port, OpenAI's HTTP API on its http_port when
+// it has one, and drives the nodes. Stops cleanly on SIGINT or SIGTERM (requests in flight end
+// with UNAVAILABLE, or their HTTP connections close).
 //
 //   lamina-coordinator --topology FILE
 #include <cstdio>
@@ -12,12 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/chat_template/chat_template.h"
 #include "common/flags/flags.h"
+#include "common/http/http_server.h"
 #include "common/rpc/daemon.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/topology/topology.h"
 #include "coordinator/api/cluster_service.h"
 #include "coordinator/api/generation_service.h"
+#include "coordinator/openai/openai_api.h"
 #include "grpcpp/grpcpp.h"
 
 namespace lamina {
@@ -42,13 +45,23 @@ absl::Status Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "coordinator: chat requests will fail: %s\n",
                  std::string(chat_template.status().message()).c_str());
   }
-  GenerationService generation(model_name, config, &tokenizer, std::move(chat_template), &scheduler, &membership);
+  GenerationService generation(model_name, config, &tokenizer, chat_template, &scheduler, &membership);
   ClusterService cluster(model_name, topology.heartbeat_interval_ms, &membership, &scheduler);
 
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
                           StartGrpcServer(topology.coordinator_address(), {&generation, &cluster}));
   std::fprintf(stderr, "coordinator: serving %s on %s\n", model_name.c_str(), topology.coordinator_address().c_str());
+  OpenAiApi openai(model_name, config, &tokenizer, std::move(chat_template), &scheduler, &membership);
+  std::unique_ptr<HttpServer> http;
+  if (topology.coordinator_http_port != 0) {
+    LAMINA_ASSIGN_OR_RETURN(http, HttpServer::Start(topology.coordinator_http_address(),
+                                                    [&openai](const HttpRequest& request, HttpResponder& responder) {
+                                                      openai.Handle(request, responder);
+                                                    }));
+    std::fprintf(stderr, "coordinator: OpenAI-compatible HTTP API on http://%s/v1\n", http->address().c_str());
+  }
   ServeUntilSignal(server.get(), absl::Seconds(2));
+  http.reset();       // hangs up open HTTP requests, which cancels them
   membership.Stop();  // no death callback may reach the scheduler while it is destroyed
   return absl::OkStatus();
 }

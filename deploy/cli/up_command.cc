@@ -183,6 +183,10 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
               std::filesystem::path(topology.model_dir).filename().c_str(), topology.NodesOf(NodeKind::kCompute).size(),
               topology.NodesOf(NodeKind::kMemory).size(), log_dir.c_str());
   std::printf("  try: lamina generate --endpoint %s --prompt \"In this paper, we\"\n", topology.coordinator_address().c_str());
+  if (topology.coordinator_http_port != 0) {
+    std::printf("  OpenAI-compatible API: http://%s/v1 (completions, chat/completions, models)\n",
+                topology.coordinator_http_address().c_str());
+  }
   std::printf("  Ctrl-C stops the cluster.\n");
   std::fflush(stdout);
 

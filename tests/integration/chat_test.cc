@@ -1,13 +1,12 @@
 // Chats through a real cluster: the coordinator puts a conversation into the model's chat
 // template, and a conversation the template refuses fails alone.
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "common/chat_template/chat_prompt.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
+#include "tests/integration/chat_model.h"
 #include "tests/integration/cluster_harness.h"
 #include "tests/integration/requests_in_flight.h"
 #include "tests/integration/single_process.h"
@@ -16,25 +15,6 @@
 
 namespace lamina::testing {
 namespace {
-
-// Llama 3's turns, with the alternation check Llama 2's and Mistral's templates make.
-constexpr char kTemplate[] =
-    "{% for message in messages %}"
-    "{% if message['role'] != 'system' and (message['role'] == 'user') != (loop.index0 % 2 == (0 if messages[0]"
-    "['role'] != 'system' else 1)) %}{{ raise_exception('Conversation roles must alternate user/assistant') }}"
-    "{% endif %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + "
-    "message['content'] | trim + '<|eot_id|>' %}{% if loop.first %}{% set content = bos_token + content %}{% endif %}"
-    "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
-    "{% endif %}";
-
-// The demo model with kTemplate in its tokenizer_config.json.
-void WriteChatModel(const TempDir& dir) {
-  dir.CopyFrom(ModelDir("lamina-demo-6m"));
-  std::ifstream in(dir.path() + "/tokenizer_config.json");
-  nlohmann::json config = nlohmann::json::parse(in);
-  config["chat_template"] = kTemplate;
-  dir.Write("tokenizer_config.json", config.dump(1));
-}
 
 lamina::v1::GenerateRequest ChatRequest(const std::vector<ChatMessage>& messages, int max_tokens) {
   lamina::v1::GenerateRequest r;

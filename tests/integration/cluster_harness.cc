@@ -62,8 +62,14 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
   if (options.random_weights_seed) {
     absl::StrAppend(&yaml, "weights: random\nweights_seed: ", *options.random_weights_seed, "\n");
   }
-  absl::StrAppend(&yaml, "pipelining: ", options.pipelining, "\ncoordinator:\n  port: ", coordinator_port,
-                  "\nscheduler:\n  max_batch: ", options.max_batch, "\n  rotational_above: ", options.rotational_above,
+  absl::StrAppend(&yaml, "pipelining: ", options.pipelining, "\ncoordinator:\n  port: ", coordinator_port, "\n");
+  if (options.http) {
+    const int http_port = FreePort();
+    h->http_address_ = absl::StrCat("127.0.0.1:", http_port);
+    absl::StrAppend(&yaml, "  http_port: ", http_port, "\n");
+  }
+  absl::StrAppend(&yaml, "scheduler:\n  max_batch: ", options.max_batch,
+                  "\n  rotational_above: ", options.rotational_above,
                   "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
                   options.prefix_caching ? "true" : "false", "\n  stagger: ", options.stagger ? "true" : "false",
                   "\n  max_tokens_per_iteration: ", options.max_tokens_per_iteration,

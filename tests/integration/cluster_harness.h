@@ -37,6 +37,7 @@ struct ClusterOptions {
   int compute_nodes = 1;
   std::optional<int64_t> chunk_rows;  // set: the compute nodes' `chunk_rows`
   std::optional<int64_t> line_rows;   // set: the compute nodes' `line_rows`
+  bool http = false;                  // the coordinator serves OpenAI's HTTP API (`http_port`)
 };
 
 class ClusterHarness {
@@ -46,6 +47,8 @@ class ClusterHarness {
   ~ClusterHarness();  // SIGTERM to `lamina up`, which stops every daemon
 
   const std::string& endpoint() const { return endpoint_; }
+  // host:port of OpenAI's HTTP API (ClusterOptions::http), else empty.
+  const std::string& http_address() const { return http_address_; }
   cli::ClusterClient& client() { return *client_; }
   // The pid of a node, from `lamina status`.
   absl::StatusOr<int64_t> NodePid(const std::string& node);
@@ -61,6 +64,7 @@ class ClusterHarness {
 
   TempDir dir_;
   std::string endpoint_;
+  std::string http_address_;
   pid_t up_pid_ = -1;
   std::unique_ptr<cli::ClusterClient> client_;
 };

@@ -30,11 +30,12 @@ TEST(TopologyTest, TheDemoTopologyLoads) {
   auto t = LoadTopology(kPath);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->coordinator_address(), "127.0.0.1:50151");
+  EXPECT_EQ(t->coordinator_http_address(), "127.0.0.1:50150");
   EXPECT_EQ(t->NodesOf(NodeKind::kCompute).size(), 1u);
   ASSERT_EQ(t->NodesOf(NodeKind::kMemory).size(), 2u);
   EXPECT_EQ(t->Find("memory-1")->data_address(), "127.0.0.1:50182");
   EXPECT_EQ(t->Find("memory-1")->kv_capacity_tokens, 8192);
-  EXPECT_EQ(t->Find("memory-1")->line, 30);
+  EXPECT_EQ(t->Find("memory-1")->line, 31);
   EXPECT_NE(t->model_dir.find("deploy/models/lamina-demo-6m"), std::string::npos);
   EXPECT_EQ(t->prices.at("cpu"), 0.05);
 }
@@ -49,26 +50,33 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
   const std::string original = Original();
   ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
                                               "    kv_capacity_tokens: 8192\n    colour: blue\n\n  - name: memory-1"}}),
-              "local-cpu.yaml:29: nodes[1].colour: unknown field");
+              "local-cpu.yaml:30: nodes[1].colour: unknown field");
   ExpectError(absl::StrReplaceAll(original, {{"port: 50171", "port: lots"}}),
-              "local-cpu.yaml:25: nodes[1].port: expected an integer from 1 to 65535, got 'lots'");
+              "local-cpu.yaml:26: nodes[1].port: expected an integer from 1 to 65535, got 'lots'");
   ExpectError(absl::StrReplaceAll(original, {{"name: memory-1", "name: memory-0"}}),
-              "local-cpu.yaml:30: nodes[2].name: duplicate node name 'memory-0'");
+              "local-cpu.yaml:31: nodes[2].name: duplicate node name 'memory-0'");
   ExpectError(absl::StrReplaceAll(original, {{"data_port: 50182", "data_port: 50172"}}),
-              "local-cpu.yaml:30: nodes[2].data_port: 127.0.0.1:50172 is used twice");
+              "local-cpu.yaml:31: nodes[2].data_port: 127.0.0.1:50172 is used twice");
   ExpectError(absl::StrReplaceAll(original, {{"model: ../models/lamina-demo-6m", "model: ../models/nope"}}),
               "local-cpu.yaml:3: model: '../models/nope'");
-  ExpectError(absl::StrReplaceAll(original, {{"role: memory\n    host: 127.0.0.1\n    port: 50181", "role: storage\n    host: 127.0.0.1\n    port: 50181"}}),
-              "local-cpu.yaml:31: nodes[2].role: expected 'compute' or 'memory', got 'storage'");
+  ExpectError(absl::StrReplaceAll(original, {{"role: memory\n    host: 127.0.0.1\n    port: 50181",
+                                              "role: storage\n    host: 127.0.0.1\n    port: 50181"}}),
+              "local-cpu.yaml:32: nodes[2].role: expected 'compute' or 'memory', got 'storage'");
   ExpectError(absl::StrReplaceAll(original, {{"max_batch: 64", "max_batch: [1, 2]"}}),
-              "local-cpu.yaml:10: scheduler.max_batch: expected an integer");
+              "local-cpu.yaml:11: scheduler.max_batch: expected an integer");
   ExpectError(absl::StrReplaceAll(original, {{"pipelining: none", "pipelining: sideways"}}),
-              "local-cpu.yaml:13: pipelining: expected 'auto', 'none', 'fixed' or 'rotational', got 'sideways'");
+              "local-cpu.yaml:14: pipelining: expected 'auto', 'none', 'fixed' or 'rotational', got 'sideways'");
   ExpectError(absl::StrReplaceAll(original, {{"    device: cpu\n\n  - name: memory-0", "    device: gpu0\n\n  - name: memory-0"}}),
               "nodes[0].device: expected 'cpu' or 'cuda:N', got 'gpu0'");
   ExpectError("nodes: [\n", "local-cpu.yaml:2: not valid YAML");
   ExpectError(absl::StrReplaceAll(original, {{"  port: 50151", "  port: 50151\n  extra: 1"}}),
               "local-cpu.yaml:8: coordinator.extra: unknown field");
+  ExpectError(absl::StrReplaceAll(original, {{"http_port: 50150", "http_port: 50151"}}),
+              "local-cpu.yaml:8: coordinator.http_port: must differ from coordinator.port");
+  ExpectError(absl::StrReplaceAll(original, {{"http_port: 50150", "http_port: 50161"}}),
+              "local-cpu.yaml:17: nodes[0].port: 127.0.0.1:50161 is used twice in this topology");
+  ExpectError(absl::StrReplaceAll(original, {{"http_port: 50150", "http_port: 0"}}),
+              "local-cpu.yaml:8: coordinator.http_port: expected an integer from 1 to 65535, got '0'");
 }
 
 TEST(TopologyTest, StaggeringStepsIsASchedulerChoiceOffByDefault) {
@@ -81,7 +89,7 @@ TEST(TopologyTest, StaggeringStepsIsASchedulerChoiceOffByDefault) {
   ASSERT_TRUE(staggered.ok()) << staggered.status();
   EXPECT_TRUE(staggered->stagger);
   ExpectError(absl::StrReplaceAll(original, {{"  max_batch: 64\n", "  max_batch: 64\n  stagger: sometimes\n"}}),
-              "local-cpu.yaml:11: scheduler.stagger");
+              "local-cpu.yaml:12: scheduler.stagger");
 }
 
 TEST(TopologyTest, ChunkedPrefillIsASchedulerChoiceOnByDefault) {
@@ -94,7 +102,7 @@ TEST(TopologyTest, ChunkedPrefillIsASchedulerChoiceOnByDefault) {
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_FALSE(whole->chunked_prefill);
   ExpectError(absl::StrReplaceAll(original, {{"  max_batch: 64\n", "  max_batch: 64\n  chunked_prefill: 12\n"}}),
-              "local-cpu.yaml:11: scheduler.chunked_prefill");
+              "local-cpu.yaml:12: scheduler.chunked_prefill");
 }
 
 TEST(TopologyTest, GpuBusyTimingIsAComputeNodeChoiceOffByDefault) {
@@ -319,7 +327,7 @@ TEST(TopologyTest, PortInUseIsReportedWithItsLine) {
   absl::Status status = CheckPortsFree(*t);
   ::close(fd);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(status.message().find("local-cpu.yaml:30: nodes 'memory-1' data_port: port " +
+  EXPECT_NE(status.message().find("local-cpu.yaml:31: nodes 'memory-1' data_port: port " +
                                   std::to_string(t->nodes[2].data_port) + " is already in use"),
             std::string::npos)
       << status;
