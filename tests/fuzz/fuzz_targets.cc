@@ -6,10 +6,12 @@
 #include <string>
 
 #include "common/chat_template/chat_template.h"
+#include "common/http/http_request.h"
 #include "common/model_config/model_config.h"
 #include "common/safetensors/safetensors_file.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/utf8.h"
+#include "coordinator/openai/openai_request.h"
 
 namespace lamina::fuzz {
 namespace {
@@ -67,6 +69,43 @@ void ChatTemplateSource(const uint8_t* data, size_t size) {
   }
   auto text = chat->Apply({{"system", "Be brief."}, {"user", "Hi {{ there }}"}, {"assistant", "Hello."}}, true);
   Require(text.ok() || text.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+void HttpRequestHead(const uint8_t* data, size_t size) {
+  constexpr size_t kMaxBody = 1 << 20;
+  auto request = ParseRequestHead(absl::string_view(reinterpret_cast<const char*>(data), size));
+  if (!request.ok()) {
+    Require(absl::IsInvalidArgument(request.status()) || absl::IsUnimplemented(request.status()));
+    return;
+  }
+  Require(!request->method.empty() && request->target[0] == '/');
+  Require(request->target.compare(0, request->path.size(), request->path) == 0);
+  for (const auto& [name, value] : request->headers) {
+    for (char c : name) Require(!(c >= 'A' && c <= 'Z'));
+  }
+  auto length = BodyLength(*request, kMaxBody);
+  if (length.ok()) {
+    Require(*length <= kMaxBody);
+  } else {
+    Require(absl::IsInvalidArgument(length.status()) || absl::IsOutOfRange(length.status()) ||
+            absl::IsUnimplemented(length.status()));
+  }
+}
+
+void OpenAiBody(const uint8_t* data, size_t size) {
+  const absl::string_view body(reinterpret_cast<const char*>(data), size);
+  for (OpenAiEndpoint endpoint : {OpenAiEndpoint::kCompletions, OpenAiEndpoint::kChatCompletions}) {
+    auto request = ParseOpenAiRequest(endpoint, body, /*seed=*/1);
+    if (!request.ok()) {
+      Require(absl::IsInvalidArgument(request.status()));
+      continue;
+    }
+    Require(!request->prompts.empty() && request->prompts.size() <= 64);
+    for (const lamina::v1::GenerateRequest& prompt : request->prompts) {
+      Require(prompt.n() >= 1 && prompt.n() <= 64 && prompt.max_tokens() >= 0);
+      Require(endpoint == OpenAiEndpoint::kChatCompletions ? prompt.chat().messages_size() > 0 : !prompt.has_chat());
+    }
+  }
 }
 
 void TokenizerJson(const uint8_t* data, size_t size) {

@@ -23,6 +23,13 @@ void TokenizerText(const uint8_t* data, size_t size);
 // a short conversation or fail with InvalidArgument, in bounded time and memory.
 void ChatTemplateSource(const uint8_t* data, size_t size);
 
+// A request head as the HTTP server reads it (before the empty line): it must parse or fail with
+// InvalidArgument or Unimplemented, and a parsed head's body length must stay within the limit.
+void HttpRequestHead(const uint8_t* data, size_t size);
+// A POST body for OpenAI's /v1/completions and /v1/chat/completions: each must parse into
+// requests the scheduler can take, or fail with InvalidArgument.
+void OpenAiBody(const uint8_t* data, size_t size);
+
 // A compute node's data-plane requests to a memory node (an AttentionServer on a CPU pool, over
 // the in-process transport), as [u8 type (mod 10), u16 length, payload] records: each must get a
 // reply naming its status, and afterwards the same connection must still reserve, decode and

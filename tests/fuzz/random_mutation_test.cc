@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "common/transport/wire.h"
 #include "gtest/gtest.h"
@@ -109,6 +110,40 @@ TEST(RandomMutationTest, ChatTemplates) {
     ++seeds;
   }
   EXPECT_GE(seeds, 40);
+}
+
+TEST(RandomMutationTest, HttpRequestHeads) {
+  std::mt19937_64 rng(7);
+  const std::string kHttpCharacters = " :\r\n/?=&%-.0123456789HTTPGETPOST\t\x01\xff";
+  const std::vector<std::string> seeds = {
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:50150\r\nContent-Type: application/json\r\n"
+      "Content-Length: 187\r\nExpect: 100-continue",
+      "GET /v1/models?x=1 HTTP/1.0\r\nConnection: keep-alive\r\nAccept: */*",
+      "\r\nPOST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\nContent-Length: 5",
+  };
+  for (const std::string& seed : seeds) {
+    for (int i = 0; i < 3000; ++i) {
+      std::string mutated = Mutate(seed, seed.size(), rng, kHttpCharacters);
+      HttpRequestHead(Bytes(mutated), mutated.size());
+    }
+  }
+}
+
+TEST(RandomMutationTest, OpenAiBodies) {
+  std::mt19937_64 rng(8);
+  const std::vector<std::string> seeds = {
+      R"({"model": "m", "prompt": ["a", [1, 2]], "max_tokens": 5, "temperature": 0.7, "top_p": 0.9, "n": 2,)"
+      R"( "stop": ["\n"], "seed": 3, "logprobs": 2, "stream": true, "stream_options": {"include_usage": true}})",
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text",)"
+      R"( "text": "Hi"}]}], "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 2, "top_k": -1,)"
+      R"( "stop_token_ids": [5], "ignore_eos": false, "presence_penalty": -1.5})",
+  };
+  for (const std::string& seed : seeds) {
+    for (int i = 0; i < 5000; ++i) {
+      std::string mutated = Mutate(seed, seed.size(), rng);
+      OpenAiBody(Bytes(mutated), mutated.size());
+    }
+  }
 }
 
 TEST(RandomMutationTest, TokenizerTextRoundTrips) {
