@@ -135,11 +135,11 @@ void HttpServer::Serve(int fd) {
     }
     if (responder.state_ != HttpResponder::State::kDone || responder.broken_ || !keep_alive) break;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_.erase(fd);
-    ::close(fd);
-  }
+  // Notified under the lock: once the destructor sees the set empty, this thread touches nothing
+  // of the server's.
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.erase(fd);
+  ::close(fd);
   all_closed_.notify_all();
 }
 

@@ -311,7 +311,8 @@ absl::Status ParseSettings(OpenAiEndpoint endpoint, const Fields& fields, uint64
   }
   LAMINA_ASSIGN_OR_RETURN(bool ignore_eos, fields.Bool("ignore_eos", false));
   settings->set_ignore_eos(ignore_eos);
-  (void)fields.String("user");  // taken, type-checked, and not used
+  LAMINA_ASSIGN_OR_RETURN(std::string user, fields.String("user"));
+  (void)user;  // taken, type-checked, and not used
 
   LAMINA_ASSIGN_OR_RETURN(out->stream, fields.Bool("stream", false));
   if (fields.Has("stream_options")) {
@@ -332,11 +333,11 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   json parsed;
   try {
     parsed = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    const size_t at = what.find("parse error");
+  } catch (const json::exception& e) {  // a parse error, or a number too large for a double
+    const std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 2, ..."
+    const size_t at = what.find("] ");
     return absl::InvalidArgumentError(
-        absl::StrCat("the body is not valid JSON: ", at == std::string::npos ? what : what.substr(at)));
+        absl::StrCat("the body is not valid JSON: ", at == std::string::npos ? what : what.substr(at + 2)));
   }
   if (!parsed.is_object()) return absl::InvalidArgumentError("the body is not a JSON object");
   Fields fields(parsed, "");

@@ -20,14 +20,14 @@ constexpr int64_t kKeyBlock = 16;
 // The sums of four vectors' lanes, in one vector's first four lanes: pairs of vectors folded
 // into each other by shuffles, so that four sums cost three shuffle pairs, not four reductions.
 inline __attribute__((always_inline)) void Sum4(V8 a, V8 b, V8 c, V8 d, float* out) {
-  typedef int I8 __attribute__((vector_size(32)));
-  const V8 ab =
-      __builtin_shuffle(a, b, I8{0, 8, 1, 9, 2, 10, 3, 11}) + __builtin_shuffle(a, b, I8{4, 12, 5, 13, 6, 14, 7, 15});
-  const V8 cd =
-      __builtin_shuffle(c, d, I8{0, 8, 1, 9, 2, 10, 3, 11}) + __builtin_shuffle(c, d, I8{4, 12, 5, 13, 6, 14, 7, 15});
+  // __builtin_shufflevector, which GCC and clang both take (GCC's __builtin_shuffle clang does not).
+  const V8 ab = __builtin_shufflevector(a, b, 0, 8, 1, 9, 2, 10, 3, 11) +
+                __builtin_shufflevector(a, b, 4, 12, 5, 13, 6, 14, 7, 15);
+  const V8 cd = __builtin_shufflevector(c, d, 0, 8, 1, 9, 2, 10, 3, 11) +
+                __builtin_shufflevector(c, d, 4, 12, 5, 13, 6, 14, 7, 15);
   // Lanes of ab: a, b, a, b, ...; of cd: c, d, c, d, ... (each the sum of two of the input's lanes).
-  const V8 abcd = __builtin_shuffle(ab, cd, I8{0, 1, 8, 9, 4, 5, 12, 13}) +
-                  __builtin_shuffle(ab, cd, I8{2, 3, 10, 11, 6, 7, 14, 15});
+  const V8 abcd = __builtin_shufflevector(ab, cd, 0, 1, 8, 9, 4, 5, 12, 13) +
+                  __builtin_shufflevector(ab, cd, 2, 3, 10, 11, 6, 7, 14, 15);
   for (int i = 0; i < 4; ++i) out[i] = abcd[i] + abcd[i + 4];
 }
 

@@ -6,10 +6,25 @@
 namespace lamina::kernels::cpu {
 namespace {
 
+#if defined(__clang__)
+// clang 14 knows no "x86-64-vN" levels here: the features that make them up (the fuzzing builds).
+bool SupportsV3() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+         __builtin_cpu_supports("bmi2");
+}
+bool SupportsV4() {
+  return SupportsV3() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+#else
+bool SupportsV3() { return __builtin_cpu_supports("x86-64-v3"); }
+bool SupportsV4() { return __builtin_cpu_supports("x86-64-v4"); }
+#endif
+
 Isa Detect() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("x86-64-v3")) return Isa::kAvx2;
+  if (SupportsV4()) return Isa::kAvx512;
+  if (SupportsV3()) return Isa::kAvx2;
   return Isa::kBaseline;
 }
 

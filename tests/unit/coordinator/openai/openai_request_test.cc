@@ -130,6 +130,7 @@ TEST(OpenAiRequestTest, BadBodiesAreRefusedNamingTheField) {
             Pair("'stop': expected strings, got 1", "stop"));
   EXPECT_EQ(Refusal(Completions(R"({"prompt": "x", "stop": ""})")), Pair("'stop': a stop string is empty", "stop"));
   EXPECT_EQ(Refusal(Completions(R"({"prompt": "x", "echo": true})")), Pair("'echo': not supported", "echo"));
+  EXPECT_EQ(Refusal(Completions(R"({"prompt": "x", "user": 5})")), Pair("'user': expected a string, got 5", "user"));
   EXPECT_EQ(Refusal(Completions(R"({"prompt": "x", "n": 2, "best_of": 3})")),
             Pair("'best_of': not supported (other than equal to n)", "best_of"));
   EXPECT_EQ(Refusal(Completions(R"({"prompt": "x", "logit_bias": {"5": 100}})")),
@@ -162,6 +163,9 @@ TEST(OpenAiRequestTest, ABodyThatIsNotJsonSaysWhere) {
             "unexpected '}'; expected '[', '{', or a literal");
   EXPECT_EQ(ErrorParam(r.status()), "");
   EXPECT_EQ(Completions("[1]").status().message(), "the body is not a JSON object");
+  // Found by openai_body_fuzzer: nlohmann::json throws out_of_range, not parse_error, for this.
+  EXPECT_EQ(std::string(Completions(R"({"prompt": "x", "n": 1E3906})").status().message()),
+            "the body is not valid JSON: number overflow parsing '1E3906'");
 }
 
 }  // namespace
