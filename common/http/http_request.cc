@@ -144,18 +144,12 @@ const char* ReasonPhrase(int status) {
       return "Content Too Large";
     case 417:
       return "Expectation Failed";
-    case 422:
-      return "Unprocessable Content";
-    case 429:
-      return "Too Many Requests";
     case 431:
       return "Request Header Fields Too Large";
     case 499:
       return "Client Closed Request";
     case 500:
       return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
     case 503:
       return "Service Unavailable";
     case 504:

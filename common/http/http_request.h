@@ -41,7 +41,8 @@ absl::StatusOr<HttpRequest> ParseRequestHead(absl::string_view head);
 // `max_bytes`.
 absl::StatusOr<size_t> BodyLength(const HttpRequest& request, size_t max_bytes);
 
-// The standard reason phrase of a status code ("OK", "Bad Request", ...).
+// The standard reason phrase of a status code Lamina sends ("OK", "Bad Request", ...); "Unknown"
+// for others.
 const char* ReasonPhrase(int status);
 
 // A response head, up to and including the empty line. With `content_length` the body follows

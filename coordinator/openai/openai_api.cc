@@ -57,6 +57,7 @@ class Run {
         choices_.push_back(std::move(choice));
       }
     }
+    characters_.assign(choices_.size(), 0);
   }
 
   // Returns once every request has ended, one has failed, or the client has gone.
@@ -98,35 +99,33 @@ class Run {
     return true;
   }
 
-  // Adds one event to its choice; streamed, sends it as a chunk.
+  // Adds one event to its choice; streamed, sends it as a chunk (and keeps only what the last
+  // chunk and the usage need).
   bool Deliver(size_t prompt, const RequestEvent& event) {
-    ChoiceOutput& choice = choices_[first_choice_[prompt] + event.index];
+    const int index = first_choice_[prompt] + event.index;
+    ChoiceOutput& choice = choices_[index];
     ChoiceOutput delta;
     delta.index = choice.index;
     delta.text = event.text;
     delta.want_logprobs = choice.want_logprobs;
     delta.finish = event.finish;
-    delta.text_offset = choice_characters(choice);
+    delta.text_offset = characters_[index];
     for (size_t t = 0; t < event.logprobs.size() && t < event.token_ids.size(); ++t) {
       delta.logprobs.push_back(WithTokenTexts(event.token_ids[t], event.logprobs[t], tokenizer_));
+      characters_[index] += CharacterCount(delta.logprobs.back().token());
     }
-    choice.text += delta.text;
-    choice.logprobs.insert(choice.logprobs.end(), delta.logprobs.begin(), delta.logprobs.end());
     if (event.finish != FinishReason::kNone) {
       choice.finish = event.finish;
       usage_.completion_tokens += event.generated_tokens;
       if (event.index == 0) usage_.prompt_tokens += event.prompt_tokens;
     }
-    if (!request_.stream) return true;
+    if (!request_.stream) {
+      choice.text += delta.text;
+      choice.logprobs.insert(choice.logprobs.end(), delta.logprobs.begin(), delta.logprobs.end());
+      return true;
+    }
     if (delta.text.empty() && delta.logprobs.empty() && delta.finish == FinishReason::kNone) return true;
     return Write(ServerSentEvent(ChunkBody(header_, delta)));
-  }
-
-  // Characters of the choice's tokens so far: completions' text_offset of its next token.
-  static int64_t choice_characters(const ChoiceOutput& choice) {
-    int64_t characters = 0;
-    for (const lamina::v1::TokenLogprobs& token : choice.logprobs) characters += CharacterCount(token.token());
-    return characters;
   }
 
   void Finish() {
@@ -156,6 +155,7 @@ class Run {
   std::vector<bool> done_;
   std::vector<int> first_choice_;  // of each prompt
   std::vector<ChoiceOutput> choices_;
+  std::vector<int64_t> characters_;  // of each choice's tokens so far: its next token's text_offset
   OpenAiUsage usage_;
 };
 

@@ -163,18 +163,29 @@ bool WaitFor(const std::atomic<bool>& flag, absl::Duration timeout) {
   return flag;
 }
 
+// A connection whose request `waiting` has begun to handle on `server`; -1 when that failed.
+int BusyConnection(const HttpServer& server, const WaitingHandler& waiting) {
+  absl::StatusOr<int> fd = ConnectTcp(server.address(), absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  if (!fd.ok()) return -1;
+  EXPECT_TRUE(SendBytes(*fd, "GET /slow HTTP/1.1\r\n\r\n").ok());
+  if (!WaitFor(waiting.started, absl::Seconds(5))) {
+    ::close(*fd);
+    return -1;
+  }
+  return *fd;
+}
+
 TEST(HttpServerTest, AHandlerSeesItsClientHangUp) {
   WaitingHandler waiting;
   std::unique_ptr<HttpServer> server =
       StartServer([&waiting](const HttpRequest& r, HttpResponder& responder) { waiting(r, responder); });
   ASSERT_NE(server, nullptr);
-  absl::StatusOr<int> fd = ConnectTcp(server->address(), absl::Now() + absl::Seconds(5));
-  ASSERT_TRUE(fd.ok());
-  ASSERT_TRUE(SendBytes(*fd, "GET /slow HTTP/1.1\r\n\r\n").ok());
-  ASSERT_TRUE(WaitFor(waiting.started, absl::Seconds(5)));
+  const int fd = BusyConnection(*server, waiting);
+  ASSERT_GE(fd, 0);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(waiting.saw_gone);
-  ::close(*fd);
+  ::close(fd);
   EXPECT_TRUE(WaitFor(waiting.saw_gone, absl::Seconds(2)));
 }
 
@@ -183,17 +194,15 @@ TEST(HttpServerTest, StoppingTheServerHangsUpOnBusyHandlers) {
   std::unique_ptr<HttpServer> server =
       StartServer([&waiting](const HttpRequest& r, HttpResponder& responder) { waiting(r, responder); });
   ASSERT_NE(server, nullptr);
-  absl::StatusOr<int> fd = ConnectTcp(server->address(), absl::Now() + absl::Seconds(5));
-  ASSERT_TRUE(fd.ok());
-  ASSERT_TRUE(SendBytes(*fd, "GET /slow HTTP/1.1\r\n\r\n").ok());
-  ASSERT_TRUE(WaitFor(waiting.started, absl::Seconds(5)));
+  const int fd = BusyConnection(*server, waiting);
+  ASSERT_GE(fd, 0);
   const absl::Time start = absl::Now();
   server.reset();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_TRUE(waiting.saw_gone);
-  absl::StatusOr<std::string> rest = ReadUntilClosed(*fd, absl::Seconds(5));
+  absl::StatusOr<std::string> rest = ReadUntilClosed(fd, absl::Seconds(5));
   EXPECT_TRUE(rest.ok()) << rest.status();  // closed, not left hanging
-  ::close(*fd);
+  ::close(fd);
 }
 
 TEST(HttpServerTest, IdleAndSlowClientsAreClosedOnTime) {
