@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "coordinator/api/generation_request.h"
+#include "coordinator/metrics/metrics_page.h"
 #include "coordinator/openai/openai_output.h"
 
 namespace lamina {
@@ -203,9 +204,16 @@ void OpenAiApi::Handle(const HttpRequest& request, HttpResponder& responder) {
     if (membership_->AllAlive(&why)) return SendJson(responder, 200, {{"status", "serving"}});
     return SendJson(responder, 503, {{"status", "not serving"}, {"detail", why}});
   }
+  if (path == "/metrics") {
+    if (!get) return wrong_method("GET");
+    MetricsPageInputs inputs{model_name_,         scheduler_->pipelining(),     membership_->Snapshot(),
+                             scheduler_->Stats(), scheduler_->metrics().Read(), absl::Now()};
+    (void)responder.Send(200, kPrometheusContentType, RenderMetricsPage(inputs));
+    return;
+  }
   SendError(responder, absl::NotFoundError(absl::StrCat("no such endpoint: ", request.method, " ", path,
                                                         " (this server has /v1/completions, /v1/chat/completions, "
-                                                        "/v1/models and /health)")));
+                                                        "/v1/models, /health and /metrics)")));
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<RequestHandle>>> OpenAiApi::Submit(const OpenAiRequest& request) {

@@ -5,6 +5,7 @@
 //   POST /v1/chat/completions   a conversation through the model's chat template
 //   GET  /v1/models             the model; GET /v1/models/{model} the same alone
 //   GET  /health                200 while every node is alive, else 503 saying which is not
+//   GET  /metrics               the cluster's metrics for Prometheus (coordinator/metrics/metrics_page.h)
 //
 // Both POSTs answer whole or, with "stream": true, as server-sent events ending in
 // "data: [DONE]". A client that hangs up cancels its requests (their KV slots are freed on the

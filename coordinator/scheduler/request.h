@@ -45,8 +45,9 @@ struct RequestEvent {
 // Thread-safe.
 class RequestHandle {
  public:
-  explicit RequestHandle(uint64_t id) : id_(id) {}
+  explicit RequestHandle(uint64_t id) : id_(id), submitted_(absl::Now()) {}
   uint64_t id() const { return id_; }
+  absl::Time submitted() const { return submitted_; }
 
   void Push(RequestEvent event);
   // Waits up to `wait` for the next event; false when none came.
@@ -57,6 +58,7 @@ class RequestHandle {
 
  private:
   const uint64_t id_;
+  const absl::Time submitted_;
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable ready_;

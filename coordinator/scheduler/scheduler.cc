@@ -1,6 +1,7 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,12 @@ Scheduler::~Scheduler() {
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationSpec spec) {
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = Enqueue(std::move(spec));
+  if (!handle.ok()) metrics_.Refused(handle.status().code());
+  return handle;
+}
+
+absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Enqueue(GenerationSpec spec) {
   const int64_t n = static_cast<int64_t>(spec.prompt.size());
   if (n == 0) return absl::InvalidArgumentError("the prompt is empty");
   if (n >= config_.max_position_embeddings) {
@@ -182,6 +189,17 @@ void Scheduler::RecordTokens(int64_t count) {
   while (!recent_tokens_.empty() && now - recent_tokens_.front().first > absl::Seconds(5)) recent_tokens_.pop_front();
 }
 
+void Scheduler::EndQueued(RequestHandle& handle, const absl::Status& error) {
+  ++failed_;
+  const int64_t prompt = static_cast<int64_t>(queued_specs_[handle.id()].prompt.size());
+  metrics_.RequestEnded(error.code(), absl::Now() - handle.submitted(), prompt, 0);
+  queued_specs_.erase(handle.id());
+  RequestEvent event;
+  event.done = true;
+  event.error = error;
+  handle.Push(std::move(event));
+}
+
 void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last) {
   RequestState& request = *seq.request;
   // Samples that were never forked (sample 0 ended before its prefill) end with it.
@@ -198,8 +216,10 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
     last.generated_tokens = seq.generated;
     last.done = last_sample;
     to_client = std::move(last);
+    metrics_.SampleFinished(FinishReasonName(reason));
   } else if (!error.ok() && !request.failed) {
     request.failed = true;  // one error ends the request for the client; later samples add nothing
+    request.error = error.code();
     to_client = RequestEvent();
     to_client->done = true;
     to_client->error = error;
@@ -209,9 +229,14 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
     auto report = memory_.Free(request.memory_node, {seq.seq_id});
     if (report.ok()) membership_->SetKvUse(request.memory_node, report->kv_free_slots(), report->num_sequences());
   }
+  request.generated += seq.generated;
   if (last_sample) {
-    std::lock_guard<std::mutex> lock(mu_);
-    (request.failed ? failed_ : completed_)++;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      (request.failed ? failed_ : completed_)++;
+    }
+    metrics_.RequestEnded(request.error, absl::Now() - request.handle->submitted(),
+                          static_cast<int64_t>(request.spec.prompt.size()), request.generated);
   }
   if (to_client) request.handle->Push(std::move(*to_client));
 }
@@ -228,15 +253,8 @@ void Scheduler::FailEverything(const absl::Status& error) {
     FailPreempted(error);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& handle : queue_) {
-    RequestEvent event;
-    event.done = true;
-    event.error = error;
-    handle->Push(std::move(event));
-    ++failed_;
-  }
+  for (auto& handle : queue_) EndQueued(*handle, error);
   queue_.clear();
-  queued_specs_.clear();
   running_per_batch_.assign(batches_.size(), 0);
 }
 
@@ -276,14 +294,9 @@ void Scheduler::Admit() {
   }
   int64_t admitted_tokens = 0;
   const std::vector<MemberInfo> members = membership_->Snapshot();
-  auto end_waiting = [&](size_t index, absl::Status error) {  // mu_ held
-    RequestEvent event;
-    event.done = true;
-    event.error = std::move(error);
-    queue_[index]->Push(std::move(event));
-    queued_specs_.erase(queue_[index]->id());
+  auto end_waiting = [&](size_t index, const absl::Status& error) {  // mu_ held
+    EndQueued(*queue_[index], error);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(index));
-    ++failed_;
   };
 
   if (!ResumePreempted()) return;  // preempted requests go first
@@ -373,6 +386,8 @@ void Scheduler::Admit() {
         seq.start_position = static_cast<int32_t>(hit->length);
       }
     }
+    metrics_.Admitted(absl::Now() - request->handle->submitted(), static_cast<int64_t>(request->spec.prompt.size()),
+                      seq.start_position);
     queued_specs_.erase(candidate.id);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*pick));
     admitted_tokens += candidate.prompt_tokens;
@@ -587,6 +602,16 @@ bool Scheduler::Advance(Sequence& seq, const lamina::v1::SampledToken& sampled) 
   seq.last_token = token;
   seq.output.push_back(token);
   ++seq.generated;
+  const absl::Time now = absl::Now();
+  std::optional<absl::Duration> first, gap;
+  if (!seq.request->first_token) {
+    seq.request->first_token = true;
+    first = now - seq.request->handle->submitted();
+  } else if (seq.last_token_at != absl::InfinitePast()) {
+    gap = now - seq.last_token_at;
+  }
+  seq.last_token_at = now;
+  metrics_.Token(first, gap);
   RequestEvent event;
   event.index = seq.index;
   event.token_ids.push_back(token);

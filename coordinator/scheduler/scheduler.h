@@ -60,6 +60,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/topology/topology.h"
 #include "coordinator/cluster/membership.h"
+#include "coordinator/metrics/serving_metrics.h"
 #include "coordinator/scheduler/admission_policy.h"
 #include "coordinator/scheduler/node_clients.h"
 #include "coordinator/scheduler/prefix_cache.h"
@@ -97,6 +98,8 @@ class Scheduler {
   // batches on it when it is a compute node.
   void OnNodeDeath(const std::string& node);
   SchedulerStats Stats() const;
+  // Latencies, token counts and outcomes of the requests so far.
+  const ServingMetrics& metrics() const { return metrics_; }
   // The topology's pipelining mode.
   const std::string& pipelining() const { return topology_.pipelining; }
 
@@ -109,6 +112,9 @@ class Scheduler {
     uint64_t admitted = 0;  // admission order: the youngest request is preempted first
     int32_t running_samples = 0;
     bool failed = false;  // an error event was sent; the request is over for the client
+    absl::StatusCode error = absl::StatusCode::kOk;  // the error sent, when failed
+    bool first_token = false;                        // a sample has produced a token
+    int64_t generated = 0;                           // tokens of the samples finished so far
   };
   // One sample of a request: a sequence on the compute and memory nodes.
   struct Sequence {
@@ -126,6 +132,7 @@ class Scheduler {
     int32_t last_token = 0;
     int32_t next_position = 0;  // where last_token is fed back
     int32_t generated = 0;
+    absl::Time last_token_at = absl::InfinitePast();  // when its last token was streamed
     std::unique_ptr<TextStream> text;
   };
 
@@ -154,6 +161,8 @@ class Scheduler {
     std::atomic<int64_t> step_started_ms{0};
   };
 
+  // Submit's checks and queueing.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Enqueue(GenerationSpec spec);
   void Loop();
   // Unavailable naming the current batch's first compute node that is not alive; OK when all are.
   absl::Status DeadComputeNodeError() const;
@@ -200,6 +209,9 @@ class Scheduler {
   // Ends every request of every batch, running and preempted, and the queued ones.
   void FailEverything(const absl::Status& error);
   void RecordTokens(int64_t count);
+  // Ends a queued request with `error` (mu_ held): its last event and its counts. The caller takes
+  // it off the queue.
+  void EndQueued(RequestHandle& handle, const absl::Status& error);
 
   const Topology topology_;
   const ModelConfig config_;
@@ -231,6 +243,7 @@ class Scheduler {
   std::thread watchdog_;
   SequenceId next_seq_id_ = 1;
   PrefixCache prefix_cache_;
+  ServingMetrics metrics_;
   std::thread loop_;
 };
 

@@ -186,6 +186,7 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
   if (topology.coordinator_http_port != 0) {
     std::printf("  OpenAI-compatible API: http://%s/v1 (completions, chat/completions, models)\n",
                 topology.coordinator_http_address().c_str());
+    std::printf("  metrics for Prometheus: http://%s/metrics\n", topology.coordinator_http_address().c_str());
   }
   std::printf("  Ctrl-C stops the cluster.\n");
   std::fflush(stdout);

@@ -1,6 +1,6 @@
 // OpenAI's HTTP API on a real cluster: completions and chats give what the gRPC API gives for the
 // same request, whole or streamed; bad requests fail alone with OpenAI's error body; a client
-// that hangs up frees its request's KV slots.
+// that hangs up frees its request's KV slots; /metrics follows what the requests did.
 #include <unistd.h>
 
 #include <string>
@@ -14,6 +14,7 @@
 #include "tests/integration/cluster_harness.h"
 #include "tests/integration/requests_in_flight.h"
 #include "tests/support/http_client.h"
+#include "tests/support/prometheus_page.h"
 
 namespace lamina::testing {
 namespace {
@@ -274,6 +275,79 @@ TEST_F(OpenAiClusterTest, AClientThatHangsUpFreesItsRequestsSlots) {
     absl::SleepFor(absl::Milliseconds(200));
     EXPECT_LT(decoded() - decoded_before, 500) << "stream " << stream;
   }
+}
+
+// The cluster's /metrics page, read as a scraper reads it.
+std::map<std::string, double> Scrape(const ClusterHarness& cluster) {
+  absl::StatusOr<HttpReply> reply = HttpCall(cluster.http_address(), "GET", "/metrics");
+  EXPECT_TRUE(reply.ok()) << reply.status();
+  if (!reply.ok()) return {};
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_EQ(reply->headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+  absl::StatusOr<std::map<std::string, double>> page = ParsePrometheusPage(reply->body);
+  EXPECT_TRUE(page.ok()) << page.status() << "\n" << reply->body;
+  return page.ok() ? *page : std::map<std::string, double>();
+}
+
+TEST_F(OpenAiClusterTest, MetricsFollowWhatRequestsDid) {
+  const std::map<std::string, double> before = Scrape(cluster());
+  auto grew = [&](const std::map<std::string, double>& after, const std::string& series) {
+    auto now = after.find(series);
+    EXPECT_NE(now, after.end()) << series << " is missing";
+    if (now == after.end()) return -1.0;
+    auto then = before.find(series);
+    return now->second - (then == before.end() ? 0.0 : then->second);
+  };
+
+  // Two samples of 5 tokens each, and a request refused when submitted.
+  const auto [status, reply] =
+      Post(cluster(), "/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 5}, {"n", 2}, {"ignore_eos", true}});
+  ASSERT_EQ(status, 200) << reply.dump();
+  const int prompt_tokens = reply["usage"]["prompt_tokens"].get<int>();
+  ASSERT_EQ(reply["usage"]["completion_tokens"], 10);
+  const auto [refused, error] =
+      Post(cluster(), "/v1/completions", {{"prompt", std::vector<int>(2000, 5)}, {"max_tokens", 1}});
+  ASSERT_EQ(refused, 400);
+
+  const std::map<std::string, double> after = Scrape(cluster());
+  EXPECT_EQ(grew(after, R"(lamina_requests_total{status="OK"})"), 1);
+  EXPECT_EQ(grew(after, R"(lamina_requests_total{status="INVALID_ARGUMENT"})"), 1);
+  EXPECT_EQ(grew(after, R"(lamina_sequences_finished_total{reason="length"})"), 2);
+  EXPECT_EQ(grew(after, "lamina_generation_tokens_total"), 10);
+  EXPECT_EQ(grew(after, "lamina_prompt_tokens_total"), prompt_tokens);
+  EXPECT_EQ(grew(after, "lamina_request_queue_time_seconds_count"), 1);
+  EXPECT_EQ(grew(after, "lamina_time_to_first_token_seconds_count"), 1);
+  // Each sample's tokens after its first: the second sample's first comes with the first's.
+  EXPECT_EQ(grew(after, "lamina_inter_token_latency_seconds_count"), 8);
+  EXPECT_EQ(grew(after, "lamina_request_latency_seconds_count"), 1);
+  EXPECT_EQ(grew(after, "lamina_request_generation_tokens_sum"), 10);
+  EXPECT_EQ(grew(after, "lamina_request_prompt_tokens_sum"), prompt_tokens);
+  // The request's whole time holds its first token's and its tokens' gaps.
+  EXPECT_GE(grew(after, "lamina_request_latency_seconds_sum"), grew(after, "lamina_time_to_first_token_seconds_sum"));
+  EXPECT_GT(grew(after, "lamina_iterations_total"), 0);
+
+  EXPECT_EQ(after.at(R"(lamina_info{model=")" + ModelName() + R"(",pipelining="none"})"), 1);
+  EXPECT_EQ(after.at("lamina_requests_waiting"), 0);
+  EXPECT_EQ(after.at("lamina_sequences_running"), 0);
+  EXPECT_EQ(after.at(R"(lamina_node_up{node="compute-0",role="compute"})"), 1);
+  for (const std::string node : {"memory-0", "memory-1"}) {
+    EXPECT_EQ(after.at(R"(lamina_node_up{node=")" + node + R"(",role="memory"})"), 1);
+    EXPECT_EQ(after.at(R"(lamina_kv_slots_capacity{node=")" + node + R"("})"), 8192);
+    EXPECT_EQ(after.at(R"(lamina_kv_slots_used{node=")" + node + R"("})"), 0) << "a finished request keeps no slots";
+    EXPECT_LT(after.at(R"(lamina_node_heartbeat_age_seconds{node=")" + node + R"("})"), 10);
+  }
+  // Round trips come with the compute node's heartbeats.
+  const std::string round_trips = R"(lamina_node_round_trips_total{node="compute-0"})";
+  double trips = after.at(round_trips);
+  for (int i = 0; i < 100 && trips == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    trips = Scrape(cluster()).at(round_trips);
+  }
+  EXPECT_GT(trips, 0);
+
+  absl::StatusOr<HttpReply> post = HttpCall(cluster().http_address(), "POST", "/metrics", "{}");
+  ASSERT_TRUE(post.ok());
+  EXPECT_EQ(post->status, 405);
 }
 
 }  // namespace
