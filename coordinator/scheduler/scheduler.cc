@@ -771,6 +771,13 @@ void Scheduler::Collect() {
     return;
   }
   if (!result.ok()) {
+    if (!timed_out && batch_->computes.size() == 1) {
+      // The node's stream broke: its process is gone or unreachable. It is declared dead now, not
+      // at its heartbeat timeout, so that no request is admitted to this batch meanwhile (and,
+      // with no other compute node, the queued ones fail at once). A node that is in fact alive
+      // registers again on its next heartbeat.
+      membership_->MarkDead(batch_->compute_nodes[0], std::string(result.status().message()));
+    }
     FailAll(result.status());
     return;
   }
