@@ -34,19 +34,32 @@ absl::StatusOr<lamina::v1::ClusterStatusResponse> StatusAfter(cli::ClusterClient
 
 }  // namespace
 
-absl::StatusOr<BenchReport> RunBench(cli::ClusterClient* client, const WorkloadSpec& spec, const BenchOptions& options) {
-  LAMINA_ASSIGN_OR_RETURN(lamina::v1::HealthResponse health, client->Health(absl::Seconds(10)));
-  if (health.status() != lamina::v1::HealthResponse::SERVING) {
-    return absl::FailedPreconditionError(absl::StrCat("the cluster at ", client->endpoint(), " is not serving: ",
-                                                      health.detail()));
+absl::StatusOr<BenchReport> RunBench(const BenchTarget& target, const WorkloadSpec& spec, const BenchOptions& options) {
+  cli::ClusterClient* client = target.cluster;
+  int vocab_size = target.vocab_size, max_context = target.max_context;
+  lamina::v1::ClusterStatusResponse before;
+  if (client != nullptr) {
+    LAMINA_ASSIGN_OR_RETURN(lamina::v1::HealthResponse health, client->Health(absl::Seconds(10)));
+    if (health.status() != lamina::v1::HealthResponse::SERVING) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the cluster at ", client->endpoint(), " is not serving: ", health.detail()));
+    }
+    LAMINA_ASSIGN_OR_RETURN(lamina::v1::ListModelsResponse models, client->ListModels(kCallTimeout));
+    if (models.models_size() == 0) return absl::FailedPreconditionError("the cluster serves no model");
+    vocab_size = models.models(0).vocab_size();
+    max_context = models.models(0).max_context();
+    LAMINA_ASSIGN_OR_RETURN(before, client->Status(kCallTimeout));
   }
-  LAMINA_ASSIGN_OR_RETURN(lamina::v1::ListModelsResponse models, client->ListModels(kCallTimeout));
-  if (models.models_size() == 0) return absl::FailedPreconditionError("the cluster serves no model");
-  const auto& model = models.models(0);
-  LAMINA_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests,
-                          MakeRequests(spec, model.vocab_size(), model.max_context()));
+  if (spec.prompts.empty() && vocab_size <= 0) {
+    return absl::FailedPreconditionError(
+        "the model's vocabulary size is unknown, so random prompt ids cannot be drawn (lamina bench: --vocab-size, "
+        "or --prompts FILE)");
+  }
+  if (max_context <= 0) {
+    return absl::FailedPreconditionError("the model's context length is unknown (lamina bench: --max-context)");
+  }
+  LAMINA_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, MakeRequests(spec, vocab_size, max_context));
 
-  LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse before, client->Status(kCallTimeout));
   LoadProgress progress;
   std::vector<lamina::v1::ClusterStatusResponse> samples;
   std::mutex mu;
@@ -59,10 +72,12 @@ absl::StatusOr<BenchReport> RunBench(cli::ClusterClient* client, const WorkloadS
     int reported_quarters = 0;
     std::unique_lock<std::mutex> lock(mu);
     while (!done_cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return done; })) {
-      lock.unlock();
-      absl::StatusOr<lamina::v1::ClusterStatusResponse> status = client->Status(absl::Seconds(1));
-      lock.lock();
-      if (status.ok()) samples.push_back(*std::move(status));
+      if (client != nullptr) {
+        lock.unlock();
+        absl::StatusOr<lamina::v1::ClusterStatusResponse> status = client->Status(absl::Seconds(1));
+        lock.lock();
+        if (status.ok()) samples.push_back(*std::move(status));
+      }
       if (!options.show_progress) continue;
       const int finished = progress.finished.load();
       const std::string line = absl::StrCat(label, ": ", finished, "/", requests.size(), " requests, ",
@@ -79,7 +94,7 @@ absl::StatusOr<BenchReport> RunBench(cli::ClusterClient* client, const WorkloadS
       }
     }
   });
-  std::vector<RequestRecord> records = RunLoad(client, spec, requests, &progress);
+  std::vector<RequestRecord> records = RunLoad(target.sender, spec, requests, &progress);
   const absl::Time load_end = absl::Now();
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -89,7 +104,10 @@ absl::StatusOr<BenchReport> RunBench(cli::ClusterClient* client, const WorkloadS
   sampler.join();
   if (options.show_progress && tty) std::fprintf(stderr, "\r\033[K");
 
-  LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse after, StatusAfter(client, load_end));
+  lamina::v1::ClusterStatusResponse after;
+  if (client != nullptr) {
+    LAMINA_ASSIGN_OR_RETURN(after, StatusAfter(client, load_end));
+  }
   return MakeReport(spec, records, before, after, samples, options.hourly_usd);
 }
 

@@ -1,6 +1,9 @@
-// One bench run against a running cluster: checks that it serves, makes the workload's requests
-// for its model, reads the cluster's status before, during (every 250 ms, for KV occupancy) and
-// after the run (once every node has reported past its end), and returns the report.
+// One bench run against a running server: checks that it serves, makes the workload's requests
+// for its model, sends them (over gRPC, or OpenAI's HTTP API), and returns the report. With a
+// Lamina cluster's gRPC endpoint it also reads the cluster's status before, during (every 250 ms,
+// for KV occupancy) and after the run (once every node has reported past its end), for the
+// figures only the cluster knows (each node's busy share, KV occupancy, the per-layer round trip);
+// another server's report has the client's figures alone.
 // Progress goes to stderr while it runs (a live line on a terminal, a line per quarter otherwise).
 // Thread-compatible.
 #ifndef LAMINA_DEPLOY_BENCH_BENCH_RUNNER_H_
@@ -10,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "deploy/bench/bench_report.h"
+#include "deploy/bench/request_sender.h"
 #include "deploy/bench/workload.h"
 #include "deploy/cli/cluster_client.h"
 
@@ -21,9 +25,20 @@ struct BenchOptions {
   std::string label;          // prefixes progress lines, e.g. "offloaded b=16 ctx=256"
 };
 
-// FailedPrecondition when the cluster is not serving; the requests' own failures are counted in
-// the report, not returned.
-absl::StatusOr<BenchReport> RunBench(cli::ClusterClient* client, const WorkloadSpec& spec, const BenchOptions& options);
+// Where the requests go, and what is known of the model.
+struct BenchTarget {
+  RequestSender* sender = nullptr;
+  // A Lamina cluster's gRPC endpoint (its health, its model's shape and the status figures), or
+  // null for a server that is not one.
+  cli::ClusterClient* cluster = nullptr;
+  // Without `cluster`: the model's vocabulary (random prompt ids are drawn below it) and context.
+  int vocab_size = 0;
+  int max_context = 0;
+};
+
+// FailedPrecondition when the cluster is not serving, or, without one, the vocabulary or context
+// is unknown; the requests' own failures are counted in the report, not returned.
+absl::StatusOr<BenchReport> RunBench(const BenchTarget& target, const WorkloadSpec& spec, const BenchOptions& options);
 
 }  // namespace lamina::bench
 

@@ -6,23 +6,8 @@
 #include "absl/time/clock.h"
 
 namespace lamina::bench {
-namespace {
 
-lamina::v1::GenerateRequest ToProto(const BenchRequest& r) {
-  lamina::v1::GenerateRequest request;
-  if (!r.prompt_ids.empty()) {
-    request.mutable_token_ids()->mutable_ids()->Add(r.prompt_ids.begin(), r.prompt_ids.end());
-  } else {
-    request.set_text(r.prompt_text);
-  }
-  request.set_max_tokens(r.output_tokens);
-  request.set_ignore_eos(true);  // outputs run to their drawn length
-  return request;
-}
-
-}  // namespace
-
-std::vector<RequestRecord> RunLoad(cli::ClusterClient* client, const WorkloadSpec& spec,
+std::vector<RequestRecord> RunLoad(RequestSender* sender, const WorkloadSpec& spec,
                                    const std::vector<BenchRequest>& requests, LoadProgress* progress) {
   std::vector<RequestRecord> records(requests.size());
   const absl::Time start = absl::Now();
@@ -31,17 +16,14 @@ std::vector<RequestRecord> RunLoad(cli::ClusterClient* client, const WorkloadSpe
   auto run_one = [&](size_t i) {
     RequestRecord& rec = records[i];
     rec.sent_s = since_start();
-    rec.status = client->Generate(
-        ToProto(requests[i]),
-        [&](const lamina::v1::GenerateResponse& response) {
-          if (response.token_ids_size() > 0 && rec.first_token_s < 0) rec.first_token_s = since_start();
-          rec.output_tokens += response.token_ids_size();
-          progress->output_tokens += response.token_ids_size();
-          if (response.finish_reason() != lamina::v1::FINISH_REASON_UNSPECIFIED) {
-            rec.prompt_tokens = response.prompt_tokens();
-          }
+    rec.status = sender->Send(
+        requests[i], timeout,
+        [&](int tokens) {
+          if (tokens > 0 && rec.first_token_s < 0) rec.first_token_s = since_start();
+          rec.output_tokens += tokens;
+          progress->output_tokens += tokens;
         },
-        timeout);
+        &rec.prompt_tokens);
     rec.done_s = since_start();
     if (!rec.status.ok()) ++progress->failed;
     ++progress->finished;

@@ -1,4 +1,4 @@
-// Sends a workload's requests to a cluster and times each one: closed loop (a fixed number in
+// Sends a workload's requests to a server and times each one: closed loop (a fixed number in
 // flight, the next sent as one finishes) or open loop (each sent at its arrival time, however many
 // are in flight). Every request has a deadline, so no run waits forever on a stuck cluster.
 // Thread-safe: progress counters may be read while Run works.
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "deploy/bench/request_sender.h"
 #include "deploy/bench/workload.h"
-#include "deploy/cli/cluster_client.h"
 
 namespace lamina::bench {
 
@@ -32,7 +32,7 @@ struct LoadProgress {
 };
 
 // Runs every request; returns one record per request, in the order of `requests`.
-std::vector<RequestRecord> RunLoad(cli::ClusterClient* client, const WorkloadSpec& spec,
+std::vector<RequestRecord> RunLoad(RequestSender* sender, const WorkloadSpec& spec,
                                    const std::vector<BenchRequest>& requests, LoadProgress* progress);
 
 }  // namespace lamina::bench

@@ -2,21 +2,32 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
 #include "common/topology/topology.h"
 #include "deploy/bench/bench_runner.h"
+#include "deploy/bench/openai_sender.h"
 #include "deploy/cost/price_table.h"
 
 namespace lamina::cli {
 
 const char kBenchUsage[] =
-    "usage: lamina bench (--endpoint HOST:PORT | --topology FILE) [workload flags] [--json FILE]\n"
+    "usage: lamina bench (--endpoint HOST:PORT | --topology FILE | --openai URL) [workload flags] [--json FILE]\n"
     "  Sends a workload to a running cluster and reports tokens/s in and out, time to first token\n"
     "  and per output token (p50/p90/p99), goodput under latency targets, each node's busy share,\n"
     "  KV occupancy and the per-layer round trip.\n"
+    "server:\n"
+    "  --endpoint HOST:PORT  a Lamina cluster's gRPC endpoint (or --topology FILE: its coordinator)\n"
+    "  --openai URL          send the requests over OpenAI's HTTP API instead (http://HOST:PORT),\n"
+    "                        Lamina's (its http_port; with --endpoint or --topology the cluster's\n"
+    "                        figures still come) or any OpenAI-compatible server's, e.g. vLLM's\n"
+    "  --model NAME          the model the requests name (default: the server's first)\n"
+    "  --vocab-size N        --openai without a Lamina endpoint: the model's vocabulary, for random\n"
+    "                        prompt ids\n"
+    "  --max-context N       and its context, when the server's /v1/models does not give max_model_len\n"
     "workload (flags override --workload FILE, a YAML file with the same fields):\n"
     "  --requests N          requests to send (64)\n"
     "  --concurrency C       closed loop: C requests in flight (8)\n"
@@ -64,12 +75,11 @@ absl::Status ApplyFlags(const Flags& flags, bench::WorkloadSpec* w) {
 
 absl::Status Bench(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(
-      Flags flags,
-      Flags::Parse(args,
-                   {"endpoint", "topology", "workload", "requests", "concurrency", "rate", "prompt-tokens",
-                    "output-tokens", "lengths", "prompts", "ttft-target-ms", "tpot-target-ms", "seed", "timeout",
-                    "json", "prices"},
-                   {"quiet"}));
+      Flags flags, Flags::Parse(args, {"endpoint",       "topology",      "openai",   "model",       "vocab-size",
+                                       "max-context",    "workload",      "requests", "concurrency", "rate",
+                                       "prompt-tokens",  "output-tokens", "lengths",  "prompts",     "ttft-target-ms",
+                                       "tpot-target-ms", "seed",          "timeout",  "json",        "prices"},
+                                {"quiet"}));
   bench::WorkloadSpec workload;
   if (flags.Has("workload")) {
     LAMINA_ASSIGN_OR_RETURN(workload, bench::LoadWorkload(flags.String("workload", "")));
@@ -95,13 +105,34 @@ absl::Status Bench(const std::vector<std::string>& args) {
   } else if (flags.Has("prices")) {
     return absl::InvalidArgumentError("--prices needs --topology (its nodes name the device kinds to price)");
   }
-  if (endpoint.empty()) return absl::InvalidArgumentError("--endpoint HOST:PORT or --topology FILE is required");
+  if (endpoint.empty() && !flags.Has("openai")) {
+    return absl::InvalidArgumentError("--endpoint HOST:PORT, --topology FILE or --openai URL is required");
+  }
 
-  ClusterClient client(endpoint);
+  std::unique_ptr<ClusterClient> client;
+  if (!endpoint.empty()) client = std::make_unique<ClusterClient>(endpoint);
+  std::unique_ptr<bench::RequestSender> sender;
+  bench::BenchTarget target;
+  target.cluster = client.get();
+  if (flags.Has("openai")) {
+    LAMINA_ASSIGN_OR_RETURN(std::string address, bench::OpenAiAddress(flags.String("openai", "")));
+    LAMINA_ASSIGN_OR_RETURN(bench::OpenAiModel model, bench::FetchOpenAiModel(address, absl::Seconds(10)));
+    LAMINA_ASSIGN_OR_RETURN(int64_t vocab_size, flags.Int("vocab-size", 0));
+    LAMINA_ASSIGN_OR_RETURN(int64_t max_context, flags.Int("max-context", model.max_context));
+    target.vocab_size = static_cast<int>(vocab_size);
+    target.max_context = static_cast<int>(max_context);
+    sender = std::make_unique<bench::OpenAiSender>(address, flags.String("model", model.id));
+  } else {
+    if (flags.Has("model") || flags.Has("vocab-size") || flags.Has("max-context")) {
+      return absl::InvalidArgumentError("--model, --vocab-size and --max-context go with --openai");
+    }
+    sender = std::make_unique<bench::GrpcSender>(client.get());
+  }
+  target.sender = sender.get();
   bench::BenchOptions options;
   options.hourly_usd = hourly_usd;
   options.show_progress = !flags.Has("quiet");
-  LAMINA_ASSIGN_OR_RETURN(bench::BenchReport report, bench::RunBench(&client, workload, options));
+  LAMINA_ASSIGN_OR_RETURN(bench::BenchReport report, bench::RunBench(target, workload, options));
   std::printf("%s", bench::FormatReport(report).c_str());
   if (!cost_line.empty()) std::printf("priced as    %s\n", cost_line.c_str());
   if (flags.Has("json")) {

@@ -27,7 +27,9 @@ void WarmUp(const std::string& endpoint, int64_t batch, double request_timeout_s
   warm_up.output_tokens = 4;
   warm_up.request_timeout_s = request_timeout_s;
   cli::ClusterClient client(endpoint);
-  absl::StatusOr<bench::BenchReport> report = bench::RunBench(&client, warm_up, {0.0, /*show_progress=*/false, "warm-up"});
+  bench::GrpcSender sender(&client);
+  absl::StatusOr<bench::BenchReport> report =
+      bench::RunBench({&sender, &client}, warm_up, {0.0, /*show_progress=*/false, "warm-up"});
   if (!show_progress) return;
   if (!report.ok()) {
     std::fprintf(stderr, "warm-up: %s\n", std::string(report.status().message()).c_str());
@@ -126,8 +128,9 @@ absl::StatusOr<ExperimentResult> RunExperiment(const ExperimentSpec& spec, const
           workload.seed = static_cast<uint64_t>(context);
           workload.request_timeout_s = spec.request_timeout_s;
           cli::ClusterClient client((*cluster)->endpoint());
+          bench::GrpcSender sender(&client);
           absl::StatusOr<bench::BenchReport> report =
-              bench::RunBench(&client, workload, {info.cost.hourly_usd, options.show_progress, label});
+              bench::RunBench({&sender, &client}, workload, {info.cost.hourly_usd, options.show_progress, label});
           if (!report.ok()) {
             run.status = report.status();
           } else {

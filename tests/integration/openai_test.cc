@@ -3,6 +3,7 @@
 // that hangs up frees its request's KV slots; /metrics follows what the requests did.
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -348,6 +349,43 @@ TEST_F(OpenAiClusterTest, MetricsFollowWhatRequestsDid) {
   absl::StatusOr<HttpReply> post = HttpCall(cluster().http_address(), "POST", "/metrics", "{}");
   ASSERT_TRUE(post.ok());
   EXPECT_EQ(post->status, 405);
+}
+
+// `lamina bench --openai` sends the same workload over OpenAI's HTTP API: with the cluster's gRPC
+// endpoint its report has the cluster's figures too; alone (as for another server) the client's.
+TEST_F(OpenAiClusterTest, BenchOverOpenAisApiCountsWhatTheGrpcApiCounts) {
+  TempDir dir;
+  const std::string workload = " --requests 6 --concurrency 3 --prompt-tokens 16 --output-tokens 8 --quiet --json ";
+  const std::string url = " --openai http://" + cluster().http_address();
+  auto bench = [&](const std::string& name, const std::string& server) {
+    const std::string path = dir.path() + "/" + name + ".json";
+    auto [code, out] = RunCli("bench" + server + workload + path);
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("tokens/s"), std::string::npos) << out;
+    std::ifstream file(path);
+    return json::parse(file, nullptr, /*allow_exceptions=*/false);
+  };
+  const json grpc = bench("grpc", " --endpoint " + cluster().endpoint());
+  const json http = bench("http", " --endpoint " + cluster().endpoint() + url);
+  const json alone = bench("alone", url + " --vocab-size 1000");
+  for (const json* report : {&grpc, &http, &alone}) {
+    ASSERT_TRUE(report->is_object());
+    EXPECT_EQ((*report)["requests"], 6) << report->dump();
+    EXPECT_EQ((*report)["failed"], 0) << report->dump();
+    EXPECT_EQ((*report)["input_tokens"], 96) << "the server's count of 6 prompts of 16 ids";
+    EXPECT_EQ((*report)["output_tokens"], 48);
+    EXPECT_GT((*report)["ttft_ms"]["p50"].get<double>(), 0);
+  }
+  EXPECT_EQ(http["nodes"].size(), grpc["nodes"].size()) << "the cluster's figures come over gRPC";
+  EXPECT_EQ(grpc["nodes"].size(), 3u);
+  EXPECT_TRUE(alone["nodes"].empty());
+
+  auto [code, out] = RunCli("bench" + url + " --requests 1 --quiet");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("--vocab-size"), std::string::npos) << out;
+  std::tie(code, out) = RunCli("bench --openai https://example.com:443 --vocab-size 10");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("https is not supported"), std::string::npos) << out;
 }
 
 }  // namespace
