@@ -86,6 +86,7 @@ absl::Status HttpResponseStream::ReadHead() {
   const std::string head = buffer_.substr(0, end);
   buffer_.erase(0, end + 4);
   std::vector<std::string> lines = absl::StrSplit(head, "\r\n");
+  headers_.clear();  // an interim response's are not the final one's
   // "HTTP/1.1 200 OK"
   const std::vector<std::string> status_line = absl::StrSplit(lines[0], absl::MaxSplits(' ', 2));
   if (status_line.size() < 2 || !absl::StartsWith(status_line[0], "HTTP/1.") ||

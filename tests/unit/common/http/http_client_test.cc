@@ -123,6 +123,15 @@ TEST(HttpClientTest, ChunksSplitAcrossReadsAndABodyThatRunsUntilClose) {
   EXPECT_EQ(*(*stream)->ReadAll(), "until the end");
 }
 
+TEST(HttpClientTest, AnInterimResponseIsPassedOver) {
+  RawServer raw({"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"});
+  absl::StatusOr<std::unique_ptr<HttpResponseStream>> stream = Get(raw.address());
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ((*stream)->status(), 200);
+  EXPECT_EQ((*stream)->headers().count("x-interim"), 0u);
+  EXPECT_EQ(*(*stream)->ReadAll(), "ok");
+}
+
 TEST(HttpClientTest, BrokenResponsesSayWhatIsWrong) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
       {{"SSH-2.0-OpenSSH\r\n\r\n"}, "did not answer in HTTP/1.x"},
