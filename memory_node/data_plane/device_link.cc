@@ -41,8 +41,12 @@ absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateComputeLinkEnd(const std::
   return absl::InvalidArgumentError(absl::StrCat("'", transport, "' is not a device-side transport"));
 }
 
-absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMemoryLinkEnd(
-    const std::string& transport, const LinkShape& shape, int device, const std::string& offer) {
+namespace {
+
+absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMemoryEnd(const std::string& transport,
+                                                                                     const LinkShape& shape,
+                                                                                     int device,
+                                                                                     const std::string& offer) {
 #if LAMINA_HAVE_CUDA
   if (transport == "cuda_ipc") return CreateCudaIpcMemoryEnd(shape, device, offer);
 #else
@@ -59,6 +63,19 @@ absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMem
   if (transport == "rdma") return absl::FailedPreconditionError("rdma: this build has no libibverbs or no CUDA");
 #endif
   return absl::InvalidArgumentError(absl::StrCat("'", transport, "' is not a device-side transport"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMemoryLinkEnd(
+    const std::string& transport, const LinkShape& shape, int device, const std::string& offer) {
+  auto end = CreateMemoryEnd(transport, shape, device, offer);
+  // The wire reader's "message too short" says neither whose message nor which.
+  if (absl::IsDataLoss(end.status())) {
+    return absl::DataLossError(
+        absl::StrCat(transport, ": the compute end's offer cannot be read (", end.status().message(), ")"));
+  }
+  return end;
 }
 
 }  // namespace lamina

@@ -158,7 +158,9 @@ class MemoryLinkEnd {
   virtual absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
                                  int64_t out_stride, GpuStream stream) = 0;
   // The chunk's hop for an attention launch to make itself, in place of QueueReceive and
-  // QueueSend; nullopt when only the link can move the rows (nccl, rdma).
+  // QueueSend; nullopt when only the link can move the rows (nccl, rdma). A chunk whose hop has
+  // lines (cuda_ipc's chunks of up to line_rows rows) arrives only this way: QueueReceive waits
+  // for a flag, which lines do not raise.
   virtual std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) {
     return std::nullopt;
   }
@@ -172,7 +174,8 @@ class MemoryLinkEnd {
 // name.
 absl::StatusOr<std::unique_ptr<ComputeLinkEnd>> CreateComputeLinkEnd(const std::string& transport,
                                                                      const LinkShape& shape, int device);
-// The memory end joining `offer` on GPU `device`, and its answer for the compute end.
+// The memory end joining `offer` on GPU `device`, and its answer for the compute end. An offer
+// that cannot be read is DataLoss naming the transport.
 absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMemoryLinkEnd(
     const std::string& transport, const LinkShape& shape, int device, const std::string& offer);
 
