@@ -90,7 +90,9 @@ class DeviceDecode {
   virtual absl::Status BeginDeviceDecode(absl::Span<const DecodeEntry> entries,
                                          absl::Span<const int64_t> layers) = 0;
   // Queues layer `layer` (one of the step's) on `stream`: q/k/v of `qkv` [entries, qkv_stride] out, and attention
-  // outputs into `out` [entries, out_stride] (both device memory of the compute node's GPU).
+  // outputs into `out` [entries, out_stride] (both device memory of the compute node's GPU). A
+  // memory node whose exchange cannot be queued is left out of the rest of the step and reported
+  // by EndDeviceDecode, while the others get every layer: its failure does not end the step.
   virtual absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out,
                                          int64_t out_stride, CUstream_st* stream) = 0;
   // The step's outcome at every memory node; call it after every successful Begin, once the

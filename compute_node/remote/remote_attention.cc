@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -373,6 +374,7 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
     absl::Status status = node.link->SetRows(rows);
     node.chunks =
         ChunksFor(static_cast<int64_t>(rows.size()), std::min(max_chunks_, node.link->max_chunks()), chunk_rows_);
+    node.queue_error = absl::OkStatus();
     node.send.clear();
     WireWriter w(&node.send);
     w.Put<uint64_t>(device_step_);
@@ -420,15 +422,16 @@ absl::Status RemoteAttention::AwaitBegun(absl::Status first_error) {
 
 absl::Status RemoteAttention::QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out,
                                                 int64_t out_stride, CUstream_st* stream) {
+  // A node whose link refuses an exchange is left out from then on (Node::queue_error), and the
+  // others still get every exchange of the step; its failure is reported by EndDeviceDecode.
   for (Node* node : step_nodes_) {
-    for (int c = 0; c < node->chunks; ++c) {
-      LAMINA_RETURN_IF_ERROR(node->link->QueueSend(device_step_, layer, c, node->chunks, qkv, qkv_stride, stream));
+    for (int c = 0; c < node->chunks && node->queue_error.ok(); ++c) {
+      node->queue_error = node->link->QueueSend(device_step_, layer, c, node->chunks, qkv, qkv_stride, stream);
     }
   }
   for (Node* node : step_nodes_) {
-    for (int c = 0; c < node->chunks; ++c) {
-      LAMINA_RETURN_IF_ERROR(
-          node->link->QueueReceive(device_step_, layer, c, node->chunks, out, out_stride, stream));
+    for (int c = 0; c < node->chunks && node->queue_error.ok(); ++c) {
+      node->queue_error = node->link->QueueReceive(device_step_, layer, c, node->chunks, out, out_stride, stream);
     }
   }
   return absl::OkStatus();
@@ -529,6 +532,7 @@ absl::Status RemoteAttention::EndDeviceStep(bool abandoned) {
     // A wait that gave up on either side: the node is not serving the step, unless this node
     // stopped sending to it.
     absl::Status local = node->link ? node->link->TakeStepStatus() : absl::OkStatus();
+    if (local.ok()) local = std::exchange(node->queue_error, absl::OkStatus());
     const bool link_failed = status.ok() && !local.ok();
     if (link_failed) status = local;
     if (abandoned && absl::IsDeadlineExceeded(status)) {

@@ -109,6 +109,11 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
     bool link_tried = false;
     std::string link_error;  // why no transport of the list opened, when "tcp" is not on it
     int chunks = 1;                  // this step's chunks
+    // The first exchange of this step that the link refused (an nccl link refuses every one once
+    // aborted). The node gets no more of the step's exchanges and fails at its end, while the
+    // others get all of theirs: a peer matches exchanges by their order, so one left out would
+    // pair every later one with the wrong data.
+    absl::Status queue_error;
     std::deque<uint64_t> pending_stores;  // the tags of StoreKv requests not yet answered, oldest first
     // A device-side store: its pieces (rows of the prefill batch) and its first step.
     struct StorePiece {

@@ -1,7 +1,9 @@
 // A real cluster with its compute node and memory nodes on GPUs: the demo model's golden prompts,
 // 32 concurrent requests (over cuda_ipc in chunks), and a memory node killed mid-run, with the
-// decode data plane over tcp, cuda_ipc and nccl (the memory nodes on the second GPU when there is one, as the compute node's
-// peer; else on the same GPU, where nccl skips). bf16 arithmetic may part from the golden
+// decode data plane over tcp, cuda_ipc and nccl. The compute node is on GPU 0 and the memory nodes
+// on the others: GPUs 1 and 2 where there are three or more (the compute node keeps a link to
+// each of two peers), both on GPU 1 where there are two, and on GPU 0 where there is one (nccl
+// skips there). bf16 arithmetic may part from the golden
 // greedy text at near-ties (the fixtures' README), so this checks the opening tokens exactly and
 // the rest by agreement; the logits themselves are checked against the golden ones with teacher
 // forcing in tests/unit/compute_node/engine/cuda. Skips with the reason where no GPU is present.
@@ -27,24 +29,31 @@ namespace {
 
 class GpuClusterTest : public ::testing::TestWithParam<std::string> {};
 
-// The options of a cluster whose memory nodes use the test's transport, on the second GPU when
-// there is one; empty, with `skip` set, where the transport cannot run here.
+// The GPUs of memory-0 and memory-1 beside a compute node on GPU 0: GPUs 1 and 2 where there are
+// three or more, else the last GPU for both.
+std::vector<std::string> MemoryGpus() {
+  const int gpus = static_cast<int>(GpuNames().size());
+  auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
+  return {gpu(1), gpu(2)};
+}
+
+// The options of a cluster whose memory nodes use the test's transport, on GPUs other than the
+// compute node's where there are any (MemoryGpus); empty, with `skip` set, where the transport
+// cannot run here.
 ClusterOptions GpuOptions(const std::string& transport, std::string* skip) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) {
     *skip = "needs a GPU: " + reason;
     return {};
   }
-  const bool two = GpuNames().size() > 1;
-  if (transport == "nccl" && !two) {
+  if (transport == "nccl" && GpuNames().size() < 2) {
     *skip = "nccl joins two GPUs and this machine has one";
     return {};
   }
   ClusterOptions options;
   options.device = "cuda:0";
   options.transport = transport;
-  const std::string memory_device = two ? "cuda:1" : "cuda:0";
-  options.memory_devices = {memory_device, memory_device};
+  options.memory_devices = MemoryGpus();
   return options;
 }
 
@@ -59,7 +68,7 @@ TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
     options.chunk_rows = 4;
     options.line_rows = 4;
   }
-  const std::string memory_device = options.memory_devices[0];
+  const std::string memory_devices = options.memory_devices[0] + " and " + options.memory_devices[1];
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
@@ -91,7 +100,7 @@ TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
   }
   std::printf("GPU cluster over %s, memory nodes on %s: %d of %d tokens agree with the golden greedy text before any "
               "divergence\n",
-              GetParam().c_str(), memory_device.c_str(), agreeing, total);
+              GetParam().c_str(), memory_devices.c_str(), agreeing, total);
   EXPECT_GE(agreeing, total * 3 / 4);
   const std::string up = (*cluster)->UpOutput();
   EXPECT_EQ(up.find("error"), std::string::npos) << up;
@@ -132,6 +141,16 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
   const std::vector<Outcome> outcomes = requests.Join();
 
+  // The survivor's sequences went on from where they were: past the kill too, they agree with the
+  // golden greedy text as the golden test asks (the opening exactly, 3/4 before any divergence).
+  const std::string logs = "\ncompute-0's log:\n" + (*cluster)->NodeLog("compute-0") + "\nmemory-0's log:\n" +
+                           (*cluster)->NodeLog("memory-0");
+  auto expect_golden = [&](const std::vector<int32_t>& got, const std::string& what) {
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(got[t], expected[t]) << what << " token " << t;
+    size_t same = 0;
+    while (same < expected.size() && same < got.size() && got[same] == expected[same]) ++same;
+    EXPECT_GE(same, expected.size() * 3 / 4) << what << " parts from the golden text at token " << same << logs;
+  };
   int failed = 0, succeeded = 0;
   absl::Duration slowest_failure;
   for (int i = 0; i < 8; ++i) {
@@ -139,11 +158,11 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
     if (o.status.ok()) {
       ++succeeded;
       ASSERT_EQ(o.ids.size(), static_cast<size_t>(kTokens)) << "request " << i;
-      for (int t = 0; t < 4; ++t) EXPECT_EQ(o.ids[t], expected[t]) << "request " << i << " token " << t;
+      expect_golden(o.ids, "request " + std::to_string(i));
     } else {
       ++failed;
       EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
-      EXPECT_NE(o.status.message().find("memory-1"), absl::string_view::npos) << o.status;
+      EXPECT_NE(o.status.message().find("memory-1"), absl::string_view::npos) << o.status << logs;
       // The node's connection closes at once: over a device link the compute node aborts the
       // step's waits then (PeerWatch) rather than when they time out (the links' 10 s).
       EXPECT_LT(o.ended - killed, absl::Seconds(5)) << "request " << i << ": " << o.status << "\ncompute-0's log:\n"
@@ -156,10 +175,10 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
   EXPECT_GT(failed, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0");
   EXPECT_GT(succeeded, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0");
 
-  const Outcome after = Generate((*cluster)->client(), IdsRequest(ids, 16));
+  const Outcome after = Generate((*cluster)->client(), IdsRequest(ids, static_cast<int>(expected.size())));
   ASSERT_TRUE(after.status.ok()) << after.status << "\ncompute-0's log:\n" << (*cluster)->NodeLog("compute-0");
-  ASSERT_EQ(after.ids.size(), 16u);
-  for (int t = 0; t < 4; ++t) EXPECT_EQ(after.ids[t], expected[t]) << "token " << t;
+  ASSERT_EQ(after.ids.size(), expected.size());
+  expect_golden(after.ids, "the request after the kill");
 }
 
 // The compute node killed mid-run over cuda_ipc: its requests fail naming it, and the memory nodes
@@ -219,7 +238,7 @@ void ExpectGoldenOpening(ClusterHarness& cluster, int index) {
 // A long prompt prefilled in chunks (a 32-token budget an iteration) opens with the tokens it gives
 // prefilled whole, alone and beside a request decoding in the same steps: its later chunks run on
 // the GPUs' decode path, several rows of one sequence attending on the memory node. The memory
-// nodes are on the second GPU when there is one (auto: cuda_ipc), else on the compute node's (tcp).
+// nodes are on other GPUs where there are any (auto: cuda_ipc), else on the compute node's (tcp).
 TEST(GpuClusterChunkTest, APromptPrefilledInChunksOpensAsAWholeOneDoes) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
@@ -233,12 +252,11 @@ TEST(GpuClusterChunkTest, APromptPrefilledInChunksOpensAsAWholeOneDoes) {
   }
   const std::vector<int32_t> short_prompt = golden["prompts"][1]["ids"].get<std::vector<int32_t>>();
   constexpr int kBudget = 32;
-  const std::string memory_device = GpuNames().size() > 1 ? "cuda:1" : "cuda:0";
   std::vector<Outcome> alone[2], together[2];  // [chunked]
   for (const bool chunked : {false, true}) {
     ClusterOptions options;
     options.device = "cuda:0";
-    options.memory_devices = {memory_device, memory_device};
+    options.memory_devices = MemoryGpus();
     options.transport = "auto";
     options.max_tokens_per_iteration = kBudget;
     options.chunked_prefill = chunked;
