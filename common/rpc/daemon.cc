@@ -29,7 +29,10 @@ void ServeUntilSignal(grpc::Server* server, absl::Duration grace) {
   server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
 }
 
-void LoadCudaKernelsEagerly() { ::setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0); }
+void ConfigureCudaForWaitsOnOtherProcesses() {
+  ::setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+}
 
 int DaemonMain(const char* program, int argc, char** argv,
                const std::function<absl::Status(const std::vector<std::string>&)>& run) {

@@ -31,11 +31,17 @@ int DaemonMain(const char* program, int argc, char** argv,
                const std::function<absl::Status(const std::vector<std::string>&)>& run);
 
 // For daemons whose GPU work waits on other processes (the device data planes, hand-overs
-// between compute nodes): CUDA loads every kernel when the process starts rather than at its
-// first launch, since a lazy load waits for the GPU to go idle, which may not happen while a
-// wait queued ahead spins on another node that is itself waiting. Call first in main; a
-// CUDA_MODULE_LOADING already set is kept.
-void LoadCudaKernelsEagerly();
+// between compute nodes), two CUDA settings, each kept where the environment sets it already:
+//  - CUDA loads every kernel when the process starts rather than at its first launch
+//    (CUDA_MODULE_LOADING=EAGER), since a lazy load waits for the GPU to go idle, which may not
+//    happen while a wait queued ahead spins on another node that is itself waiting.
+//  - Streams get 32 hardware queues, CUDA's most, rather than 8 (CUDA_DEVICE_MAX_CONNECTIONS).
+//    Streams beyond the queues share them, and a kernel spinning at the head of one (a wait for a
+//    peer, an NCCL exchange) then holds back the other streams' kernels behind it, which may be
+//    the ones its peer waits for. On 4 x H200, rotation over two compute nodes with nccl links to
+//    two memory nodes (a dozen streams a GPU) stalled every step at 8 queues, not at 32.
+// Call first in main, before any CUDA call.
+void ConfigureCudaForWaitsOnOtherProcesses();
 
 }  // namespace lamina
 

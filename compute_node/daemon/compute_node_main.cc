@@ -139,6 +139,6 @@ absl::Status Run(const std::vector<std::string>& args) {
 }  // namespace lamina
 
 int main(int argc, char** argv) {
-  lamina::LoadCudaKernelsEagerly();
+  lamina::ConfigureCudaForWaitsOnOtherProcesses();
   return lamina::DaemonMain("lamina-compute-node", argc, argv, lamina::Run);
 }

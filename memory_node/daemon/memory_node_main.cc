@@ -130,6 +130,6 @@ absl::Status Run(const std::vector<std::string>& args) {
 }  // namespace lamina
 
 int main(int argc, char** argv) {
-  lamina::LoadCudaKernelsEagerly();
+  lamina::ConfigureCudaForWaitsOnOtherProcesses();
   return lamina::DaemonMain("lamina-memory-node", argc, argv, lamina::Run);
 }

@@ -335,6 +335,15 @@ TEST(GpuClusterAutoTest, AutoOnTheComputeNodesOwnGpuDecodesOverTcp) {
   EXPECT_EQ((*cluster)->UpOutput().find("warning"), std::string::npos) << (*cluster)->UpOutput();
 }
 
+// The GPUs of memory-0 and memory-1 beside compute nodes on GPUs 0 and 1: a GPU each (2 and 3)
+// where there are four or more, as a deployment gives them, else the last GPU for both.
+std::vector<std::string> PipeliningMemoryGpus() {
+  const int gpus = static_cast<int>(GpuNames().size());
+  auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
+  if (gpus >= 4) return {gpu(2), gpu(3)};
+  return {gpu(gpus - 1), gpu(gpus - 1)};
+}
+
 // Staggered pipelining on GPUs changes when and where batches run, not what they compute. With one
 // sequence per batch, every mode multiplies the same shapes, so the tokens must be identical under
 // `none`, `fixed` (a batch on each of two compute nodes), `rotational` on one compute node, and
@@ -351,8 +360,8 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
   for (int i = 0; i < 12; ++i) {
     requests.push_back(IdsRequest(golden["prompts"][i % 4]["ids"].get<std::vector<int32_t>>(), 12 + (i * 7) % 20));
   }
-  // Compute nodes on GPUs 0 and 1 and the memory nodes on the last GPU where there are three or
-  // more; else as many as there are.
+  // Compute nodes on GPUs 0 and 1 and the memory nodes on the others where there are three or
+  // more (PipeliningMemoryGpus); else as many as there are.
   auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
   for (const int max_batch : {1, 8}) {
     std::map<std::string, std::vector<std::vector<int32_t>>> outputs;
@@ -371,7 +380,7 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
       options.compute_nodes = compute_nodes;
       options.max_batch = max_batch;
       options.compute_devices = {gpu(0), gpu(gpus > 2 ? 1 : 0)};
-      options.memory_devices = {gpu(gpus - 1), gpu(gpus - 1)};
+      options.memory_devices = PipeliningMemoryGpus();
       options.transport = transport;
       auto cluster = ClusterHarness::Start(options);
       ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -417,8 +426,9 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
   }
 }
 
-// `rotational` over two compute nodes, on GPUs 0 and 1 with the memory nodes on the last GPU where
-// there are three or more, else the compute nodes on GPU 0 and the memory nodes on the last.
+// `rotational` over two compute nodes, on GPUs 0 and 1 with the memory nodes on the others where
+// there are three or more (PipeliningMemoryGpus), else the compute nodes on GPU 0 and the memory
+// nodes on the last.
 ClusterOptions RotationOverTwoComputeNodes() {
   const int gpus = static_cast<int>(GpuNames().size());
   auto gpu = [&](int i) { return "cuda:" + std::to_string(std::min(i, gpus - 1)); };
@@ -426,7 +436,7 @@ ClusterOptions RotationOverTwoComputeNodes() {
   options.pipelining = "rotational";
   options.compute_nodes = 2;
   options.compute_devices = {gpu(0), gpu(gpus > 2 ? 1 : 0)};
-  options.memory_devices = {gpu(gpus - 1), gpu(gpus - 1)};
+  options.memory_devices = PipeliningMemoryGpus();
   options.transport = "auto";
   return options;
 }
