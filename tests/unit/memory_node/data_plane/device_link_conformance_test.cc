@@ -36,13 +36,8 @@ namespace {
 using testing::DownloadFrom;
 using testing::UploadTo;
 
-int GpuCount() {
-  int gpus = 0;
-  return cudaGetDeviceCount(&gpus) == cudaSuccess ? gpus : 0;
-}
-
 // The memory end's GPU: another than the compute end's where there is one.
-int PeerGpu() { return GpuCount() > 1 ? 1 : 0; }
+int PeerGpu() { return GpuNames().size() > 1 ? 1 : 0; }
 
 // Rows of q 8, k 4 and v 4 floats; cuda_ipc sends chunks of up to 2 rows as lines.
 LinkShape Shape(int64_t layers, int64_t max_rows, int max_chunks, absl::Duration timeout, const std::string& transport) {
@@ -56,7 +51,7 @@ class DeviceLinkConformanceTest : public ::testing::TestWithParam<std::string> {
   void Open(const LinkShape& shape) {
     const std::string reason = NoGpuReason();
     if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
-    if (GetParam() == "nccl" && GpuCount() < 2) GTEST_SKIP() << "nccl joins two GPUs and this machine has one";
+    if (GetParam() == "nccl" && GpuNames().size() < 2) GTEST_SKIP() << "nccl joins two GPUs and this machine has one";
     shape_ = shape;
     auto compute = CreateComputeLinkEnd(GetParam(), shape, 0);
     if (absl::IsFailedPrecondition(compute.status())) GTEST_SKIP() << compute.status().message();
