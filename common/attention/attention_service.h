@@ -98,11 +98,13 @@ class DeviceDecode {
   // The step's outcome at every memory node; call it after every successful Begin, once the
   // stream's work is done (or abandoned).
   virtual absl::Status EndDeviceDecode() = 0;
-  // EndDeviceDecode for a step that this node abandoned partway because its own inputs never came
-  // (under rotation, a hand-over from another compute node gave up): it sent the memory nodes
-  // nothing after that, so their waits that gave up are its doing and they are not reported
-  // failed. Other errors (a connection lost) still are.
-  virtual absl::Status AbandonDeviceDecode() = 0;
+  // Instead of EndDeviceDecode or EndDeviceStore, once the stream's work is done, for a step this
+  // node stopped feeding partway: its own inputs never came (under rotation, a hand-over from
+  // another compute node gave up), or it failed before queueing every layer. The memory nodes
+  // still wait for what it never sent; those waits end now rather than at the link's timeout (the
+  // nodes' connections close, and their links open afresh on next use). They are not at fault and
+  // are not reported failed.
+  virtual void AbandonDeviceStep() = 0;
 
   // A prefill's k/v the same way, GPU to GPU. `prompts` lists each prompt's rows in the prefill
   // batch, in order. CanStoreOnDevice: whether every memory node involved has a link that carries

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/threading/quiescent_release.h"
 #include "compute_node/sampling/sampling_proto.h"
 
 namespace lamina {
@@ -105,6 +106,8 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   RemoteAttention* attention = lane.parts.attention;
   ScopedBusy timed(&busy_);
   ScopedActive active(&computing_);
+  // Its device work may spin on other nodes: no link's memory is freed meanwhile.
+  ScopedDeviceStep device_step;
   lamina::v1::StepResult result;
   result.set_step_id(plan.step_id());
   auto fail = [&](const absl::Status& status) {

@@ -130,6 +130,12 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
       return absl::OkStatus();
     });
   }, last);
+  if (on_device && !ran.ok()) {
+    // Perhaps before every layer's k/v was sent: the memory nodes may wait for the rest.
+    b.Synchronize().IgnoreError();
+    device->AbandonDeviceStep();
+    return ran;
+  }
   // After `last`, which waits for the stream. The memory nodes' outcome comes first: after a
   // timed-out wait the cache holds noise.
   absl::Status stored = on_device ? device->EndDeviceStore() : attention_->FlushStores();
@@ -302,15 +308,15 @@ absl::Status ComputeEngine::DecodeRotatingOnDevice(SliceBackend& b, DeviceDecode
     return Exchange(b, [&] { return device->QueueDeviceDecode(layer, d.qkv, qkv_stride, d.attn_out, c.q_size(), d.stream); });
   }, last);
   if (layers.empty()) return status;
-  // RunSlices saw the queued work done. The memory nodes' outcome comes first: after a timed-out
-  // wait the outputs are noise. But after a hand-over that gave up, this node sent them nothing
-  // more: that is the cause, and they are not at fault.
-  if (handover_gave_up_) {
-    device->AbandonDeviceDecode().IgnoreError();
+  // RunSlices saw the queued work done. After a hand-over that gave up, or a failure before every
+  // layer was queued, the memory nodes did not get all they wait for: that is the cause, and they
+  // are not at fault. Otherwise their outcome comes first: after a timed-out wait the outputs are
+  // noise.
+  if (handover_gave_up_ || !status.ok()) {
+    device->AbandonDeviceStep();
     return status;
   }
-  absl::Status end = device->EndDeviceDecode();
-  return end.ok() ? status : end;
+  return device->EndDeviceDecode();
 }
 
 absl::Status ComputeEngine::DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last) {
@@ -326,7 +332,13 @@ absl::Status ComputeEngine::DecodeOnDevice(SliceBackend& b, DeviceDecode* device
     });
     if (status.ok() && layer + 1 < c.num_layers) status = b.RunMiddle(layer + 1);
   }
-  if (status.ok()) status = last(b);  // waits for the stream
+  if (!status.ok()) {
+    // Some layers were never queued, and the memory nodes wait for them.
+    b.Synchronize().IgnoreError();
+    device->AbandonDeviceStep();
+    return status;
+  }
+  status = last(b);  // waits for the stream
   // The step's outcome at the memory nodes comes first: after a timed-out wait the logits are noise.
   absl::Status end = device->EndDeviceDecode();
   return end.ok() ? status : end;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/threading/quiescent_release.h"
 #include "common/transport/wire.h"
 #include "memory_node/data_plane/attention_protocol.h"
 
@@ -61,7 +62,9 @@ void RemoteAttention::Drop(Node* node) {
   watch_.Disarm();
   if (node->connection) node->connection->Close();
   node->connection.reset();  // reconnect on next use
-  node->link.reset();        // the memory end was the connection's
+  // The memory end was the connection's. Freeing the link's memory now would wait for the
+  // device steps of this node's other lanes (quiescent_release.h).
+  QuiescentRelease::Process().Retire(std::move(node->link));
   node->link_tried = false;
   node->pending_stores.clear();  // their replies will never come
 }
@@ -302,21 +305,28 @@ absl::Status RemoteAttention::OpenLink(Node* node, const std::string& transport)
                   max_chunks_, timeout_};
   shape.line_rows = std::min(line_rows_, max_rows_);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeLinkEnd> end, CreateComputeLinkEnd(transport, shape, device_));
-  ++next_tag_;
-  node->send.clear();
-  WireWriter w(&node->send);
-  w.PutString(transport);
-  w.Put<int64_t>(max_rows_);
-  w.Put<int32_t>(max_chunks_);
-  w.PutString(end->Offer());
-  LAMINA_RETURN_IF_ERROR(SendTo(node, ap::kOpenLink, {}));
-  const uint8_t* data = nullptr;
-  size_t size;
-  LAMINA_RETURN_IF_ERROR(AwaitReply(node, &data, &size));
-  WireReader r(data, size);
-  std::string answer;
-  LAMINA_RETURN_IF_ERROR(r.GetString(&answer));
-  LAMINA_RETURN_IF_ERROR(end->Accept(answer));
+  auto handshake = [&]() -> absl::Status {
+    ++next_tag_;
+    node->send.clear();
+    WireWriter w(&node->send);
+    w.PutString(transport);
+    w.Put<int64_t>(max_rows_);
+    w.Put<int32_t>(max_chunks_);
+    w.PutString(end->Offer());
+    LAMINA_RETURN_IF_ERROR(SendTo(node, ap::kOpenLink, {}));
+    const uint8_t* data = nullptr;
+    size_t size;
+    LAMINA_RETURN_IF_ERROR(AwaitReply(node, &data, &size));
+    WireReader r(data, size);
+    std::string answer;
+    LAMINA_RETURN_IF_ERROR(r.GetString(&answer));
+    return end->Accept(answer);
+  };
+  absl::Status opened = handshake();
+  if (!opened.ok()) {
+    QuiescentRelease::Process().Retire(std::move(end));
+    return opened;
+  }
   node->link = std::move(end);
   return absl::OkStatus();
 }
@@ -512,7 +522,7 @@ absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, 
   return absl::OkStatus();
 }
 
-absl::Status RemoteAttention::EndDeviceStep(bool abandoned) {
+absl::Status RemoteAttention::EndDeviceDecode() {
   ScopedPause waiting(computing_);
   watch_.Disarm();  // the step's work is done: a node's close is now the replies' to tell
   ++next_tag_;
@@ -529,21 +539,27 @@ absl::Status RemoteAttention::EndDeviceStep(bool abandoned) {
       size_t size;
       status = AwaitReply(node, &data, &size);
     }
-    // A wait that gave up on either side: the node is not serving the step, unless this node
-    // stopped sending to it.
+    // A wait that gave up on either side: the node is not serving the step.
     absl::Status local = node->link ? node->link->TakeStepStatus() : absl::OkStatus();
     if (local.ok()) local = std::exchange(node->queue_error, absl::OkStatus());
     const bool link_failed = status.ok() && !local.ok();
     if (link_failed) status = local;
-    if (abandoned && absl::IsDeadlineExceeded(status)) {
-      Drop(node);
-      continue;
-    }
     if (link_failed || absl::IsDeadlineExceeded(status)) status = Failed(node, status);
     if (!status.ok() && first_error.ok()) first_error = status;
   }
   step_nodes_.clear();
   return first_error;
+}
+
+void RemoteAttention::AbandonDeviceStep() {
+  // A memory node aborts a step's waits when the connection it came on closes
+  // (AttentionServer::Serve): asking it to end the step instead would wait out its timeout.
+  for (Node* node : step_nodes_) {
+    node->queue_error = absl::OkStatus();
+    Drop(node);
+  }
+  step_nodes_.clear();
+  ++next_tag_;
 }
 
 }  // namespace lamina

@@ -85,8 +85,8 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::Status BeginDeviceDecode(absl::Span<const DecodeEntry> entries, absl::Span<const int64_t> layers) override;
   absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
                                  CUstream_st* stream) override;
-  absl::Status EndDeviceDecode() override { return EndDeviceStep(/*abandoned=*/false); }
-  absl::Status AbandonDeviceDecode() override { return EndDeviceStep(/*abandoned=*/true); }
+  absl::Status EndDeviceDecode() override;
+  void AbandonDeviceStep() override;
   // Only the rows' k and v travel, in pieces of at most attention_protocol::StorePieceRows rows.
   bool CanStoreOnDevice(absl::Span<const PromptRows> prompts) override;
   absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts) override;
@@ -149,9 +149,6 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::Status AwaitBegun(absl::Status first_error);
   // Reports the node failed (TakeFailedNodes), drops it, and returns Unavailable naming it.
   absl::Status Failed(Node* node, const absl::Status& why);
-  // EndDeviceDecode and AbandonDeviceDecode. A node whose wait gave up is dropped either way (its
-  // link opens afresh), and reported failed only when the step was not abandoned.
-  absl::Status EndDeviceStep(bool abandoned);
   // Closes the node's connection and link, to be opened afresh on next use (disarming the watch,
   // which must not look at a link gone).
   void Drop(Node* node);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/threading/quiescent_release.h"
 
 namespace lamina {
 namespace {
@@ -31,14 +32,14 @@ void SliceRelay::BeginStep(uint64_t step_id) {
     MessageHeader header;
     if (absl::IsUnavailable(outbound_->Receive(&header, &payload_, absl::Now()))) {
       outbound_.reset();
-      outlet_.reset();
+      QuiescentRelease::Process().Retire(std::move(outlet_));
     }
   }
   if (outbound_ == nullptr) Connect().IgnoreError();  // the first hand-over reports it
 }
 
 absl::Status SliceRelay::Connect() {
-  outlet_.reset();
+  QuiescentRelease::Process().Retire(std::move(outlet_));
   absl::StatusOr<std::unique_ptr<Connection>> connection =
       transport_->Connect(peers_.next_address, absl::Now() + timeout_);
   if (!connection.ok()) return connection.status();
@@ -71,7 +72,7 @@ absl::Status SliceRelay::Connect() {
   ack.tag = static_cast<uint64_t>(route_.batch);
   absl::Status sent = (*connection)->Send(ack, {});
   if (!sent.ok()) {
-    outlet_.reset();
+    QuiescentRelease::Process().Retire(std::move(outlet_));
     return sent;
   }
   outbound_ = *std::move(connection);

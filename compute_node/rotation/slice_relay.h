@@ -7,7 +7,8 @@
 // connected (residual_inbox.h), a pass of at most the shape's rows hands over GPU to GPU
 // instead, hand-over values derived from the same tag and the slice. A receive waits at most `timeout`; then, or when
 // the connection breaks, the step fails with Unavailable naming the replica it waited for, and the
-// coordinator ends the batch (no call waits forever).
+// coordinator ends the batch (no call waits forever). An outlet given up (the next replica went
+// away) is retired to the process's QuiescentRelease, as closing its IPC mapping waits for the GPU.
 // Thread-compatible: one step at a time (the coordinator keeps one step in flight per batch).
 #ifndef LAMINA_COMPUTE_NODE_ROTATION_SLICE_RELAY_H_
 #define LAMINA_COMPUTE_NODE_ROTATION_SLICE_RELAY_H_

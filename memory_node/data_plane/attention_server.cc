@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/threading/quiescent_release.h"
 #include "common/transport/wire.h"
 #include "memory_node/data_plane/attention_protocol.h"
 
@@ -55,12 +56,14 @@ void AttentionServer::Serve(Connection* connection) {
     if (!connection->Receive(&header, &s.request, absl::InfiniteFuture()).ok()) {
       // The compute node is gone (or the server stops): a step it left queued here would hold its
       // waits, and the SMs of a linked attention's, until the link's timeout.
-      if (s.link && s.step_open) {
+      if (s.step_open) {
         const absl::Status aborted = s.link->Abort();
         std::fprintf(stderr, "compute node at %s closed its connection mid-step: the step's waits end %s%s\n",
                      connection->peer().c_str(), aborted.ok() ? "now" : "at their timeout, as the abort failed: ",
                      aborted.ok() ? "" : aborted.ToString().c_str());
+        EndStep(&s).IgnoreError();
       }
+      RetireLink(&s);
       return;
     }
     s.out.clear();
@@ -77,10 +80,18 @@ void AttentionServer::Serve(Connection* connection) {
     w.PutString(std::string(status.message()));
     if (header.type == ap::kOpenLink && status.ok()) w.PutString(s.answer);
     ByteSpan parts[] = {s.reply, ByteSpan(reinterpret_cast<const uint8_t*>(s.out.data()), s.out.size() * sizeof(float))};
-    if (!connection->Send({ap::kReply, 0, header.tag}, parts).ok()) return;
+    if (!connection->Send({ap::kReply, 0, header.tag}, parts).ok()) {
+      if (s.step_open) {
+        s.link->Abort().IgnoreError();
+        EndStep(&s).IgnoreError();
+      }
+      RetireLink(&s);
+      return;
+    }
     if (s.begun.pending) {
       // After the reply: the compute node starts sending while the layers are queued.
       s.begun.pending = false;
+      if (!s.step_open) QuiescentRelease::Process().BeginStep();  // one for a step begun over an open one
       s.step_open = true;
       s.queued = s.begun.pieces.empty()
                      ? AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
@@ -225,8 +236,11 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
         return absl::InvalidArgumentError(absl::StrCat("a link of ", max_rows, " rows in ", max_chunks, " chunks"));
       }
       LinkShape link{shape_.num_layers, shape_.q_size + 2 * shape_.kv_size, shape_.q_size, max_rows, max_chunks};
-      scratch->link.reset();
-      scratch->lane.reset();
+      if (scratch->step_open) {
+        scratch->link->Abort().IgnoreError();
+        EndStep(scratch).IgnoreError();
+      }
+      RetireLink(scratch);
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_ASSIGN_OR_RETURN(scratch->lane, executor_->NewDeviceLane());
       LAMINA_ASSIGN_OR_RETURN(auto end_and_answer, CreateMemoryLinkEnd(transport, link, executor_->device(), offer));
@@ -282,9 +296,8 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
     }
     default: {  // kEndDecode
       if (!scratch->link) return absl::FailedPreconditionError("no device link is open on this connection");
-      scratch->step_open = false;
       // The lane is this connection's own: no lock while its step runs.
-      absl::Status finished = AttentionExecutor::FinishDeviceDecode(scratch->lane.get(), scratch->link.get());
+      absl::Status finished = EndStep(scratch);
       absl::StatusOr<absl::Duration> device_busy = scratch->lane->TakeBusy();
       if (device_busy.ok()) busy_.Add(*device_busy);
       if (finished.ok()) finished = device_busy.status();
@@ -292,6 +305,20 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       return queued.ok() ? finished : queued;
     }
   }
+}
+
+absl::Status AttentionServer::EndStep(Scratch* scratch) {
+  absl::Status finished = AttentionExecutor::FinishDeviceDecode(scratch->lane.get(), scratch->link.get());
+  if (scratch->step_open) {
+    scratch->step_open = false;
+    QuiescentRelease::Process().EndStep();
+  }
+  return finished;
+}
+
+void AttentionServer::RetireLink(Scratch* scratch) {
+  QuiescentRelease::Process().Retire(std::move(scratch->link));
+  QuiescentRelease::Process().Retire(std::move(scratch->lane));
 }
 
 }  // namespace lamina

@@ -8,6 +8,8 @@
 // (device_link.h) on its connection: its decode steps then go GPU to GPU, and the connection
 // carries only each step's plan and outcome. When the connection closes mid-step, the link is
 // aborted (MemoryLinkEnd::Abort), so that the step's waits end then rather than at their timeout.
+// Device steps are bracketed for the process's QuiescentRelease, and a closed connection's link
+// and lane are retired there: freeing their memory while other steps' waits spin would stall them.
 #ifndef LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 #define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 
@@ -81,6 +83,12 @@ class AttentionServer {
   };
   // Handles one request (in scratch->request) and returns the call's status.
   absl::Status Handle(uint32_t type, Scratch* scratch);
+  // Waits for the connection's device step (aborted or not) to end, then ends it for the
+  // process's QuiescentRelease; its outcome.
+  absl::Status EndStep(Scratch* scratch);
+  // Hands the connection's link and lane to the process's QuiescentRelease: their device memory
+  // is freed once no device step runs.
+  void RetireLink(Scratch* scratch);
   absl::Status HandleLink(uint32_t type, WireReader* r, Scratch* scratch);
 
   std::unique_ptr<Listener> listener_;
