@@ -1,6 +1,8 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -200,7 +202,8 @@ void Scheduler::EndQueued(RequestHandle& handle, const absl::Status& error) {
   handle.Push(std::move(event));
 }
 
-void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last) {
+void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last,
+                       bool slots_freed) {
   RequestState& request = *seq.request;
   // Samples that were never forked (sample 0 ended before its prefill) end with it.
   request.running_samples -= 1 + static_cast<int32_t>(seq.forks.size());
@@ -225,10 +228,7 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
     to_client->error = error;
   }
   batch_->release.push_back(seq.seq_id);
-  if (membership_->IsAlive(request.memory_node)) {
-    auto report = memory_.Free(request.memory_node, {seq.seq_id});
-    if (report.ok()) membership_->SetKvUse(request.memory_node, report->kv_free_slots(), report->num_sequences());
-  }
+  if (!slots_freed) FreeSlots(request.memory_node, {seq.seq_id});
   request.generated += seq.generated;
   if (last_sample) {
     {
@@ -241,8 +241,24 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
   if (to_client) request.handle->Push(std::move(*to_client));
 }
 
+void Scheduler::FreeSlots(const std::string& node, const std::vector<int64_t>& seq_ids) {
+  if (seq_ids.empty() || !membership_->IsAlive(node)) return;
+  absl::StatusOr<lamina::v1::FreeSequencesResponse> report = memory_.Free(node, seq_ids);
+  if (report.ok()) {
+    membership_->SetKvUse(node, report->kv_free_slots(), report->num_sequences());
+    return;
+  }
+  std::fprintf(stderr, "coordinator: memory node '%s' did not free %zu sequence%s (%s)\n", node.c_str(),
+               seq_ids.size(), seq_ids.size() == 1 ? "" : "s", std::string(report.status().message()).c_str());
+}
+
 void Scheduler::FailAll(const absl::Status& error) {
-  for (Sequence& seq : batch_->running) Finish(seq, FinishReason::kNone, error);
+  // One call per memory node before the requests end: a node slow to answer then delays the
+  // batch's failure once, not once per sequence.
+  std::map<std::string, std::vector<int64_t>> by_node;
+  for (const Sequence& seq : batch_->running) by_node[seq.request->memory_node].push_back(seq.seq_id);
+  for (const auto& [node, ids] : by_node) FreeSlots(node, ids);
+  for (Sequence& seq : batch_->running) Finish(seq, FinishReason::kNone, error, {}, /*slots_freed=*/true);
   batch_->running.clear();
 }
 

@@ -201,9 +201,14 @@ class Scheduler {
   bool OtherBatchesUse(const std::string& node) const;
   // Resumes preempted requests (before any new one); false while the oldest cannot fit yet.
   bool ResumePreempted();
-  // Ends a sequence: the final event, its slots freed on its memory node, its sampler released.
-  void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {});
-  // Ends the current batch's running requests.
+  // Ends a sequence: the final event, its slots freed on its memory node (unless the caller
+  // freed them: `slots_freed`), its sampler released.
+  void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {},
+              bool slots_freed = false);
+  // Frees sequences' slots on a live memory node and records its use; a node that does not answer
+  // within a second is logged and left to its own accounting.
+  void FreeSlots(const std::string& node, const std::vector<int64_t>& seq_ids);
+  // Ends the current batch's running requests, freeing their slots with one call per memory node.
   void FailAll(const absl::Status& error);
   void FailPreempted(const absl::Status& error);
   // Ends every request of every batch, running and preempted, and the queued ones.
