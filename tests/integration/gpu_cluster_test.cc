@@ -483,8 +483,9 @@ TEST(GpuPipeliningTest, RotationOverTwoComputeNodesServesPromptsOfManyLengths) {
 
 // Rotation over two compute nodes on GPUs, each batch handed over GPU to GPU: killing one ends
 // every batch promptly, naming it (as on the CPU), and the survivor stays up. Its waits queued on
-// the dead node's hand-overs give up after the step timeout, and its writes into the dead node's
-// inbox must not have faulted its GPU.
+// the dead node's hand-overs end when the dead node's connection closes, and so do its memory
+// nodes' waits for the layers it then never sends (both would otherwise give up only at their
+// timeouts, 30 s and 5 s); its writes into the dead node's inbox must not have faulted its GPU.
 TEST(GpuPipeliningTest, KillingARotatingComputeNodeEndsItsBatchesAndTheOtherStaysUp) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
@@ -506,18 +507,27 @@ TEST(GpuPipeliningTest, KillingARotatingComputeNodeEndsItsBatchesAndTheOtherStay
   ASSERT_EQ(::kill(static_cast<pid_t>(*dead), SIGKILL), 0);
   const std::vector<Outcome> outcomes = requests.Join();
   absl::Duration slowest;
+  bool as_expected = true;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const Outcome& o = outcomes[i];
     ASSERT_FALSE(o.status.ok()) << "request " << i << " outlived the compute node it ran through";
     EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
-    EXPECT_NE(o.status.message().find("compute-1"), absl::string_view::npos) << o.status;
+    EXPECT_NE(o.status.message().find("compute-1"), absl::string_view::npos)
+        << "request " << i << ", ended " << absl::FormatDuration(o.ended - killed) << " after the kill: " << o.status;
+    as_expected &= o.status.message().find("compute-1") != absl::string_view::npos;
     // compute-1's hand-over connections close at once, and compute-0 aborts its waits for them
-    // then (PeerWatch) rather than when they time out.
-    EXPECT_LT(o.ended - killed, absl::Seconds(5)) << "request " << i;
+    // then (PeerWatch) rather than when they time out; at worst the coordinator's heartbeat
+    // timeout (1.5 s here) declares compute-1 dead.
+    EXPECT_LT(o.ended - killed, absl::Seconds(3)) << "request " << i << ": " << o.status;
     slowest = std::max(slowest, o.ended - killed);
   }
   std::printf("compute-1 killed: its %zu requests failed, the last %.0f ms after the kill\n", outcomes.size(),
               absl::ToDoubleMilliseconds(slowest));
+  if (slowest >= absl::Seconds(3) || !as_expected) {
+    for (const char* node : {"coordinator", "compute-0", "memory-0", "memory-1"}) {
+      std::printf("%s's log:\n%s\n", node, (*cluster)->NodeLog(node).c_str());
+    }
+  }
   absl::SleepFor(absl::Seconds(2));
   EXPECT_EQ(::kill(static_cast<pid_t>(*survivor), 0), 0) << "compute-0 died with compute-1";
   const std::string log = (*cluster)->NodeLog("compute-0");
