@@ -57,11 +57,10 @@ void AttentionServer::Serve(Connection* connection) {
       // The compute node is gone (or the server stops): a step it left queued here would hold its
       // waits, and the SMs of a linked attention's, until the link's timeout.
       if (s.step_open) {
-        const absl::Status aborted = s.link->Abort();
-        std::fprintf(stderr, "compute node at %s closed its connection mid-step: the step's waits end %s%s\n",
-                     connection->peer().c_str(), aborted.ok() ? "now" : "at their timeout, as the abort failed: ",
+        const absl::Status aborted = AbortStep(&s);
+        std::fprintf(stderr, "compute node at %s closed its connection mid-step: the step's waits ended %s%s\n",
+                     connection->peer().c_str(), aborted.ok() ? "at once" : "at their timeout, as the abort failed: ",
                      aborted.ok() ? "" : aborted.ToString().c_str());
-        EndStep(&s).IgnoreError();
       }
       RetireLink(&s);
       return;
@@ -81,10 +80,7 @@ void AttentionServer::Serve(Connection* connection) {
     if (header.type == ap::kOpenLink && status.ok()) w.PutString(s.answer);
     ByteSpan parts[] = {s.reply, ByteSpan(reinterpret_cast<const uint8_t*>(s.out.data()), s.out.size() * sizeof(float))};
     if (!connection->Send({ap::kReply, 0, header.tag}, parts).ok()) {
-      if (s.step_open) {
-        s.link->Abort().IgnoreError();
-        EndStep(&s).IgnoreError();
-      }
+      AbortStep(&s).IgnoreError();
       RetireLink(&s);
       return;
     }
@@ -236,10 +232,7 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
         return absl::InvalidArgumentError(absl::StrCat("a link of ", max_rows, " rows in ", max_chunks, " chunks"));
       }
       LinkShape link{shape_.num_layers, shape_.q_size + 2 * shape_.kv_size, shape_.q_size, max_rows, max_chunks};
-      if (scratch->step_open) {
-        scratch->link->Abort().IgnoreError();
-        EndStep(scratch).IgnoreError();
-      }
+      AbortStep(scratch).IgnoreError();
       RetireLink(scratch);
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_ASSIGN_OR_RETURN(scratch->lane, executor_->NewDeviceLane());
@@ -314,6 +307,13 @@ absl::Status AttentionServer::EndStep(Scratch* scratch) {
     QuiescentRelease::Process().EndStep();
   }
   return finished;
+}
+
+absl::Status AttentionServer::AbortStep(Scratch* scratch) {
+  if (!scratch->step_open) return absl::OkStatus();
+  absl::Status aborted = scratch->link->Abort();
+  EndStep(scratch).IgnoreError();
+  return aborted;
 }
 
 void AttentionServer::RetireLink(Scratch* scratch) {

@@ -86,6 +86,9 @@ class AttentionServer {
   // Waits for the connection's device step (aborted or not) to end, then ends it for the
   // process's QuiescentRelease; its outcome.
   absl::Status EndStep(Scratch* scratch);
+  // Ends the connection's open step, if any, at once: its waits aborted (MemoryLinkEnd::Abort),
+  // then EndStep. The abort's outcome (when it failed, the waits ended at their timeout).
+  absl::Status AbortStep(Scratch* scratch);
   // Hands the connection's link and lane to the process's QuiescentRelease: their device memory
   // is freed once no device step runs.
   void RetireLink(Scratch* scratch);
