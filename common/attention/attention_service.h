@@ -95,8 +95,8 @@ class DeviceDecode {
   // by EndDeviceDecode, while the others get every layer: its failure does not end the step.
   virtual absl::Status QueueDeviceDecode(int64_t layer, const float* qkv, int64_t qkv_stride, float* out,
                                          int64_t out_stride, CUstream_st* stream) = 0;
-  // The step's outcome at every memory node; call it after every successful Begin, once the
-  // stream's work is done (or abandoned).
+  // The step's outcome at every memory node; call it (or AbandonDeviceStep) after every
+  // successful Begin, once the stream's work is done.
   virtual absl::Status EndDeviceDecode() = 0;
   // Instead of EndDeviceDecode or EndDeviceStore, once the stream's work is done, for a step this
   // node stopped feeding partway: its own inputs never came (under rotation, a hand-over from
@@ -111,7 +111,8 @@ class DeviceDecode {
   // them. BeginDeviceStore (after Reserve): the memory nodes queue every layer. Per layer,
   // QueueDeviceStore queues on `stream` the sends of that layer's k/v from `qkv` [rows,
   // qkv_stride] and the waits for the memory nodes to have stored them. EndDeviceStore once the
-  // stream's work is done (or abandoned): the outcome, failed memory nodes reported as for Decode.
+  // stream's work is done: the outcome, failed memory nodes reported as for Decode (or, for a
+  // store stopped partway, AbandonDeviceStep).
   struct PromptRows {
     SequenceId seq = 0;
     int64_t first_row = 0;
