@@ -248,8 +248,9 @@ void Scheduler::FreeSlots(const std::string& node, const std::vector<int64_t>& s
     membership_->SetKvUse(node, report->kv_free_slots(), report->num_sequences());
     return;
   }
-  std::fprintf(stderr, "coordinator: memory node '%s' did not free %zu sequence%s (%s)\n", node.c_str(),
-               seq_ids.size(), seq_ids.size() == 1 ? "" : "s", std::string(report.status().message()).c_str());
+  // The message names the node.
+  std::fprintf(stderr, "coordinator: %zu sequence%s not freed: %s\n", seq_ids.size(), seq_ids.size() == 1 ? "" : "s",
+               std::string(report.status().message()).c_str());
 }
 
 void Scheduler::FailAll(const absl::Status& error) {
