@@ -181,7 +181,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SendRowsShapesTest,
                                            std::pair<int64_t, int64_t>{300, 4100}));
 
 // Lines: cols and the source row's stride. (12, 12): float2 loads; (12, 13): floats, as the rows
-// are not 8-byte aligned; (1000, 1000): several batches of loads per thread.
+// are not 8-byte aligned; (1000, 1000): several loads per thread; (6148, 6149): a
+// send's row in several pieces (a block each), the last piece short, and floats.
 class DataPlaneLinesTest : public DataPlaneKernelsTest,
                            public ::testing::WithParamInterface<std::pair<int64_t, int64_t>> {};
 
@@ -223,7 +224,8 @@ TEST_P(DataPlaneLinesTest, LinesLandInTheirRowsAndStaleOnesDoNotPass) {
 INSTANTIATE_TEST_SUITE_P(Shapes, DataPlaneLinesTest,
                          ::testing::Values(std::make_pair(int64_t{12}, int64_t{12}),
                                            std::make_pair(int64_t{12}, int64_t{13}),
-                                           std::make_pair(int64_t{1000}, int64_t{1000})));
+                                           std::make_pair(int64_t{1000}, int64_t{1000}),
+                                           std::make_pair(int64_t{6148}, int64_t{6149})));
 
 TEST_F(DataPlaneKernelsTest, LinesOfAFailedStepAreNotSentAndTheirPollsGiveUp) {
   const int64_t cols = 8, n = 2;
