@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "memory_node/data_plane/attention_protocol.h"
@@ -131,9 +132,17 @@ absl::Status AttentionExecutor::PrepareDeviceDecode(absl::Span<const DecodeEntry
   return kv->SetStep(write_slots_, device_slot_ids_, device_slot_begin_, chunks);
 }
 
+bool AttentionExecutor::MayLink(absl::Span<const DecodeEntry> entries) {
+  absl::flat_hash_set<SequenceId> seen;
+  for (const DecodeEntry& e : entries) {
+    if (!seen.insert(e.seq).second) return false;
+  }
+  return true;
+}
+
 absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options,
                                                   int64_t rows, int chunks, absl::Span<const int64_t> layers,
-                                                  DeviceKvLane* kv, MemoryLinkEnd* link) {
+                                                  bool linked, DeviceKvLane* kv, MemoryLinkEnd* link) {
   const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
   const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
   const QkvLayout layout{q + 2 * kv_size, 0, q, q + kv_size};
@@ -146,7 +155,8 @@ absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const Attention
   for (const int64_t layer : layers) {
     for (int c = 0; c < chunks; ++c) {
       // One launch for the chunk where the link lets the attention move the rows itself.
-      const std::optional<DeviceHop> hop = link->DirectHop(step, layer, c, chunks, rows);
+      const std::optional<DeviceHop> hop =
+          linked ? link->DirectHop(step, layer, c, chunks, rows) : std::optional<DeviceHop>();
       if (hop.has_value() && ChunkOf(rows, chunks, c).count > 0) {
         LAMINA_RETURN_IF_ERROR(kv->QueueLinkedChunk(layer, c, link->received(), layout, *hop));
         continue;
@@ -187,7 +197,7 @@ absl::Status AttentionExecutor::QueueDeviceStore(uint64_t step, const AttentionE
     int64_t first_slot = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {
       const uint64_t piece_step = attention_protocol::StorePieceStep(step, layer, pieces.size(), i);
-      LAMINA_RETURN_IF_ERROR(link->QueueReceive(piece_step, layer, 0, 1, pieces[i].count, lane->stream()));
+      LAMINA_RETURN_IF_ERROR(link->QueueReceiveStore(piece_step, layer, pieces[i].count, lane->stream()));
       LAMINA_RETURN_IF_ERROR(lane->QueueStore(layer, first_slot, pieces[i].count, link->received(), layout));
       LAMINA_RETURN_IF_ERROR(link->QueueSend(piece_step, layer, 0, 1, 0, lane->step_out(), q, lane->stream()));
       first_slot += pieces[i].count;

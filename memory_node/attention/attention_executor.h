@@ -60,14 +60,21 @@ class AttentionExecutor : public AttentionService {
   };
   // Validates `entries` as Decode does and readies `lane` for the step (slot lists, plans).
   absl::Status PrepareDeviceDecode(absl::Span<const DecodeEntry> entries, int chunks, DeviceKvLane* lane);
-  // Queues the layers of step `step` (`rows` sequences, prepared) on the lane, every layer or
-  // those of `layers` (ascending): per chunk, the link's receive, the store of the new k/v and
-  // attention, the link's send. Touches no state of the executor (no lock needed); may block while
-  // kernels load, so a node replies to the step's start first: the flags keep whatever arrives
-  // before a wait is queued.
+  // Queues the layers of step `step` (`rows` rows, prepared) on the lane, every layer or those of
+  // `layers` (ascending): per chunk, the link's receive, the store of the new k/v and attention,
+  // the link's send; with `linked`, in one launch a chunk where the link gives a DirectHop. Touches
+  // no state of the executor (no lock needed); may block while kernels load, so a node replies to
+  // the step's start first: the flags keep whatever arrives before a wait is queued.
   static absl::Status QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options, int64_t rows,
-                                        int chunks, absl::Span<const int64_t> layers, DeviceKvLane* lane,
-                                        MemoryLinkEnd* link);
+                                        int chunks, absl::Span<const int64_t> layers, bool linked,
+                                        DeviceKvLane* lane, MemoryLinkEnd* link);
+  // Whether a step's rows may go in linked launches: false when a sequence has several rows (a
+  // prompt continuing on the decode path, after an earlier chunk or a cached prefix). Each of its
+  // rows attends over the k/v of the rows before it, and a linked launch stores and attends each
+  // row in blocks of its own, with nothing ordering one block's store before another's reads.
+  // Unlinked, a chunk's k/v are stored before its attention, and the chunks run in order on the
+  // lane's stream, where a sequence's rows come in order of position.
+  static bool MayLink(absl::Span<const DecodeEntry> entries);
   const AttentionExecutorOptions& options() const { return options_; }
   // A prefill's k/v over a link, in pieces of at most StorePieceRows: validates them as StoreKv
   // does (reserved, writable positions) and readies `lane` with their write slots.

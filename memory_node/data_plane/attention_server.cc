@@ -91,8 +91,8 @@ void AttentionServer::Serve(Connection* connection) {
       s.step_open = true;
       s.queued = s.begun.pieces.empty()
                      ? AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
-                                                            s.begun.chunks, s.begun.layers, s.lane.get(),
-                                                            s.link.get())
+                                                            s.begun.chunks, s.begun.layers, s.begun.linked,
+                                                            s.lane.get(), s.link.get())
                      : AttentionExecutor::QueueDeviceStore(s.begun.step, executor_->options(), s.begun.pieces,
                                                            s.lane.get(), s.link.get());
     }
@@ -261,7 +261,8 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       if (r->remaining() > 0) LAMINA_RETURN_IF_ERROR(ReadLayers(shape_.num_layers, r, &layers));
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceDecode(entries, static_cast<int>(chunks), scratch->lane.get()));
-      scratch->begun = {true, step, static_cast<int64_t>(n), static_cast<int>(chunks), {}, std::move(layers)};
+      scratch->begun = {true, step, static_cast<int64_t>(n), static_cast<int>(chunks), {}, std::move(layers),
+                        AttentionExecutor::MayLink(entries)};
       return absl::OkStatus();
     }
     case ap::kBeginStore: {

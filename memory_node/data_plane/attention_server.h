@@ -73,6 +73,7 @@ class AttentionServer {
       int chunks = 1;
       std::vector<AttentionExecutor::StorePiece> pieces;
       std::vector<int64_t> layers;  // a decode step's layers; empty: all
+      bool linked = true;           // AttentionExecutor::MayLink of a decode step's rows
     } begun;
     absl::Status queued;
     bool step_open = false;  // a step is queued on the link and not yet ended (kEndDecode)

@@ -292,17 +292,34 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
   std::string transport() const override { return "cuda_ipc"; }
   const float* received() const override { return local_.receive.as<float>(); }
 
+  // A chunk sent as lines is polled into its rows of received(); DirectHop's launch polls them
+  // itself instead.
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,
                             GpuStream stream) override {
-    return kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
-                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut, stream);
+    const RowRange r = ChunkOf(rows, chunks, chunk);
+    if (AsLines(shape_, r.count)) {
+      return kc::ReceiveLines(ChunkLines(local_.lines.as<kc::Line>(), shape_, chunk, shape_.qkv_size),
+                              shape_.qkv_size, kc::LineTag(FlagValue(shape_, step, layer)),
+                              absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut, nullptr,
+                              r.count, shape_.qkv_size, local_.receive.as<float>() + r.first * shape_.qkv_size,
+                              shape_.qkv_size, stream);
+    }
+    return WaitForFlag(step, layer, chunk, stream);
+  }
+  absl::Status QueueReceiveStore(uint64_t step, int64_t layer, int64_t count, GpuStream stream) override {
+    return WaitForFlag(step, layer, 0, stream);
   }
 
   absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
                          int64_t out_stride, GpuStream stream) override {
     const RowRange r = ChunkOf(rows, chunks, chunk);
-    // After a wait gave up the outputs are garbage: the flag stays down and the compute end
-    // times out too.
+    // After a wait gave up the outputs are garbage: the flag stays down (or the lines unsent) and
+    // the compute end times out too.
+    if (AsLines(shape_, r.count)) {
+      return kc::SendLines(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
+                           ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size), shape_.q_size,
+                           kc::LineTag(FlagValue(shape_, step, layer)), local_.error.get(), stream);
+    }
     return kc::SendRows(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
                         remote_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
                         remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer), local_.error.get(),
@@ -339,6 +356,11 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
 
  private:
   explicit CudaIpcMemoryEnd(const LinkShape& shape) : shape_(shape) {}
+
+  absl::Status WaitForFlag(uint64_t step, int64_t layer, int chunk, GpuStream stream) {
+    return kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
+                        absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut, stream);
+  }
 
   LinkShape shape_;
   Local local_;  // receives q/k/v [max_rows, qkv_size]

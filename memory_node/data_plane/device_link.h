@@ -151,6 +151,12 @@ class MemoryLinkEnd {
   // layer has arrived in received().
   virtual absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,
                                     GpuStream stream) = 0;
+  // Queues on `stream`: holds it until a prefill's k/v piece of `count` rows (kBeginStore, sent
+  // with ComputeLinkEnd::QueueSendRows, never as lines) has arrived in received(). By default
+  // QueueReceive's for a step of one chunk of `count` rows.
+  virtual absl::Status QueueReceiveStore(uint64_t step, int64_t layer, int64_t count, GpuStream stream) {
+    return QueueReceive(step, layer, 0, 1, count, stream);
+  }
   // Where q/k/v rows arrive: [max_rows, qkv_size], device memory.
   virtual const float* received() const = 0;
   // Queues on `stream`: sends the chunk's outputs, rows [first, first + count) of `out`
@@ -158,9 +164,9 @@ class MemoryLinkEnd {
   virtual absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
                                  int64_t out_stride, GpuStream stream) = 0;
   // The chunk's hop for an attention launch to make itself, in place of QueueReceive and
-  // QueueSend; nullopt when only the link can move the rows (nccl, rdma). A chunk whose hop has
-  // lines (cuda_ipc's chunks of up to line_rows rows) arrives only this way: QueueReceive waits
-  // for a flag, which lines do not raise.
+  // QueueSend; nullopt when only the link can move the rows (nccl, rdma). Either way serves every
+  // chunk: QueueReceive and QueueSend also take and send a chunk that travels as lines (cuda_ipc's
+  // chunks of up to line_rows rows).
   virtual std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) {
     return std::nullopt;
   }

@@ -60,6 +60,15 @@ TEST(AttentionExecutorTest, SingleTokenAttentionReturnsItsValue) {
   EXPECT_EQ(out, (std::vector<float>{9, 8, 7, 6, 9, 8, 7, 6}));
 }
 
+// A device step's rows go in linked launches only while each sequence has one row: a prompt
+// continuing on the decode path has several, each attending over the ones before it.
+TEST(AttentionExecutorTest, AStepMayGoLinkedOnlyWithOneRowASequence) {
+  EXPECT_TRUE(AttentionExecutor::MayLink({}));
+  EXPECT_TRUE(AttentionExecutor::MayLink({{1, 4}, {2, 4}, {3, 0}}));
+  EXPECT_FALSE(AttentionExecutor::MayLink({{1, 4}, {2, 4}, {1, 5}}));
+  EXPECT_FALSE(AttentionExecutor::MayLink({{9, 0}, {9, 1}}));
+}
+
 TEST(AttentionExecutorTest, ForkSharesTheSlotsSoBothSequencesAttendAlike) {
   auto e = Make(8);
   Reservation r[] = {{1, 2}};

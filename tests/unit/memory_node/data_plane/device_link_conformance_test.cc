@@ -5,7 +5,8 @@
 // there is no RDMA device).
 //   - Steps of picked batch rows, in one chunk or several, behind flags or as lines, arrive whole
 //     and in order, layer by layer, and their outputs come back to their batch rows and nowhere
-//     else.
+//     else: with the memory end's chunks through DirectHop where the link gives one, and through
+//     QueueReceive and QueueSend alone (a memory node's step with a sequence in several rows).
 //   - A wait for a peer that sends nothing gives up after the link's timeout: DeadlineExceeded.
 //   - Abort ends either end's waits at once, long before the timeout: Unavailable.
 //   - An offer that cannot be read is refused, naming the transport.
@@ -187,53 +188,55 @@ TEST_P(DeviceLinkConformanceTest, StepsOfPickedRowsArriveWholeAndInOrderAndOutpu
       {{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, 3},    // every row, backwards, 4 a chunk
   };
   uint64_t step = 0;
-  for (const Case& c : cases) {
-    ++step;
-    const int chunks = std::min(c.chunks, compute_->max_chunks());
-    const int64_t rows = static_cast<int64_t>(c.rows.size());
-    SCOPED_TRACE(absl::StrCat("step ", step, ": ", rows, " rows in ", chunks, " chunks"));
-    // Each layer's q/k/v differ from every other's, so a layer's rows taken for another's show.
-    auto qkv_of = [&](int64_t layer) {
-      std::vector<float> qkv(kBatch * kStride);
-      for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = step * 10000.f + layer * 1000.f + i + 0.5f;
-      return qkv;
-    };
-    const std::vector<cuda::DeviceBuffer> qkv = LayerBuffers(shape_.num_layers, qkv_of);
-    const std::vector<cuda::DeviceBuffer> out =
-        LayerBuffers(shape_.num_layers, [&](int64_t) { return std::vector<float>(kBatch * kOutStride, -1.f); });
-    ASSERT_TRUE(compute_->SetRows(c.rows).ok());
-    ASSERT_TRUE(Request(link_peer::kServe, link_peer::Step{step, rows, chunks}).ok());
-    QueueStep(step, chunks, qkv, kStride, out, kOutStride);
-    if (HasFatalFailure()) return;
-    ASSERT_TRUE(stream_.Synchronize().ok());
-    const absl::Status status = compute_->TakeStepStatus();
-    EXPECT_TRUE(status.ok()) << status << "\npeer's log:\n" << PeerLog();
-    auto reply = AwaitReply(absl::Seconds(60));
-    ASSERT_TRUE(reply.ok()) << reply.status() << "\npeer's log:\n" << PeerLog();
-    ASSERT_TRUE(reply->status.ok()) << reply->status;
+  for (const bool linked : {true, false}) {
+    for (const Case& c : cases) {
+      ++step;
+      const int chunks = std::min(c.chunks, compute_->max_chunks());
+      const int64_t rows = static_cast<int64_t>(c.rows.size());
+      SCOPED_TRACE(absl::StrCat("step ", step, ": ", rows, " rows in ", chunks, " chunks", linked ? "" : ", unlinked"));
+      // Each layer's q/k/v differ from every other's, so a layer's rows taken for another's show.
+      auto qkv_of = [&](int64_t layer) {
+        std::vector<float> qkv(kBatch * kStride);
+        for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = step * 10000.f + layer * 1000.f + i + 0.5f;
+        return qkv;
+      };
+      const std::vector<cuda::DeviceBuffer> qkv = LayerBuffers(shape_.num_layers, qkv_of);
+      const std::vector<cuda::DeviceBuffer> out =
+          LayerBuffers(shape_.num_layers, [&](int64_t) { return std::vector<float>(kBatch * kOutStride, -1.f); });
+      ASSERT_TRUE(compute_->SetRows(c.rows).ok());
+      ASSERT_TRUE(Request(link_peer::kServe, link_peer::Step{step, rows, chunks, linked}).ok());
+      QueueStep(step, chunks, qkv, kStride, out, kOutStride);
+      if (HasFatalFailure()) return;
+      ASSERT_TRUE(stream_.Synchronize().ok());
+      const absl::Status status = compute_->TakeStepStatus();
+      EXPECT_TRUE(status.ok()) << status << "\npeer's log:\n" << PeerLog();
+      auto reply = AwaitReply(absl::Seconds(60));
+      ASSERT_TRUE(reply.ok()) << reply.status() << "\npeer's log:\n" << PeerLog();
+      ASSERT_TRUE(reply->status.ok()) << reply->status;
 
-    // The memory end got every picked row of every layer, whole and packed in the order given.
-    ASSERT_EQ(reply->bytes.size(), shape_.num_layers * rows * shape_.qkv_size * sizeof(float));
-    const float* received = reinterpret_cast<const float*>(reply->bytes.data());
-    for (int64_t layer = 0; layer < shape_.num_layers; ++layer) {
-      const std::vector<float> sent = qkv_of(layer);
-      for (int64_t i = 0; i < rows; ++i) {
-        for (int64_t col = 0; col < shape_.qkv_size; ++col) {
-          ASSERT_EQ(received[(layer * rows + i) * shape_.qkv_size + col], sent[c.rows[i] * kStride + col])
-              << "layer " << layer << ", packed row " << i << ", float " << col;
+      // The memory end got every picked row of every layer, whole and packed in the order given.
+      ASSERT_EQ(reply->bytes.size(), shape_.num_layers * rows * shape_.qkv_size * sizeof(float));
+      const float* received = reinterpret_cast<const float*>(reply->bytes.data());
+      for (int64_t layer = 0; layer < shape_.num_layers; ++layer) {
+        const std::vector<float> sent = qkv_of(layer);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t col = 0; col < shape_.qkv_size; ++col) {
+            ASSERT_EQ(received[(layer * rows + i) * shape_.qkv_size + col], sent[c.rows[i] * kStride + col])
+                << "layer " << layer << ", packed row " << i << ", float " << col;
+          }
         }
       }
-    }
-    // The outputs (each row's q) came back to the picked batch rows only.
-    for (int64_t layer = 0; layer < shape_.num_layers; ++layer) {
-      const std::vector<float> sent = qkv_of(layer);
-      const std::vector<float> got = DownloadFrom<float>(0, out[layer].data(), kBatch * kOutStride);
-      for (int64_t row = 0; row < kBatch; ++row) {
-        const bool picked = std::find(c.rows.begin(), c.rows.end(), row) != c.rows.end();
-        for (int64_t col = 0; col < kOutStride; ++col) {
-          const float expected = picked && col < shape_.q_size ? sent[row * kStride + col] : -1.f;
-          ASSERT_EQ(got[row * kOutStride + col], expected) << "layer " << layer << ", batch row " << row << ", float "
-                                                           << col;
+      // The outputs (each row's q) came back to the picked batch rows only.
+      for (int64_t layer = 0; layer < shape_.num_layers; ++layer) {
+        const std::vector<float> sent = qkv_of(layer);
+        const std::vector<float> got = DownloadFrom<float>(0, out[layer].data(), kBatch * kOutStride);
+        for (int64_t row = 0; row < kBatch; ++row) {
+          const bool picked = std::find(c.rows.begin(), c.rows.end(), row) != c.rows.end();
+          for (int64_t col = 0; col < kOutStride; ++col) {
+            const float expected = picked && col < shape_.q_size ? sent[row * kStride + col] : -1.f;
+            ASSERT_EQ(got[row * kOutStride + col], expected) << "layer " << layer << ", batch row " << row << ", float "
+                                                             << col;
+          }
         }
       }
     }

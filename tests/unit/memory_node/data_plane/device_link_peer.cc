@@ -104,8 +104,8 @@ class Peer {
   }
 
   // Every layer's memory end on stream_, as a memory node queues it (AttentionExecutor): each
-  // chunk through DirectHop where the link gives one (the hop's waits and sends standing in for the
-  // linked attention launch), else QueueReceive and QueueSend. The "attention" answers each row
+  // chunk of a linked step through DirectHop where the link gives one (the hop's waits and sends
+  // standing in for the linked attention launch), else QueueReceive and QueueSend. The "attention" answers each row
   // with its q, and each layer's rows are kept (the next layer's overwrite them).
   absl::Status Queue(const Step& step) {
     const int64_t qkv = shape_.qkv_size, q = shape_.q_size;
@@ -116,7 +116,8 @@ class Peer {
         if (r.count == 0) continue;
         const float* in = link_->received() + r.first * qkv;
         float* out = attention_.as<float>() + r.first * q;
-        const std::optional<DeviceHop> hop = link_->DirectHop(step.step, layer, c, step.chunks, step.rows);
+        const std::optional<DeviceHop> hop =
+            step.linked ? link_->DirectHop(step.step, layer, c, step.chunks, step.rows) : std::nullopt;
         if (hop.has_value() && hop->lines != nullptr) {
           LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop->lines, qkv, hop->line_tag, hop->timeout_ns, hop->error,
                                                   hop->error_code, nullptr, r.count, qkv, hop->lines_mirror, qkv,

@@ -4,9 +4,10 @@
 //
 //   kJoin        {transport, device, LinkShape, offer}: CreateMemoryLinkEnd; the reply's bytes are
 //                its answer
-//   kServe       {step, rows, chunks}: the memory end of a decode step, every layer queued ahead
-//                as a memory node queues it (DirectHop where the link gives one, else QueueReceive
-//                and QueueSend), with the received q (the first q_size floats of each q/k/v row)
+//   kServe       {step, rows, chunks, linked}: the memory end of a decode step, every layer queued
+//                ahead as a memory node queues it (with `linked`, DirectHop where the link gives
+//                one; else QueueReceive and QueueSend), with the received q (the first q_size
+//                floats of each q/k/v row)
 //                as the "attention" output; the reply's bytes are every layer's received rows,
 //                float [layers, rows, qkv_size]
 //   kAwaitAbort  {step, rows, chunks}: the same step queued, but no rows will come; the peer waits
@@ -33,6 +34,7 @@ struct Step {
   uint64_t step = 0;
   int64_t rows = 0;
   int32_t chunks = 1;
+  bool linked = true;  // as AttentionExecutor::QueueDeviceDecode's
 };
 
 // A request's outcome: the memory end's status, what it sent back and, for kAwaitAbort, the
@@ -70,12 +72,17 @@ inline void PutStep(WireWriter& w, const Step& s) {
   w.Put<uint64_t>(s.step);
   w.Put<int64_t>(s.rows);
   w.Put<int32_t>(s.chunks);
+  w.Put<uint8_t>(s.linked ? 1 : 0);
 }
 
 inline absl::Status GetStep(WireReader& r, Step* s) {
   LAMINA_RETURN_IF_ERROR(r.Get(&s->step));
   LAMINA_RETURN_IF_ERROR(r.Get(&s->rows));
-  return r.Get(&s->chunks);
+  LAMINA_RETURN_IF_ERROR(r.Get(&s->chunks));
+  uint8_t linked = 1;
+  LAMINA_RETURN_IF_ERROR(r.Get(&linked));
+  s->linked = linked != 0;
+  return absl::OkStatus();
 }
 
 inline void PutReply(WireWriter& w, const Reply& reply) {

@@ -1,0 +1,168 @@
+// A GPU memory node's device-side decode step (AttentionExecutor::QueueDeviceDecode) against the
+// CPU executor's host path: a step in which a sequence has several rows (a prompt continuing on
+// the decode path, after an earlier chunk or a cached prefix) stores every row's k/v before any
+// of its rows attends over them, its rows spread over chunks, and goes unlinked; a step of one row
+// a sequence goes in linked launches. Skips without a GPU.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "common/cuda/device.h"
+#include "common/cuda/device_buffer.h"
+#include "gtest/gtest.h"
+#include "memory_node/attention/attention_executor.h"
+#include "memory_node/data_plane/device_link.h"
+#include "tests/support/cuda_test_util.h"
+
+namespace lamina {
+namespace {
+
+using cuda::DeviceBuffer;
+using testing::Download;
+using testing::Upload;
+
+constexpr int64_t kLayers = 2, kQHeads = 4, kKvHeads = 2, kDim = 16;
+constexpr int64_t kQ = kQHeads * kDim, kKv = kKvHeads * kDim, kRow = kQ + 2 * kKv;
+
+// A memory end whose rows are in place before the step (every layer's the same, in received())
+// and whose sends keep each layer's outputs: the link's part of a step without a peer. It offers a
+// DirectHop (its ready flag already up) and counts how many chunks took it.
+class LocalLink : public MemoryLinkEnd {
+ public:
+  LocalLink(const std::vector<float>& qkv, int64_t rows)
+      : received_(Upload(qkv)),
+        outputs_(Upload(std::vector<float>(kLayers * rows * kQ, NAN))),
+        ready_(Upload(std::vector<uint64_t>{1})),
+        done_(Upload(std::vector<uint64_t>{0})),
+        error_(Upload(std::vector<uint32_t>{0})) {}
+
+  std::string transport() const override { return "local"; }
+  void SetStepLayers(int64_t first, int64_t last) override {}
+  absl::Status QueueReceive(uint64_t, int64_t, int, int, int64_t, GpuStream) override { return absl::OkStatus(); }
+  const float* received() const override { return received_.as<float>(); }
+  absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
+                         int64_t out_stride, GpuStream stream) override {
+    const RowRange r = ChunkOf(rows, chunks, chunk);
+    if (cudaMemcpy2DAsync(Outputs(layer, rows) + r.first * kQ, kQ * sizeof(float), out + r.first * out_stride,
+                          out_stride * sizeof(float), kQ * sizeof(float), r.count, cudaMemcpyDeviceToDevice,
+                          stream) != cudaSuccess) {
+      return absl::InternalError("cudaMemcpy2DAsync");
+    }
+    return absl::OkStatus();
+  }
+  std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) override {
+    ++direct_hops_;
+    DeviceHop hop;
+    hop.ready = ready_.as<uint64_t>();
+    hop.ready_value = 1;
+    hop.timeout_ns = 5'000'000'000;
+    hop.error = error_.as<uint32_t>();
+    hop.error_code = 1;
+    hop.out = Outputs(layer, rows) + ChunkOf(rows, chunks, chunk).first * kQ;
+    hop.out_stride = kQ;
+    hop.done = done_.as<uint64_t>();
+    hop.done_value = step;
+    return hop;
+  }
+  absl::Status TakeStepStatus() override {
+    return Download<uint32_t>(error_.data(), 1)[0] == 0 ? absl::OkStatus() : absl::DeadlineExceededError("a wait");
+  }
+
+  std::vector<float> LayerOutputs(int64_t layer, int64_t rows) const {
+    return Download<float>(Outputs(layer, rows), rows * kQ);
+  }
+  int direct_hops() const { return direct_hops_; }
+
+ private:
+  float* Outputs(int64_t layer, int64_t rows) const { return outputs_.as<float>() + layer * rows * kQ; }
+
+  DeviceBuffer received_, outputs_, ready_, done_, error_;
+  int direct_hops_ = 0;
+};
+
+// The step's attention outputs on a GPU executor (device-side, in `chunks`) and on a CPU one (the
+// host path, bf16 pool: the same rounding of stored k/v), after the same prompts were stored in
+// both; fails the test where they differ. Returns how many chunks took a DirectHop.
+int ExpectDeviceStepMatchesHostPath(const std::vector<DecodeEntry>& entries, int chunks,
+                                    const std::vector<int32_t>& prompt_lengths) {
+  const AttentionExecutorOptions options{kLayers, 256, {kQHeads, kKvHeads, kDim, 0}, 0, DType::kBF16};
+  AttentionExecutorOptions on_cpu = options;
+  on_cpu.cuda_device = -1;
+  auto gpu = AttentionExecutor::Create(options);
+  auto cpu = AttentionExecutor::Create(on_cpu);
+  EXPECT_TRUE(gpu.ok() && cpu.ok()) << gpu.status() << cpu.status();
+  if (!gpu.ok() || !cpu.ok()) return -1;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  // Sequence s (1, 2, ...) has a prompt of prompt_lengths[s - 1] tokens, stored in both.
+  for (size_t s = 0; s < prompt_lengths.size(); ++s) {
+    const SequenceId seq = static_cast<SequenceId>(s + 1);
+    const int32_t n = prompt_lengths[s];
+    std::vector<float> k(n * kKv), v(n * kKv);
+    for (float& x : k) x = dist(rng);
+    for (float& x : v) x = dist(rng);
+    for (AttentionExecutor* e : {gpu->get(), cpu->get()}) {
+      EXPECT_TRUE(e->Reserve({{seq, n}}).ok());
+      for (int64_t layer = 0; layer < kLayers; ++layer) {
+        EXPECT_TRUE(e->StoreKv(layer, seq, 0, n, k.data(), v.data(), kKv).ok());
+      }
+    }
+  }
+  std::vector<Reservation> reservations;
+  for (const DecodeEntry& e : entries) reservations.push_back({e.seq, e.position + 1});
+  EXPECT_TRUE((*gpu)->Reserve(reservations).ok());
+  EXPECT_TRUE((*cpu)->Reserve(reservations).ok());
+  EXPECT_TRUE((*gpu)->FlushStores().ok());
+
+  const int64_t rows = static_cast<int64_t>(entries.size());
+  std::vector<float> qkv(rows * kRow);
+  for (float& x : qkv) x = dist(rng);
+  const QkvLayout layout{kRow, 0, kQ, kQ + kKv};
+  std::vector<std::vector<float>> expected(kLayers, std::vector<float>(rows * kQ));
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    EXPECT_TRUE((*cpu)->Decode(layer, entries, qkv.data(), layout, expected[layer].data(), kQ).ok());
+  }
+
+  LocalLink link(qkv, rows);
+  auto lane = (*gpu)->NewDeviceLane();
+  EXPECT_TRUE(lane.ok()) << lane.status();
+  if (!lane.ok()) return -1;
+  EXPECT_TRUE((*gpu)->PrepareDeviceDecode(entries, chunks, lane->get()).ok());
+  const absl::Status queued = AttentionExecutor::QueueDeviceDecode(
+      7, options, rows, chunks, {}, AttentionExecutor::MayLink(entries), lane->get(), &link);
+  EXPECT_TRUE(queued.ok()) << queued;
+  const absl::Status finished = AttentionExecutor::FinishDeviceDecode(lane->get(), &link);
+  EXPECT_TRUE(finished.ok()) << finished;
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    const std::vector<float> got = link.LayerOutputs(layer, rows);
+    for (int64_t i = 0; i < rows * kQ; ++i) {
+      EXPECT_NEAR(got[i], expected[layer][i], 1e-4f) << "layer " << layer << ", row " << i / kQ << " (sequence "
+                                                     << entries[i / kQ].seq << ", position "
+                                                     << entries[i / kQ].position << "), float " << i % kQ;
+    }
+  }
+  return link.direct_hops();
+}
+
+TEST(AttentionExecutorCudaTest, ASequenceInSeveralRowsIsStoredBeforeItsRowsAttendAndGoesUnlinked) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  // Sequence 1 continues its 5-token prompt with 6 rows, spread over the 3 chunks around sequence
+  // 2's one row: each of its rows attends over the rows before it, stored in this step.
+  const std::vector<DecodeEntry> entries = {{1, 5}, {1, 6}, {2, 3}, {1, 7}, {1, 8}, {1, 9}, {1, 10}};
+  EXPECT_EQ(ExpectDeviceStepMatchesHostPath(entries, 3, {5, 3}), 0) << "a linked launch does not order the rows";
+}
+
+TEST(AttentionExecutorCudaTest, AStepOfOneRowASequenceGoesLinked) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const std::vector<DecodeEntry> entries = {{1, 5}, {2, 3}, {3, 1}, {4, 8}};
+  EXPECT_EQ(ExpectDeviceStepMatchesHostPath(entries, 2, {5, 3, 1, 8}), kLayers * 2);
+}
+
+}  // namespace
+}  // namespace lamina
