@@ -153,6 +153,10 @@ int Topology::BatchesOn(const std::string& compute_node) const {
   return count;
 }
 
+int64_t Topology::MostDecodeRows() const {
+  return static_cast<int64_t>(max_batch) + max_tokens_per_iteration;
+}
+
 bool SameGpu(const NodeSpec& a, const NodeSpec& b) {
   if (a.host != b.host) return false;
   absl::StatusOr<DeviceSpec> da = ParseDevice(a.device), db = ParseDevice(b.device);

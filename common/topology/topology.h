@@ -121,6 +121,11 @@ struct Topology {
   bool SecondBatchOnDemand() const;
   // How many batches run on a compute node: the engines (lanes) it keeps.
   int BatchesOn(const std::string& compute_node) const;
+  // The most rows a decode step sends to the memory nodes, what a compute node's device links
+  // hold: its decodes (max_batch) and the tokens of prompts that continue an earlier chunk or a
+  // cached prefix, which run on the decode path a row a token within the step's token budget. A
+  // prompt larger than the whole budget, prefilled whole, may send more.
+  int64_t MostDecodeRows() const;
 };
 
 // The transports `compute` tries for `memory`'s decode steps, in order, the first that opens

@@ -64,11 +64,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::vector<std::unique_ptr<RemoteAttention>> attentions;
   std::vector<std::unique_ptr<ComputeEngine>> engines;
   std::vector<StepLane> lanes;
-  // The most rows a decode step sends: its decodes, and the tokens of prompts that continue an
-  // earlier chunk or a cached prefix, which run on the decode path and count against the step's
-  // token budget. A step with more (a prompt larger than the budget, prefilled whole) takes the
-  // host path.
-  const int64_t link_rows = topology.max_batch + topology.max_tokens_per_iteration;
+  // A step with more rows than its links hold takes the host path.
+  const int64_t link_rows = topology.MostDecodeRows();
   for (int i = 0; i < num_lanes; ++i) {
     attentions.push_back(std::make_unique<RemoteAttention>(
         transport.get(), memory_nodes, AttentionWireShape{config.num_layers, config.q_size(), config.kv_size()},

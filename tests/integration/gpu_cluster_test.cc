@@ -237,8 +237,9 @@ void ExpectGoldenOpening(ClusterHarness& cluster, int index) {
 
 // A long prompt prefilled in chunks (a 32-token budget an iteration) opens with the tokens it gives
 // prefilled whole, alone and beside a request decoding in the same steps: its later chunks run on
-// the GPUs' decode path, several rows of one sequence attending on the memory node. The memory
-// nodes are on other GPUs where there are any (auto: cuda_ipc), else on the compute node's (tcp).
+// the GPUs' decode path, several rows of one sequence attending on the memory node, up to 32 rows
+// a step where max_batch is 4 (the device links hold them all). The memory nodes are on other
+// GPUs where there are any (auto: cuda_ipc), else on the compute node's (tcp).
 TEST(GpuClusterChunkTest, APromptPrefilledInChunksOpensAsAWholeOneDoes) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
@@ -259,6 +260,7 @@ TEST(GpuClusterChunkTest, APromptPrefilledInChunksOpensAsAWholeOneDoes) {
     options.memory_devices = MemoryGpus();
     options.transport = "auto";
     options.max_tokens_per_iteration = kBudget;
+    options.max_batch = 4;
     options.chunked_prefill = chunked;
     auto cluster = ClusterHarness::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();

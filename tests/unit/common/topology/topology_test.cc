@@ -240,6 +240,16 @@ TEST(TopologyTest, RandomWeightsTakeASeedAndOtherwiseTheCheckpointIsRead) {
               "local-cpu.yaml:5: weights_seed: expected an integer from 0");
 }
 
+// Compute nodes size their device links by it: a step's decodes, and prompts continuing on the
+// decode path a row a token within the token budget.
+TEST(TopologyTest, ADecodeStepSendsItsDecodesAndABudgetOfContinuingPromptTokensAtMost) {
+  auto t = LoadTopology(kPath);
+  ASSERT_TRUE(t.ok()) << t.status();
+  t->max_batch = 256;
+  t->max_tokens_per_iteration = 8192;
+  EXPECT_EQ(t->MostDecodeRows(), 8448);
+}
+
 TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
   const std::string original = Original();
   auto none = ParseTopology(original, kPath);
