@@ -105,8 +105,9 @@ class Peer {
 
   // Every layer's memory end on stream_, as a memory node queues it (AttentionExecutor): each
   // chunk of a linked step through DirectHop where the link gives one (the hop's waits and sends
-  // standing in for the linked attention launch), else QueueReceive and QueueSend. The "attention" answers each row
-  // with its q, and each layer's rows are kept (the next layer's overwrite them).
+  // standing in for the linked attention launch), else QueueReceive and QueueSend. The
+  // "attention" answers each row with its q, and each layer's rows are kept (the next layer's
+  // overwrite them).
   absl::Status Queue(const Step& step) {
     const int64_t qkv = shape_.qkv_size, q = shape_.q_size;
     link_->SetStepLayers(0, shape_.num_layers - 1);

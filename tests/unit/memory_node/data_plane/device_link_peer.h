@@ -7,10 +7,9 @@
 //   kServe       {step, rows, chunks, linked}: the memory end of a decode step, every layer queued
 //                ahead as a memory node queues it (with `linked`, DirectHop where the link gives
 //                one; else QueueReceive and QueueSend), with the received q (the first q_size
-//                floats of each q/k/v row)
-//                as the "attention" output; the reply's bytes are every layer's received rows,
-//                float [layers, rows, qkv_size]
-//   kAwaitAbort  {step, rows, chunks}: the same step queued, but no rows will come; the peer waits
+//                floats of each q/k/v row) as the "attention" output; the reply's bytes are every
+//                layer's received rows, float [layers, rows, qkv_size]
+//   kAwaitAbort  {step, rows, chunks, linked}: the same step queued, but no rows will come; the peer waits
 //                for kAbort, then calls Abort; the reply says how long the waits took to end after it
 //   kQuit        the peer exits (so it does when the connection closes)
 #ifndef LAMINA_TESTS_UNIT_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_PEER_H_
