@@ -41,7 +41,6 @@ class LocalLink : public MemoryLinkEnd {
         error_(Upload(std::vector<uint32_t>{0})) {}
 
   std::string transport() const override { return "local"; }
-  void SetStepLayers(int64_t first, int64_t last) override {}
   absl::Status QueueReceive(uint64_t, int64_t, int, int, int64_t, GpuStream) override { return absl::OkStatus(); }
   const float* received() const override { return received_.as<float>(); }
   absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
