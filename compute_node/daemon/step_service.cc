@@ -1,6 +1,7 @@
 #include "compute_node/daemon/step_service.h"
 
 #include <chrono>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -111,6 +112,9 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   lamina::v1::StepResult result;
   result.set_step_id(plan.step_id());
   auto fail = [&](const absl::Status& status) {
+    // The coordinator ends the step's sequences; the node's log says why, for whoever reads it.
+    std::fprintf(stderr, "step %llu (batch lane %d) failed: %s\n", static_cast<unsigned long long>(plan.step_id()),
+                 lane_index, status.ToString().c_str());
     result.clear_tokens();
     result.set_error_code(static_cast<int32_t>(status.code()));
     result.set_error_message(std::string(status.message()));
