@@ -111,7 +111,9 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   ScopedDeviceStep device_step;
   lamina::v1::StepResult result;
   result.set_step_id(plan.step_id());
+  SliceRelay* rotating = nullptr;  // this step's relay to the next compute node, once begun
   auto fail = [&](const absl::Status& status) {
+    if (rotating != nullptr) rotating->AbandonStep();
     // The coordinator ends the step's sequences; the node's log says why, for whoever reads it.
     std::fprintf(stderr, "step %llu (batch lane %d) failed: %s\n", static_cast<unsigned long long>(plan.step_id()),
                  lane_index, status.ToString().c_str());
@@ -211,6 +213,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   absl::StatusOr<SliceRelay*> relay = RelayFor(plan);
   if (!relay.ok()) return fail(relay.status());
   if (*relay != nullptr) (*relay)->BeginStep(plan.step_id());
+  rotating = *relay;
   engine->set_handoff(*relay);  // every plan sets it (null: no rotation) before the engine runs
 
   std::vector<int32_t> prefill_tokens(prefill_draws.size()), decode_tokens(decode_draws.size());

@@ -36,6 +36,21 @@ void SliceRelay::BeginStep(uint64_t step_id) {
     }
   }
   if (outbound_ == nullptr) Connect().IgnoreError();  // the first hand-over reports it
+  // The previous replica closes its connection when a step fails there (AbandonStep), before it
+  // answers that step: one found closed now is from an earlier step, and its successor comes.
+  absl::StatusOr<std::shared_ptr<Connection>> inbound = inbox_->Await(route_.batch, absl::Now());
+  if (inbound.ok() && (*inbound)->PeerClosed()) inbox_->Drop(route_.batch, *inbound);
+}
+
+void SliceRelay::AbandonStep() {
+  outbound_.reset();
+  QuiescentRelease::Process().Retire(std::move(outlet_));
+  // And the previous replica, which may be blocked sending what this node will not take.
+  absl::StatusOr<std::shared_ptr<Connection>> inbound = inbox_->Await(route_.batch, absl::Now());
+  if (inbound.ok()) {
+    (*inbound)->Close();
+    inbox_->Drop(route_.batch, *inbound);
+  }
 }
 
 absl::Status SliceRelay::Connect() {

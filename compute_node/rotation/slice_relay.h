@@ -47,6 +47,11 @@ class SliceRelay : public SliceHandoff {
   // A new step; its passes are numbered from 0. Connects to the next replica if need be (a
   // failure is reported by the first hand-over).
   void BeginStep(uint64_t step_id);
+  // The step failed here: the next replica, which may be waiting for hand-overs this node will
+  // not send, learns it at once, as its connection from this node closes (its waits end, and its
+  // step fails and closes its own, round the ring), rather than at the step's timeout. The next
+  // step connects afresh.
+  void AbandonStep();
 
   bool Owns(int64_t slice) const override { return route_.Owns(slice); }
   void BeginPass() override { ++pass_; }

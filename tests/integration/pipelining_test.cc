@@ -171,6 +171,47 @@ TEST(PipeliningTest, KillingARotatingComputeNodeEndsItsBatchesPromptlyNamingIt) 
   EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
 }
 
+// Under rotational pipelining a memory node's death fails only its sequences, promptly and naming
+// it, as without rotation (ClusterTest.KillingAMemoryNode...): the compute node whose attention
+// call failed closes its hand-over connections, so the other replica's lanes, waiting for its
+// hand-overs, fail at once rather than at the step's timeout, and the step runs again without the
+// dead node's sequences. Before, every request of the cluster failed after 30 s ("did not finish
+// an iteration").
+TEST(PipeliningTest, KillingAMemoryNodeUnderRotationFailsOnlyItsSequencesPromptly) {
+  ClusterOptions options;
+  options.pipelining = "rotational";
+  options.compute_nodes = 2;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok());
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
+
+  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
+  absl::SleepFor(absl::Milliseconds(400));  // mid-run, all three batches rotating
+  auto pid = (*cluster)->NodePid("memory-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  const std::vector<Outcome> outcomes = requests.Join();
+  int failed = 0, succeeded = 0;
+  for (int i = 0; i < 8; ++i) {
+    if (outcomes[i].status.ok()) {
+      ++succeeded;
+      EXPECT_EQ(outcomes[i].ids, expected) << "request " << i << ": a survivor's output must be unaffected";
+    } else {
+      ++failed;
+      EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
+      EXPECT_NE(std::string(outcomes[i].status.message()).find("memory-1"), std::string::npos) << outcomes[i].status;
+      EXPECT_LT(outcomes[i].ended - killed, absl::Seconds(5)) << "request " << i;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(succeeded, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0") << "\ncompute-1's log:\n"
+                          << (*cluster)->NodeLog("compute-1");
+}
+
 // `auto` on one compute node: one batch while few sequences run or wait, a second batch once
 // more than `rotational_above` do; the outputs are the same either way.
 TEST(PipeliningTest, AutoAddsTheSecondBatchOnlyAboveItsThreshold) {
@@ -230,3 +271,4 @@ TEST(PipeliningTest, AutoAddsTheSecondBatchOnlyAboveItsThreshold) {
 
 }  // namespace
 }  // namespace lamina::testing
+
