@@ -1,12 +1,14 @@
 // SliceRoute's placement, and SliceRelay's hand-overs between two replicas over the in-process
 // transport: values arrive intact, leftovers of an abandoned step are skipped, a hand-over that
-// never comes or does not match fails with a message naming the replica and the slice, and ends
+// never comes or does not match fails with a message naming the replica and the slice, a step
+// abandoned by one replica ends the other's wait at once, and ends
 // that cannot hand over GPU to GPU agree on host memory. (GPU to GPU hand-overs need two
 // processes: GpuPipeliningTest runs them.)
 #include "compute_node/rotation/slice_relay.h"
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -132,6 +134,57 @@ TEST(SliceRelayTest, AHandOverForAnotherSliceOrOfTheWrongSizeIsAnError) {
   status = sized.relay1->Receive(1, absl::MakeSpan(got_residual), absl::MakeSpan(got_attn_out));
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
   EXPECT_NE(status.message().find("5 floats"), std::string::npos) << status;
+}
+
+// A step that fails on replica 0 (AbandonStep) ends replica 1's wait for its hand-over at once,
+// not at the timeout, and the next step hands over both ways again, on fresh connections.
+TEST(SliceRelayTest, AnAbandonedStepEndsTheNextReplicasWaitAtOnceAndTheNextStepHandsOverAgain) {
+  TwoReplicas r("relay-abandon", absl::Seconds(20));
+  r.Begin(5);
+  r.relay0->AbandonStep();
+  std::vector<float> got_residual(6), got_attn_out(4);
+  const absl::Time start = absl::Now();
+  const absl::Status waited = r.relay1->Receive(1, absl::MakeSpan(got_residual), absl::MakeSpan(got_attn_out));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
+  EXPECT_NE(waited.message().find("compute node 'compute-0'"), std::string::npos) << waited;
+
+  r.Begin(6);
+  const std::vector<float> residual = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(r.relay0->SendResidual(1, residual).ok());
+  ASSERT_TRUE(r.relay0->SendAttnOut(1, {residual.data(), 4}).ok());
+  ASSERT_TRUE(r.relay1->Receive(1, absl::MakeSpan(got_residual), absl::MakeSpan(got_attn_out)).ok());
+  EXPECT_EQ(got_residual, residual);
+  const std::vector<float> back = {6, 5, 4, 3, 2, 1};
+  ASSERT_TRUE(r.relay1->SendResidual(2, back).ok());
+  ASSERT_TRUE(r.relay1->SendAttnOut(2, {back.data(), 4}).ok());
+  ASSERT_TRUE(r.relay0->Receive(2, absl::MakeSpan(got_residual), absl::MakeSpan(got_attn_out)).ok());
+  EXPECT_EQ(got_residual, back);
+  EXPECT_EQ(got_attn_out, std::vector<float>({6, 5, 4, 3}));
+}
+
+// Replica 1 never looked at the connection replica 0 closed when its step failed: at its next
+// step it waits for replica 0's new connection rather than failing on the closed one.
+TEST(SliceRelayTest, AConnectionClosedInAnEarlierStepIsDroppedAndItsSuccessorAwaited) {
+  TwoReplicas r("relay-stale-close", absl::Seconds(20));
+  r.Begin(5);
+  r.relay0->AbandonStep();
+  r.relay1->BeginStep(6);
+  r.relay1->BeginPass();
+  std::vector<float> got_residual(6), got_attn_out(4);
+  absl::Status received;
+  std::thread receiver([&] {
+    received = r.relay1->Receive(1, absl::MakeSpan(got_residual), absl::MakeSpan(got_attn_out));
+  });
+  absl::SleepFor(absl::Milliseconds(100));  // the receive waits before replica 0 connects again
+  r.relay0->BeginStep(6);
+  r.relay0->BeginPass();
+  const std::vector<float> residual = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(r.relay0->SendResidual(1, residual).ok());
+  ASSERT_TRUE(r.relay0->SendAttnOut(1, {residual.data(), 4}).ok());
+  receiver.join();
+  ASSERT_TRUE(received.ok()) << received;
+  EXPECT_EQ(got_residual, residual);
 }
 
 TEST(SliceRelayTest, AnUnreachableNextReplicaFailsTheSendNamingIt) {
