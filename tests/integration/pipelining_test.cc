@@ -1,6 +1,6 @@
 // Staggered pipelining on a real cluster (`lamina up`, separate processes on loopback): the modes
-// give the same tokens, a dead compute node ends only what it served, and `auto` adds its second
-// batch only above its threshold.
+// give the same tokens, a dead compute node ends only what it served, a dead memory node under
+// rotation only its own sequences, and `auto` adds its second batch only above its threshold.
 #include <signal.h>
 
 #include <atomic>
@@ -19,6 +19,48 @@
 
 namespace lamina::testing {
 namespace {
+
+// Eight requests of one prompt (600 tokens each) in flight, and node `victim` killed 400 ms in:
+// each survivor must give the single-process tokens, and each other request must fail UNAVAILABLE
+// with `named` in its message, within `within` of the kill. How many did each.
+struct KillTally {
+  int failed = 0;
+  int succeeded = 0;
+};
+KillTally KillMidRunAndCheck(ClusterHarness& cluster, const std::string& victim, const std::string& named,
+                             absl::Duration within) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  if (!local.ok()) {
+    ADD_FAILURE() << local.status();
+    return {};
+  }
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
+  RequestsInFlight requests(cluster.client(), std::vector(8, IdsRequest(prompt, 600)));
+  absl::SleepFor(absl::Milliseconds(400));  // mid-run, every batch full
+  auto pid = cluster.NodePid(victim);
+  if (!pid.ok() || ::kill(static_cast<pid_t>(*pid), SIGKILL) != 0) {
+    ADD_FAILURE() << "could not kill " << victim << ": " << pid.status();
+    requests.Join();
+    return {};
+  }
+  const absl::Time killed = absl::Now();
+  const std::vector<Outcome> outcomes = requests.Join();
+  KillTally tally;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const Outcome& o = outcomes[i];
+    if (o.status.ok()) {
+      ++tally.succeeded;
+      EXPECT_EQ(o.ids, expected) << "request " << i << ": a survivor's output must be unaffected";
+    } else {
+      ++tally.failed;
+      EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+      EXPECT_NE(std::string(o.status.message()).find(named), std::string::npos) << o.status;
+      EXPECT_LT(o.ended - killed, within) << "request " << i;
+    }
+  }
+  return tally;
+}
 
 // Staggered pipelining changes when and where batches run, never what they compute: the same
 // requests give the same tokens under `none` (one batch), `fixed` (a batch on each of two compute
@@ -104,37 +146,19 @@ TEST(PipeliningTest, KillingOneOfTwoComputeNodesFailsOnlyItsBatchAndTheOtherServ
   options.compute_nodes = 2;
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const KillTally tally = KillMidRunAndCheck(**cluster, "compute-1", "compute", absl::InfiniteDuration());
+  EXPECT_GT(tally.failed, 0);
+  EXPECT_GT(tally.succeeded, 0);
+
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok());
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
-  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
-
-  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
-  absl::SleepFor(absl::Milliseconds(400));  // mid-run, both batches full
-  auto pid = (*cluster)->NodePid("compute-1");
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  const std::vector<Outcome> outcomes = requests.Join();
-
-  int failed = 0, succeeded = 0;
-  for (const Outcome& o : outcomes) {
-    if (o.status.ok()) {
-      ++succeeded;
-      EXPECT_EQ(o.ids, expected) << "a survivor's output must be unaffected";
-    } else {
-      ++failed;
-      EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
-      EXPECT_NE(std::string(o.status.message()).find("compute"), std::string::npos) << o.status;
-    }
-  }
-  EXPECT_GT(failed, 0);
-  EXPECT_GT(succeeded, 0);
-
+  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 16);
   // New requests, more than one batch's worth, all go to the surviving compute node.
   std::vector<lamina::v1::GenerateRequest> after(6, IdsRequest(prompt, 16));
   for (const Outcome& o : GenerateConcurrently((*cluster)->client(), after)) {
     ASSERT_TRUE(o.status.ok()) << o.status;
-    EXPECT_EQ(o.ids, std::vector<int32_t>(expected.begin(), expected.begin() + 16));
+    EXPECT_EQ(o.ids, expected);
   }
 }
 
@@ -183,33 +207,10 @@ TEST(PipeliningTest, KillingAMemoryNodeUnderRotationFailsOnlyItsSequencesPromptl
   options.compute_nodes = 2;
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
-  ASSERT_TRUE(local.ok());
-  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
-  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
-
-  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
-  absl::SleepFor(absl::Milliseconds(400));  // mid-run, all three batches rotating
-  auto pid = (*cluster)->NodePid("memory-1");
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  const absl::Time killed = absl::Now();
-  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  const std::vector<Outcome> outcomes = requests.Join();
-  int failed = 0, succeeded = 0;
-  for (int i = 0; i < 8; ++i) {
-    if (outcomes[i].status.ok()) {
-      ++succeeded;
-      EXPECT_EQ(outcomes[i].ids, expected) << "request " << i << ": a survivor's output must be unaffected";
-    } else {
-      ++failed;
-      EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kUnavailable) << outcomes[i].status;
-      EXPECT_NE(std::string(outcomes[i].status.message()).find("memory-1"), std::string::npos) << outcomes[i].status;
-      EXPECT_LT(outcomes[i].ended - killed, absl::Seconds(5)) << "request " << i;
-    }
-  }
-  EXPECT_GT(failed, 0);
-  EXPECT_GT(succeeded, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0") << "\ncompute-1's log:\n"
-                          << (*cluster)->NodeLog("compute-1");
+  const KillTally tally = KillMidRunAndCheck(**cluster, "memory-1", "memory-1", absl::Seconds(5));
+  EXPECT_GT(tally.failed, 0);
+  EXPECT_GT(tally.succeeded, 0) << "compute-0's log:\n" << (*cluster)->NodeLog("compute-0") << "\ncompute-1's log:\n"
+                                << (*cluster)->NodeLog("compute-1");
 }
 
 // `auto` on one compute node: one batch while few sequences run or wait, a second batch once
