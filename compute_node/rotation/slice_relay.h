@@ -49,8 +49,9 @@ class SliceRelay : public SliceHandoff {
   void BeginStep(uint64_t step_id);
   // The step failed here: the next replica, which may be waiting for hand-overs this node will
   // not send, learns it at once, as its connection from this node closes (its waits end, and its
-  // step fails and closes its own, round the ring), rather than at the step's timeout. The next
-  // step connects afresh.
+  // step fails and closes its own, round the ring), rather than at the step's timeout; so does the
+  // previous one, whose sends to this node fail as its connection closes too. The next step
+  // connects afresh.
   void AbandonStep();
 
   bool Owns(int64_t slice) const override { return route_.Owns(slice); }
