@@ -226,6 +226,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
     absl::Status status = engine->Decode(decode, decode_draws, decode_tokens.data(), decode_logprobs.data());
     if (!status.ok()) return fail(status);
   }
+  if (rotating != nullptr) rotating->EndStep();
   {
     std::lock_guard<std::mutex> lock(sampling_mu_);
     for (auto& [seq, sampling] : new_sampling) sampling_.insert_or_assign(seq, std::move(sampling));

@@ -1,5 +1,6 @@
 #include "compute_node/rotation/slice_relay.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -11,6 +12,10 @@ namespace lamina {
 namespace {
 
 const char* InputName(uint32_t type) { return type == handoff::kResidual ? "residual stream" : "attention output"; }
+
+// How long a receive that found the previous replica's connection closed waits for the one that
+// replaces it (SliceRelay::ReceiveOne).
+constexpr absl::Duration kSuccessorGrace = absl::Milliseconds(500);
 
 }  // namespace
 
@@ -26,18 +31,22 @@ SliceRelay::SliceRelay(Transport* transport, ResidualInbox* inbox, SliceRoute ro
 void SliceRelay::BeginStep(uint64_t step_id) {
   step_id_ = step_id;
   pass_ = -1;
-  if (outbound_ != nullptr && outlet_ != nullptr) {
-    // GPU hand-overs send nothing on the connection: a look at it shows whether the next replica
-    // is still there (a restarted one needs a new hello, and its inbox is new memory).
-    MessageHeader header;
-    if (absl::IsUnavailable(outbound_->Receive(&header, &payload_, absl::Now()))) {
-      outbound_.reset();
-      QuiescentRelease::Process().Retire(std::move(outlet_));
-    }
+  heard_this_step_ = false;
+  // A look at the connection shows whether the next replica still takes this batch: it closes it
+  // when it gives a step up (AbandonStep), and a restarted one needs a new hello (and its GPU inbox
+  // is new memory). Either way this step connects afresh, so the next replica always has a
+  // connection from this node to wait on, which closes if this node gives the step up.
+  if (outbound_ != nullptr && outbound_->PeerClosed()) {
+    outbound_.reset();
+    QuiescentRelease::Process().Retire(std::move(outlet_));
   }
   if (outbound_ == nullptr) Connect().IgnoreError();  // the first hand-over reports it
-  // The previous replica closes its connection when a step fails there (AbandonStep), before it
-  // answers that step: one found closed now is from an earlier step, and its successor comes.
+}
+
+void SliceRelay::EndStep() {
+  // The previous replica closes its connection when a step fails there (AbandonStep), and it
+  // begins the next step, connecting afresh, only once this node has answered this one: a
+  // connection found closed now is done with, and the next step waits for its successor.
   absl::StatusOr<std::shared_ptr<Connection>> inbound = inbox_->Await(route_.batch, absl::Now());
   if (inbound.ok() && (*inbound)->PeerClosed()) inbox_->Drop(route_.batch, *inbound);
 }
@@ -144,8 +153,20 @@ absl::Status SliceRelay::ReceiveOne(uint32_t type, int64_t slice, absl::Span<flo
     if (!received.ok()) {
       // Broken, or cut mid-message by the deadline: either way the connection is done.
       inbox_->Drop(route_.batch, *connection);
+      if (!heard_this_step_ && absl::IsUnavailable(received)) {
+        // Closed before any of this step came on it: perhaps by the previous replica's
+        // AbandonStep of the step before, after this node's EndStep looked, and then its
+        // successor is on its way. Otherwise (it died, or gave this step up) this fails soon.
+        absl::StatusOr<std::shared_ptr<Connection>> successor =
+            inbox_->Await(route_.batch, std::min(deadline, absl::Now() + kSuccessorGrace));
+        if (successor.ok() && *successor != *connection) {
+          connection = std::move(successor);
+          continue;
+        }
+      }
       return failed(received);
     }
+    if ((header.tag >> 8) == step_id_) heard_this_step_ = true;
     if (header.tag < tag()) continue;  // from a step that was abandoned
     if (header.tag != tag() || header.type != type || header.flags != static_cast<uint32_t>(slice)) {
       inbox_->Drop(route_.batch, *connection);

@@ -53,6 +53,9 @@ class SliceRelay : public SliceHandoff {
   // previous one, whose sends to this node fail as its connection closes too. The next step
   // connects afresh.
   void AbandonStep();
+  // The step ended here without failing (call before answering it): forgets the previous
+  // replica's connection if it closed, so the next step waits for the one that replaces it.
+  void EndStep();
 
   bool Owns(int64_t slice) const override { return route_.Owns(slice); }
   void BeginPass() override { ++pass_; }
@@ -84,6 +87,7 @@ class SliceRelay : public SliceHandoff {
   const absl::Duration timeout_;
   uint64_t step_id_ = 0;
   int pass_ = -1;
+  bool heard_this_step_ = false;  // a hand-over of this step came from the previous replica
   BusyUnion* computing_ = nullptr;
   std::unique_ptr<Connection> outbound_;
   std::vector<uint8_t> payload_;

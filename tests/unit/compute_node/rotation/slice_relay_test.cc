@@ -136,8 +136,9 @@ TEST(SliceRelayTest, AHandOverForAnotherSliceOrOfTheWrongSizeIsAnError) {
   EXPECT_NE(status.message().find("5 floats"), std::string::npos) << status;
 }
 
-// A step that fails on replica 0 (AbandonStep) ends replica 1's wait for its hand-over at once,
-// not at the timeout, and the next step hands over both ways again, on fresh connections.
+// A step that fails on replica 0 (AbandonStep) ends replica 1's wait for its hand-over at once
+// (within the half second it gives a closed connection's successor), not at the timeout, and the
+// next step hands over both ways again, on fresh connections.
 TEST(SliceRelayTest, AnAbandonedStepEndsTheNextReplicasWaitAtOnceAndTheNextStepHandsOverAgain) {
   TwoReplicas r("relay-abandon", absl::Seconds(20));
   r.Begin(5);
@@ -163,9 +164,10 @@ TEST(SliceRelayTest, AnAbandonedStepEndsTheNextReplicasWaitAtOnceAndTheNextStepH
   EXPECT_EQ(got_attn_out, std::vector<float>({6, 5, 4, 3}));
 }
 
-// Replica 1 never looked at the connection replica 0 closed when its step failed: at its next
-// step it waits for replica 0's new connection rather than failing on the closed one.
-TEST(SliceRelayTest, AConnectionClosedInAnEarlierStepIsDroppedAndItsSuccessorAwaited) {
+// Replica 1 never looked at the connection replica 0 closed when its step failed (it closed after
+// replica 1's EndStep): at its next step replica 1 waits for replica 0's new connection rather
+// than failing on the closed one.
+TEST(SliceRelayTest, AConnectionClosedInAnEarlierStepIsPassedOverForItsSuccessor) {
   TwoReplicas r("relay-stale-close", absl::Seconds(20));
   r.Begin(5);
   r.relay0->AbandonStep();
@@ -176,7 +178,7 @@ TEST(SliceRelayTest, AConnectionClosedInAnEarlierStepIsDroppedAndItsSuccessorAwa
   std::thread receiver([&] {
     received = r.relay1->Receive(1, absl::MakeSpan(got_residual), absl::MakeSpan(got_attn_out));
   });
-  absl::SleepFor(absl::Milliseconds(100));  // the receive waits before replica 0 connects again
+  absl::SleepFor(absl::Milliseconds(100));  // the receive finds the closed one before replica 0 connects again
   r.relay0->BeginStep(6);
   r.relay0->BeginPass();
   const std::vector<float> residual = {1, 2, 3, 4, 5, 6};
