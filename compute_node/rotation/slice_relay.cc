@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status/status_macros.h"
 #include "common/threading/quiescent_release.h"
 
@@ -154,12 +155,8 @@ absl::Status SliceRelay::ReceiveOne(uint32_t type, int64_t slice, absl::Span<flo
       // Broken, or cut mid-message by the deadline: either way the connection is done.
       inbox_->Drop(route_.batch, *connection);
       if (!heard_this_step_ && absl::IsUnavailable(received)) {
-        // Closed before any of this step came on it: perhaps by the previous replica's
-        // AbandonStep of the step before, after this node's EndStep looked, and then its
-        // successor is on its way. Otherwise (it died, or gave this step up) this fails soon.
-        absl::StatusOr<std::shared_ptr<Connection>> successor =
-            inbox_->Await(route_.batch, std::min(deadline, absl::Now() + kSuccessorGrace));
-        if (successor.ok() && *successor != *connection) {
+        std::shared_ptr<Connection> successor = SuccessorOf(*connection, std::min(deadline, absl::Now() + kSuccessorGrace));
+        if (successor != *connection) {
           connection = std::move(successor);
           continue;
         }
@@ -185,6 +182,15 @@ absl::Status SliceRelay::ReceiveOne(uint32_t type, int64_t slice, absl::Span<flo
   }
 }
 
+std::shared_ptr<Connection> SliceRelay::SuccessorOf(const std::shared_ptr<Connection>& closed, absl::Time until) {
+  for (;;) {
+    absl::StatusOr<std::shared_ptr<Connection>> latest = inbox_->Await(route_.batch, absl::Now());
+    if (latest.ok() && *latest != closed) return *std::move(latest);
+    if (absl::Now() >= until) return closed;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
 bool SliceRelay::SendsOnDevice(int64_t rows) {
   return outbound_ != nullptr && outlet_ != nullptr && rows <= device_.shape.max_rows;
 }
@@ -194,6 +200,8 @@ bool SliceRelay::ReceivesOnDevice(int64_t rows) {
   device_inbox_ = nullptr;
   if (!inbox_->offers_device() || rows > inbox_->device_max_rows()) return false;  // no need to wait
   ScopedPause waiting(computing_);
+  absl::StatusOr<std::shared_ptr<Connection>> current = inbox_->Await(route_.batch, absl::Now());
+  if (current.ok() && (*current)->PeerClosed()) SuccessorOf(*current, absl::Now() + kSuccessorGrace);
   absl::StatusOr<DeviceInbox*> device = inbox_->AwaitDevice(route_.batch, absl::Now() + timeout_);
   device_inbox_ = device.ok() ? *device : nullptr;
   if (device_inbox_ == nullptr) return false;

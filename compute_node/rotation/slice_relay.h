@@ -79,6 +79,11 @@ class SliceRelay : public SliceHandoff {
   absl::Status Connect();
   absl::Status Send(uint32_t type, int64_t slice, absl::Span<const float> data);
   absl::Status ReceiveOne(uint32_t type, int64_t slice, absl::Span<float> out, absl::Time deadline);
+  // A connection from the previous replica found closed before any of this step came on it may
+  // be one it closed giving the step before up (AbandonStep) after this node's EndStep looked,
+  // its successor on the way: the batch's connection once that successor is there, or `closed`
+  // if none is by `until` (the previous replica died, or gave this step up: the caller fails).
+  std::shared_ptr<Connection> SuccessorOf(const std::shared_ptr<Connection>& closed, absl::Time until);
 
   Transport* transport_;
   ResidualInbox* inbox_;
