@@ -15,7 +15,7 @@ namespace {
 const char* InputName(uint32_t type) { return type == handoff::kResidual ? "residual stream" : "attention output"; }
 
 // How long a receive that found the previous replica's connection closed waits for the one that
-// replaces it (SliceRelay::ReceiveOne).
+// replaces it (SliceRelay::SuccessorOf).
 constexpr absl::Duration kSuccessorGrace = absl::Milliseconds(500);
 
 }  // namespace
@@ -155,7 +155,8 @@ absl::Status SliceRelay::ReceiveOne(uint32_t type, int64_t slice, absl::Span<flo
       // Broken, or cut mid-message by the deadline: either way the connection is done.
       inbox_->Drop(route_.batch, *connection);
       if (!heard_this_step_ && absl::IsUnavailable(received)) {
-        std::shared_ptr<Connection> successor = SuccessorOf(*connection, std::min(deadline, absl::Now() + kSuccessorGrace));
+        std::shared_ptr<Connection> successor =
+            SuccessorOf(*connection, std::min(deadline, absl::Now() + kSuccessorGrace));
         if (successor != *connection) {
           connection = std::move(successor);
           continue;
