@@ -57,10 +57,7 @@ void SliceRelay::AbandonStep() {
   QuiescentRelease::Process().Retire(std::move(outlet_));
   // And the previous replica, which may be blocked sending what this node will not take.
   absl::StatusOr<std::shared_ptr<Connection>> inbound = inbox_->Await(route_.batch, absl::Now());
-  if (inbound.ok()) {
-    (*inbound)->Close();
-    inbox_->Drop(route_.batch, *inbound);
-  }
+  if (inbound.ok()) inbox_->Drop(route_.batch, *inbound);  // which closes it
 }
 
 absl::Status SliceRelay::Connect() {
