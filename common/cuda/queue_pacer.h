@@ -1,0 +1,48 @@
+// Keeps a thread from queuing work too far ahead of a GPU. Each CUDA stream holds about a thousand
+// launches that have not started (1021 on an H200 with CUDA 13, measured by queuing kernels behind
+// a wait); the launch after that blocks inside the driver until the GPU starts one, and while it
+// does, other threads' CUDA calls that take the driver's lock (cudaMallocHost among them) block
+// too. Behind a wait for another node (the data planes, the hand-overs) the GPU starts nothing
+// until that node moves, and it may be waiting on one of those blocked threads: on 2 x H200 a
+// memory node queued a prefill's k/v stores (about 1,100 launches) on one lane, blocked, and held
+// the other lanes until their waits timed out.
+//
+// The caller marks the end of each unit of work it queues (a layer, a chunk: a few launches), and
+// Paced then holds the thread until the unit `most_units` back has finished on the GPU, so at most
+// `most_units` units are ever queued and unstarted. Waiting here blocks only this thread. Units
+// may go to several streams; the bound counts them all.
+// Its events are made up front (Create): a thread mid-step makes none.
+// Thread-compatible.
+#ifndef LAMINA_COMMON_CUDA_QUEUE_PACER_H_
+#define LAMINA_COMMON_CUDA_QUEUE_PACER_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/cuda/device_buffer.h"
+
+namespace lamina::cuda {
+
+class QueuePacer {
+ public:
+  QueuePacer() = default;
+  // At most `most_units` (>= 1) units queued ahead, on the current device.
+  static absl::StatusOr<QueuePacer> Create(int most_units);
+
+  // Call after queuing a unit's work on `stream`: waits (sleeping, not spinning) for the unit
+  // `most_units` back to finish, then marks this one's end. The error of a failed wait (a
+  // fault on the device).
+  absl::Status Paced(cudaStream_t stream);
+  int most_units() const { return static_cast<int>(ends_.size()); }
+
+ private:
+  std::vector<Event> ends_;  // a ring: the ends of the last most_units units
+  int64_t units_ = 0;        // units marked so far
+};
+
+}  // namespace lamina::cuda
+
+#endif  // LAMINA_COMMON_CUDA_QUEUE_PACER_H_
