@@ -13,6 +13,7 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
+#include "common/cuda/queue_pacer.h"
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
@@ -34,6 +35,11 @@ namespace kc = kernels::cuda;
 // (spin_budget.h): a launch past it waits behind a kernel of a few blocks instead.
 constexpr int64_t kMostWaitingBlocks = 16;
 constexpr int64_t kMostPollingBlocks = 128;
+
+// The most units of a step (a layer's chunk, or a layer's piece of a store: each a few launches,
+// 8 at most) a lane queues ahead of its GPU: 512 launches, half of what a stream holds
+// (common/cuda/queue_pacer.h). A step of 32 layers in 4 chunks is 128 units.
+constexpr int kMostQueuedUnits = 64;
 
 class CudaKvBackend : public KvBackend {
  public:
@@ -219,6 +225,7 @@ class CudaKvLane : public DeviceKvLane {
     LAMINA_ASSIGN_OR_RETURN(lane->stream_, cuda::Stream::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->pool_writes_, cuda::Event::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->step_ready_, cuda::Event::Create());
+    LAMINA_ASSIGN_OR_RETURN(lane->pacer_, cuda::QueuePacer::Create(kMostQueuedUnits));
     LAMINA_ASSIGN_OR_RETURN(lane->busy_ns_, cuda::DeviceBuffer::Create(2 * sizeof(uint64_t)));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(lane->busy_ns_.data(), 0, 2 * sizeof(uint64_t)));
     return lane;
@@ -332,10 +339,11 @@ class CudaKvLane : public DeviceKvLane {
 
   absl::Status QueueStore(int64_t layer, int64_t first_slot, int64_t count, const float* qkv,
                           const QkvLayout& layout) override {
-    return Timed([&] {
+    LAMINA_RETURN_IF_ERROR(Timed([&] {
       return pool_->StoreRows(layer, qkv + layout.k_offset, qkv + layout.v_offset, layout.row_stride,
                               write_slots_ + first_slot, count, stream_.get());
-    });
+    }));
+    return pacer_.Paced(stream_.get());
   }
 
   absl::Status QueueChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout) override {
@@ -344,7 +352,8 @@ class CudaKvLane : public DeviceKvLane {
     const RowRange r = ChunkOf(rows_, chunks, chunk);
     if (r.count == 0) return absl::OkStatus();
     const float* rows = qkv + r.first * layout.row_stride;
-    return Timed([&] { return QueueAttention(layer, chunk, r, rows, layout); });
+    LAMINA_RETURN_IF_ERROR(Timed([&] { return QueueAttention(layer, chunk, r, rows, layout); }));
+    return pacer_.Paced(stream_.get());
   }
 
   absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,
@@ -406,8 +415,10 @@ class CudaKvLane : public DeviceKvLane {
       link.chained_to_wait = true;
     }
     float* workspace = workspace_.as<float>() + chunk * workspace_floats_;
-    return pool_->LinkedDecode(layer, plan, rows + layout.q_offset, layout.row_stride, slot_ids_, slot_begin_ + r.first,
-                               hop.out, hop.out_stride, r.count, workspace, link, stream);
+    LAMINA_RETURN_IF_ERROR(pool_->LinkedDecode(layer, plan, rows + layout.q_offset, layout.row_stride, slot_ids_,
+                                               slot_begin_ + r.first, hop.out, hop.out_stride, r.count, workspace,
+                                               link, stream));
+    return pacer_.Paced(stream);
   }
 
  private:
@@ -480,6 +491,7 @@ class CudaKvLane : public DeviceKvLane {
   cuda::Event pool_writes_;
   std::vector<cuda::Stream> chunk_streams_;  // linked chunks of a step of several chunks
   cuda::Event step_ready_;                   // the step's set-up, which they wait for
+  cuda::QueuePacer pacer_;                   // ends each Queue* call's unit: kMostQueuedUnits ahead
   int chunks_ = 1;
   cuda::PinnedBuffer host_;    // int32: the step's lists, staged
   std::vector<cuda::PinnedBuffer> retired_;  // outgrown host_ buffers (freeing may wait for the device)

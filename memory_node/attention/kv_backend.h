@@ -34,6 +34,10 @@ struct KvBackendOptions {
 // memory_node/data_plane/device_link.h): q/k/v already in device memory, work queued on the lane's
 // own streams without host waits. Each compute-node connection has its lane, so the steps of several
 // batches in flight run side by side. A step is ordered after the pool's earlier host-path writes.
+// Its Queue* calls each queue a unit of a step (a few launches) and pace themselves: one blocks
+// while the lane has as many units queued and not yet started as it keeps ahead of its GPU
+// (common/cuda/queue_pacer.h), until the oldest has. A stream holds about a thousand launches,
+// and a thread blocked in a launch behind a full one holds back other threads' CUDA calls.
 class DeviceKvLane {
  public:
   virtual ~DeviceKvLane() = default;

@@ -61,6 +61,11 @@ int64_t GraphBucket(int64_t n) {
   return 0;
 }
 
+// The most units of work (QueuePacer: an exchange and the slice before it, or a prompt's
+// attention) the backend queues ahead of its GPU. A layer of a decode step is one or two units; a
+// unit is at most a few tens of launches, so 16 stay well within a stream's thousand or so.
+constexpr int kMostQueuedUnits = 16;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaSliceBackend>> CudaSliceBackend::Create(const CudaModelWeights* weights,
@@ -69,6 +74,7 @@ absl::StatusOr<std::unique_ptr<CudaSliceBackend>> CudaSliceBackend::Create(const
   std::unique_ptr<CudaSliceBackend> b(new CudaSliceBackend(weights, device, graphs));
   LAMINA_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
   LAMINA_ASSIGN_OR_RETURN(b->gemm_, kc::Gemm::Create());
+  LAMINA_ASSIGN_OR_RETURN(b->pacer_, cuda::QueuePacer::Create(kMostQueuedUnits));
   // Every algorithm the products will need, chosen and run once now: later, a device link's waits
   // may be spinning on the GPU, and choosing or first running one loads kernels, which waits for
   // them (gemm.h).
@@ -502,9 +508,11 @@ absl::Status CudaSliceBackend::PrefillAttention(int64_t first_row, int64_t count
   const float* base = qkv_.as<float>() + first_row * c.qkv_size();
   attn_out_on_host_ = false;
   qkv_staged_ = false;
-  return kc::PrefillAttention(shape, base, c.qkv_size(), base + c.q_size(), base + c.q_size() + c.kv_size(),
-                              c.qkv_size(), attn_out_.as<float>() + first_row * c.q_size(), c.q_size(), count,
-                              stream());
+  LAMINA_RETURN_IF_ERROR(kc::PrefillAttention(shape, base, c.qkv_size(), base + c.q_size(),
+                                              base + c.q_size() + c.kv_size(), c.qkv_size(),
+                                              attn_out_.as<float>() + first_row * c.q_size(), c.q_size(), count,
+                                              stream()));
+  return pacer_.Paced(stream());  // a prefill of many short prompts launches one of these each
 }
 
 absl::Status CudaSliceBackend::ReadResidual(float* out) {
@@ -605,9 +613,9 @@ absl::Status CudaSliceBackend::BeginExchange() {
 }
 
 absl::Status CudaSliceBackend::EndExchange() {
-  if (busy_ == nullptr) return absl::OkStatus();
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  return clock_.Mark(true, stream());
+  if (busy_ != nullptr) LAMINA_RETURN_IF_ERROR(clock_.Mark(true, stream()));
+  return pacer_.Paced(stream());
 }
 
 }  // namespace lamina

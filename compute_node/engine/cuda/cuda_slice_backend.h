@@ -30,6 +30,7 @@
 #include "absl/functional/function_ref.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/graph.h"
+#include "common/cuda/queue_pacer.h"
 #include "common/cuda/stream_clock.h"
 #include "compute_node/engine/cuda/cuda_model_weights.h"
 #include "compute_node/engine/slice_backend.h"
@@ -161,6 +162,10 @@ class CudaSliceBackend : public SliceBackend {
   // Busy timing (set_device_busy): clock_ marks the stream's computing between exchanges.
   IntervalUnion* busy_ = nullptr;
   cuda::StreamClock clock_;
+  // Ends a unit of queued work at each exchange's end and each prompt's attention (a layer's
+  // slice, its exchanges, or a prompt: tens of launches at most), so that the thread never queues
+  // so far ahead of the GPU that a launch blocks (common/cuda/queue_pacer.h).
+  cuda::QueuePacer pacer_;
 };
 
 }  // namespace lamina
