@@ -461,13 +461,26 @@ bool RemoteAttention::CanStoreOnDevice(absl::Span<const PromptRows> prompts) {
 absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prompts) {
   ScopedPause waiting(computing_);
   if (max_rows_ < 1) return absl::FailedPreconditionError("no device links are enabled");
-  for (auto& [name, node] : nodes_) node.store_pieces.clear();
+  for (auto& [name, node] : nodes_) {
+    node.store_pieces.clear();
+    node.store_transfers.clear();
+  }
+  const int64_t most = ap::StoreTransferRows(max_rows_, shape_.q_size, shape_.kv_size);
   for (const PromptRows& p : prompts) {
     LAMINA_ASSIGN_OR_RETURN(Node * node, NodeOf(p.seq));
-    const int64_t most = ap::StorePieceRows(max_rows_, shape_.q_size, shape_.kv_size);
     for (int64_t offset = 0; offset < p.count; offset += most) {
-      node->store_pieces.push_back({p.seq, static_cast<int32_t>(offset), p.first_row + offset,
-                                    std::min(most, p.count - offset)});
+      const int64_t first_row = p.first_row + offset;
+      const int64_t count = std::min(most, p.count - offset);
+      std::vector<Node::StoreTransfer>& transfers = node->store_transfers;
+      const bool joins = !transfers.empty() && transfers.back().first_row + transfers.back().count == first_row &&
+                         transfers.back().count + count <= most;
+      if (joins) {
+        transfers.back().count += count;
+      } else {
+        transfers.push_back({first_row, count});
+      }
+      node->store_pieces.push_back({p.seq, static_cast<int32_t>(offset), first_row, count,
+                                    static_cast<int32_t>(transfers.size() - 1)});
     }
   }
   ++next_tag_;
@@ -477,7 +490,7 @@ absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prom
     if (node.store_pieces.empty()) continue;
     if (!node.link) return absl::FailedPreconditionError(absl::StrCat("memory node '", name, "' has no device link"));
     node.store_step = device_step_ + 1;
-    device_step_ += static_cast<uint64_t>(shape_.num_layers) * node.store_pieces.size();
+    device_step_ += static_cast<uint64_t>(shape_.num_layers) * node.store_transfers.size();
     node.send.clear();
     WireWriter w(&node.send);
     w.Put<uint64_t>(node.store_step);
@@ -486,6 +499,7 @@ absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prom
       w.Put<int64_t>(piece.seq);
       w.Put<int32_t>(piece.first_position);
       w.Put<int64_t>(piece.count);
+      w.Put<uint32_t>(static_cast<uint32_t>(piece.transfer));
     }
     absl::Status status = SendTo(&node, ap::kBeginStore, {});
     if (!status.ok() && first_error.ok()) first_error = status;
@@ -495,21 +509,21 @@ absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prom
 
 absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride,
                                                CUstream_st* stream) {
-  // A piece waits only for the one before it to be stored (the memory node has one receive
+  // A transfer waits only for the one before it to be stored (the memory node has one receive
   // buffer), so each store overlaps the compute queued after its send; the last layer's last
-  // piece is awaited at once, before the stream's end.
+  // transfer is awaited at once, before the stream's end.
   for (Node* node : step_nodes_) {
-    const size_t n = node->store_pieces.size();
+    const size_t n = node->store_transfers.size();
     if (layer == 0) node->unacked = false;
     for (size_t i = 0; i < n; ++i) {
-      const Node::StorePiece& piece = node->store_pieces[i];
+      const Node::StoreTransfer& transfer = node->store_transfers[i];
       if (node->unacked) {
         LAMINA_RETURN_IF_ERROR(node->link->QueueAwait(node->unacked_step, node->unacked_layer, stream));
       }
-      const uint64_t step = ap::StorePieceStep(node->store_step, layer, n, i);
+      const uint64_t step = ap::StoreTransferStep(node->store_step, layer, n, i);
       // Only k and v, which follow q in each row.
-      const float* kv = qkv + piece.first_row * qkv_stride + shape_.q_size;
-      LAMINA_RETURN_IF_ERROR(node->link->QueueSendRows(step, layer, kv, piece.count, qkv_stride, stream));
+      const float* kv = qkv + transfer.first_row * qkv_stride + shape_.q_size;
+      LAMINA_RETURN_IF_ERROR(node->link->QueueSendRows(step, layer, kv, transfer.count, qkv_stride, stream));
       node->unacked = true;
       node->unacked_step = step;
       node->unacked_layer = layer;

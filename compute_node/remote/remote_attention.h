@@ -87,7 +87,9 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
                                  CUstream_st* stream) override;
   absl::Status EndDeviceDecode() override;
   void AbandonDeviceStep() override;
-  // Only the rows' k and v travel, in pieces of at most attention_protocol::StorePieceRows rows.
+  // Only the rows' k and v travel: a memory node's prompts whose rows follow each other in the
+  // batch in one send of at most attention_protocol::StoreTransferRows rows (per layer), so that
+  // a prefill of many short prompts queues a few launches a layer, not a few per prompt.
   bool CanStoreOnDevice(absl::Span<const PromptRows> prompts) override;
   absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts) override;
   absl::Status QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride, CUstream_st* stream) override;
@@ -115,16 +117,23 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
     // pair every later one with the wrong data.
     absl::Status queue_error;
     std::deque<uint64_t> pending_stores;  // the tags of StoreKv requests not yet answered, oldest first
-    // A device-side store: its pieces (rows of the prefill batch) and its first step.
+    // A device-side store: its pieces (rows of the prefill batch), its transfers (runs of pieces
+    // whose rows follow each other in the batch, one send each) and its first step.
     struct StorePiece {
       SequenceId seq;
       int32_t first_position;
       int64_t first_row;
       int64_t count;
+      int32_t transfer;
+    };
+    struct StoreTransfer {
+      int64_t first_row;
+      int64_t count;
     };
     std::vector<StorePiece> store_pieces;
+    std::vector<StoreTransfer> store_transfers;
     uint64_t store_step = 0;
-    // The piece sent last and not yet acknowledged: the next send waits for its store.
+    // The transfer sent last and not yet acknowledged: the next send waits for its store.
     bool unacked = false;
     uint64_t unacked_step = 0;
     int64_t unacked_layer = 0;

@@ -169,6 +169,23 @@ absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const Attention
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<int64_t>> AttentionExecutor::TransferRows(absl::Span<const StorePiece> pieces) {
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int32_t t = pieces[i].transfer;
+    const int32_t expected = static_cast<int32_t>(rows.size());  // a new transfer's number
+    if (t == expected) {
+      rows.push_back(0);
+    } else if (t != expected - 1) {
+      return absl::InvalidArgumentError(absl::StrCat("store piece ", i, " (sequence ", pieces[i].seq, ") is in transfer ",
+                                                     t, ", after transfer ", expected - 1,
+                                                     ": transfers must count up from 0, one at a time"));
+    }
+    rows.back() += pieces[i].count;
+  }
+  return rows;
+}
+
 absl::Status AttentionExecutor::PrepareDeviceStore(absl::Span<const StorePiece> pieces, DeviceKvLane* lane) {
   std::vector<int32_t> slots;
   for (const StorePiece& piece : pieces) {
@@ -190,17 +207,18 @@ absl::Status AttentionExecutor::QueueDeviceStore(uint64_t step, const AttentionE
                                                  MemoryLinkEnd* link) {
   const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
   const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
-  // A store's pieces arrive as [rows, k | v].
+  // A store's transfers arrive as [rows, k | v]; their slots are the pieces', back to back.
   const QkvLayout layout{2 * kv_size, 0, 0, kv_size};
+  LAMINA_ASSIGN_OR_RETURN(const std::vector<int64_t> transfers, TransferRows(pieces));
   link->SetStepLayers(0, options.num_layers - 1);
   for (int64_t layer = 0; layer < options.num_layers; ++layer) {
     int64_t first_slot = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const uint64_t piece_step = attention_protocol::StorePieceStep(step, layer, pieces.size(), i);
-      LAMINA_RETURN_IF_ERROR(link->QueueReceiveStore(piece_step, layer, pieces[i].count, lane->stream()));
-      LAMINA_RETURN_IF_ERROR(lane->QueueStore(layer, first_slot, pieces[i].count, link->received(), layout));
-      LAMINA_RETURN_IF_ERROR(link->QueueSend(piece_step, layer, 0, 1, 0, lane->step_out(), q, lane->stream()));
-      first_slot += pieces[i].count;
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      const uint64_t transfer_step = attention_protocol::StoreTransferStep(step, layer, transfers.size(), i);
+      LAMINA_RETURN_IF_ERROR(link->QueueReceiveStore(transfer_step, layer, transfers[i], lane->stream()));
+      LAMINA_RETURN_IF_ERROR(lane->QueueStore(layer, first_slot, transfers[i], link->received(), layout));
+      LAMINA_RETURN_IF_ERROR(link->QueueSend(transfer_step, layer, 0, 1, 0, lane->step_out(), q, lane->stream()));
+      first_slot += transfers[i];
     }
   }
   return absl::OkStatus();

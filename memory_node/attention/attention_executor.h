@@ -53,18 +53,23 @@ class AttentionExecutor : public AttentionService {
   // Device-side decode, for a GPU pool reached over a device link. A lane (one per compute-node
   // connection) has its own stream, so several batches' steps run side by side.
   absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane() { return backend_->NewDeviceLane(); }
+  // A piece of a prefill's k/v over a link: `count` positions of `seq` from `first_position`,
+  // travelling in transfer `transfer` (attention_protocol.h, kBeginStore).
   struct StorePiece {
     SequenceId seq = 0;
     int32_t first_position = 0;
     int64_t count = 0;
+    int32_t transfer = 0;
   };
   // Validates `entries` as Decode does and readies `lane` for the step (slot lists, plans).
   absl::Status PrepareDeviceDecode(absl::Span<const DecodeEntry> entries, int chunks, DeviceKvLane* lane);
   // Queues the layers of step `step` (`rows` rows, prepared) on the lane, every layer or those of
   // `layers` (ascending): per chunk, the link's receive, the store of the new k/v and attention,
   // the link's send; with `linked`, in one launch a chunk where the link gives a DirectHop. Touches
-  // no state of the executor (no lock needed); may block while kernels load, so a node replies to
-  // the step's start first: the flags keep whatever arrives before a wait is queued.
+  // no state of the executor (no lock needed); may block while kernels load, and blocks while the
+  // lane keeps as much of the step queued ahead as it may (DeviceKvLane), until the compute node's
+  // rows let the GPU go on: so a node replies to the step's start first (the flags keep whatever
+  // arrives before a wait is queued), and watches the compute node while it queues.
   static absl::Status QueueDeviceDecode(uint64_t step, const AttentionExecutorOptions& options, int64_t rows,
                                         int chunks, absl::Span<const int64_t> layers, bool linked,
                                         DeviceKvLane* lane, MemoryLinkEnd* link);
@@ -76,13 +81,16 @@ class AttentionExecutor : public AttentionService {
   // lane's stream, where a sequence's rows come in order of position.
   static bool MayLink(absl::Span<const DecodeEntry> entries);
   const AttentionExecutorOptions& options() const { return options_; }
-  // A prefill's k/v over a link, in pieces of at most StorePieceRows: validates them as StoreKv
-  // does (reserved, writable positions) and readies `lane` with their write slots.
+  // The rows of each transfer of `pieces`; InvalidArgument, naming the piece, unless the first
+  // piece is in transfer 0 and each other in its predecessor's transfer or the next.
+  static absl::StatusOr<std::vector<int64_t>> TransferRows(absl::Span<const StorePiece> pieces);
+  // A prefill's k/v over a link, in transfers of at most StoreTransferRows: validates the pieces
+  // as StoreKv does (reserved, writable positions) and readies `lane` with their write slots.
   absl::Status PrepareDeviceStore(absl::Span<const StorePiece> pieces, DeviceKvLane* lane);
-  // Queues every layer of the store on the lane: per piece (attention_protocol::StorePieceStep),
-  // the link's receive
-  // of its rows, their store, and the link's (empty) send, which tells the compute node the
-  // receive buffer is free again. Like QueueDeviceDecode, touches no state of the executor.
+  // Queues every layer of the store on the lane: per transfer
+  // (attention_protocol::StoreTransferStep), the link's receive of its rows, their store, and the
+  // link's (empty) send, which tells the compute node the receive buffer is free again. Like
+  // QueueDeviceDecode, touches no state of the executor (and paces itself as it does).
   static absl::Status QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,
                                        absl::Span<const StorePiece> pieces, DeviceKvLane* lane, MemoryLinkEnd* link);
   // Waits for the lane's queued step; its outcome (DeadlineExceeded when q/k/v stopped coming).

@@ -13,11 +13,13 @@
 //             u32 m, m x i32 layer (ascending): queues the decode step's layers on the link, every
 //             layer or the m listed (a compute node running only some of a batch's slices, under
 //             rotational pipelining); replies once validated, then queues them
-//   kBeginStore   u64 step, u32 n, n x (i64 seq, i32 first_position, i64 count): a prefill's
-//             k/v over the link (cuda_ipc), piece i of layer l being step StorePieceStep(step, l,
-//             n, i) of at most StorePieceRows rows [count, k | v]: per layer and piece, a wait
-//             for the rows, their store, and a flag back; replies once validated, then queues
-//             every layer
+//   kBeginStore   u64 step, u32 n, n x (i64 seq, i32 first_position, i64 count, u32 transfer):
+//             a prefill's k/v over the link (cuda_ipc), in pieces (a sequence's positions each),
+//             grouped into transfers: each piece's `transfer` is the previous piece's or one more,
+//             from 0, and the t pieces of a transfer travel as one send of at most
+//             StoreTransferRows rows [rows, k | v], the pieces' rows in order. Transfer i of layer
+//             l is step StoreTransferStep(step, l, t, i): per layer and transfer, a wait for the
+//             rows, their store, and a flag back. Replies once validated, then queues every layer
 //   kEndDecode    (empty): waits for the step queued last (decode or store) and replies with its
 //             outcome
 // Reply payload (type kReply, same tag):
@@ -42,15 +44,16 @@ enum MessageType : uint32_t {
   kReply = 100,
 };
 
-// A store's pieces travel layer by layer, and a link's flags must only grow: piece i of layer
-// `layer` (of n pieces) is step `first + layer * n + i`, so a store takes num_layers * n steps.
-inline uint64_t StorePieceStep(uint64_t first, int64_t layer, size_t n, size_t i) {
+// A store's transfers travel layer by layer, and a link's flags must only grow: transfer i of
+// layer `layer` (of n transfers) is step `first + layer * n + i`, so a store takes num_layers * n
+// steps.
+inline uint64_t StoreTransferStep(uint64_t first, int64_t layer, size_t n, size_t i) {
   return first + static_cast<uint64_t>(layer) * n + i;
 }
 
 // A store sends only the rows' k and v (2 kv_size floats each) into the link's receive buffer,
-// which holds `max_rows` rows of q, k and v: so a piece holds up to this many rows.
-inline int64_t StorePieceRows(int64_t max_rows, int64_t q_size, int64_t kv_size) {
+// which holds `max_rows` rows of q, k and v: so a transfer holds up to this many rows.
+inline int64_t StoreTransferRows(int64_t max_rows, int64_t q_size, int64_t kv_size) {
   return max_rows * (q_size + 2 * kv_size) / (2 * kv_size);
 }
 

@@ -1,5 +1,6 @@
 #include "memory_node/data_plane/attention_server.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -89,12 +90,15 @@ void AttentionServer::Serve(Connection* connection) {
       s.begun.pending = false;
       if (!s.step_open) QuiescentRelease::Process().BeginStep();  // one for a step begun over an open one
       s.step_open = true;
+      MemoryLinkEnd* link = s.link.get();
+      s.queueing_watch.Arm({{"compute node at " + connection->peer(), connection, [link] { return link->Abort(); }}});
       s.queued = s.begun.pieces.empty()
                      ? AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
                                                             s.begun.chunks, s.begun.layers, s.begun.linked,
                                                             s.lane.get(), s.link.get())
                      : AttentionExecutor::QueueDeviceStore(s.begun.step, executor_->options(), s.begun.pieces,
                                                            s.lane.get(), s.link.get());
+      s.queueing_watch.Disarm();
     }
   }
 }
@@ -271,16 +275,27 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       uint32_t n;
       LAMINA_RETURN_IF_ERROR(r->Get(&step));
       LAMINA_RETURN_IF_ERROR(r->Get(&n));
-      LAMINA_RETURN_IF_ERROR(CheckCount(n, sizeof(int64_t) + sizeof(int32_t) + sizeof(int64_t), *r));
+      LAMINA_RETURN_IF_ERROR(
+          CheckCount(n, sizeof(int64_t) + sizeof(int32_t) + sizeof(int64_t) + sizeof(uint32_t), *r));
       std::vector<AttentionExecutor::StorePiece> pieces(n);
       for (AttentionExecutor::StorePiece& piece : pieces) {
+        uint32_t transfer;
         LAMINA_RETURN_IF_ERROR(r->Get(&piece.seq));
         LAMINA_RETURN_IF_ERROR(r->Get(&piece.first_position));
         LAMINA_RETURN_IF_ERROR(r->Get(&piece.count));
-        const int64_t most = ap::StorePieceRows(scratch->link_rows, shape_.q_size, shape_.kv_size);
-        if (piece.count < 1 || piece.count > most) {
-          return absl::InvalidArgumentError(absl::StrCat("a store piece of ", piece.count, " rows on a link of ",
-                                                         scratch->link_rows, " (", most, " rows of k/v)"));
+        LAMINA_RETURN_IF_ERROR(r->Get(&transfer));
+        if (piece.count < 1 || piece.count > (int64_t{1} << 30)) {
+          return absl::InvalidArgumentError(absl::StrCat("a store piece of ", piece.count, " rows"));
+        }
+        piece.transfer = static_cast<int32_t>(std::min<uint32_t>(transfer, 1u << 30));
+      }
+      LAMINA_ASSIGN_OR_RETURN(const std::vector<int64_t> transfers, AttentionExecutor::TransferRows(pieces));
+      const int64_t most = ap::StoreTransferRows(scratch->link_rows, shape_.q_size, shape_.kv_size);
+      for (size_t t = 0; t < transfers.size(); ++t) {
+        if (transfers[t] > most) {
+          return absl::InvalidArgumentError(absl::StrCat("store transfer ", t, " of ", transfers[t],
+                                                         " rows on a link of ", scratch->link_rows, " (", most,
+                                                         " rows of k/v)"));
         }
       }
       std::lock_guard<std::mutex> lock(*service_mu_);

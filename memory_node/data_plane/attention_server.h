@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "common/attention/attention_service.h"
 #include "common/metrics/busy_meter.h"
+#include "common/transport/peer_watch.h"
 #include "common/transport/transport.h"
 #include "common/transport/wire.h"
 #include "memory_node/attention/attention_executor.h"
@@ -76,6 +77,9 @@ class AttentionServer {
       bool linked = true;           // AttentionExecutor::MayLink of a decode step's rows
     } begun;
     absl::Status queued;
+    // Armed while a step is queued: the lane paces its queueing to the GPU (kv_backend.h), which
+    // waits for the compute node, so a compute node that dies then must end the waits from here.
+    PeerWatch queueing_watch;
     bool step_open = false;  // a step is queued on the link and not yet ended (kEndDecode)
     std::vector<float> out;  // kDecode's outputs
     std::vector<Reservation> reservations;

@@ -222,7 +222,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
                              GpuStream stream) override {
     const int64_t kv2 = shape_.qkv_size - shape_.q_size;  // k and v
-    const int64_t most = attention_protocol::StorePieceRows(shape_.max_rows, shape_.q_size, kv2 / 2);
+    const int64_t most = attention_protocol::StoreTransferRows(shape_.max_rows, shape_.q_size, kv2 / 2);
     if (count > most) {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: ", count, " rows of k/v for a link of ",
                                                      shape_.max_rows, " (at most ", most, ")"));

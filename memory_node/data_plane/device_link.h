@@ -104,7 +104,7 @@ class ComputeLinkEnd {
 
   // A prefill's k/v (kBeginStore): whether this link carries them. Then, on `stream`,
   // QueueSendRows sends `count` consecutive rows of k and v at `rows` [count, stride] (each row's
-  // k then v, 2 (qkv_size - q_size) / 2 floats; at most attention_protocol::StorePieceRows rows)
+  // k then v, 2 (qkv_size - q_size) / 2 floats; at most attention_protocol::StoreTransferRows rows)
   // as step `step`'s layer `layer`, and QueueAwait holds the stream until the memory node has
   // stored them (so the receive buffer is free for the next).
   virtual bool can_send_rows() const { return false; }

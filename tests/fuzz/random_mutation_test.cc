@@ -212,7 +212,10 @@ std::string DataPlaneRecord(std::mt19937_64& rng) {
       for (int64_t i = 0; i < shown; ++i) {
         w.Put<int64_t>(seq());
         w.Put<int32_t>(static_cast<int32_t>(pick({-1, 0, 3})));
-        if (type == 8) w.Put<int64_t>(pick({-1, 1, 1000}));
+        if (type == 8) {
+          w.Put<int64_t>(pick({-1, 1, 1000}));
+          w.Put<uint32_t>(static_cast<uint32_t>(pick({0, 1, 5})));  // the piece's transfer
+        }
       }
       break;
     default:  // kEndDecode, and types the server does not know: a few random bytes

@@ -69,6 +69,25 @@ TEST(AttentionExecutorTest, AStepMayGoLinkedOnlyWithOneRowASequence) {
   EXPECT_FALSE(AttentionExecutor::MayLink({{9, 0}, {9, 1}}));
 }
 
+// A store's pieces name their transfers, counting up from 0 one at a time; a transfer's rows are
+// its pieces'.
+TEST(AttentionExecutorTest, AStoresTransfersHoldTheirPiecesRowsAndMustCountUp) {
+  using Piece = AttentionExecutor::StorePiece;
+  auto rows = AttentionExecutor::TransferRows({Piece{1, 0, 5, 0}, Piece{2, 0, 3, 0}, Piece{3, 0, 7, 1},
+                                               Piece{3, 7, 2, 2}, Piece{4, 0, 1, 2}});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(*rows, (std::vector<int64_t>{8, 7, 3}));
+  EXPECT_TRUE(AttentionExecutor::TransferRows({})->empty());
+
+  auto skips = AttentionExecutor::TransferRows({Piece{1, 0, 5, 0}, Piece{2, 0, 3, 2}});
+  EXPECT_EQ(skips.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(skips.status().message().find("store piece 1 (sequence 2) is in transfer 2, after transfer 0"),
+            std::string::npos)
+      << skips.status();
+  EXPECT_FALSE(AttentionExecutor::TransferRows({Piece{1, 0, 5, 1}}).ok());  // not from 0
+  EXPECT_FALSE(AttentionExecutor::TransferRows({Piece{1, 0, 5, 0}, Piece{2, 0, 5, 1}, Piece{3, 0, 5, 0}}).ok());
+}
+
 TEST(AttentionExecutorTest, ForkSharesTheSlotsSoBothSequencesAttendAlike) {
   auto e = Make(8);
   Reservation r[] = {{1, 2}};

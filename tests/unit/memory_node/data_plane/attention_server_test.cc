@@ -1,5 +1,5 @@
 // Malformed data-plane messages get an error reply; the connection and the server stay up. A
-// store's pieces take consecutive steps, layer by layer.
+// store's transfers take consecutive steps, layer by layer.
 #include "memory_node/data_plane/attention_server.h"
 
 #include <mutex>
@@ -70,34 +70,35 @@ TEST(AttentionServerTest, MalformedRequestsAreAnsweredWithErrorsAndTheConnection
   s.Put<int64_t>(5);
   s.Put<int32_t>(0);
   s.Put<int64_t>(3);
+  s.Put<uint32_t>(0);
   auto [code5, message5] = call(ap::kBeginStore, store);
   EXPECT_EQ(code5, absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(message5.find("no device-side data plane"), std::string::npos) << message5;
 }
 
-TEST(StorePieceStepTest, AStoresStepsGrowLayerByLayerAndSpanLayersTimesPieces) {
+TEST(StoreTransferStepTest, AStoresStepsGrowLayerByLayerAndSpanLayersTimesTransfers) {
   const uint64_t first = 41;
   const int64_t layers = 3;
-  const size_t pieces = 4;
+  const size_t transfers = 4;
   uint64_t last = first - 1;
   for (int64_t layer = 0; layer < layers; ++layer) {
-    for (size_t i = 0; i < pieces; ++i) {
-      const uint64_t step = ap::StorePieceStep(first, layer, pieces, i);
-      EXPECT_EQ(step, last + 1) << "layer " << layer << " piece " << i;
+    for (size_t i = 0; i < transfers; ++i) {
+      const uint64_t step = ap::StoreTransferStep(first, layer, transfers, i);
+      EXPECT_EQ(step, last + 1) << "layer " << layer << " transfer " << i;
       last = step;
     }
   }
-  EXPECT_EQ(last, first + layers * pieces - 1);
+  EXPECT_EQ(last, first + layers * transfers - 1);
 }
 
-// A store sends only k and v, so its pieces fit more rows in the receive buffer than q/k/v rows.
-TEST(StorePieceRowsTest, APieceHoldsAsManyRowsOfKvAsTheBufferHasRoomFor) {
-  EXPECT_EQ(ap::StorePieceRows(256, 4096, 1024), 768);  // Llama-3-8B: 6144 floats of q/k/v, 2048 of k/v
-  EXPECT_EQ(ap::StorePieceRows(256, 512, 512), 384);    // multi-head attention: 3 / 2 as many
+// A store sends only k and v, so its transfers fit more rows in the receive buffer than q/k/v rows.
+TEST(StoreTransferRowsTest, ATransferHoldsAsManyRowsOfKvAsTheBufferHasRoomFor) {
+  EXPECT_EQ(ap::StoreTransferRows(256, 4096, 1024), 768);  // Llama-3-8B: 6144 floats of q/k/v, 2048 of k/v
+  EXPECT_EQ(ap::StoreTransferRows(256, 512, 512), 384);    // multi-head attention: 3 / 2 as many
   for (int64_t max_rows : {1, 7, 256}) {
     for (int64_t kv : {64, 128, 1024}) {
       const int64_t q = 4 * kv;
-      const int64_t rows = ap::StorePieceRows(max_rows, q, kv);
+      const int64_t rows = ap::StoreTransferRows(max_rows, q, kv);
       EXPECT_LE(rows * 2 * kv, max_rows * (q + 2 * kv));
       EXPECT_GT((rows + 1) * 2 * kv, max_rows * (q + 2 * kv));
     }
