@@ -83,10 +83,6 @@ absl::StatusOr<Event> Event::Create() { return CreateWithFlags(cudaEventDefault)
 
 absl::StatusOr<Event> Event::CreateForOrdering() { return CreateWithFlags(cudaEventDisableTiming); }
 
-absl::StatusOr<Event> Event::CreateForSleepingWaits() {
-  return CreateWithFlags(cudaEventDisableTiming | cudaEventBlockingSync);
-}
-
 absl::Status Event::HoldUntilDone(cudaStream_t stream) const {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, event_.get(), 0));
   return absl::OkStatus();

@@ -91,8 +91,6 @@ class Event {
   static absl::StatusOr<Event> Create();
   // Without timing: cheaper to record and wait on, for ordering one stream after another.
   static absl::StatusOr<Event> CreateForOrdering();
-  // The same, and a host thread that waits for it (cudaEventSynchronize) sleeps rather than spins.
-  static absl::StatusOr<Event> CreateForSleepingWaits();
   cudaEvent_t get() const { return event_.get(); }
   absl::Status Record(cudaStream_t stream) const;
   // Holds `stream` until the work recorded before this event is done.

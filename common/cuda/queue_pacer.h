@@ -9,8 +9,11 @@
 //
 // The caller marks the end of each unit of work it queues (a layer, a chunk: a few launches), and
 // Paced then holds the thread until the unit `most_units` back has finished on the GPU, so at most
-// `most_units` units are ever queued and unstarted. Waiting here blocks only this thread. Units
-// may go to several streams; the bound counts them all.
+// `most_units` units are ever queued and unstarted. Waiting here blocks only this thread (it
+// polls, sleeping between polls). Units may go to several streams; the bound counts them all.
+// The marks are events without timing, which take no room in a stream's queue. Events with
+// timing take a launch's room each, and blocking-sync events come from a small pool (56 records
+// fit behind a wait), so neither would do.
 // Its events are made up front (Create): a thread mid-step makes none.
 // Thread-compatible.
 #ifndef LAMINA_COMMON_CUDA_QUEUE_PACER_H_
@@ -32,9 +35,8 @@ class QueuePacer {
   // At most `most_units` (>= 1) units queued ahead, on the current device.
   static absl::StatusOr<QueuePacer> Create(int most_units);
 
-  // Call after queuing a unit's work on `stream`: waits (sleeping, not spinning) for the unit
-  // `most_units` back to finish, then marks this one's end. The error of a failed wait (a
-  // fault on the device).
+  // Call after queuing a unit's work on `stream`: waits for the unit `most_units` back to finish,
+  // then marks this one's end. The error of a failed wait (a fault on the device).
   absl::Status Paced(cudaStream_t stream);
   int most_units() const { return static_cast<int>(ends_.size()); }
 

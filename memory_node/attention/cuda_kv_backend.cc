@@ -36,9 +36,10 @@ namespace kc = kernels::cuda;
 constexpr int64_t kMostWaitingBlocks = 16;
 constexpr int64_t kMostPollingBlocks = 128;
 
-// The most units of a step (a layer's chunk, or a layer's piece of a store: each a few launches,
-// 8 at most) a lane queues ahead of its GPU: 512 launches, half of what a stream holds
-// (common/cuda/queue_pacer.h). A step of 32 layers in 4 chunks is 128 units.
+// The most units of a step (a layer's chunk, or a layer's transfer of a store: each a few launches
+// and two timing events, which take a launch's room too, 8 at most) a lane queues ahead of its
+// GPU: 512 of the 1021 a stream holds (common/cuda/queue_pacer.h). A step of 32 layers in 4
+// chunks is 128 units.
 constexpr int kMostQueuedUnits = 64;
 
 class CudaKvBackend : public KvBackend {
