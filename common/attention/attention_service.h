@@ -108,8 +108,9 @@ class DeviceDecode {
 
   // A prefill's k/v the same way, GPU to GPU. `prompts` lists each prompt's rows in the prefill
   // batch, in order. CanStoreOnDevice: whether every memory node involved has a link that carries
-  // them. BeginDeviceStore (after Reserve): the memory nodes queue every layer. Per layer,
-  // QueueDeviceStore queues on `stream` the sends of that layer's k/v from `qkv` [rows,
+  // them. BeginDeviceStore (after Reserve): the memory nodes queue the store's layers, those of
+  // `layers` (ascending) or every layer when it is empty, as for BeginDeviceDecode. Per layer of
+  // the store, QueueDeviceStore queues on `stream` the sends of that layer's k/v from `qkv` [rows,
   // qkv_stride] and the waits for the memory nodes to have stored them. EndDeviceStore once the
   // stream's work is done: the outcome, failed memory nodes reported as for Decode (or, for a
   // store stopped partway, AbandonDeviceStep).
@@ -119,7 +120,7 @@ class DeviceDecode {
     int64_t count = 0;
   };
   virtual bool CanStoreOnDevice(absl::Span<const PromptRows> prompts) { return false; }
-  virtual absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts) {
+  virtual absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts, absl::Span<const int64_t> layers) {
     return absl::UnimplementedError("no device-side store");
   }
   virtual absl::Status QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride, CUstream_st* stream) {

@@ -89,11 +89,13 @@ absl::Status Run(const std::vector<std::string>& args) {
     const int self = static_cast<int>(std::find(computes.begin(), computes.end(), spec) - computes.begin());
     const NodeSpec* next = computes[(self + 1) % replicas];
     const NodeSpec* previous = computes[(self + replicas - 1) % replicas];
-    // Between GPUs of one host, batches go GPU to GPU (up to max_batch rows a pass).
+    // Between GPUs of one host, batches go GPU to GPU: a pass's rows, up to a decode step's most
+    // (max_batch + max_tokens_per_iteration: a prefill pass's token budget, or a step of decodes
+    // and prompt chunks), larger passes (a whole prompt beyond the budget) through host memory.
     DeviceHandoffs handoffs;
     if (device.is_cuda) {
       handoffs.device = device.index;
-      handoffs.shape = {topology.max_batch, config.hidden_size, config.q_size(),
+      handoffs.shape = {link_rows, config.hidden_size, config.q_size(),
                         absl::Milliseconds(topology.step_timeout_ms)};
       handoffs.batches = num_lanes;
     }

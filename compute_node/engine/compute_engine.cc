@@ -1,5 +1,7 @@
 #include "compute_node/engine/compute_engine.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "compute_node/engine/cpu_slice_backend.h"
@@ -102,16 +104,29 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
   SliceBackend& b = *prefill_;
   const QkvLayout qkv = b.qkv_layout();
   // The prompts' k/v go GPU to GPU where every memory node involved has a link for them (a GPU
-  // backend has a stream; its buffers are read per layer, as RunFirst may grow them).
-  DeviceDecode* device =
-      handoff_ == nullptr && b.device_batch().stream != nullptr ? attention_->device_decode() : nullptr;
+  // backend has a stream; its buffers are read per layer, as RunFirst may grow them). A rotating
+  // batch's node stores the layers of its own slices, if any.
+  DeviceDecode* device = b.device_batch().stream != nullptr ? attention_->device_decode() : nullptr;
+  const std::vector<int64_t> layers = OwnedLayers();
   std::vector<DeviceDecode::PromptRows> rows;
   for (const PrefillSequence& p : prompts) {
     const int64_t first = rows.empty() ? 0 : rows.back().first_row + rows.back().count;
     rows.push_back({p.seq, first, static_cast<int64_t>(p.tokens.size())});
   }
-  const bool on_device = device != nullptr && device->CanStoreOnDevice(rows);
-  if (on_device) LAMINA_RETURN_IF_ERROR(device->BeginDeviceStore(rows));
+  const bool on_device = device != nullptr && !layers.empty() && device->CanStoreOnDevice(rows);
+  if (on_device && !Owns(0)) {
+    // The memory nodes begin this node's layers now, before slice 0's node (which reserves) has
+    // handed the batch over; reserving again changes nothing.
+    std::vector<Reservation> reservations;
+    for (const PrefillSequence& p : prompts) reservations.push_back({p.seq, static_cast<int32_t>(p.tokens.size())});
+    LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
+  }
+  if (on_device) LAMINA_RETURN_IF_ERROR(device->BeginDeviceStore(rows, layers));
+  if (device != nullptr && !layers.empty() && !on_device && !host_stores_noted_) {
+    host_stores_noted_ = true;
+    std::fprintf(stderr, "prefills store their k/v on the memory nodes through host memory: not every device link "
+                         "carries them\n");
+  }
   // Layer `layer`'s attention runs here (causal), and its k/v are stored remotely while the next
   // slices run; the stores are finished, whatever happened, before the prefill returns.
   absl::Status ran = RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
@@ -140,6 +155,14 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
   // timed-out wait the cache holds noise.
   absl::Status stored = on_device ? device->EndDeviceStore() : attention_->FlushStores();
   return stored.ok() ? ran : stored;
+}
+
+std::vector<int64_t> ComputeEngine::OwnedLayers() const {
+  std::vector<int64_t> layers;
+  for (int64_t layer = 0; layer < config().num_layers; ++layer) {
+    if (Owns(layer)) layers.push_back(layer);
+  }
+  return layers;
 }
 
 absl::Status ComputeEngine::RunSlices(SliceBackend& b, absl::Span<const int32_t> tokens,
@@ -297,10 +320,7 @@ absl::Status ComputeEngine::DecodeRotatingOnDevice(SliceBackend& b, DeviceDecode
                                                    absl::Span<const int32_t> tokens,
                                                    absl::Span<const int32_t> positions, LastSlice last) {
   const ModelConfig& c = config();
-  std::vector<int64_t> layers;
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    if (Owns(layer)) layers.push_back(layer);
-  }
+  const std::vector<int64_t> layers = OwnedLayers();
   if (!layers.empty()) LAMINA_RETURN_IF_ERROR(device->BeginDeviceDecode(entries_, layers));
   const int64_t qkv_stride = b.qkv_layout().row_stride;
   absl::Status status = RunSlices(b, tokens, positions, [&](int64_t layer) {

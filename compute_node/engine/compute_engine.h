@@ -112,6 +112,8 @@ class ComputeEngine {
   absl::Status RunOwnedSlices(SliceBackend& b, absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions,
                               LayerAttention attention, LastSlice last);
   bool Owns(int64_t slice) const { return handoff_ == nullptr || handoff_->Owns(slice); }
+  // The layers whose attention follows a slice this node runs (every layer without hand-overs).
+  std::vector<int64_t> OwnedLayers() const;
   // Makes slice `slice` (0 < slice <= num_layers) ready to run here: receives its inputs when
   // another node ran the slice before.
   absl::Status ResumeIfHandedOver(SliceBackend& b, int64_t slice, absl::Span<const int32_t> positions);
@@ -136,6 +138,7 @@ class ComputeEngine {
   bool positions_set_ = false;
   // Whether the last pass's wait for a hand-over from another compute node gave up.
   bool handover_gave_up_ = false;
+  bool host_stores_noted_ = false;  // said once that prefills store k/v through host memory
 };
 
 }  // namespace lamina

@@ -26,6 +26,13 @@ void PutEntries(absl::Span<const DecodeEntry> entries, const std::vector<size_t>
   }
 }
 
+// A device step's layer list, where it names some: u32 m, m x i32 layer. Nothing for every layer.
+void PutLayers(absl::Span<const int64_t> layers, WireWriter* w) {
+  if (layers.empty()) return;
+  w->Put<uint32_t>(static_cast<uint32_t>(layers.size()));
+  for (const int64_t layer : layers) w->Put<int32_t>(static_cast<int32_t>(layer));
+}
+
 }  // namespace
 
 RemoteAttention::RemoteAttention(Transport* transport, std::map<std::string, std::string> nodes,
@@ -390,10 +397,7 @@ absl::Status RemoteAttention::BeginDeviceDecode(absl::Span<const DecodeEntry> en
     w.Put<uint64_t>(device_step_);
     w.Put<uint32_t>(static_cast<uint32_t>(node.chunks));
     PutEntries(entries, node.rows, &w);
-    if (!layers.empty()) {
-      w.Put<uint32_t>(static_cast<uint32_t>(layers.size()));
-      for (const int64_t layer : layers) w.Put<int32_t>(static_cast<int32_t>(layer));
-    }
+    PutLayers(layers, &w);
     if (status.ok()) status = SendTo(&node, ap::kBeginDecode, {});
     if (!status.ok() && first_error.ok()) first_error = status;
   }
@@ -458,9 +462,12 @@ bool RemoteAttention::CanStoreOnDevice(absl::Span<const PromptRows> prompts) {
   return true;
 }
 
-absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prompts) {
+absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prompts,
+                                               absl::Span<const int64_t> layers) {
   ScopedPause waiting(computing_);
   if (max_rows_ < 1) return absl::FailedPreconditionError("no device links are enabled");
+  store_first_layer_ = layers.empty() ? 0 : layers.front();
+  store_last_layer_ = layers.empty() ? shape_.num_layers - 1 : layers.back();
   for (auto& [name, node] : nodes_) {
     node.store_pieces.clear();
     node.store_transfers.clear();
@@ -501,6 +508,7 @@ absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prom
       w.Put<int64_t>(piece.count);
       w.Put<uint32_t>(static_cast<uint32_t>(piece.transfer));
     }
+    PutLayers(layers, &w);
     absl::Status status = SendTo(&node, ap::kBeginStore, {});
     if (!status.ok() && first_error.ok()) first_error = status;
   }
@@ -514,7 +522,7 @@ absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, 
   // transfer is awaited at once, before the stream's end.
   for (Node* node : step_nodes_) {
     const size_t n = node->store_transfers.size();
-    if (layer == 0) node->unacked = false;
+    if (layer == store_first_layer_) node->unacked = false;
     for (size_t i = 0; i < n; ++i) {
       const Node::StoreTransfer& transfer = node->store_transfers[i];
       if (node->unacked) {
@@ -528,7 +536,7 @@ absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, 
       node->unacked_step = step;
       node->unacked_layer = layer;
     }
-    if (layer + 1 == shape_.num_layers) {
+    if (layer == store_last_layer_) {
       LAMINA_RETURN_IF_ERROR(node->link->QueueAwait(node->unacked_step, node->unacked_layer, stream));
       node->unacked = false;
     }

@@ -91,7 +91,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // batch in one send of at most attention_protocol::StoreTransferRows rows (per layer), so that
   // a prefill of many short prompts queues a few launches a layer, not a few per prompt.
   bool CanStoreOnDevice(absl::Span<const PromptRows> prompts) override;
-  absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts) override;
+  absl::Status BeginDeviceStore(absl::Span<const PromptRows> prompts, absl::Span<const int64_t> layers) override;
   absl::Status QueueDeviceStore(int64_t layer, const float* qkv, int64_t qkv_stride, CUstream_st* stream) override;
   absl::Status EndDeviceStore() override { return EndDeviceDecode(); }
 
@@ -186,6 +186,8 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   int64_t chunk_rows_ = 32;
   int64_t line_rows_ = 0;
   uint64_t device_step_ = 0;
+  int64_t store_first_layer_ = 0;  // the device store's first and last layer
+  int64_t store_last_layer_ = 0;
   std::vector<Node*> step_nodes_;  // the nodes of the device step in flight
   PeerWatch watch_;                // armed from a device step's begin to its end; stopped first
 };

@@ -10,6 +10,17 @@
 #include "memory_node/data_plane/attention_protocol.h"
 
 namespace lamina {
+namespace {
+
+// A device step's layers: `layers` itself, or, when it is empty, every layer (kept in `every`).
+absl::Span<const int64_t> StepLayers(const AttentionExecutorOptions& options, absl::Span<const int64_t> layers,
+                                     std::vector<int64_t>* every) {
+  if (!layers.empty()) return layers;
+  for (int64_t layer = 0; layer < options.num_layers; ++layer) every->push_back(layer);
+  return *every;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<AttentionExecutor>> AttentionExecutor::Create(
     const AttentionExecutorOptions& options, ThreadPool* pool) {
@@ -147,10 +158,7 @@ absl::Status AttentionExecutor::QueueDeviceDecode(uint64_t step, const Attention
   const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
   const QkvLayout layout{q + 2 * kv_size, 0, q, q + kv_size};
   std::vector<int64_t> every_layer;
-  if (layers.empty()) {
-    for (int64_t layer = 0; layer < options.num_layers; ++layer) every_layer.push_back(layer);
-    layers = every_layer;
-  }
+  layers = StepLayers(options, layers, &every_layer);
   link->SetStepLayers(layers.front(), layers.back());
   for (const int64_t layer : layers) {
     for (int c = 0; c < chunks; ++c) {
@@ -203,15 +211,18 @@ absl::Status AttentionExecutor::PrepareDeviceStore(absl::Span<const StorePiece> 
 }
 
 absl::Status AttentionExecutor::QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,
-                                                 absl::Span<const StorePiece> pieces, DeviceKvLane* lane,
+                                                 absl::Span<const StorePiece> pieces,
+                                                 absl::Span<const int64_t> layers, DeviceKvLane* lane,
                                                  MemoryLinkEnd* link) {
   const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
   const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
   // A store's transfers arrive as [rows, k | v]; their slots are the pieces', back to back.
   const QkvLayout layout{2 * kv_size, 0, 0, kv_size};
   LAMINA_ASSIGN_OR_RETURN(const std::vector<int64_t> transfers, TransferRows(pieces));
-  link->SetStepLayers(0, options.num_layers - 1);
-  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+  std::vector<int64_t> every_layer;
+  layers = StepLayers(options, layers, &every_layer);
+  link->SetStepLayers(layers.front(), layers.back());
+  for (const int64_t layer : layers) {
     int64_t first_slot = 0;
     for (size_t i = 0; i < transfers.size(); ++i) {
       const uint64_t transfer_step = attention_protocol::StoreTransferStep(step, layer, transfers.size(), i);

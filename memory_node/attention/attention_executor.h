@@ -87,12 +87,15 @@ class AttentionExecutor : public AttentionService {
   // A prefill's k/v over a link, in transfers of at most StoreTransferRows: validates the pieces
   // as StoreKv does (reserved, writable positions) and readies `lane` with their write slots.
   absl::Status PrepareDeviceStore(absl::Span<const StorePiece> pieces, DeviceKvLane* lane);
-  // Queues every layer of the store on the lane: per transfer
-  // (attention_protocol::StoreTransferStep), the link's receive of its rows, their store, and the
-  // link's (empty) send, which tells the compute node the receive buffer is free again. Like
-  // QueueDeviceDecode, touches no state of the executor (and paces itself as it does).
+  // Queues the store's layers on the lane, every layer or those of `layers` (ascending; a compute
+  // node running only some of a batch's slices, under rotational pipelining, stores only their
+  // k/v): per transfer (attention_protocol::StoreTransferStep), the link's receive of its rows,
+  // their store, and the link's (empty) send, which tells the compute node the receive buffer is
+  // free again. Like QueueDeviceDecode, touches no state of the executor (and paces itself as it
+  // does).
   static absl::Status QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,
-                                       absl::Span<const StorePiece> pieces, DeviceKvLane* lane, MemoryLinkEnd* link);
+                                       absl::Span<const StorePiece> pieces, absl::Span<const int64_t> layers,
+                                       DeviceKvLane* lane, MemoryLinkEnd* link);
   // Waits for the lane's queued step; its outcome (DeadlineExceeded when q/k/v stopped coming).
   static absl::Status FinishDeviceDecode(DeviceKvLane* lane, MemoryLinkEnd* link);
   // The GPU the pool lives on; -1 on the CPU.

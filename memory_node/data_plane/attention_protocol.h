@@ -13,13 +13,15 @@
 //             u32 m, m x i32 layer (ascending): queues the decode step's layers on the link, every
 //             layer or the m listed (a compute node running only some of a batch's slices, under
 //             rotational pipelining); replies once validated, then queues them
-//   kBeginStore   u64 step, u32 n, n x (i64 seq, i32 first_position, i64 count, u32 transfer):
-//             a prefill's k/v over the link (cuda_ipc), in pieces (a sequence's positions each),
-//             grouped into transfers: each piece's `transfer` is the previous piece's or one more,
-//             from 0, and the t pieces of a transfer travel as one send of at most
-//             StoreTransferRows rows [rows, k | v], the pieces' rows in order. Transfer i of layer
-//             l is step StoreTransferStep(step, l, t, i): per layer and transfer, a wait for the
-//             rows, their store, and a flag back. Replies once validated, then queues every layer
+//   kBeginStore   u64 step, u32 n, n x (i64 seq, i32 first_position, i64 count, u32 transfer),
+//             then optionally u32 m, m x i32 layer (ascending, as for kBeginDecode): a prefill's
+//             k/v over the link (cuda_ipc), in pieces (a sequence's positions each), grouped into
+//             transfers: each piece's `transfer` is the previous piece's or one more, from 0, and
+//             the t pieces of a transfer travel as one send of at most StoreTransferRows rows
+//             [rows, k | v], the pieces' rows in order. Transfer i of layer l is step
+//             StoreTransferStep(step, l, t, i): per layer and transfer, a wait for the rows, their
+//             store, and a flag back. Replies once validated, then queues every layer or the m
+//             listed
 //   kEndDecode    (empty): waits for the step queued last (decode or store) and replies with its
 //             outcome
 // Reply payload (type kReply, same tag):

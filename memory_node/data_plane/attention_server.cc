@@ -97,7 +97,7 @@ void AttentionServer::Serve(Connection* connection) {
                                                             s.begun.chunks, s.begun.layers, s.begun.linked,
                                                             s.lane.get(), s.link.get())
                      : AttentionExecutor::QueueDeviceStore(s.begun.step, executor_->options(), s.begun.pieces,
-                                                           s.lane.get(), s.link.get());
+                                                           s.begun.layers, s.lane.get(), s.link.get());
       s.queueing_watch.Disarm();
     }
   }
@@ -134,13 +134,13 @@ absl::Status ReadLayers(int64_t num_layers, WireReader* r, std::vector<int64_t>*
     int32_t layer;
     LAMINA_RETURN_IF_ERROR(r->Get(&layer));
     if (layer < 0 || layer >= num_layers || (!layers->empty() && layer <= layers->back())) {
-      return absl::InvalidArgumentError(absl::StrCat("a decode step lists layer ", layer, " after ",
+      return absl::InvalidArgumentError(absl::StrCat("a step lists layer ", layer, " after ",
                                                      layers->empty() ? -1 : layers->back(), " (of ", num_layers,
                                                      "): layers must ascend and exist"));
     }
     layers->push_back(layer);
   }
-  if (layers->empty()) return absl::InvalidArgumentError("a decode step lists no layers");
+  if (layers->empty()) return absl::InvalidArgumentError("a step lists no layers");
   return absl::OkStatus();
 }
 
@@ -298,9 +298,11 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
                                                          " rows of k/v)"));
         }
       }
+      std::vector<int64_t> layers;
+      if (r->remaining() > 0) LAMINA_RETURN_IF_ERROR(ReadLayers(shape_.num_layers, r, &layers));
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceStore(pieces, scratch->lane.get()));
-      scratch->begun = {true, step, 0, 1, std::move(pieces), {}};
+      scratch->begun = {true, step, 0, 1, std::move(pieces), std::move(layers)};
       return absl::OkStatus();
     }
     default: {  // kEndDecode

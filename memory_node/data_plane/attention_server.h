@@ -73,7 +73,7 @@ class AttentionServer {
       int64_t rows = 0;
       int chunks = 1;
       std::vector<AttentionExecutor::StorePiece> pieces;
-      std::vector<int64_t> layers;  // a decode step's layers; empty: all
+      std::vector<int64_t> layers;  // the step's layers; empty: all
       bool linked = true;           // AttentionExecutor::MayLink of a decode step's rows
     } begun;
     absl::Status queued;

@@ -396,6 +396,16 @@ TEST(GpuPipeliningTest, ModesGiveIdenticalOutputsOnGpus) {
         ASSERT_EQ(outcomes[i].ids.size(), static_cast<size_t>(requests[i].max_tokens())) << "request " << i;
         outputs[name].push_back(outcomes[i].ids);
       }
+      if (transport == "auto" && gpus >= 2) {
+        // The prompts' k/v went to the memory GPUs over cuda_ipc, under rotation too (each compute
+        // node storing the layers of its own slices).
+        for (int c = 0; c < compute_nodes; ++c) {
+          const std::string node = "compute-" + std::to_string(c);
+          const std::string log = (*cluster)->NodeLog(node);
+          EXPECT_EQ(log.find("store their k/v on the memory nodes through host memory"), std::string::npos)
+              << node << "'s log:\n" << log;
+        }
+      }
       if (mode == "rotational" && compute_nodes == 2) {
         // The batches moved between the compute nodes' GPUs directly, not through host memory.
         for (const char* node : {"compute-0", "compute-1"}) {

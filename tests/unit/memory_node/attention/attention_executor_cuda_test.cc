@@ -2,7 +2,8 @@
 // CPU executor's host path: a step in which a sequence has several rows (a prompt continuing on
 // the decode path, after an earlier chunk or a cached prefix) stores every row's k/v before any
 // of its rows attends over them, its rows spread over chunks, and goes unlinked; a step of one row
-// a sequence goes in linked launches. Skips without a GPU.
+// a sequence goes in linked launches. A prefill's store over a link writes the layers it lists.
+// Skips without a GPU.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -46,6 +47,7 @@ class LocalLink : public MemoryLinkEnd {
   absl::Status QueueSend(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows, const float* out,
                          int64_t out_stride, GpuStream stream) override {
     const RowRange r = ChunkOf(rows, chunks, chunk);
+    if (r.count == 0) return absl::OkStatus();  // a store's send: a flag alone
     if (cudaMemcpy2DAsync(Outputs(layer, rows) + r.first * kQ, kQ * sizeof(float), out + r.first * out_stride,
                           out_stride * sizeof(float), kQ * sizeof(float), r.count, cudaMemcpyDeviceToDevice,
                           stream) != cudaSuccess) {
@@ -161,6 +163,58 @@ TEST(AttentionExecutorCudaTest, AStepOfOneRowASequenceGoesLinked) {
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
   const std::vector<DecodeEntry> entries = {{1, 5}, {2, 3}, {3, 1}, {4, 8}};
   EXPECT_EQ(ExpectDeviceStepMatchesHostPath(entries, 2, {5, 3, 1, 8}), kLayers * 2);
+}
+
+// A prefill's k/v over a link for some of the layers (a rotating compute node stores only those
+// of its own slices): the listed layer gets the piece's rows, the other keeps what it held. Read
+// back through decode steps on the host path, against a CPU executor given the same stores.
+TEST(AttentionExecutorCudaTest, AStoreOfSomeLayersWritesThoseAndLeavesTheOthers) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const AttentionExecutorOptions options{kLayers, 256, {kQHeads, kKvHeads, kDim, 0}, 0, DType::kBF16};
+  AttentionExecutorOptions on_cpu = options;
+  on_cpu.cuda_device = -1;
+  auto gpu = AttentionExecutor::Create(options);
+  auto cpu = AttentionExecutor::Create(on_cpu);
+  ASSERT_TRUE(gpu.ok() && cpu.ok()) << gpu.status() << cpu.status();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  auto draw = [&](int64_t n) {
+    std::vector<float> x(n);
+    for (float& f : x) f = dist(rng);
+    return x;
+  };
+  const SequenceId seq = 1;
+  const int32_t n = 6;
+  // Layer 0 holds the prompt's first k/v; the store sends new ones, [n, k | v], for layer 1 only.
+  const std::vector<float> k0 = draw(n * kKv), v0 = draw(n * kKv), kv1 = draw(n * 2 * kKv);
+  for (AttentionExecutor* e : {gpu->get(), cpu->get()}) {
+    ASSERT_TRUE(e->Reserve({{seq, n + 1}}).ok());
+    ASSERT_TRUE(e->StoreKv(0, seq, 0, n, k0.data(), v0.data(), kKv).ok());
+  }
+  ASSERT_TRUE((*cpu)->StoreKv(1, seq, 0, n, kv1.data(), kv1.data() + kKv, 2 * kKv).ok());
+  ASSERT_TRUE((*gpu)->FlushStores().ok());
+
+  LocalLink link(kv1, 1);
+  auto lane = (*gpu)->NewDeviceLane();
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  const std::vector<AttentionExecutor::StorePiece> pieces = {{seq, 0, n}};
+  ASSERT_TRUE((*gpu)->PrepareDeviceStore(pieces, lane->get()).ok());
+  const std::vector<int64_t> layers = {1};
+  const absl::Status queued = AttentionExecutor::QueueDeviceStore(3, options, pieces, layers, lane->get(), &link);
+  ASSERT_TRUE(queued.ok()) << queued;
+  const absl::Status finished = AttentionExecutor::FinishDeviceDecode(lane->get(), &link);
+  ASSERT_TRUE(finished.ok()) << finished;
+
+  const std::vector<DecodeEntry> entries = {{seq, n}};
+  const std::vector<float> qkv = draw(kRow);
+  const QkvLayout layout{kRow, 0, kQ, kQ + kKv};
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    std::vector<float> got(kQ), expected(kQ);
+    ASSERT_TRUE((*gpu)->Decode(layer, entries, qkv.data(), layout, got.data(), kQ).ok());
+    ASSERT_TRUE((*cpu)->Decode(layer, entries, qkv.data(), layout, expected.data(), kQ).ok());
+    for (int64_t i = 0; i < kQ; ++i) EXPECT_NEAR(got[i], expected[i], 1e-4f) << "layer " << layer << ", float " << i;
+  }
 }
 
 }  // namespace
