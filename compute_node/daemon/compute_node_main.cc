@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
@@ -66,6 +67,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::vector<StepLane> lanes;
   // A step with more rows than its links hold takes the host path.
   const int64_t link_rows = topology.MostDecodeRows();
+  // Device links open before this node registers, so that no step is under way anywhere yet.
+  const absl::Time links_deadline = absl::Now() + absl::Seconds(60);
   for (int i = 0; i < num_lanes; ++i) {
     attentions.push_back(std::make_unique<RemoteAttention>(
         transport.get(), memory_nodes, AttentionWireShape{config.num_layers, config.q_size(), config.kv_size()},
@@ -74,6 +77,7 @@ absl::Status Run(const std::vector<std::string>& args) {
       attentions.back()->EnableDeviceLinks(device.index, link_rows, device_transports, kMaxDataPlaneChunks,
                                            spec->chunk_rows);
       attentions.back()->set_line_rows(spec->line_rows);
+      attentions.back()->OpenDeviceLinks(links_deadline);
     }
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool));
     engines.push_back(std::move(engine));

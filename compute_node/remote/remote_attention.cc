@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status/status_macros.h"
 #include "common/threading/quiescent_release.h"
 #include "common/transport/wire.h"
@@ -358,6 +359,23 @@ void RemoteAttention::EnsureLink(Node* node) {
                  std::string(opened.message()).c_str());
     absl::StrAppend(&node->link_error, node->link_error.empty() ? "" : "; ", transport, ": ", opened.message());
   }
+}
+
+void RemoteAttention::OpenDeviceLinks(absl::Time deadline) {
+  if (device_ < 0) return;
+  for (auto& [name, node] : nodes_) {
+    while (!node.connection && absl::Now() < deadline) {
+      absl::StatusOr<std::unique_ptr<Connection>> connection =
+          transport_->Connect(node.address, std::min(deadline, absl::Now() + absl::Seconds(1)));
+      if (connection.ok()) {
+        node.connection = *std::move(connection);
+      } else {
+        absl::SleepFor(absl::Milliseconds(200));
+      }
+    }
+    EnsureLink(&node);
+  }
+  failed_.clear();  // nothing was asked of the nodes yet: a step reports their failures
 }
 
 bool RemoteAttention::CanDecodeOnDevice(absl::Span<const DecodeEntry> entries, const QkvLayout& layout) {

@@ -69,6 +69,12 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // Over cuda_ipc, a chunk of 1 to `rows` rows travels as lines (kernels/cuda/line.h) rather than
   // rows behind a flag (LinkShape::line_rows); 0: never. For links opened after the call.
   void set_line_rows(int64_t rows) { line_rows_ = rows; }
+  // Opens the device links now (after EnableDeviceLinks and set_line_rows), waiting until
+  // `deadline` for memory nodes not yet listening; those still unreachable then open theirs on
+  // first use, as any does after its connection drops. A compute node calls it before it
+  // registers: opening a link allocates GPU memory on both ends, and an allocation on a GPU where
+  // another link's waits already spin may wait for them, while what they wait for waits on it.
+  void OpenDeviceLinks(absl::Time deadline);
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   // Sends the rows and returns: up to kMaxPendingStores stores per node are in flight, and their
