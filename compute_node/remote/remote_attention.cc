@@ -494,18 +494,9 @@ absl::Status RemoteAttention::BeginDeviceStore(absl::Span<const PromptRows> prom
   for (const PromptRows& p : prompts) {
     LAMINA_ASSIGN_OR_RETURN(Node * node, NodeOf(p.seq));
     for (int64_t offset = 0; offset < p.count; offset += most) {
-      const int64_t first_row = p.first_row + offset;
-      const int64_t count = std::min(most, p.count - offset);
-      std::vector<Node::StoreTransfer>& transfers = node->store_transfers;
-      const bool joins = !transfers.empty() && transfers.back().first_row + transfers.back().count == first_row &&
-                         transfers.back().count + count <= most;
-      if (joins) {
-        transfers.back().count += count;
-      } else {
-        transfers.push_back({first_row, count});
-      }
-      node->store_pieces.push_back({p.seq, static_cast<int32_t>(offset), first_row, count,
-                                    static_cast<int32_t>(transfers.size() - 1)});
+      const BatchRows piece{p.first_row + offset, std::min(most, p.count - offset)};
+      const int32_t transfer = AddToTransfers(piece, most, &node->store_transfers);
+      node->store_pieces.push_back({p.seq, static_cast<int32_t>(offset), piece.count, transfer});
     }
   }
   ++next_tag_;
@@ -542,7 +533,7 @@ absl::Status RemoteAttention::QueueDeviceStore(int64_t layer, const float* qkv, 
     const size_t n = node->store_transfers.size();
     if (layer == store_first_layer_) node->unacked = false;
     for (size_t i = 0; i < n; ++i) {
-      const Node::StoreTransfer& transfer = node->store_transfers[i];
+      const BatchRows& transfer = node->store_transfers[i];
       if (node->unacked) {
         LAMINA_RETURN_IF_ERROR(node->link->QueueAwait(node->unacked_step, node->unacked_layer, stream));
       }

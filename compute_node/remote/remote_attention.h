@@ -30,6 +30,7 @@
 #include "common/metrics/busy_meter.h"
 #include "common/transport/peer_watch.h"
 #include "common/transport/transport.h"
+#include "compute_node/remote/store_transfers.h"
 #include "memory_node/data_plane/attention_server.h"
 #include "memory_node/data_plane/device_link.h"
 
@@ -123,21 +124,17 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
     // pair every later one with the wrong data.
     absl::Status queue_error;
     std::deque<uint64_t> pending_stores;  // the tags of StoreKv requests not yet answered, oldest first
-    // A device-side store: its pieces (rows of the prefill batch), its transfers (runs of pieces
-    // whose rows follow each other in the batch, one send each) and its first step.
+    // A device-side store: its pieces (a sequence's positions each, as kBeginStore lists them),
+    // its transfers (rows of the prefill batch, one send each: store_transfers.h) and its first
+    // step.
     struct StorePiece {
       SequenceId seq;
       int32_t first_position;
-      int64_t first_row;
       int64_t count;
       int32_t transfer;
     };
-    struct StoreTransfer {
-      int64_t first_row;
-      int64_t count;
-    };
     std::vector<StorePiece> store_pieces;
-    std::vector<StoreTransfer> store_transfers;
+    std::vector<BatchRows> store_transfers;
     uint64_t store_step = 0;
     // The transfer sent last and not yet acknowledged: the next send waits for its store.
     bool unacked = false;
