@@ -2,7 +2,8 @@
 // CPU executor's host path: a step in which a sequence has several rows (a prompt continuing on
 // the decode path, after an earlier chunk or a cached prefix) stores every row's k/v before any
 // of its rows attends over them, its rows spread over chunks, and goes unlinked; a step of one row
-// a sequence goes in linked launches. A prefill's store over a link writes the layers it lists.
+// a sequence goes in linked launches. A prefill's store over a link writes the layers it lists,
+// several prompts travelling in one transfer.
 // Skips without a GPU.
 #include <cuda_runtime_api.h>
 
@@ -166,8 +167,9 @@ TEST(AttentionExecutorCudaTest, AStepOfOneRowASequenceGoesLinked) {
 }
 
 // A prefill's k/v over a link for some of the layers (a rotating compute node stores only those
-// of its own slices): the listed layer gets the piece's rows, the other keeps what it held. Read
-// back through decode steps on the host path, against a CPU executor given the same stores.
+// of its own slices), two prompts in one transfer (their rows follow each other in the batch):
+// the listed layer gets each prompt's rows, the other keeps what it held. Read back through decode
+// steps on the host path, against a CPU executor given the same stores.
 TEST(AttentionExecutorCudaTest, AStoreOfSomeLayersWritesThoseAndLeavesTheOthers) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
@@ -184,21 +186,28 @@ TEST(AttentionExecutorCudaTest, AStoreOfSomeLayersWritesThoseAndLeavesTheOthers)
     for (float& f : x) f = dist(rng);
     return x;
   };
-  const SequenceId seq = 1;
-  const int32_t n = 6;
-  // Layer 0 holds the prompt's first k/v; the store sends new ones, [n, k | v], for layer 1 only.
-  const std::vector<float> k0 = draw(n * kKv), v0 = draw(n * kKv), kv1 = draw(n * 2 * kKv);
-  for (AttentionExecutor* e : {gpu->get(), cpu->get()}) {
-    ASSERT_TRUE(e->Reserve({{seq, n + 1}}).ok());
-    ASSERT_TRUE(e->StoreKv(0, seq, 0, n, k0.data(), v0.data(), kKv).ok());
+  // Sequence 1 has a prompt of 6 tokens, sequence 2 of 3. Layer 0 holds their first k/v; the
+  // store sends new ones, [9, k | v] (sequence 1's rows first), for layer 1 only.
+  const std::vector<std::pair<SequenceId, int32_t>> prompts = {{1, 6}, {2, 3}};
+  const int64_t rows = 9;
+  const std::vector<float> kv1 = draw(rows * 2 * kKv);
+  int64_t first_row = 0;
+  for (const auto& [seq, n] : prompts) {
+    const std::vector<float> k0 = draw(n * kKv), v0 = draw(n * kKv);
+    for (AttentionExecutor* e : {gpu->get(), cpu->get()}) {
+      ASSERT_TRUE(e->Reserve({{seq, n + 1}}).ok());
+      ASSERT_TRUE(e->StoreKv(0, seq, 0, n, k0.data(), v0.data(), kKv).ok());
+    }
+    const float* mine = kv1.data() + first_row * 2 * kKv;
+    ASSERT_TRUE((*cpu)->StoreKv(1, seq, 0, n, mine, mine + kKv, 2 * kKv).ok());
+    first_row += n;
   }
-  ASSERT_TRUE((*cpu)->StoreKv(1, seq, 0, n, kv1.data(), kv1.data() + kKv, 2 * kKv).ok());
   ASSERT_TRUE((*gpu)->FlushStores().ok());
 
   LocalLink link(kv1, 1);
   auto lane = (*gpu)->NewDeviceLane();
   ASSERT_TRUE(lane.ok()) << lane.status();
-  const std::vector<AttentionExecutor::StorePiece> pieces = {{seq, 0, n}};
+  const std::vector<AttentionExecutor::StorePiece> pieces = {{1, 0, 6, 0}, {2, 0, 3, 0}};
   ASSERT_TRUE((*gpu)->PrepareDeviceStore(pieces, lane->get()).ok());
   const std::vector<int64_t> layers = {1};
   const absl::Status queued = AttentionExecutor::QueueDeviceStore(3, options, pieces, layers, lane->get(), &link);
@@ -206,14 +215,17 @@ TEST(AttentionExecutorCudaTest, AStoreOfSomeLayersWritesThoseAndLeavesTheOthers)
   const absl::Status finished = AttentionExecutor::FinishDeviceDecode(lane->get(), &link);
   ASSERT_TRUE(finished.ok()) << finished;
 
-  const std::vector<DecodeEntry> entries = {{seq, n}};
-  const std::vector<float> qkv = draw(kRow);
+  const std::vector<DecodeEntry> entries = {{1, 6}, {2, 3}};
+  const std::vector<float> qkv = draw(2 * kRow);
   const QkvLayout layout{kRow, 0, kQ, kQ + kKv};
   for (int64_t layer = 0; layer < kLayers; ++layer) {
-    std::vector<float> got(kQ), expected(kQ);
+    std::vector<float> got(2 * kQ), expected(2 * kQ);
     ASSERT_TRUE((*gpu)->Decode(layer, entries, qkv.data(), layout, got.data(), kQ).ok());
     ASSERT_TRUE((*cpu)->Decode(layer, entries, qkv.data(), layout, expected.data(), kQ).ok());
-    for (int64_t i = 0; i < kQ; ++i) EXPECT_NEAR(got[i], expected[i], 1e-4f) << "layer " << layer << ", float " << i;
+    for (int64_t i = 0; i < 2 * kQ; ++i) {
+      EXPECT_NEAR(got[i], expected[i], 1e-4f) << "layer " << layer << ", sequence " << 1 + i / kQ << ", float "
+                                              << i % kQ;
+    }
   }
 }
 
