@@ -184,9 +184,9 @@ absl::StatusOr<std::vector<int64_t>> AttentionExecutor::TransferRows(absl::Span<
     const int32_t expected = static_cast<int32_t>(rows.size());  // a new transfer's number
     if (t == expected) {
       rows.push_back(0);
-    } else if (t != expected - 1) {
-      return absl::InvalidArgumentError(absl::StrCat("store piece ", i, " (sequence ", pieces[i].seq, ") is in transfer ",
-                                                     t, ", after transfer ", expected - 1,
+    } else if (rows.empty() || t != expected - 1) {
+      return absl::InvalidArgumentError(absl::StrCat("store piece ", i, " (sequence ", pieces[i].seq,
+                                                     ") is in transfer ", t, ", after transfer ", expected - 1,
                                                      ": transfers must count up from 0, one at a time"));
     }
     rows.back() += pieces[i].count;

@@ -84,7 +84,8 @@ TEST(AttentionExecutorTest, AStoresTransfersHoldTheirPiecesRowsAndMustCountUp) {
   EXPECT_NE(skips.status().message().find("store piece 1 (sequence 2) is in transfer 2, after transfer 0"),
             std::string::npos)
       << skips.status();
-  EXPECT_FALSE(AttentionExecutor::TransferRows({Piece{1, 0, 5, 1}}).ok());  // not from 0
+  EXPECT_FALSE(AttentionExecutor::TransferRows({Piece{1, 0, 5, 1}}).ok());   // not from 0
+  EXPECT_FALSE(AttentionExecutor::TransferRows({Piece{1, 0, 5, -1}}).ok());  // nor before it
   EXPECT_FALSE(AttentionExecutor::TransferRows({Piece{1, 0, 5, 0}, Piece{2, 0, 5, 1}, Piece{3, 0, 5, 0}}).ok());
 }
 
