@@ -211,14 +211,13 @@ absl::Status AttentionExecutor::PrepareDeviceStore(absl::Span<const StorePiece> 
 }
 
 absl::Status AttentionExecutor::QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,
-                                                 absl::Span<const StorePiece> pieces,
+                                                 absl::Span<const int64_t> transfers,
                                                  absl::Span<const int64_t> layers, DeviceKvLane* lane,
                                                  MemoryLinkEnd* link) {
   const int64_t q = options.attention.num_q_heads * options.attention.head_dim;
   const int64_t kv_size = options.attention.num_kv_heads * options.attention.head_dim;
   // A store's transfers arrive as [rows, k | v]; their slots are the pieces', back to back.
   const QkvLayout layout{2 * kv_size, 0, 0, kv_size};
-  LAMINA_ASSIGN_OR_RETURN(const std::vector<int64_t> transfers, TransferRows(pieces));
   std::vector<int64_t> every_layer;
   layers = StepLayers(options, layers, &every_layer);
   link->SetStepLayers(layers.front(), layers.back());

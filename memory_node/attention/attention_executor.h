@@ -89,12 +89,12 @@ class AttentionExecutor : public AttentionService {
   absl::Status PrepareDeviceStore(absl::Span<const StorePiece> pieces, DeviceKvLane* lane);
   // Queues the store's layers on the lane, every layer or those of `layers` (ascending; a compute
   // node running only some of a batch's slices, under rotational pipelining, stores only their
-  // k/v): per transfer (attention_protocol::StoreTransferStep), the link's receive of its rows,
-  // their store, and the link's (empty) send, which tells the compute node the receive buffer is
-  // free again. Like QueueDeviceDecode, touches no state of the executor (and paces itself as it
-  // does).
+  // k/v): per transfer (attention_protocol::StoreTransferStep; `transfers` holds each one's rows,
+  // TransferRows of the prepared pieces), the link's receive of its rows, their store, and the
+  // link's (empty) send, which tells the compute node the receive buffer is free again. Like
+  // QueueDeviceDecode, touches no state of the executor (and paces itself as it does).
   static absl::Status QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,
-                                       absl::Span<const StorePiece> pieces, absl::Span<const int64_t> layers,
+                                       absl::Span<const int64_t> transfers, absl::Span<const int64_t> layers,
                                        DeviceKvLane* lane, MemoryLinkEnd* link);
   // Waits for the lane's queued step; its outcome (DeadlineExceeded when q/k/v stopped coming).
   static absl::Status FinishDeviceDecode(DeviceKvLane* lane, MemoryLinkEnd* link);

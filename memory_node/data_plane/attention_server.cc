@@ -92,11 +92,11 @@ void AttentionServer::Serve(Connection* connection) {
       s.step_open = true;
       MemoryLinkEnd* link = s.link.get();
       s.queueing_watch.Arm({{"compute node at " + connection->peer(), connection, [link] { return link->Abort(); }}});
-      s.queued = s.begun.pieces.empty()
+      s.queued = s.begun.transfers.empty()
                      ? AttentionExecutor::QueueDeviceDecode(s.begun.step, executor_->options(), s.begun.rows,
                                                             s.begun.chunks, s.begun.layers, s.begun.linked,
                                                             s.lane.get(), s.link.get())
-                     : AttentionExecutor::QueueDeviceStore(s.begun.step, executor_->options(), s.begun.pieces,
+                     : AttentionExecutor::QueueDeviceStore(s.begun.step, executor_->options(), s.begun.transfers,
                                                            s.begun.layers, s.lane.get(), s.link.get());
       s.queueing_watch.Disarm();
     }
@@ -289,7 +289,7 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
         }
         piece.transfer = static_cast<int32_t>(std::min<uint32_t>(transfer, 1u << 30));
       }
-      LAMINA_ASSIGN_OR_RETURN(const std::vector<int64_t> transfers, AttentionExecutor::TransferRows(pieces));
+      LAMINA_ASSIGN_OR_RETURN(std::vector<int64_t> transfers, AttentionExecutor::TransferRows(pieces));
       const int64_t most = ap::StoreTransferRows(scratch->link_rows, shape_.q_size, shape_.kv_size);
       for (size_t t = 0; t < transfers.size(); ++t) {
         if (transfers[t] > most) {
@@ -302,7 +302,7 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       if (r->remaining() > 0) LAMINA_RETURN_IF_ERROR(ReadLayers(shape_.num_layers, r, &layers));
       std::lock_guard<std::mutex> lock(*service_mu_);
       LAMINA_RETURN_IF_ERROR(executor_->PrepareDeviceStore(pieces, scratch->lane.get()));
-      scratch->begun = {true, step, 0, 1, std::move(pieces), std::move(layers)};
+      scratch->begun = {true, step, 0, 1, std::move(transfers), std::move(layers)};
       return absl::OkStatus();
     }
     default: {  // kEndDecode

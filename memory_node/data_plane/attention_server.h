@@ -66,13 +66,13 @@ class AttentionServer {
     int64_t link_rows = 0;
     int link_chunks = 0;
     // A step prepared by kBeginDecode, queued once the reply is out; how the queueing went.
-    // A store (kBeginStore) when `pieces` is not empty.
+    // A store (kBeginStore) when `transfers` (each one's rows) is not empty.
     struct {
       bool pending = false;
       uint64_t step = 0;
       int64_t rows = 0;
       int chunks = 1;
-      std::vector<AttentionExecutor::StorePiece> pieces;
+      std::vector<int64_t> transfers;
       std::vector<int64_t> layers;  // the step's layers; empty: all
       bool linked = true;           // AttentionExecutor::MayLink of a decode step's rows
     } begun;

@@ -209,8 +209,12 @@ TEST(AttentionExecutorCudaTest, AStoreOfSomeLayersWritesThoseAndLeavesTheOthers)
   ASSERT_TRUE(lane.ok()) << lane.status();
   const std::vector<AttentionExecutor::StorePiece> pieces = {{1, 0, 6, 0}, {2, 0, 3, 0}};
   ASSERT_TRUE((*gpu)->PrepareDeviceStore(pieces, lane->get()).ok());
+  const absl::StatusOr<std::vector<int64_t>> transfers = AttentionExecutor::TransferRows(pieces);
+  ASSERT_TRUE(transfers.ok()) << transfers.status();
+  EXPECT_EQ(*transfers, std::vector<int64_t>{9});
   const std::vector<int64_t> layers = {1};
-  const absl::Status queued = AttentionExecutor::QueueDeviceStore(3, options, pieces, layers, lane->get(), &link);
+  const absl::Status queued =
+      AttentionExecutor::QueueDeviceStore(3, options, *transfers, layers, lane->get(), &link);
   ASSERT_TRUE(queued.ok()) << queued;
   const absl::Status finished = AttentionExecutor::FinishDeviceDecode(lane->get(), &link);
   ASSERT_TRUE(finished.ok()) << finished;
