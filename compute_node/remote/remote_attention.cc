@@ -364,15 +364,7 @@ void RemoteAttention::EnsureLink(Node* node) {
 void RemoteAttention::OpenDeviceLinks(absl::Time deadline) {
   if (device_ < 0) return;
   for (auto& [name, node] : nodes_) {
-    while (!node.connection && absl::Now() < deadline) {
-      absl::StatusOr<std::unique_ptr<Connection>> connection =
-          transport_->Connect(node.address, std::min(deadline, absl::Now() + absl::Seconds(1)));
-      if (connection.ok()) {
-        node.connection = *std::move(connection);
-      } else {
-        absl::SleepFor(absl::Milliseconds(200));
-      }
-    }
+    while (!Connect(&node).ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(200));
     EnsureLink(&node);
   }
   failed_.clear();  // nothing was asked of the nodes yet: a step reports their failures

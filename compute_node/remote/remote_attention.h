@@ -73,8 +73,8 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // Opens the device links now (after EnableDeviceLinks and set_line_rows), waiting until
   // `deadline` for memory nodes not yet listening; those still unreachable then open theirs on
   // first use, as any does after its connection drops. A compute node calls it before it
-  // registers: opening a link allocates GPU memory on both ends, and an allocation on a GPU where
-  // another link's waits already spin may wait for them, while what they wait for waits on it.
+  // registers, so that no step's first exchange waits for a link to open (GPU memory allocated
+  // and mapped on both ends) while other nodes' waits for it spin.
   void OpenDeviceLinks(absl::Time deadline);
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
