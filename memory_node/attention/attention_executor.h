@@ -52,7 +52,10 @@ class AttentionExecutor : public AttentionService {
 
   // Device-side decode, for a GPU pool reached over a device link. A lane (one per compute-node
   // connection) has its own stream, so several batches' steps run side by side.
-  absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane() { return backend_->NewDeviceLane(); }
+  // Its steps travel in up to `max_chunks` chunks (KvBackend::NewDeviceLane).
+  absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane(int max_chunks) {
+    return backend_->NewDeviceLane(max_chunks);
+  }
   // A piece of a prefill's k/v over a link: `count` positions of `seq` from `first_position`,
   // travelling in transfer `transfer` (attention_protocol.h, kBeginStore).
   struct StorePiece {

@@ -129,7 +129,7 @@ class CudaKvBackend : public KvBackend {
   }
 
   int device() const override { return device_; }
-  absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane() override;
+  absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane(int max_chunks) override;
 
   // What a lane reads of the pool.
   const KvBackendOptions& options() const { return options_; }
@@ -219,11 +219,17 @@ class CudaKvBackend : public KvBackend {
 // One lane of device-side decode steps: its own stream, slot lists, plans and outputs.
 class CudaKvLane : public DeviceKvLane {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaKvLane>> Create(const CudaKvBackend* pool) {
+  static absl::StatusOr<std::unique_ptr<CudaKvLane>> Create(const CudaKvBackend* pool, int max_chunks) {
+    if (max_chunks < 1) return absl::InvalidArgumentError(absl::StrCat("a lane of ", max_chunks, " chunks a step"));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool->device()));
     std::unique_ptr<CudaKvLane> lane(new CudaKvLane(pool));
     pool->spin_budget()->AddLane();
     LAMINA_ASSIGN_OR_RETURN(lane->stream_, cuda::Stream::Create());
+    // Not mid-run: a stream made then may wait for every spinning wait on the GPU (kv_backend.h).
+    for (int c = 0; max_chunks > 1 && c < max_chunks; ++c) {
+      LAMINA_ASSIGN_OR_RETURN(cuda::Stream s, cuda::Stream::Create());
+      lane->chunk_streams_.push_back(std::move(s));
+    }
     LAMINA_ASSIGN_OR_RETURN(lane->pool_writes_, cuda::Event::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->step_ready_, cuda::Event::Create());
     LAMINA_ASSIGN_OR_RETURN(lane->pacer_, cuda::QueuePacer::Create(kMostQueuedUnits));
@@ -263,6 +269,10 @@ class CudaKvLane : public DeviceKvLane {
 
   absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
                        absl::Span<const int64_t> slot_begin, int chunks) override {
+    if (chunks > std::max<int>(1, static_cast<int>(chunk_streams_.size()))) {
+      return absl::InvalidArgumentError(absl::StrCat("a step in ", chunks, " chunks on a lane of at most ",
+                                                     std::max<size_t>(1, chunk_streams_.size())));
+    }
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
     LAMINA_RETURN_IF_ERROR(Synchronize());  // the staging below may still feed the last step
     const KvBackendOptions& o = pool_->options();
@@ -425,15 +435,11 @@ class CudaKvLane : public DeviceKvLane {
  private:
   explicit CudaKvLane(const CudaKvBackend* pool) : pool_(pool) {}
 
-  // With several chunks, each gets a stream that starts after the step's set-up on the lane's
-  // stream; Synchronize joins them.
+  // With several chunks, each gets a stream (made with the lane) that starts after the step's
+  // set-up on the lane's stream; Synchronize joins them.
   absl::Status ForkChunkStreams(int chunks) {
     chunks_ = chunks;
     if (chunks < 2) return absl::OkStatus();
-    while (static_cast<int>(chunk_streams_.size()) < chunks) {
-      LAMINA_ASSIGN_OR_RETURN(cuda::Stream s, cuda::Stream::Create());
-      chunk_streams_.push_back(std::move(s));
-    }
     LAMINA_RETURN_IF_ERROR(step_ready_.Record(stream_.get()));
     for (int c = 0; c < chunks; ++c) {
       LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(chunk_streams_[c].get(), step_ready_.get(), 0));
@@ -490,7 +496,7 @@ class CudaKvLane : public DeviceKvLane {
   const CudaKvBackend* pool_;
   cuda::Stream stream_;
   cuda::Event pool_writes_;
-  std::vector<cuda::Stream> chunk_streams_;  // linked chunks of a step of several chunks
+  std::vector<cuda::Stream> chunk_streams_;  // [max_chunks] (none for 1): a step's chunks, side by side
   cuda::Event step_ready_;                   // the step's set-up, which they wait for
   cuda::QueuePacer pacer_;                   // ends each Queue* call's unit: kMostQueuedUnits ahead
   int chunks_ = 1;
@@ -516,8 +522,8 @@ class CudaKvLane : public DeviceKvLane {
   int64_t rows_ = 0;
 };
 
-absl::StatusOr<std::unique_ptr<DeviceKvLane>> CudaKvBackend::NewDeviceLane() {
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaKvLane> lane, CudaKvLane::Create(this));
+absl::StatusOr<std::unique_ptr<DeviceKvLane>> CudaKvBackend::NewDeviceLane(int max_chunks) {
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaKvLane> lane, CudaKvLane::Create(this, max_chunks));
   return std::unique_ptr<DeviceKvLane>(std::move(lane));
 }
 

@@ -43,8 +43,9 @@ class DeviceKvLane {
   virtual ~DeviceKvLane() = default;
   virtual CUstream_st* stream() const = 0;
   // A step of `write_slots.size()` sequences: sequence s writes its new k/v at write_slots[s] and
-  // attends to slot_ids[slot_begin[s] .. slot_begin[s + 1]), its rows split into `chunks` (ChunkOf).
-  // Waits only for this lane's earlier work; allocates what the step needs.
+  // attends to slot_ids[slot_begin[s] .. slot_begin[s + 1]), its rows split into `chunks` (ChunkOf;
+  // at most the lane's max_chunks, else InvalidArgument). Waits only for this lane's earlier work;
+  // allocates what the step needs.
   virtual absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
                                absl::Span<const int64_t> slot_begin, int chunks) = 0;
   // Queues, for the sequences of chunk `chunk`: their k/v (rows of `qkv` in `layout`, device
@@ -77,8 +78,12 @@ class KvBackend {
   virtual ~KvBackend() = default;
   // The GPU of the pool, -1 on the CPU.
   virtual int device() const { return -1; }
-  // A new lane of device-side decode steps; FailedPrecondition on the CPU.
-  virtual absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane() {
+  // A new lane of device-side decode steps of up to `max_chunks` (>= 1) chunks each;
+  // FailedPrecondition on the CPU. The streams a step's chunks run on are made now, before any wait
+  // spins: on an H200 (CUDA 13), while a kernel spun, a process's first new streams came at once
+  // but about its 32nd took until the kernel ended, and other threads' CUDA calls waited behind it
+  // (a memory node under rotation over two compute GPUs stalled so at 512 requests in flight).
+  virtual absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane(int max_chunks) {
     return absl::FailedPreconditionError("the KV pool is on the CPU: no device-side decode");
   }
 

@@ -239,7 +239,7 @@ absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* 
       AbortStep(scratch).IgnoreError();
       RetireLink(scratch);
       std::lock_guard<std::mutex> lock(*service_mu_);
-      LAMINA_ASSIGN_OR_RETURN(scratch->lane, executor_->NewDeviceLane());
+      LAMINA_ASSIGN_OR_RETURN(scratch->lane, executor_->NewDeviceLane(max_chunks));
       LAMINA_ASSIGN_OR_RETURN(auto end_and_answer, CreateMemoryLinkEnd(transport, link, executor_->device(), offer));
       scratch->link = std::move(end_and_answer.first);
       scratch->answer = std::move(end_and_answer.second);

@@ -130,7 +130,7 @@ int ExpectDeviceStepMatchesHostPath(const std::vector<DecodeEntry>& entries, int
   }
 
   LocalLink link(qkv, rows);
-  auto lane = (*gpu)->NewDeviceLane();
+  auto lane = (*gpu)->NewDeviceLane(chunks);
   EXPECT_TRUE(lane.ok()) << lane.status();
   if (!lane.ok()) return -1;
   EXPECT_TRUE((*gpu)->PrepareDeviceDecode(entries, chunks, lane->get()).ok());
@@ -205,7 +205,7 @@ TEST(AttentionExecutorCudaTest, AStoreOfSomeLayersWritesThoseAndLeavesTheOthers)
   ASSERT_TRUE((*gpu)->FlushStores().ok());
 
   LocalLink link(kv1, 1);
-  auto lane = (*gpu)->NewDeviceLane();
+  auto lane = (*gpu)->NewDeviceLane(1);
   ASSERT_TRUE(lane.ok()) << lane.status();
   const std::vector<AttentionExecutor::StorePiece> pieces = {{1, 0, 6, 0}, {2, 0, 3, 0}};
   ASSERT_TRUE((*gpu)->PrepareDeviceStore(pieces, lane->get()).ok());

@@ -5,7 +5,8 @@
 // whose rows are not; a launch too large to wait on its flag itself waits behind one queued
 // ahead; a chunk that travels as lines runs whatever plan its share gave it; lanes
 // waiting for their rows leave SMs to a lane whose rows came; a float8 pool attends as the CPU's
-// float8 pool does, over the same quantized bits, and its linked chunks match its unlinked ones.
+// float8 pool does, over the same quantized bits, and its linked chunks match its unlinked ones;
+// a step's chunk streams come with its lane, so a step starts while another stream's wait spins.
 // Skips without a GPU.
 #include <cuda_runtime_api.h>
 
@@ -59,7 +60,7 @@ TEST(CudaKvLaneTest, LinkedChunkMatchesUnlinkedAndBothCountTheirDeviceTime) {
   const int64_t q = 64, kv = 32, row = q + 2 * kv;
   auto backend = CreateCudaKvBackend({2, 64, shape}, 0);
   ASSERT_TRUE(backend.ok()) << backend.status();
-  auto lane = (*backend)->NewDeviceLane();
+  auto lane = (*backend)->NewDeviceLane(1);
   ASSERT_TRUE(lane.ok()) << lane.status();
   // Two sequences: one attending to slots 1, 2, 5 (writing 5), one to slot 9 alone.
   ASSERT_TRUE((*lane)->SetStep({5, 9}, {1, 2, 5, 9}, {0, 3, 4}, 1).ok());
@@ -130,7 +131,7 @@ TEST(CudaKvLaneTest, AFloat8PoolStoresTheCpuPoolsBitsAndAttendsAsItDoes) {
   std::vector<float> want(q);
   ASSERT_TRUE((*cpu)->Attend(1, step, row, want.data(), q).ok());
 
-  auto lane = (*gpu)->NewDeviceLane();
+  auto lane = (*gpu)->NewDeviceLane(1);
   ASSERT_TRUE(lane.ok()) << lane.status();
   ASSERT_TRUE((*lane)->SetStep({40}, context, {0, prompt + 1}, 1).ok());
   DeviceBuffer d_step = Upload(std::vector<float>(step, step + row));
@@ -165,7 +166,7 @@ TEST(CudaKvLaneTest, LinkedChunksRunSideBySide) {
   const int64_t q = 64, kv = 32, row = q + 2 * kv;
   auto backend = CreateCudaKvBackend({1, 64, shape}, 0);
   ASSERT_TRUE(backend.ok()) << backend.status();
-  auto lane = (*backend)->NewDeviceLane();
+  auto lane = (*backend)->NewDeviceLane(2);
   ASSERT_TRUE(lane.ok()) << lane.status();
   // Four sequences in two chunks of two: contexts of 3, 1, 2 and 4 slots, each writing its last.
   ASSERT_TRUE((*lane)->SetStep({2, 3, 5, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 3, 4, 6, 10}, 2).ok());
@@ -220,7 +221,7 @@ TEST(CudaKvLaneTest, ALaunchTooLargeToWaitInItselfWaitsBehindAFlagAheadAndMatche
   const int64_t q = 64, kv = 32, row = q + 2 * kv, seqs = 12;
   auto backend = CreateCudaKvBackend({1, 64, shape}, 0);
   ASSERT_TRUE(backend.ok()) << backend.status();
-  auto lane = (*backend)->NewDeviceLane();
+  auto lane = (*backend)->NewDeviceLane(1);
   ASSERT_TRUE(lane.ok()) << lane.status();
   // Twelve sequences of two slots each (2i and 2i + 1), each writing its second: 24 (sequence, kv
   // head) pairs, too short a context to split.
@@ -277,7 +278,7 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
   const int64_t seqs = 256, chunks = 64, rows = seqs / chunks;
   auto backend = CreateCudaKvBackend({1, seqs, shape}, 0);
   ASSERT_TRUE(backend.ok()) << backend.status();
-  auto lane = (*backend)->NewDeviceLane();
+  auto lane = (*backend)->NewDeviceLane(chunks);
   ASSERT_TRUE(lane.ok()) << lane.status();
   std::vector<int32_t> slots(seqs);
   std::vector<int64_t> begins(seqs + 1);
@@ -369,7 +370,7 @@ TEST(CudaKvLaneTest, LanesWaitingForRowsLeaveSmsToALaneWhoseRowsCame) {
   };
   std::vector<Lane> all(lanes);
   for (int64_t i = 0; i < lanes; ++i) {
-    auto lane = (*backend)->NewDeviceLane();
+    auto lane = (*backend)->NewDeviceLane(1);
     ASSERT_TRUE(lane.ok()) << lane.status();
     all[i].lane = std::move(*lane);
     all[i].lines = Upload(std::vector<kc::Line>(seqs * row / 2, kc::Line{}));
@@ -454,6 +455,43 @@ TEST(CudaKvLaneTest, LanesWaitingForRowsLeaveSmsToALaneWhoseRowsCame) {
   ASSERT_TRUE(all[0].lane->QueueChunk(0, 0, source.as<float>(), layout).ok());
   ASSERT_TRUE(all[0].lane->Synchronize().ok());
   EXPECT_EQ(Download<float>(all[0].lane->step_out(), seqs * q), first);
+}
+
+// A step's chunk streams are made with the lane, before any wait spins: a step in several chunks
+// then starts while another stream's wait spins on the GPU (a stream made then would wait for the
+// spin to end: a memory node of rotation over two compute GPUs stalled so at 512 requests in
+// flight), and a step in more chunks than the lane was made for is refused.
+TEST(CudaKvLaneTest, AStepsChunkStreamsComeWithTheLaneSoAStepStartsWhileAWaitSpins) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  const kernels::cpu::AttentionShape shape{4, 2, 16, 0};
+  auto backend = CreateCudaKvBackend({1, 64, shape}, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto lane = (*backend)->NewDeviceLane(4);
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  EXPECT_FALSE((*backend)->NewDeviceLane(0).ok());
+
+  auto spinning = cuda::Stream::Create();
+  ASSERT_TRUE(spinning.ok()) << spinning.status();
+  DeviceBuffer flag = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer error = Upload(std::vector<uint32_t>{0});
+  ASSERT_TRUE(kernels::cuda::WaitFlag(flag.as<uint64_t>(), 1, 20'000'000'000, error.as<uint32_t>(), 1,
+                                      spinning->get())
+                  .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the wait is spinning by now
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status four = (*lane)->SetStep({0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3, 4}, 4);
+  const auto took = std::chrono::steady_clock::now() - start;
+  const absl::Status five =
+      (*lane)->SetStep({0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}, {0, 1, 2, 3, 4, 5}, 5);
+  const uint64_t raised = 1;
+  ASSERT_EQ(cudaMemcpy(flag.as<uint64_t>(), &raised, sizeof(raised), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_TRUE(spinning->Synchronize().ok());
+  EXPECT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u) << "the wait gave up before the flag was raised";
+  EXPECT_TRUE(four.ok()) << four;
+  EXPECT_LT(took, std::chrono::seconds(2)) << "the step waited for the spinning wait";
+  EXPECT_EQ(five.code(), absl::StatusCode::kInvalidArgument) << five;
+  EXPECT_TRUE((*lane)->Synchronize().ok());
 }
 
 }  // namespace
