@@ -16,7 +16,8 @@ const char kSimulateUsage[] =
     "  Predicts a cluster of R compute nodes (each with M memory nodes, one coordinator for all) from\n"
     "  measured per-operation costs (an experiment's costs-TOPOLOGY.yaml): tokens/s, latency\n"
     "  percentiles, utilisation and the bottleneck. A closed-loop workload's concurrency is per\n"
-    "  compute node; an open loop's rate is for the whole cluster.\n";
+    "  compute node; an open loop's rate is for the whole cluster. Each compute node runs the batches\n"
+    "  in flight the costs were measured with (their `batches`: the topology's pipelining).\n";
 
 namespace {
 
@@ -42,8 +43,9 @@ absl::Status Simulate(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(int64_t max_context, flags.Int("max-context", 1 << 20));
   if (memory_nodes < 1 || max_batch < 1) return absl::InvalidArgumentError("--memory-nodes and --max-batch must be >= 1");
 
-  std::printf("costs %s; %lld memory nodes and batch limit %lld per compute node\n", costs.source.c_str(),
-              static_cast<long long>(memory_nodes), static_cast<long long>(max_batch));
+  std::printf("costs %s; %lld memory nodes, batch limit %lld and %d batches in flight per compute node\n",
+              costs.source.c_str(), static_cast<long long>(memory_nodes), static_cast<long long>(max_batch),
+              costs.batches);
   std::printf("%8s %8s %12s %10s %10s %10s %9s %9s  %s\n", "compute", "memory", "tokens/s", "TTFT p50", "TPOT p50",
               "TPOT p99", "compute", "coord.", "bottleneck");
   for (int replicas : replica_counts) {

@@ -117,12 +117,15 @@ absl::StatusOr<std::string> SimulatorSection(const ExperimentResult& result, con
   for (const TopologyInfo& info : result.topologies) {
     LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(info.entry.file));
     LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
+    // Its batches in flight, each iterating on its own: a run's iterations per second count them
+    // all, its mean batch and iteration time are a batch's.
+    const int batches = static_cast<int>(topology.BatchComputeNodes().size());
     std::vector<simulator::CalibrationPoint> points;
     std::vector<const RunResult*> runs;
     for (const RunResult& r : result.runs) {
       if (r.topology != info.entry.name || !r.status.ok() || r.bench.iterations_per_s <= 0) continue;
       points.push_back({r.bench.mean_batch, MeanContext(spec, r.context), r.bench.prefill_tokens_per_iteration,
-                        r.bench.iteration_ms, 1e3 / r.bench.iterations_per_s});
+                        r.bench.iteration_ms, batches * 1e3 / r.bench.iterations_per_s});
       runs.push_back(&r);
     }
     const int64_t per_node = info.memory_nodes > 0 ? info.kv_capacity_tokens / info.memory_nodes : 0;
@@ -134,6 +137,8 @@ absl::StatusOr<std::string> SimulatorSection(const ExperimentResult& result, con
     }
     costs->max_tokens_per_iteration = topology.max_tokens_per_iteration;
     costs->chunked_prefill = topology.chunked_prefill;
+    costs->batches = batches;
+    if (topology.SecondBatchOnDemand()) costs->more_batches_above = topology.rotational_above;
     {
       const std::string path = absl::StrCat(out_dir, "/costs-", info.entry.name, ".yaml");
       std::ofstream out(path);

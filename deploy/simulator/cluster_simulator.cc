@@ -18,10 +18,15 @@ struct Sequence {
   int generated = 0;  // 0 until its prompt's last prefill iteration ends
 };
 
-struct Replica {
+// One batch in flight: its sequences and whether an iteration of it runs.
+struct BatchLoop {
   std::vector<Sequence> running;
-  int64_t kv_used = 0;
   bool busy = false;
+};
+
+struct Replica {
+  std::vector<BatchLoop> batches;  // CostModel::batches, sharing the replica's memory nodes
+  int64_t kv_used = 0;
   double busy_ms = 0, attention_ms = 0;
   int64_t iterations = 0, decoded = 0;
 };
@@ -29,6 +34,7 @@ struct Replica {
 struct Event {
   double t_ms;
   int replica;  // -1: an arrival
+  int batch;
   bool operator>(const Event& o) const { return t_ms > o.t_ms; }
 };
 
@@ -43,7 +49,9 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
     prompt_len[i] = std::max<int>(1, requests[i].prompt_ids.empty() ? 1 : static_cast<int>(requests[i].prompt_ids.size()));
     output_len[i] = requests[i].output_tokens;
   }
+  const int batches = std::max(1, costs.batches);
   std::vector<Replica> replicas(shape.replicas);
+  for (Replica& rep : replicas) rep.batches.resize(batches);
   std::deque<int> waiting;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   int released = 0;
@@ -53,7 +61,7 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
   } else {
     for (int i = 0; i < n; ++i) {
       arrival[i] = 1e3 * requests[i].arrival_s;
-      events.push({arrival[i], -1});
+      events.push({arrival[i], -1, 0});
     }
   }
   const int64_t kv_capacity = costs.kv_capacity_tokens * shape.memory_nodes_per_replica;
@@ -61,21 +69,29 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
   int64_t admissions_tried = 0, kv_blocked = 0;
   int next_arrival = 0;
 
-  auto try_start = [&](int r, double now) {
+  auto try_start = [&](int r, int b, double now) {
     Replica& rep = replicas[r];
-    if (rep.busy || (rep.running.empty() && waiting.empty())) return;
+    BatchLoop& loop = rep.batches[b];
+    if (loop.busy || (loop.running.empty() && waiting.empty())) return;
     const double start = std::max(now, coordinator_free);
+    // Like the scheduler, each batch takes up to its equal share of what runs or waits; under
+    // `auto`, the batches after the first take none while few do.
+    int64_t pending = static_cast<int64_t>(waiting.size());
+    for (const BatchLoop& other : rep.batches) pending += static_cast<int64_t>(other.running.size());
+    const int64_t sharing =
+        batches > 1 && costs.more_batches_above >= 0 && pending <= costs.more_batches_above ? 1 : batches;
+    const int64_t limit = b > 0 && sharing == 1 ? 0 : std::min(shape.max_batch, (pending + sharing - 1) / sharing);
     // Admit like the scheduler: batch limit, token budget, KV room. With chunked prefill a prompt
     // joins while any budget is left (or none is being prefilled) and is prefilled as the budget
     // allows; without, it must fit what is left, unless it runs alone.
     int64_t budget = costs.max_tokens_per_iteration;
     bool prefilling = false;
-    for (const Sequence& s : rep.running) {
+    for (const Sequence& s : loop.running) {
       budget -= s.generated > 0 ? 1 : s.prompt - s.prefilled;
       prefilling |= s.generated == 0;
     }
     bool admitted = false;
-    while (!waiting.empty() && static_cast<int64_t>(rep.running.size()) < shape.max_batch) {
+    while (!waiting.empty() && static_cast<int64_t>(loop.running.size()) < limit) {
       const int q = waiting.front();
       const int64_t need = prompt_len[q] + output_len[q];
       ++admissions_tried;
@@ -84,17 +100,17 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
         break;
       }
       if (costs.chunked_prefill ? budget <= 0 && (prefilling || admitted)
-                                : prompt_len[q] > budget && !rep.running.empty()) {
+                                : prompt_len[q] > budget && !loop.running.empty()) {
         break;
       }
       waiting.pop_front();
       rep.kv_used += need;
       budget -= prompt_len[q];
       admitted = true;
-      rep.running.push_back({q, prompt_len[q], output_len[q], 0, 0, 0});
+      loop.running.push_back({q, prompt_len[q], output_len[q], 0, 0, 0});
     }
     double batch = 0, attended = 0;
-    for (const Sequence& s : rep.running) {
+    for (const Sequence& s : loop.running) {
       if (s.generated == 0) continue;
       batch += 1;
       attended += s.prompt + s.generated;
@@ -102,7 +118,7 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
     // The prompts' share: what the decodes leave, in admission order.
     PrefillBudget prompts(costs.max_tokens_per_iteration, static_cast<int64_t>(batch), costs.chunked_prefill);
     int64_t prefill_tokens = 0;
-    for (Sequence& s : rep.running) {
+    for (Sequence& s : loop.running) {
       if (s.generated > 0) continue;
       s.chunk = static_cast<int>(prompts.Take(s.prompt - s.prefilled));
       prefill_tokens += s.chunk;
@@ -112,21 +128,22 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
                                         shape.memory_nodes_per_replica);
     coordinator_free = start + costs.coordinator_ms;
     coordinator_busy += costs.coordinator_ms;
-    rep.busy = true;
+    loop.busy = true;
     rep.busy_ms += ms;
     rep.attention_ms += costs.AttentionMs(attended, shape.memory_nodes_per_replica);
     ++rep.iterations;
     rep.decoded += static_cast<int64_t>(batch);
-    events.push({start + costs.coordinator_ms + ms, r});
+    events.push({start + costs.coordinator_ms + ms, r, b});
   };
 
   // An iteration ends: every sequence of it gains a token; finished ones free their KV and, in a
   // closed loop, let the next request in.
-  auto finish_iteration = [&](int r, double now) {
+  auto finish_iteration = [&](int r, int b, double now) {
     Replica& rep = replicas[r];
-    rep.busy = false;
+    BatchLoop& loop = rep.batches[b];
+    loop.busy = false;
     std::vector<Sequence> still;
-    for (Sequence& s : rep.running) {
+    for (Sequence& s : loop.running) {
       if (s.generated == 0) {
         s.prefilled += s.chunk;
         s.chunk = 0;
@@ -148,11 +165,16 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
         waiting.push_back(released++);
       }
     }
-    rep.running.swap(still);
+    loop.running.swap(still);
+  };
+  auto try_start_all = [&](double now) {
+    for (int r = 0; r < shape.replicas; ++r) {
+      for (int b = 0; b < batches; ++b) try_start(r, b, now);
+    }
   };
 
   double now = 0;
-  for (int r = 0; r < shape.replicas; ++r) try_start(r, now);
+  try_start_all(now);
   // Ends when nothing is scheduled: every request done, or the rest can never fit.
   while (!events.empty()) {
     const Event e = events.top();
@@ -161,9 +183,9 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
     if (e.replica < 0) {
       waiting.push_back(next_arrival++);
     } else {
-      finish_iteration(e.replica, now);
+      finish_iteration(e.replica, e.batch, now);
     }
-    for (int r = 0; r < shape.replicas; ++r) try_start(r, now);
+    try_start_all(now);
   }
 
   SimulationResult result;
@@ -188,7 +210,7 @@ SimulationResult Simulate(const CostModel& costs, const ClusterShape& shape, con
     decoded += r.decoded;
   }
   if (now > 0) {
-    result.compute_busy = busy / shape.replicas / now;
+    result.compute_busy = busy / (shape.replicas * batches) / now;
     result.coordinator_busy = coordinator_busy / now;
   }
   if (busy > 0) result.attention_share = attention / busy;

@@ -3,8 +3,10 @@
 // serial across them. Each replica batches continuously like the real scheduler (admits waiting
 // requests while the batch limit, the iteration's token budget and its KV capacity allow; a
 // request's prompt is prefilled in the iteration that admits it), and iterations cost what the
-// fitted CostModel says. It predicts throughput, latency percentiles and utilisation, and names the
-// bottleneck.
+// fitted CostModel says. With several batches in flight per compute node (CostModel::batches,
+// the measured topology's pipelining), each batch runs its own iterations, sharing the replica's
+// KV capacity and taking up to its equal share of what runs or waits, as the scheduler's do. It
+// predicts throughput, latency percentiles and utilisation, and names the bottleneck.
 // Pure function of its inputs; thread-safe.
 #ifndef LAMINA_DEPLOY_SIMULATOR_CLUSTER_SIMULATOR_H_
 #define LAMINA_DEPLOY_SIMULATOR_CLUSTER_SIMULATOR_H_
@@ -30,7 +32,7 @@ struct SimulationResult {
   int64_t output_tokens = 0;
   double output_tokens_per_s = 0;
   bench::Percentiles ttft_ms, tpot_ms;
-  double compute_busy = 0;      // mean over replicas
+  double compute_busy = 0;      // mean over replicas and their batches in flight
   double attention_share = 0;   // of the compute nodes' busy time, waiting on attention
   double coordinator_busy = 0;
   double kv_blocked = 0;        // share of admissions stopped by KV capacity while requests waited

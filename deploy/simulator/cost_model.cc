@@ -111,17 +111,18 @@ std::string CostModelToYaml(const CostModel& c) {
       "# Per-operation costs for `lamina simulate`, fitted from %s.\n"
       "step_fixed_ms: %.6g\nstep_per_sequence_ms: %.6g\nattention_per_ktoken_ms: %.6g\nprefill_per_token_ms: %.6g\n"
       "coordinator_ms: %.6g\nmemory_nodes: %d\nkv_capacity_tokens: %d\nmax_tokens_per_iteration: %d\n"
-      "chunked_prefill: %s\n",
+      "chunked_prefill: %s\nbatches: %d\nmore_batches_above: %d\n",
       c.source, c.step_fixed_ms, c.step_per_sequence_ms, c.attention_per_ktoken_ms, c.prefill_per_token_ms,
       c.coordinator_ms, c.memory_nodes, c.kv_capacity_tokens, c.max_tokens_per_iteration,
-      c.chunked_prefill ? "true" : "false");
+      c.chunked_prefill ? "true" : "false", c.batches, c.more_batches_above);
 }
 
 absl::StatusOr<CostModel> LoadCostModel(const std::string& path) {
   LAMINA_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
   YamlFields f(root, path, "",
                {"step_fixed_ms", "step_per_sequence_ms", "attention_per_ktoken_ms", "prefill_per_token_ms",
-                "coordinator_ms", "memory_nodes", "kv_capacity_tokens", "max_tokens_per_iteration", "chunked_prefill"});
+                "coordinator_ms", "memory_nodes", "kv_capacity_tokens", "max_tokens_per_iteration", "chunked_prefill",
+                "batches", "more_batches_above"});
   LAMINA_RETURN_IF_ERROR(f.CheckShape());
   CostModel c;
   c.source = path;
@@ -135,6 +136,10 @@ absl::StatusOr<CostModel> LoadCostModel(const std::string& path) {
   const int64_t budget = c.max_tokens_per_iteration;
   LAMINA_ASSIGN_OR_RETURN(c.max_tokens_per_iteration, f.Integer("max_tokens_per_iteration", &budget, 1, 1 << 30));
   LAMINA_ASSIGN_OR_RETURN(c.chunked_prefill, f.Bool("chunked_prefill", true));
+  const int64_t one = 1, always = -1;
+  LAMINA_ASSIGN_OR_RETURN(const int64_t batches, f.Integer("batches", &one, 1, 64));
+  LAMINA_ASSIGN_OR_RETURN(c.more_batches_above, f.Integer("more_batches_above", &always, -1, int64_t{1} << 30));
+  c.batches = static_cast<int>(batches);
   c.memory_nodes = static_cast<int>(nodes);
   return c;
 }

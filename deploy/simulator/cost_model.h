@@ -3,7 +3,8 @@
 // and prefills P prompt tokens keeps the compute node for
 //   step_fixed + B·step_per_sequence + (A/1000)·attention_per_ktoken·(measured memory nodes ÷ memory nodes) + P·prefill_per_token
 // milliseconds (attention splits over the memory nodes), and the coordinator for coordinator_ms
-// of serial work between iterations. Saved as YAML (`lamina simulate --costs`).
+// of serial work between iterations; with several batches in flight (`batches`), each batch's
+// iterations cost that. Saved as YAML (`lamina simulate --costs`).
 // Plain values; thread-compatible.
 #ifndef LAMINA_DEPLOY_SIMULATOR_COST_MODEL_H_
 #define LAMINA_DEPLOY_SIMULATOR_COST_MODEL_H_
@@ -26,6 +27,14 @@ struct CostModel {
   int64_t kv_capacity_tokens = 0;       // per memory node
   int64_t max_tokens_per_iteration = 4096;
   bool chunked_prefill = true;          // the topology's scheduler.chunked_prefill
+  // Batches in flight per compute node in the measured topology (its pipelining: 1 for `none`,
+  // 2 for `rotational` on one compute node; `fixed`'s batches, one a compute node, count as a
+  // node's own here as they share its memory nodes). Each runs its own iterations, which the fit
+  // timed as they ran side by side.
+  int batches = 1;
+  // With batches > 1 under `pipelining: auto`: the batches after the first take requests only
+  // while more than this many sequences run or wait (scheduler.rotational_above); < 0: always.
+  int64_t more_batches_above = -1;
   std::string source;                   // what it was fitted from
 
   // The compute node's time for one iteration with `memory_nodes` memory nodes sharing attention.

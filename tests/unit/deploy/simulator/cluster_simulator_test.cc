@@ -49,6 +49,8 @@ TEST(CostModelTest, YamlRoundTrip) {
   c.memory_nodes = 2;
   c.kv_capacity_tokens = 8192;
   c.chunked_prefill = false;
+  c.batches = 2;
+  c.more_batches_above = 80;
   testing::TempDir dir;
   absl::StatusOr<CostModel> back = LoadCostModel(dir.Write("c.yaml", CostModelToYaml(c)));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -57,6 +59,16 @@ TEST(CostModelTest, YamlRoundTrip) {
   EXPECT_EQ(back->memory_nodes, 2);
   EXPECT_EQ(back->kv_capacity_tokens, 8192);
   EXPECT_FALSE(back->chunked_prefill);
+  EXPECT_EQ(back->batches, 2);
+  EXPECT_EQ(back->more_batches_above, 80);
+  // Costs written before the batches were recorded load as one batch, always.
+  absl::StatusOr<CostModel> old = LoadCostModel(dir.Write("old.yaml", "step_fixed_ms: 1\nstep_per_sequence_ms: 0\n"
+                                                                    "attention_per_ktoken_ms: 0\nprefill_per_token_ms: 0\n"
+                                                                    "coordinator_ms: 0\nmemory_nodes: 1\n"
+                                                                    "kv_capacity_tokens: 100\n"));
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->batches, 1);
+  EXPECT_EQ(old->more_batches_above, -1);
 }
 
 TEST(ClusterSimulatorTest, OneSequenceTakesOneIterationPerToken) {
@@ -72,6 +84,41 @@ TEST(ClusterSimulatorTest, OneSequenceTakesOneIterationPerToken) {
   EXPECT_DOUBLE_EQ(r.ttft_ms.p50, 10);
   EXPECT_DOUBLE_EQ(r.tpot_ms.p50, 10);
   EXPECT_DOUBLE_EQ(r.compute_busy, 1.0);
+}
+
+// Costs measured with two batches in flight (pipelining): each batch runs its own iterations at
+// the fitted cost, taking half of what runs or waits, so a closed loop of 8 goes through twice
+// the tokens per second of one batch of 8 at the same iteration cost; under `auto` with 8 at most
+// running or waiting (more_batches_above), the second batch takes nothing, as the scheduler's.
+TEST(ClusterSimulatorTest, BatchesInFlightEachIterateOnTheirOwnShare) {
+  CostModel c;
+  c.step_fixed_ms = 10;
+  c.kv_capacity_tokens = 1000;
+  bench::WorkloadSpec w;
+  w.concurrency = 8;
+  const SimulationResult one = Simulate(c, {1, 1, 8}, w, Requests(8, 1, 10));
+  c.batches = 2;
+  const SimulationResult two = Simulate(c, {1, 1, 8}, w, Requests(8, 1, 10));
+  // Each batch: a prefill iteration (no decodes), then nine decoding all its sequences.
+  EXPECT_DOUBLE_EQ(one.mean_batch, 8 * 0.9);
+  EXPECT_DOUBLE_EQ(two.mean_batch, 4 * 0.9);
+  EXPECT_DOUBLE_EQ(one.wall_s, 0.100);  // 10 iterations of all 8
+  EXPECT_DOUBLE_EQ(two.wall_s, 0.100);  // 10 iterations of each half, side by side
+  EXPECT_DOUBLE_EQ(two.output_tokens_per_s, one.output_tokens_per_s);
+  EXPECT_DOUBLE_EQ(two.compute_busy, 1.0);
+  // 16 in flight with the batch limit at 8: one batch serves 8 at a time, two serve all 16.
+  w.concurrency = 16;
+  c.batches = 1;
+  const SimulationResult limited = Simulate(c, {1, 1, 8}, w, Requests(16, 1, 10));
+  c.batches = 2;
+  const SimulationResult both = Simulate(c, {1, 1, 8}, w, Requests(16, 1, 10));
+  EXPECT_DOUBLE_EQ(limited.wall_s, 0.200);
+  EXPECT_DOUBLE_EQ(both.wall_s, 0.100);
+  EXPECT_DOUBLE_EQ(both.output_tokens_per_s, 2 * limited.output_tokens_per_s);
+  c.more_batches_above = 16;  // never more than 16 run or wait: the second batch stays empty
+  const SimulationResult on_demand = Simulate(c, {1, 1, 8}, w, Requests(16, 1, 10));
+  EXPECT_DOUBLE_EQ(on_demand.wall_s, 0.200);
+  EXPECT_DOUBLE_EQ(on_demand.mean_batch, 8 * 0.9);
 }
 
 // As the scheduler does: a prompt longer than the token budget takes ceil(prompt / budget) prefill
