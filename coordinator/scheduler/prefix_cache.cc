@@ -79,7 +79,14 @@ std::optional<SequenceId> PrefixCache::EvictOldest(const std::string& node) {
   return seq;
 }
 
-void PrefixCache::DropNode(const std::string& node) { nodes_.erase(node); }
+std::vector<SequenceId> PrefixCache::DropNode(const std::string& node) {
+  std::vector<SequenceId> dropped;
+  auto n = nodes_.find(node);
+  if (n == nodes_.end()) return dropped;
+  for (const Entry& entry : n->second.entries) dropped.push_back(entry.cache_seq);
+  nodes_.erase(n);
+  return dropped;
+}
 
 int64_t PrefixCache::CachedSlots(const std::string& node) const {
   auto n = nodes_.find(node);

@@ -43,8 +43,9 @@ class PrefixCache {
   // Removes the least recently used entry of `node` and returns its sequence (to free on the
   // node), or nothing when the node caches nothing.
   std::optional<SequenceId> EvictOldest(const std::string& node);
-  // Forgets every entry of a node (it died: its slots are gone).
-  void DropNode(const std::string& node);
+  // Forgets every entry of a node (declared dead) and returns their cache sequences, which the node
+  // still holds if it comes back.
+  std::vector<SequenceId> DropNode(const std::string& node);
   // Slots the node's entries hold (counting shared ones once per entry).
   int64_t CachedSlots(const std::string& node) const;
 

@@ -242,7 +242,12 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
 }
 
 void Scheduler::FreeSlots(const std::string& node, const std::vector<int64_t>& seq_ids) {
-  if (seq_ids.empty() || !membership_->IsAlive(node)) return;
+  if (seq_ids.empty()) return;
+  if (!membership_->IsAlive(node)) {
+    std::vector<int64_t>& orphans = orphaned_[node];
+    orphans.insert(orphans.end(), seq_ids.begin(), seq_ids.end());
+    return;
+  }
   absl::StatusOr<lamina::v1::FreeSequencesResponse> report = memory_.Free(node, seq_ids);
   if (report.ok()) {
     membership_->SetKvUse(node, report->kv_free_slots(), report->num_sequences());
@@ -282,10 +287,27 @@ void Scheduler::FailPreempted(const absl::Status& error) {
   batch_->preempted.clear();
 }
 
+void Scheduler::FreeOrphans() {
+  for (auto it = orphaned_.begin(); it != orphaned_.end();) {
+    if (!membership_->IsAlive(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::vector<int64_t> seq_ids = std::move(it->second);
+    const std::string node = it->first;
+    it = orphaned_.erase(it);
+    FreeSlots(node, seq_ids);  // unknown ids (a restarted node) are ignored there
+  }
+}
+
 void Scheduler::EndDeadAndCancelled() {
   for (const MemberInfo& m : membership_->Snapshot()) {
-    if (m.spec.kind == NodeKind::kMemory && m.dead) prefix_cache_.DropNode(m.spec.name);
+    if (m.spec.kind != NodeKind::kMemory || !m.dead) continue;
+    const std::vector<SequenceId> cached = prefix_cache_.DropNode(m.spec.name);
+    std::vector<int64_t>& orphans = orphaned_[m.spec.name];
+    orphans.insert(orphans.end(), cached.begin(), cached.end());
   }
+  FreeOrphans();
   std::vector<Sequence> keep;
   for (Sequence& seq : batch_->running) {
     if (!membership_->IsAlive(seq.request->memory_node)) {

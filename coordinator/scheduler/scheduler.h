@@ -40,6 +40,8 @@
 // their sequences; one that fails at the compute node ends the batch with UNAVAILABLE. When a
 // compute node of the batch has died (or, under rotation, one replica's stream broke), that comes
 // first: the others' failures, and the memory nodes they report unreachable, follow from it.
+// What a memory node declared dead held (its requests' slots, cached prefixes) is freed there if
+// it registers again: a node that hung rather than died comes back with nothing of it allocated.
 // Thread-safe: Submit and the stats may be called from any thread.
 #ifndef LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_
 #define LAMINA_COORDINATOR_SCHEDULER_SCHEDULER_H_
@@ -206,8 +208,11 @@ class Scheduler {
   void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {},
               bool slots_freed = false);
   // Frees sequences' slots on a live memory node and records its use; a node that does not answer
-  // within a second is logged and left to its own accounting.
+  // within a second is logged and left to its own accounting. A node declared dead keeps them
+  // until it registers again (FreeOrphans): a hung node comes back with its pool as it was.
   void FreeSlots(const std::string& node, const std::vector<int64_t>& seq_ids);
+  // Frees on each memory node alive again what it held when it was declared dead.
+  void FreeOrphans();
   // Ends the current batch's running requests, freeing their slots with one call per memory node.
   void FailAll(const absl::Status& error);
   void FailPreempted(const absl::Status& error);
@@ -248,6 +253,8 @@ class Scheduler {
   std::thread watchdog_;
   SequenceId next_seq_id_ = 1;
   PrefixCache prefix_cache_;
+  // Per memory node declared dead, the sequences (requests' and cached prefixes') it held then.
+  std::map<std::string, std::vector<int64_t>> orphaned_;
   ServingMetrics metrics_;
   std::thread loop_;
 };

@@ -528,6 +528,50 @@ TEST(ClusterTest, AHungComputeNodeEndsItsRequestsAndTheClusterRecoversWhenItCome
   EXPECT_EQ(used, 0);
 }
 
+// A memory node hung past the heartbeat timeout is declared dead and its requests fail; when it
+// resumes it registers again, and what it held then (its requests' slots, any cached prefixes) is
+// freed there rather than left allocated for good.
+TEST(ClusterTest, AHungMemoryNodeComesBackWithNothingOfItsFailedRequestsAllocated) {
+  auto cluster = ClusterHarness::Start({});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto pid = (*cluster)->NodePid("memory-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const std::vector<int32_t> prompt = {1021, 841, 68, 391, 697};
+  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGSTOP), 0);  // hung, not dead: its sockets stay open
+  absl::SleepFor(absl::Seconds(3));                          // past the 1.5 s heartbeat timeout
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGCONT), 0);
+  int failed = 0;
+  for (const Outcome& o : requests.Join()) {
+    if (o.status.ok()) continue;
+    ++failed;
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+    EXPECT_NE(std::string(o.status.message()).find("memory-1"), std::string::npos) << o.status;
+  }
+  EXPECT_GT(failed, 0) << "memory-1 held some of the requests";
+
+  // memory-1 registers again, and ends up holding nothing.
+  int64_t held = -1;
+  bool healthy = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < deadline) {
+    auto status = (*cluster)->client().Status(absl::Seconds(1));
+    ASSERT_TRUE(status.ok()) << status.status();
+    for (const auto& n : status->nodes()) {
+      if (n.name() != "memory-1") continue;
+      healthy = n.healthy();
+      held = n.kv_used_slots();
+    }
+    if (healthy && held == 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(healthy) << "memory-1 registers again once it resumes";
+  EXPECT_EQ(held, 0) << "the slots of memory-1's failed requests stay allocated there";
+  Outcome after = Generate((*cluster)->client(), IdsRequest(prompt, 8));
+  EXPECT_TRUE(after.status.ok()) << after.status;
+}
+
 TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   ClusterOptions options;
   options.memory_nodes = 1;

@@ -57,7 +57,8 @@ TEST(PrefixCacheTest, EvictsLeastRecentlyUsedFirstAndForgetsItsPrefixes) {
   EXPECT_FALSE(cache.Longest("m", b_longer).has_value());
   EXPECT_EQ(cache.CachedSlots("m"), 4);
   EXPECT_TRUE(cache.Contains("m", a));
-  cache.DropNode("m");
+  EXPECT_EQ(cache.DropNode("m"), std::vector<SequenceId>{1});  // what the node still holds
+  EXPECT_TRUE(cache.DropNode("m").empty());
   EXPECT_EQ(cache.CachedSlots("m"), 0);
   EXPECT_FALSE(cache.EvictOldest("m").has_value());
 }
