@@ -36,6 +36,10 @@ absl::StatusOr<planner::Design> DesignOf(const Topology& topology, const PriceTa
   }
   design.memory_devices = static_cast<int>(devices.size());
   if (design.memory_devices == 0) design.memory = nullptr;
+  // More batches than compute nodes take turns on them, one's attention beside another's slices
+  // (`rotational`, and `auto` on one compute node at the experiment's largest batch limits).
+  design.pipelined = design.memory != nullptr &&
+                     topology.BatchComputeNodes().size() > topology.NodesOf(NodeKind::kCompute).size();
   return design;
 }
 
@@ -55,7 +59,9 @@ absl::StatusOr<std::string> PlannerSection(const ExperimentResult& result) {
   const ExperimentSpec& spec = result.spec;
   std::string md =
       "## Planner check\n\nThe analytic model (`lamina plan`) predicts each topology's output tokens/s per $/h from "
-      "its devices' price-table figures and its KV capacity, at the largest batch limit of the experiment. Its "
+      "its devices' price-table figures and its KV capacity, at the largest batch limit of the experiment, with "
+      "compute and attention overlapped where more batches than compute nodes take turns on them. It models one "
+      "compute device: a topology of several is predicted as its first, priced as all of its devices. Its "
       "absolute figures are the table's devices, not this machine; the check is whether it ranks the topologies "
       "as the measurements do.\n\n| context | topology | predicted tok/s per $/h | measured tok/s per $/h | "
       "predicted rank | measured rank |\n|---|---|---|---|---|---|\n";
