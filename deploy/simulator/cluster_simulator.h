@@ -23,7 +23,7 @@ namespace lamina::simulator {
 struct ClusterShape {
   int replicas = 1;                  // compute nodes
   int memory_nodes_per_replica = 1;
-  int64_t max_batch = 64;            // per replica
+  int64_t max_batch = 64;            // per batch (a replica runs CostModel::batches)
 };
 
 struct SimulationResult {
