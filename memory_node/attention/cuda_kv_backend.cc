@@ -269,9 +269,9 @@ class CudaKvLane : public DeviceKvLane {
 
   absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
                        absl::Span<const int64_t> slot_begin, int chunks) override {
-    if (chunks > std::max<int>(1, static_cast<int>(chunk_streams_.size()))) {
-      return absl::InvalidArgumentError(absl::StrCat("a step in ", chunks, " chunks on a lane of at most ",
-                                                     std::max<size_t>(1, chunk_streams_.size())));
+    if (chunks > max_chunks()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a step in ", chunks, " chunks on a lane of at most ", max_chunks()));
     }
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
     LAMINA_RETURN_IF_ERROR(Synchronize());  // the staging below may still feed the last step
@@ -446,6 +446,8 @@ class CudaKvLane : public DeviceKvLane {
     }
     return absl::OkStatus();
   }
+  // The most chunks a step may take: a stream each, made with the lane (none for one).
+  int max_chunks() const { return std::max(1, static_cast<int>(chunk_streams_.size())); }
   cudaStream_t ChunkStream(int chunk) const { return chunks_ > 1 ? chunk_streams_[chunk].get() : stream_.get(); }
 
   // How the chunk's launches wait for their rows this step: chosen at its first layer (the
