@@ -339,7 +339,17 @@ absl::Status RemoteAttention::OpenLink(Node* node, const std::string& transport)
     QuiescentRelease::Process().Retire(std::move(end));
     return opened;
   }
+  // A clock the link cannot keep (nccl) leaves its layers untimed; the link still serves.
+  if (hop_clock_ != nullptr) end->SetHopClock(hop_clock_).IgnoreError();
   node->link = std::move(end);
+  return absl::OkStatus();
+}
+
+absl::Status RemoteAttention::SetHopClock(uint64_t* clocks) {
+  hop_clock_ = clocks;
+  for (auto& [name, node] : nodes_) {
+    if (node.link) LAMINA_RETURN_IF_ERROR(node.link->SetHopClock(clocks));
+  }
   return absl::OkStatus();
 }
 

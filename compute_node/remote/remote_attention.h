@@ -76,6 +76,11 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // registers, so that no step's first exchange waits for a link to open (GPU memory allocated
   // and mapped on both ends) while other nodes' waits for it spin.
   void OpenDeviceLinks(absl::Time deadline);
+  // Times every layer's round trip over the device links on the compute GPU's clock, for
+  // benchmarks: the links open now and those opened later keep `clocks` ([num_layers, 2] words on
+  // the GPU; ComputeLinkEnd::SetHopClock), each layer's words spanning every node's exchange of it.
+  // Unimplemented when an open link cannot (nccl); null stops.
+  absl::Status SetHopClock(uint64_t* clocks);
 
   absl::Status Reserve(absl::Span<const Reservation> reservations) override;
   // Sends the rows and returns: up to kMaxPendingStores stores per node are in flight, and their
@@ -189,6 +194,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   int64_t chunk_rows_ = 32;
   int64_t line_rows_ = 0;
   uint64_t device_step_ = 0;
+  uint64_t* hop_clock_ = nullptr;  // SetHopClock's, or null
   int64_t store_first_layer_ = 0;  // the device store's first and last layer
   int64_t store_last_layer_ = 0;
   std::vector<Node*> step_nodes_;  // the nodes of the device step in flight

@@ -71,6 +71,18 @@ __device__ void CopyBlockRows(const T* __restrict__ src, int64_t src_stride, con
   }
 }
 
+// Hop clocks (data_plane.h). StampSent: one thread of a block, once it may read its rows.
+// StampBack: every thread of a block (the launch's blocks all call it, or none), once done.
+__device__ void StampSent(uint64_t* sent_at) {
+  if (sent_at != nullptr) atomicMin(reinterpret_cast<unsigned long long*>(sent_at), GlobalTimerNs());
+}
+
+__device__ void StampBack(uint64_t* back_at) {
+  if (back_at == nullptr) return;
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned long long*>(back_at), GlobalTimerNs());
+}
+
 // Both copies: float4 when every row start is 16-byte aligned, else floats.
 __device__ void CopyBlockRows(bool vectorized, const float* src, int64_t src_stride, const int32_t* src_rows,
                               float* dst, int64_t dst_stride, const int32_t* dst_rows, int64_t first, int64_t count,
@@ -95,8 +107,9 @@ bool Vectorized(const float* src, int64_t src_stride, int64_t cols, const float*
 __global__ void SendRowsKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                                float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
                                uint32_t* arrivals, bool vectorized, int64_t rows_per_block,
-                               int64_t piece_cols) {
+                               int64_t piece_cols, uint64_t* sent_at) {
   StartChained();
+  if (threadIdx.x == 0) StampSent(sent_at);
   // Only earlier work on the stream sets the error word: read it now, while the rows are copied.
   const bool failed = threadIdx.x == 0 && ErrorSet(error);
   const int64_t pieces = max((cols + piece_cols - 1) / piece_cols, int64_t{1});
@@ -119,13 +132,15 @@ __global__ void WaitFlagKernel(const uint64_t* flag, uint64_t value, int64_t tim
 static_assert(kReceiveRowsPerBlock == 1, "ReceiveRowsKernel reads one destination row a block ahead");
 __global__ void ReceiveRowsKernel(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error,
                                   uint32_t code, const float* src, int64_t src_stride, const int32_t* rows,
-                                  int64_t count, int64_t cols, float* dst, int64_t dst_stride, bool vectorized) {
+                                  int64_t count, int64_t cols, float* dst, int64_t dst_stride, bool vectorized,
+                                  uint64_t* back_at) {
   const int64_t row = blockIdx.x;
   const int64_t to = rows ? rows[row] : row;
   if (threadIdx.x == 0) SpinOnFlag(flag, value, timeout_ns, error, code);
   __syncthreads();
   CopyBlockRows(vectorized, src + row * src_stride, src_stride, nullptr, dst + to * dst_stride, dst_stride, nullptr, 0,
                 1, cols, 1);
+  StampBack(back_at);
 }
 
 // A block a piece of a row: lines [piece * piece_lines, (piece + 1) * piece_lines) of src row
@@ -135,10 +150,11 @@ __global__ void ReceiveRowsKernel(const uint64_t* flag, uint64_t value, int64_t 
 // stream sets it) and writes nothing once set.
 __global__ void SendLinesKernel(const float* src, int64_t src_stride, const int32_t* rows, int64_t cols, Line* dst,
                                 int64_t dst_stride, uint32_t tag, const uint32_t* error, bool vectorized, int pieces,
-                                int piece_lines) {
+                                int piece_lines, uint64_t* sent_at) {
   const int64_t row = blockIdx.x / pieces;
   const int64_t from_row = rows ? rows[row] : row;
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (threadIdx.x == 0) StampSent(sent_at);
   const bool failed = ErrorSet(error);
   const float* from = src + from_row * src_stride;
   Line* to = dst + row * dst_stride / 2;
@@ -199,7 +215,8 @@ __device__ void ReceiveLinesRow(const Line* from, uint32_t tag, LinePoll& poll, 
 // before reading anything it wrote.
 __global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
                                    uint32_t* error, uint32_t code, const int32_t* rows, int64_t count, int64_t cols,
-                                   float* dst, int64_t dst_stride, bool vectorized, bool next_starts_once_in) {
+                                   float* dst, int64_t dst_stride, bool vectorized, bool next_starts_once_in,
+                                   uint64_t* back_at) {
   if (!next_starts_once_in) LetNextKernelStart();
   LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
   for (int64_t row = blockIdx.x; row < count; row += gridDim.x) {
@@ -211,6 +228,7 @@ __global__ void ReceiveLinesKernel(const Line* src, int64_t src_stride, uint32_t
     __syncthreads();
     LetNextKernelStart();
   }
+  StampBack(back_at);
 }
 
 bool Aligned8(const float* p, int64_t stride) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0 && stride % 2 == 0; }
@@ -218,19 +236,22 @@ bool Aligned8(const float* p, int64_t stride) { return (reinterpret_cast<uintptr
 // ScatterRows (dst_rows set) and GatherRows (src_rows set). Chained, as SendRowsKernel: after a
 // WaitFlag, its blocks are placed once the flag is up rather than once the wait has ended.
 __global__ void CopyRowsKernel(const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count,
-                               int64_t cols, float* dst, int64_t dst_stride, const int32_t* dst_rows, bool vectorized) {
+                               int64_t cols, float* dst, int64_t dst_stride, const int32_t* dst_rows, bool vectorized,
+                               uint64_t* back_at) {
   StartChained();
   CopyBlockRows(vectorized, src, src_stride, src_rows, dst, dst_stride, dst_rows, blockIdx.x * kCopyRowsPerBlock, count,
                 cols, kCopyRowsPerBlock);
+  StampBack(back_at);
 }
 
 absl::Status CopyRows(const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count, int64_t cols,
-                      float* dst, int64_t dst_stride, const int32_t* dst_rows, cudaStream_t stream) {
+                      float* dst, int64_t dst_stride, const int32_t* dst_rows, cudaStream_t stream,
+                      uint64_t* back_at = nullptr) {
   if (count == 0) return absl::OkStatus();
   const int64_t blocks = (count + kCopyRowsPerBlock - 1) / kCopyRowsPerBlock;
   LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(CopyRowsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
                                             stream, src, src_stride, src_rows, count, cols, dst, dst_stride, dst_rows,
-                                            Vectorized(src, src_stride, cols, dst, dst_stride)));
+                                            Vectorized(src, src_stride, cols, dst, dst_stride), back_at));
   return absl::OkStatus();
 }
 
@@ -238,7 +259,7 @@ absl::Status CopyRows(const float* src, int64_t src_stride, const int32_t* src_r
 
 absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                       float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
-                      uint32_t* arrivals, cudaStream_t stream) {
+                      uint32_t* arrivals, cudaStream_t stream, uint64_t* sent_at) {
   if (count < 0 || cols < 0) return absl::InvalidArgumentError("SendRows: negative count or cols");
   const bool vectorized = Vectorized(src, src_stride, cols, dst, dst_stride);
   // Row pairs, or pieces of rows when the pairs would be too few blocks; at least one block, so
@@ -250,7 +271,7 @@ absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows,
       std::max<int64_t>(1, (count + rows_per_block - 1) / rows_per_block * ((cols + piece_cols - 1) / piece_cols));
   LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(SendRowsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
                                             stream, src, src_stride, rows, count, cols, dst, dst_stride, flag, value,
-                                            error, arrivals, vectorized, rows_per_block, piece_cols));
+                                            error, arrivals, vectorized, rows_per_block, piece_cols, sent_at));
   return absl::OkStatus();
 }
 
@@ -284,20 +305,21 @@ int64_t ReceiveRowsMaxCount() { return kReceiveRowsMax; }
 
 absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
                          const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
-                         float* dst, int64_t dst_stride, cudaStream_t stream) {
+                         float* dst, int64_t dst_stride, cudaStream_t stream, uint64_t* back_at) {
   if (count < 1 || count > kReceiveRowsMax || cols < 0) {
     return absl::InvalidArgumentError(absl::StrCat("ReceiveRows: ", count, " rows (1 to ", kReceiveRowsMax, ")"));
   }
   const int64_t blocks = (count + kReceiveRowsPerBlock - 1) / kReceiveRowsPerBlock;
   ReceiveRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       flag, value, timeout_ns, error, code, src, src_stride, rows, count, cols, dst, dst_stride,
-      Vectorized(src, src_stride, cols, dst, dst_stride));
+      Vectorized(src, src_stride, cols, dst, dst_stride), back_at);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
 absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
-                       Line* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream) {
+                       Line* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
+                       uint64_t* sent_at) {
   if (count < 0 || cols < 0 || cols % 2 != 0 || dst_stride % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("SendLines: ", count, " rows of ", cols, " floats, ", dst_stride,
                                                    " a row (lines need an even number)"));
@@ -326,13 +348,14 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
   LAMINA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SendLinesKernel, src, src_stride, rows, cols, dst,
                                                  dst_stride, tag, error, Aligned8(src, src_stride),
                                                  static_cast<int>(pieces),
-                                                 static_cast<int>((lines + pieces - 1) / pieces)));
+                                                 static_cast<int>((lines + pieces - 1) / pieces), sent_at));
   return absl::OkStatus();
 }
 
 absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                           uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
-                          int64_t dst_stride, cudaStream_t stream, int64_t max_blocks, NextKernel next) {
+                          int64_t dst_stride, cudaStream_t stream, int64_t max_blocks, NextKernel next,
+                          uint64_t* back_at) {
   if (count < 1 || count > kReceiveRowsMax || cols < 0 || cols % 2 != 0 || src_stride % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("ReceiveLines: ", count, " rows (1 to ", kReceiveRowsMax, ") of ",
                                                    cols, " floats, ", src_stride, " a row (lines need an even number)"));
@@ -340,14 +363,14 @@ absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int
   const int64_t blocks = max_blocks > 0 ? std::min(count, max_blocks) : count;
   ReceiveLinesKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       src, src_stride, tag, timeout_ns, error, code, rows, count, cols, dst, dst_stride, Aligned8(dst, dst_stride),
-      next == NextKernel::kStartsOnceIn);
+      next == NextKernel::kStartsOnceIn, back_at);
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
 absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
-                         float* dst, int64_t dst_stride, cudaStream_t stream) {
-  return CopyRows(src, src_stride, nullptr, count, cols, dst, dst_stride, rows, stream);
+                         float* dst, int64_t dst_stride, cudaStream_t stream, uint64_t* back_at) {
+  return CopyRows(src, src_stride, nullptr, count, cols, dst, dst_stride, rows, stream, back_at);
 }
 
 absl::Status GatherRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,

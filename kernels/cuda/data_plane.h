@@ -13,6 +13,12 @@
 // SendRows whose `error` word is set does not raise its flag, so a stalled peer turns into a step
 // error on both sides rather than a hang. Launchers queue work on `stream` and never synchronize.
 // Thread-safe.
+//
+// Hop clocks, for timing a round trip on the sending GPU (lamina-bench-data-plane): a send given
+// `sent_at` lowers *sent_at to the GPU's clock (%globaltimer, ns) when its first block starts
+// reading rows (an atomic min: set it to UINT64_MAX first), once the work queued ahead of it has
+// finished; a receive given `back_at` raises *back_at to the clock when its last block has
+// written its rows (an atomic max: set it to 0 first). Null, the default: nothing is recorded.
 #ifndef LAMINA_KERNELS_CUDA_DATA_PLANE_H_
 #define LAMINA_KERNELS_CUDA_DATA_PLANE_H_
 
@@ -32,7 +38,7 @@ namespace lamina::kernels::cuda {
 // blocks may be placed while the kernel before it ends, and read nothing until it has.
 absl::Status SendRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                       float* dst, int64_t dst_stride, uint64_t* flag, uint64_t value, const uint32_t* error,
-                      uint32_t* arrivals, cudaStream_t stream);
+                      uint32_t* arrivals, cudaStream_t stream, uint64_t* sent_at = nullptr);
 
 // Holds `stream` until *flag >= value. After `timeout_ns` it stops waiting and sets *error = code
 // (when *error is still 0), so later work on the stream runs on whatever is there and the host
@@ -50,7 +56,7 @@ absl::Status WaitFlagEquals(const uint64_t* flag, uint64_t value, int64_t timeou
 // for the flag, then writes its rows; one launch gap less on the path of a small step.
 absl::Status ReceiveRows(const uint64_t* flag, uint64_t value, int64_t timeout_ns, uint32_t* error, uint32_t code,
                          const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
-                         float* dst, int64_t dst_stride, cudaStream_t stream);
+                         float* dst, int64_t dst_stride, cudaStream_t stream, uint64_t* back_at = nullptr);
 int64_t ReceiveRowsMaxCount();
 
 // Lines (line.h), for hops of a few rows: dst mirrors [count, dst_stride] floats, and its row i
@@ -60,7 +66,8 @@ int64_t ReceiveRowsMaxCount();
 // has finished, and reads `rows` then (the rest after that work): nothing queued on the stream may
 // write `rows`.
 absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
-                       Line* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream);
+                       Line* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
+                       uint64_t* sent_at = nullptr);
 
 // When a kernel chained after ReceiveLines (chaining.h) may start:
 //  - kStartsAtOnce: while the lines are still on their way, its blocks taking the SMs the polls
@@ -80,7 +87,7 @@ enum class NextKernel { kStartsAtOnce, kStartsOnceIn };
 absl::Status ReceiveLines(const Line* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                           uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
                           int64_t dst_stride, cudaStream_t stream, int64_t max_blocks = 0,
-                          NextKernel next = NextKernel::kStartsAtOnce);
+                          NextKernel next = NextKernel::kStartsAtOnce, uint64_t* back_at = nullptr);
 
 // Loads the kernels above now. With lazy module loading (CUDA's default) a kernel's first launch
 // may wait for the whole device to be idle, which never happens while a WaitFlag queued ahead
@@ -91,7 +98,7 @@ absl::Status PreloadDataPlaneKernels();
 // once the flag is up.
 // dst row rows[i] = src row i, for i < count.
 absl::Status ScatterRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
-                         float* dst, int64_t dst_stride, cudaStream_t stream);
+                         float* dst, int64_t dst_stride, cudaStream_t stream, uint64_t* back_at = nullptr);
 
 // dst row i = src row rows[i], for i < count.
 absl::Status GatherRows(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,

@@ -189,12 +189,13 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     if (AsLines(shape_, r.count)) {
       return kc::SendLines(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                            ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.qkv_size), shape_.qkv_size,
-                           kc::LineTag(FlagValue(shape_, step, layer)), local_.error.get(), stream);
+                           kc::LineTag(FlagValue(shape_, step, layer)), local_.error.get(), stream,
+                           SentAt(layer));
     }
     return kc::SendRows(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                         remote_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size,
                         remote_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer), local_.error.get(),
-                        local_.arrivals.as<uint32_t>() + chunk, stream);
+                        local_.arrivals.as<uint32_t>() + chunk, stream, SentAt(layer));
   }
 
   // With several chunks the receives run on a stream of their own, so that a chunk's outputs are
@@ -217,6 +218,10 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     return local_.TakeStatus("attention outputs", shape_.timeout);
   }
   absl::Status Abort() override { return local_.error.Abort(kAborted); }
+  absl::Status SetHopClock(uint64_t* clocks) override {
+    hop_clock_ = clocks;
+    return absl::OkStatus();
+  }
 
   bool can_send_rows() const override { return true; }
   absl::Status QueueSendRows(uint64_t step, int64_t layer, const float* rows, int64_t count, int64_t stride,
@@ -247,20 +252,27 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
       return kc::ReceiveLines(ChunkLines(local_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size), shape_.q_size,
                               kc::LineTag(FlagValue(shape_, step, layer)), absl::ToInt64Nanoseconds(shape_.timeout),
                               local_.error.get(), kReceiveTimedOut, rows_.device_rows() + r.first, r.count,
-                              shape_.q_size, out, out_stride, stream);
+                              shape_.q_size, out, out_stride, stream, 0, kc::NextKernel::kStartsAtOnce,
+                              BackAt(layer));
     }
     if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
       return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
                              absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
                              local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
-                             rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
+                             rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream,
+                             BackAt(layer));
     }
     LAMINA_RETURN_IF_ERROR(kc::WaitFlag(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
                                         absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
                                         stream));
     return kc::ScatterRows(local_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
-                           rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream);
+                           rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream,
+                           BackAt(layer));
   }
+
+  // The layer's hop clock words (SetHopClock), or null.
+  uint64_t* SentAt(int64_t layer) const { return hop_clock_ != nullptr ? hop_clock_ + 2 * layer : nullptr; }
+  uint64_t* BackAt(int64_t layer) const { return hop_clock_ != nullptr ? hop_clock_ + 2 * layer + 1 : nullptr; }
 
   LinkShape shape_;
   int device_;
@@ -270,6 +282,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   std::string offer_;
   cuda::Stream receives_;          // a layer's receives, when it travels in several chunks
   cuda::Event sending_, received_;  // the layer's sends start; its receives are done
+  uint64_t* hop_clock_ = nullptr;   // SetHopClock's [num_layers, 2], or null
 };
 
 class CudaIpcMemoryEnd : public MemoryLinkEnd {

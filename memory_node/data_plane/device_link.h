@@ -102,6 +102,16 @@ class ComputeLinkEnd {
   // The default does nothing: the waits give up after the timeout.
   virtual absl::Status Abort() { return absl::OkStatus(); }
 
+  // Times each layer's round trip on this GPU's clock, for benchmarks (kernels/cuda/data_plane.h,
+  // "Hop clocks"): in the steps queued from now on, layer l's sends lower clocks[2 l] to when the
+  // first of them starts reading q/k/v, and its receives raise clocks[2 l + 1] to when the last
+  // has written its outputs into `out`. `clocks`: [num_layers, 2] words in this GPU's memory, set
+  // to UINT64_MAX and 0 before a step; null stops. Unimplemented where kernels of this project do
+  // not move the rows (nccl, rdma).
+  virtual absl::Status SetHopClock(uint64_t* clocks) {
+    return absl::UnimplementedError(transport() + " has no hop clock");
+  }
+
   // A prefill's k/v (kBeginStore): whether this link carries them. Then, on `stream`,
   // QueueSendRows sends `count` consecutive rows of k and v at `rows` [count, stride] (each row's
   // k then v, 2 (qkv_size - q_size) / 2 floats; at most attention_protocol::StoreTransferRows rows)

@@ -11,7 +11,10 @@
 // 5 us + bytes / that rate, and at batch 1024 at least 80% of it. At a context where attention
 // takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
 // Times are per layer in the steady state of a step, with the GPUs' work queued ahead (see
-// DeviceMicros).
+// DeviceMicros). A layer's period there is its round trip plus the compute end's turn between
+// layers (its receive ending, the next layer's send starting), which in a compute node lies among
+// its slices' kernels; the round trip itself, from the send's start to the outputs in place, is
+// timed on the compute GPU's clock (the link's hop clock) for cuda_ipc.
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
@@ -19,7 +22,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -174,15 +179,48 @@ double TcpMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entrie
 struct DeviceTiming {
   double per_layer_us = -1;
   double steady_us = -1;
-  double start_us = -1;  // per step
+  double start_us = -1;       // per step
+  double round_trip_us = -1;  // steady layers' mean, on the hop clock (-1: not timed)
+};
+
+// The hop clocks' words for `layers` layers ([layers, 2] on GPU 0, see ComputeLinkEnd::SetHopClock),
+// and the greatest common divisor of every round trip they timed, in ns: the clock's step, when
+// it ticks coarser than a nanosecond.
+struct HopClock {
+  cuda::DeviceBuffer words;
+  std::vector<uint64_t> host;
+  uint64_t step_ns = 0;
+
+  void Reset() {
+    for (size_t i = 0; i < host.size(); i += 2) {
+      host[i] = std::numeric_limits<uint64_t>::max();
+      host[i + 1] = 0;
+    }
+    cudaMemcpy(words.data(), host.data(), host.size() * sizeof(uint64_t), cudaMemcpyHostToDevice);
+  }
+  // The round trips of layers [first, layers) summed, in ns, and their count; (0, 0) when a layer
+  // was not timed.
+  std::pair<double, int64_t> Sum(int64_t first) {
+    cudaMemcpy(host.data(), words.data(), host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost);
+    double sum = 0;
+    const int64_t layers = static_cast<int64_t>(host.size() / 2);
+    for (int64_t l = first; l < layers; ++l) {
+      const uint64_t sent = host[2 * l], back = host[2 * l + 1];
+      if (sent == std::numeric_limits<uint64_t>::max() || back < sent) return {0, 0};
+      sum += static_cast<double>(back - sent);
+      step_ns = std::gcd(step_ns, back - sent);
+    }
+    return {sum, layers - first};
+  }
 };
 
 DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
-                          int64_t layers, int reps, bool queued, cudaStream_t stream) {
+                          int64_t layers, int reps, bool queued, cudaStream_t stream, HopClock* clock = nullptr) {
   if (!remote.CanDecodeOnDevice(entries, {kQkv, 0, kQ, kQ + kKv})) {
     std::fprintf(stderr, "the device link did not open\n");
     return {};
   }
+  if (clock != nullptr && !remote.SetHopClock(clock->words.as<uint64_t>()).ok()) clock = nullptr;
   const int64_t warm = std::max<int64_t>(1, layers / 4);
   if (layers <= warm) {
     std::fprintf(stderr, "--layers must be at least 2\n");
@@ -191,8 +229,10 @@ DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry
   uint64_t* gate = b.gate.as<uint64_t>();
   uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
   auto start = cuda::Event::Create(), mid = cuda::Event::Create(), end = cuda::Event::Create();
-  double total_ms = 0, steady_ms = 0;
+  double total_ms = 0, steady_ms = 0, round_trip_ns = 0;
+  int64_t round_trips = 0;
   for (int rep = -1; rep < reps; ++rep) {
+    if (clock != nullptr) clock->Reset();
     absl::Status s = remote.BeginDeviceDecode(entries, {});
     if (s.ok() && queued) {
       __atomic_store_n(gate, 0, __ATOMIC_RELEASE);
@@ -220,9 +260,16 @@ DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry
     if (rep >= 0) {
       total_ms += *end->ElapsedSince(*start);
       steady_ms += *end->ElapsedSince(*mid);
+      if (clock != nullptr) {
+        const auto [sum, count] = clock->Sum(warm);
+        round_trip_ns += sum;
+        round_trips += count;
+      }
     }
   }
+  if (clock != nullptr) remote.SetHopClock(nullptr).IgnoreError();
   DeviceTiming t;
+  if (round_trips == static_cast<int64_t>(reps) * (layers - warm)) t.round_trip_us = round_trip_ns * 1e-3 / round_trips;
   t.per_layer_us = total_ms * 1e3 / (reps * layers);
   t.steady_us = steady_ms * 1e3 / (reps * (layers - warm));
   t.start_us = (total_ms - steady_ms) * 1e3 / reps - warm * t.steady_us;
@@ -347,15 +394,18 @@ int Compute(const Options& o, const std::string& address) {
       !cuda::EnsureCapacity(&b.gate, 2 * sizeof(uint64_t)).ok()) {
     return 1;
   }
+  HopClock clock;
+  clock.host.resize(2 * o.layers);
+  if (!cuda::EnsureCapacity(&clock.words, clock.host.size() * sizeof(uint64_t)).ok()) return 1;
   cudaMemset(b.qkv.data(), 0, b.qkv.bytes());
   SequenceId next = 1;
   for (int64_t context : o.contexts) {
-    std::printf("context %lld: microseconds per layer (round trip incl. the memory node's store and attention)\n",
+    std::printf("context %lld: microseconds per layer (the memory node's store and attention included)\n",
                 static_cast<long long>(context));
     std::printf("%6s %9s %9s %9s %9s %9s", "batch", "KiB", "tcp", "ipc paced", "ipc 1", "ipc lines");
     for (int64_t n : o.chunks) std::printf(" %9s", absl::StrCat("ipc ", n, " ch").c_str());
-    std::printf(" %9s %9s %8s %8s %8s %8s %8s %10s\n", "start", "nccl", "target", "ipc/tgt", "link use", "nccl use",
-                "hidden", "attn alone");
+    std::printf(" %9s %9s %8s %8s %8s %8s %8s %10s %8s %8s %8s\n", "start", "nccl", "target", "ipc/tgt", "link use",
+                "nccl use", "hidden", "attn alone", "rt 1", "rt lines", "rt/tgt");
     for (int64_t batch : o.batches) {
       std::vector<DecodeEntry> entries;
       std::vector<Reservation> reservations;
@@ -373,14 +423,25 @@ int Compute(const Options& o, const std::string& address) {
       const int reps = batch >= 256 ? 3 : 10;
       const double t_tcp = TcpMicros(over_tcp, entries, b, o.layers, reps);
       const DeviceTiming paced = DeviceMicros(one_chunk, entries, b, o.layers, reps, false, stream->get());
+      // Each cuda_ipc column runs twice: timed by events, then again for its round trip on the hop
+      // clock, so that the clock's stamps are not in the periods.
+      double best_round_trip = -1;  // the best cuda_ipc round trip on the hop clock
+      const auto round_trip = [&](RemoteAttention& r) {
+        const double us = DeviceMicros(r, entries, b, o.layers, reps, true, stream->get(), &clock).round_trip_us;
+        if (us > 0 && (best_round_trip < 0 || us < best_round_trip)) best_round_trip = us;
+        return us;
+      };
       const DeviceTiming one = DeviceMicros(one_chunk, entries, b, o.layers, reps, true, stream->get());
+      const double one_round_trip = round_trip(one_chunk);
       const bool lines_apply = batch <= kernels::cuda::ReceiveRowsMaxCount();
       const DeviceTiming lines =
           lines_apply ? DeviceMicros(as_lines, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
+      const double lines_round_trip = lines_apply ? round_trip(as_lines) : -1;
       std::vector<double> chunked_us;
       double split_us = one.steady_us;  // the best chunked time that ran (-1: failed)
       for (auto& r : chunked) {
         chunked_us.push_back(DeviceMicros(*r, entries, b, o.layers, reps, true, stream->get()).steady_us);
+        round_trip(*r);
         if (chunked_us.back() > 0 && (split_us < 0 || chunked_us.back() < split_us)) split_us = chunked_us.back();
       }
       const DeviceTiming over = DeviceMicros(over_nccl, entries, b, o.layers, reps, true, stream->get());
@@ -393,9 +454,10 @@ int Compute(const Options& o, const std::string& address) {
       std::printf("%6lld %9.0f %9.1f %9.1f %9.1f %9.1f", static_cast<long long>(batch), bytes / 1024, t_tcp,
                   paced.steady_us, one.steady_us, lines.steady_us);
       for (double us : chunked_us) std::printf(" %9.1f", us);
-      std::printf(" %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f\n", one.start_us, over.steady_us, target,
-                  best / target, transfer_us / best, transfer_us / over.steady_us,
-                  (one.steady_us - split_us) / transfer_us, alone);
+      std::printf(" %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f %8.1f %8.1f %8.2f\n", one.start_us,
+                  over.steady_us, target, best / target, transfer_us / best, transfer_us / over.steady_us,
+                  (one.steady_us - split_us) / transfer_us, alone, one_round_trip, lines_round_trip,
+                  best_round_trip / target);
       std::fflush(stdout);
       for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
     }
@@ -411,7 +473,14 @@ int Compute(const Options& o, const std::string& address) {
       "bytes / link rate (target <= 1); link use: bytes / time / link rate, cuda_ipc's best and nccl's\n"
       "(target >= 0.8 at batch 1024); hidden: the share of the transfer time that chunking (the best of\n"
       "the N ch columns) hid behind attention; attn alone: the memory node's k/v store and attention for\n"
-      "the step with nothing moving (the same kernels, unlinked, on its GPU).\n");
+      "the step with nothing moving (the same kernels, unlinked, on its GPU). rt 1, rt lines: the\n"
+      "round trip alone, from the send's start to the outputs in place, on the compute GPU's clock (the\n"
+      "mean of the steady layers; the period above also holds the compute end's turn between layers);\n"
+      "rt/tgt: the best of them and of the chunked columns' over the target.\n");
+  if (clock.step_ns > 0) {
+    std::printf("hop clock: every round trip timed was a multiple of %llu ns\n",
+                static_cast<unsigned long long>(clock.step_ns));
+  }
   return 0;
 }
 

@@ -256,6 +256,80 @@ TEST_F(DataPlaneKernelsTest, LinesOfAFailedStepAreNotSentAndTheirPollsGiveUp) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
+// Hop clocks: how a hop travels (Lines: SendLines, ReceiveLines; Rows: SendRows, ReceiveRows;
+// FlagThenScatter: SendRows, WaitFlag then ScatterRows).
+enum class HopKind { kLines, kRows, kFlagThenScatter };
+
+class HopClockTest : public DataPlaneKernelsTest, public ::testing::WithParamInterface<HopKind> {};
+
+// The receive is queued first and waits; the send is held 30 ms behind a gate on its stream. The
+// clocks must time the hop from the send's start after the gate to the rows in place: not the
+// gate (the send's stamp taken before the work ahead of it ended), and not the receive's start.
+TEST_P(HopClockTest, TimesTheHopFromTheSendsStartToTheRowsInPlace) {
+  const int64_t cols = 1000, n = 3;
+  std::vector<float> src(n * cols);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f;
+  const std::vector<int32_t> dest = {2, 0, 1};
+  auto d_src = Upload(src);
+  auto d_dest = Upload(dest);
+  auto d_lines = Upload(std::vector<Line>(n * cols / 2, Line{}));
+  auto d_received = Upload(std::vector<float>(n * cols, 0.f));
+  auto d_out = Upload(std::vector<float>(n * cols, -1.f));
+  auto d_flag = Upload(std::vector<uint64_t>{0});
+  auto d_arrivals = Upload(std::vector<uint32_t>{0});
+  auto d_clock = Upload(std::vector<uint64_t>{~uint64_t{0}, 0});
+  uint64_t* sent_at = d_clock.as<uint64_t>();
+  uint64_t* back_at = sent_at + 1;
+  auto gate = lamina::cuda::PinnedBuffer::Create(sizeof(uint64_t));
+  ASSERT_TRUE(gate.ok());
+  *gate->as<uint64_t>() = 0;
+  TwoEnds ends = TwoEnds::Create();
+  cudaStream_t receiver = ends.receiver.get(), sender = ends.sender.get();
+  float* out = d_out.as<float>();
+  const int32_t* to = d_dest.as<int32_t>();
+  switch (GetParam()) {
+    case HopKind::kLines:
+      ASSERT_TRUE(ReceiveLines(d_lines.as<Line>(), cols, 5, 5'000'000'000, ends.error_word(), 1, to, n, cols, out, cols,
+                               receiver, 0, NextKernel::kStartsAtOnce, back_at)
+                      .ok());
+      break;
+    case HopKind::kRows:
+      ASSERT_TRUE(ReceiveRows(d_flag.as<uint64_t>(), 5, 5'000'000'000, ends.error_word(), 1, d_received.as<float>(),
+                              cols, to, n, cols, out, cols, receiver, back_at)
+                      .ok());
+      break;
+    case HopKind::kFlagThenScatter:
+      ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 5, 5'000'000'000, ends.error_word(), 1, receiver).ok());
+      ASSERT_TRUE(ScatterRows(d_received.as<float>(), cols, to, n, cols, out, cols, receiver, back_at).ok());
+      break;
+  }
+  ASSERT_TRUE(WaitFlag(gate->as<uint64_t>(), 1, 5'000'000'000, ends.error_word(), 2, sender).ok());
+  if (GetParam() == HopKind::kLines) {
+    ASSERT_TRUE(
+        SendLines(d_src.as<float>(), cols, nullptr, n, cols, d_lines.as<Line>(), cols, 5, nullptr, sender, sent_at)
+            .ok());
+  } else {
+    ASSERT_TRUE(SendRows(d_src.as<float>(), cols, nullptr, n, cols, d_received.as<float>(), cols,
+                         d_flag.as<uint64_t>(), 5, nullptr, d_arrivals.as<uint32_t>(), sender, sent_at)
+                    .ok());
+  }
+  absl::SleepFor(absl::Milliseconds(30));
+  __atomic_store_n(gate->as<uint64_t>(), 1, __ATOMIC_RELEASE);
+  ASSERT_TRUE(ends.sender.Synchronize().ok());
+  ASSERT_TRUE(ends.receiver.Synchronize().ok());
+  ASSERT_EQ(*ends.error_word(), 0u);
+  ExpectScattered(Download<float>(d_out, n * cols), n, cols, dest,
+                  [&](int64_t i, int64_t c) { return src[i * cols + c]; });
+  const std::vector<uint64_t> clock = Download<uint64_t>(d_clock, 2);
+  ASSERT_NE(clock[0], ~uint64_t{0}) << "the send did not stamp its start";
+  ASSERT_NE(clock[1], 0u) << "the receive did not stamp its end";
+  EXPECT_GE(clock[1], clock[0]);
+  EXPECT_LT(clock[1] - clock[0], 15'000'000u) << "the hop's time holds the 30 ms gate ahead of the send";
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, HopClockTest,
+                         ::testing::Values(HopKind::kLines, HopKind::kRows, HopKind::kFlagThenScatter));
+
 TEST_F(DataPlaneKernelsTest, LinesRefuseOddRows) {
   uint32_t* no_error = nullptr;
   absl::Status status = SendLines(nullptr, 8, nullptr, 1, 7, nullptr, 8, 1, no_error, nullptr);
