@@ -7,6 +7,7 @@
 #include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/flags.cuh"
 #include "kernels/cuda/lines.cuh"
+#include "kernels/cuda/packets.h"
 
 namespace lamina::kernels::cuda {
 namespace {
@@ -298,7 +299,7 @@ absl::Status PreloadDataPlaneKernels() {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, CopyRowsKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, SendLinesKernel));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ReceiveLinesKernel));
-  return absl::OkStatus();
+  return PreloadPacketKernels();
 }
 
 int64_t ReceiveRowsMaxCount() { return kReceiveRowsMax; }

@@ -1,7 +1,8 @@
 // The device-side data planes' kernels (kernels/cuda/data_plane.h) on one GPU, the two ends on two
 // streams: rows handed over behind a flag that a kernel queued ahead spins on, a wait that gives up
 // after its timeout, and a send that keeps its flag down once the step has failed; and the same
-// for lines (line.h), which carry their own tags instead of a flag. Across GPUs and
+// for lines (line.h), which carry their own tags instead of a flag; and the hop clocks of every way,
+// packets (packets.h, tested on their own in packets_test.cc) among them. Across GPUs and
 // processes they run in tests/integration/gpu_cluster_test (cuda_ipc). Skips without a GPU.
 #include "kernels/cuda/data_plane.h"
 
@@ -12,6 +13,7 @@
 
 #include "absl/time/clock.h"
 #include "common/cuda/device_buffer.h"
+#include "kernels/cuda/packets.h"
 #include "gtest/gtest.h"
 #include "tests/support/cuda_test_util.h"
 
@@ -257,8 +259,8 @@ TEST_F(DataPlaneKernelsTest, LinesOfAFailedStepAreNotSentAndTheirPollsGiveUp) {
 }
 
 // Hop clocks: how a hop travels (Lines: SendLines, ReceiveLines; Rows: SendRows, ReceiveRows;
-// FlagThenScatter: SendRows, WaitFlag then ScatterRows).
-enum class HopKind { kLines, kRows, kFlagThenScatter };
+// FlagThenScatter: SendRows, WaitFlag then ScatterRows; Packets: SendPackets, ReceivePackets).
+enum class HopKind { kLines, kRows, kFlagThenScatter, kPackets };
 
 class HopClockTest : public DataPlaneKernelsTest, public ::testing::WithParamInterface<HopKind> {};
 
@@ -273,6 +275,7 @@ TEST_P(HopClockTest, TimesTheHopFromTheSendsStartToTheRowsInPlace) {
   auto d_src = Upload(src);
   auto d_dest = Upload(dest);
   auto d_lines = Upload(std::vector<Line>(n * cols / 2, Line{}));
+  auto d_packets = Upload(std::vector<Packet>(n * PacketsPerRow(cols), Packet{}));
   auto d_received = Upload(std::vector<float>(n * cols, 0.f));
   auto d_out = Upload(std::vector<float>(n * cols, -1.f));
   auto d_flag = Upload(std::vector<uint64_t>{0});
@@ -302,12 +305,21 @@ TEST_P(HopClockTest, TimesTheHopFromTheSendsStartToTheRowsInPlace) {
       ASSERT_TRUE(WaitFlag(d_flag.as<uint64_t>(), 5, 5'000'000'000, ends.error_word(), 1, receiver).ok());
       ASSERT_TRUE(ScatterRows(d_received.as<float>(), cols, to, n, cols, out, cols, receiver, back_at).ok());
       break;
+    case HopKind::kPackets:
+      ASSERT_TRUE(ReceivePackets(d_packets.as<Packet>(), PacketsPerRow(cols), 5, 5'000'000'000, ends.error_word(), 1,
+                                 to, n, cols, out, cols, receiver, back_at)
+                      .ok());
+      break;
   }
   ASSERT_TRUE(WaitFlag(gate->as<uint64_t>(), 1, 5'000'000'000, ends.error_word(), 2, sender).ok());
   if (GetParam() == HopKind::kLines) {
     ASSERT_TRUE(
         SendLines(d_src.as<float>(), cols, nullptr, n, cols, d_lines.as<Line>(), cols, 5, nullptr, sender, sent_at)
             .ok());
+  } else if (GetParam() == HopKind::kPackets) {
+    ASSERT_TRUE(SendPackets(d_src.as<float>(), cols, nullptr, n, cols, d_packets.as<Packet>(), PacketsPerRow(cols), 5,
+                            nullptr, sender, sent_at)
+                    .ok());
   } else {
     ASSERT_TRUE(SendRows(d_src.as<float>(), cols, nullptr, n, cols, d_received.as<float>(), cols,
                          d_flag.as<uint64_t>(), 5, nullptr, d_arrivals.as<uint32_t>(), sender, sent_at)
@@ -328,7 +340,8 @@ TEST_P(HopClockTest, TimesTheHopFromTheSendsStartToTheRowsInPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, HopClockTest,
-                         ::testing::Values(HopKind::kLines, HopKind::kRows, HopKind::kFlagThenScatter));
+                         ::testing::Values(HopKind::kLines, HopKind::kRows, HopKind::kFlagThenScatter,
+                                           HopKind::kPackets));
 
 TEST_F(DataPlaneKernelsTest, LinesRefuseOddRows) {
   uint32_t* no_error = nullptr;

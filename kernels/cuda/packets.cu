@@ -1,0 +1,232 @@
+#include "kernels/cuda/packets.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+#include "common/status/status_macros.h"
+#include "kernels/cuda/chaining.cuh"
+#include "kernels/cuda/flags.cuh"
+#include "kernels/cuda/lines.cuh"
+
+namespace lamina::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kPieces = 8;                           // 16-byte pieces of a packet, a lane each
+constexpr int kPacketsARound = kThreads / kPieces;  // a block's packets in one store instruction a lane
+// How the packet kernels are cut, from lamina-bench-link-echo on two H200s (tests/bench/RESULTS.md):
+//  - SendPackets: a block a round of 32 packets, one piece a lane, so that a hop leaves from as
+//    many SMs as it can (4 rounds a lane took 256 rows from 37.7 to 44 us);
+//  - ReceivePackets: a block a group of 4 rounds (128 packets), every group at once: a block taking
+//    several groups in turn waits a memory round trip for each (with 32 blocks, 64 rows took 21
+//    against 13.5 us). Past kFourRoundsMostPackets, groups of 16 rounds (1024 rows: 128 against
+//    182 us in groups of 4).
+//  - Up to kMostPacketPollingBlocks blocks poll from the start, as ReceiveLines' do; more wait
+//    behind one warp polling the hop's first packet (WaitForFirstPacketKernel), so that they do not
+//    hold the GPU's SMs while the sender is still busy: about 3 us more for a hop of one row,
+//    nothing from 64 rows on.
+constexpr int64_t kFourRoundsMostPackets = 512 * 128;
+
+// Rounds of four packets a ReceivePacketsKernel warp polls at once for a hop of `total` packets.
+int PolledRounds(int64_t total) { return total <= kFourRoundsMostPackets ? 4 : 16; }
+
+__device__ __forceinline__ void StorePiece(Packet* packet, int piece, uint4 words) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(reinterpret_cast<uint4*>(packet) + piece),
+               "r"(words.x), "r"(words.y), "r"(words.z), "r"(words.w)
+               : "memory");
+}
+
+__device__ __forceinline__ uint4 LoadPiece(const Packet* packet, int piece) {
+  uint4 w;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+               : "l"(reinterpret_cast<const uint4*>(packet) + piece)
+               : "memory");
+  return w;
+}
+
+// Hop clocks, as data_plane.cu's.
+__device__ void StampSentAt(uint64_t* sent_at) {
+  if (sent_at != nullptr) atomicMin(reinterpret_cast<unsigned long long*>(sent_at), GlobalTimerNs());
+}
+
+__device__ void StampBackAt(uint64_t* back_at) {
+  if (back_at == nullptr) return;
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned long long*>(back_at), GlobalTimerNs());
+}
+
+// Lane `piece` of a packet holds floats [4 * piece, 4 * piece + 4) of its 31; the last piece
+// holds three and the tag.
+__global__ void SendPacketsKernel(const float* src, int64_t src_stride, const int32_t* rows, int total, int cols,
+                                  int per_row, Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error,
+                                  uint64_t* sent_at) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (threadIdx.x == 0) StampSentAt(sent_at);
+  const bool failed = ErrorSet(error);
+  const int piece = threadIdx.x % kPieces;
+  const int p = blockIdx.x * kPacketsARound + threadIdx.x / kPieces;
+  if (p >= total) return;
+  const int row = p / per_row, col = p % per_row * kPacketFloats + piece * 4;
+  const float* from = src + (rows ? rows[row] : row) * src_stride;
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = col + i < cols && (piece < kPieces - 1 || i < 3) ? __ldcg(from + col + i) : 0.f;
+  if (failed) return;
+  StorePiece(dst + row * dst_stride + p % per_row, piece,
+             make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                        piece == kPieces - 1 ? tag : __float_as_uint(v[3])));
+}
+
+// Thread 0 polls the tag of the hop's first packet, then lets the kernel after it (a
+// ReceivePacketsKernel launched as its programmatic dependent) start: that grid's blocks spin
+// only while the rows travel, not while the sender is still busy with other work.
+__global__ void WaitForFirstPacketKernel(const Packet* first, uint32_t tag, int64_t timeout_ns, uint32_t* error,
+                                        uint32_t code) {
+  if (threadIdx.x == 0) {
+    LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
+    const volatile uint32_t* word = &first->tag;
+    for (int spins = 1; !poll.failed && *word != tag; ++spins) {
+      if (spins % kSpinsBetweenChecks == 0) CheckPoll(poll);
+    }
+  }
+  __syncthreads();
+  LetNextKernelStart();
+}
+
+// Each warp polls kPolledTogether rounds of four packets at once: a lane loads its piece, and the
+// packet is in once the lane holding its tag sees it. Loops stay uniform across the warp (the
+// shuffles need every lane).
+template <int kPolledTogether>
+__global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
+                                     uint32_t* error, uint32_t code, const int32_t* rows, int total, int cols,
+                                     int per_row, float* dst, int64_t dst_stride, uint64_t* back_at) {
+  LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
+  const int piece = threadIdx.x % kPieces;
+  const int tag_lane = (threadIdx.x % 32) | (kPieces - 1);
+  const int a_group = kPacketsARound * kPolledTogether;
+  for (int base = blockIdx.x * a_group; base < total; base += gridDim.x * a_group) {
+    const Packet* at[kPolledTogether];
+    uint4 words[kPolledTogether];
+    uint32_t pending = 0;
+#pragma unroll
+    for (int i = 0; i < kPolledTogether; ++i) {
+      const int p = base + i * kPacketsARound + threadIdx.x / kPieces;
+      at[i] = src + (p < total ? p / per_row * src_stride + p % per_row : 0);
+      words[i] = make_uint4(0, 0, 0, 0);
+      if (p < total) pending |= 1u << i;
+    }
+    const uint32_t wanted = pending;
+    for (int spins = 0; __any_sync(0xffffffffu, pending != 0); ++spins) {
+#pragma unroll
+      for (int i = 0; i < kPolledTogether; ++i) {
+        if (pending & (1u << i)) words[i] = LoadPiece(at[i], piece);
+      }
+#pragma unroll
+      for (int i = 0; i < kPolledTogether; ++i) {
+        const bool in = __shfl_sync(0xffffffffu, words[i].w == tag, tag_lane);
+        if (in || poll.failed) pending &= ~(1u << i);
+      }
+      if (pending != 0 && (spins + 1) % kSpinsBetweenChecks == 0) CheckPoll(poll);
+    }
+    // Once more now that the tags are in, as NCCL's LL128 does: a load that raced the packet's
+    // arrival may have taken part of it before and its tag after.
+#pragma unroll
+    for (int i = 0; i < kPolledTogether; ++i) {
+      if (wanted & (1u << i)) words[i] = LoadPiece(at[i], piece);
+    }
+#pragma unroll
+    for (int i = 0; i < kPolledTogether; ++i) {
+      if (!(wanted & (1u << i))) continue;
+      const int p = base + i * kPacketsARound + threadIdx.x / kPieces;
+      const int row = p / per_row, col = p % per_row * kPacketFloats + piece * 4;
+      float* to = dst + (rows ? rows[row] : row) * dst_stride + col;
+      const float v[4] = {__uint_as_float(words[i].x), __uint_as_float(words[i].y), __uint_as_float(words[i].z),
+                          __uint_as_float(words[i].w)};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (col + j < cols && (piece < kPieces - 1 || j < 3)) to[j] = v[j];
+      }
+    }
+  }
+  StampBackAt(back_at);
+}
+
+absl::Status CheckShape(const char* what, int64_t count, int64_t cols, int64_t stride) {
+  if (count < 0 || cols < 0 || stride < PacketsPerRow(cols) || count * stride > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", count, " rows of ", cols, " floats, ", stride,
+                                                   " packets a row (at least ", PacketsPerRow(cols), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
+                         Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
+                         uint64_t* sent_at) {
+  LAMINA_RETURN_IF_ERROR(CheckShape("SendPackets", count, cols, dst_stride));
+  const int64_t per_row = PacketsPerRow(cols), total = count * per_row;
+  if (total == 0) return absl::OkStatus();
+  const int64_t blocks = (total + kPacketsARound - 1) / kPacketsARound;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute early;
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SendPacketsKernel, src, src_stride, rows,
+                                                 static_cast<int>(total), static_cast<int>(cols),
+                                                 static_cast<int>(per_row), dst, dst_stride, tag, error, sent_at));
+  return absl::OkStatus();
+}
+
+absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
+                            uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
+                            int64_t dst_stride, cudaStream_t stream, uint64_t* back_at,
+                            int64_t most_polling_blocks) {
+  LAMINA_RETURN_IF_ERROR(CheckShape("ReceivePackets", count, cols, src_stride));
+  const int64_t per_row = PacketsPerRow(cols), total = count * per_row;
+  if (total == 0) return absl::OkStatus();
+  const int rounds = PolledRounds(total);
+  const int64_t blocks = ReceivePacketsBlocks(count, cols);
+  const bool two_stages = blocks > most_polling_blocks;
+  if (two_stages) {
+    WaitForFirstPacketKernel<<<1, 32, 0, stream>>>(src, tag, timeout_ns, error, code);
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute early;
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = two_stages ? 1 : 0;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, rounds == 4 ? ReceivePacketsKernel<4> : ReceivePacketsKernel<16>,
+                                                 src, src_stride, tag, timeout_ns, error, code, rows,
+                                                 static_cast<int>(total), static_cast<int>(cols),
+                                                 static_cast<int>(per_row), dst, dst_stride, back_at));
+  return absl::OkStatus();
+}
+
+int64_t ReceivePacketsBlocks(int64_t count, int64_t cols) {
+  const int64_t total = count * PacketsPerRow(cols), a_group = kPacketsARound * PolledRounds(total);
+  return (total + a_group - 1) / a_group;
+}
+
+absl::Status PreloadPacketKernels() {
+  cudaFuncAttributes attributes;
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, SendPacketsKernel));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, WaitForFirstPacketKernel));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ReceivePacketsKernel<4>));
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, ReceivePacketsKernel<16>));
+  return absl::OkStatus();
+}
+
+}  // namespace lamina::kernels::cuda
