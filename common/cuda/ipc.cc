@@ -32,4 +32,25 @@ absl::StatusOr<IpcMapping> IpcMapping::Open(const std::string& handle) {
   return m;
 }
 
+absl::StatusOr<std::string> PciBusId(int device) {
+  char id[32] = {};
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(id, sizeof(id), device));
+  return std::string(id);
+}
+
+bool SameGpuOrNvlink(int device, const std::string& peer) {
+  int peer_device = -1;
+  if (cudaDeviceGetByPCIBusId(&peer_device, peer.c_str()) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (peer_device == device) return true;
+  int atomics = 0;
+  if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, device, peer_device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return atomics == 1;
+}
+
 }  // namespace lamina::cuda

@@ -18,6 +18,15 @@ namespace lamina::cuda {
 // The handle of the allocation that starts at `base` (a cudaMalloc result), as bytes to send.
 absl::StatusOr<std::string> ExportIpcHandle(void* base);
 
+// The PCI bus id of GPU `device` ("0000:19:00.0"): how another process names the same GPU, whatever
+// its device ordinals.
+absl::StatusOr<std::string> PciBusId(int device);
+
+// Whether GPU `device` and the GPU of PCI bus id `peer` are one GPU, or two joined by NVLink, from
+// CUDA's peer attributes: native atomics between two GPUs go over NVLink only, never PCIe. False
+// when the peer is not visible here (CUDA_VISIBLE_DEVICES) or cannot be asked about.
+bool SameGpuOrNvlink(int device, const std::string& peer);
+
 // A peer's allocation, mapped on the current device; unmapped when destroyed.
 class IpcMapping {
  public:

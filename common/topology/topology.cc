@@ -61,7 +61,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
            {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads", "kind",
-            "gpu_busy_timing", "chunk_rows", "line_rows", "kv_dtype"});
+            "gpu_busy_timing", "chunk_rows", "line_rows", "packet_rows", "kv_dtype"});
   LAMINA_RETURN_IF_ERROR(f.CheckShape());
   NodeSpec spec;
   spec.line = node.Mark().line + 1;
@@ -99,13 +99,14 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     // The model's config only chooses what "auto" means, which is never refused.
     const absl::Status kv_dtype = ChooseKvDtype(spec.kv_dtype, ModelConfig{}, spec.device != "cpu").status();
     if (!kv_dtype.ok()) return f.Error(f.Get("kv_dtype"), "kv_dtype", std::string(kv_dtype.message()));
-    for (const char* field : {"gpu_busy_timing", "chunk_rows", "line_rows"}) {
+    for (const char* field : {"gpu_busy_timing", "chunk_rows", "line_rows", "packet_rows"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only compute nodes have this field");
     }
   } else {
     LAMINA_ASSIGN_OR_RETURN(spec.gpu_busy_timing, f.Bool("gpu_busy_timing", false));
     LAMINA_ASSIGN_OR_RETURN(spec.chunk_rows, f.Integer("chunk_rows", &kDefaultChunkRows, 0, int64_t{1} << 20));
     LAMINA_ASSIGN_OR_RETURN(spec.line_rows, f.Integer("line_rows", &kDefaultLineRows, 0, kMostLineRows));
+    LAMINA_ASSIGN_OR_RETURN(spec.packet_rows, f.Integer("packet_rows", &kDefaultPacketRows, 0, kDefaultPacketRows));
     // Compute nodes: where the previous replica hands batches over under rotational pipelining.
     LAMINA_ASSIGN_OR_RETURN(int64_t data_port, f.Integer("data_port", &zero, 1, 65535));
     spec.data_port = static_cast<int>(data_port);

@@ -28,6 +28,11 @@ inline constexpr int64_t kDefaultChunkRows = 128;
 // receiving launch takes.
 inline constexpr int64_t kMostLineRows = 32;
 inline constexpr int64_t kDefaultLineRows = kMostLineRows;
+// Over cuda_ipc between GPUs joined by NVLink, larger decode chunks of at most this many rows (by
+// default every one) travel as packets (kernels/cuda/packets.h) rather than rows behind a flag: on
+// two H200s a layer took 0.82x the time at 64 rows, 0.83x at 128 and 0.91x at 256, and chunked
+// layers of 1024 rows no longer (lamina-bench-data-plane, tests/bench/RESULTS.md).
+inline constexpr int64_t kDefaultPacketRows = int64_t{1} << 20;
 
 struct NodeSpec {
   std::string name;
@@ -56,6 +61,9 @@ struct NodeSpec {
   // Compute nodes: over cuda_ipc, a decode chunk of 1 to this many rows travels as lines, which
   // the receiver polls, rather than rows behind a flag; 0 never.
   int64_t line_rows = kDefaultLineRows;
+  // Compute nodes: over cuda_ipc between GPUs joined by NVLink, a decode chunk of more than
+  // line_rows and at most this many rows travels as packets; 0 never.
+  int64_t packet_rows = kDefaultPacketRows;
   // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost
   // reports charge for it. Defaults to "cpu" on the CPU and to nothing on a GPU.
   std::string price_kind;

@@ -77,6 +77,7 @@ absl::Status Run(const std::vector<std::string>& args) {
       attentions.back()->EnableDeviceLinks(device.index, link_rows, device_transports, kMaxDataPlaneChunks,
                                            spec->chunk_rows);
       attentions.back()->set_line_rows(spec->line_rows);
+      attentions.back()->set_packet_rows(spec->packet_rows);
       attentions.back()->OpenDeviceLinks(links_deadline);
     }
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool));

@@ -316,6 +316,7 @@ absl::Status RemoteAttention::OpenLink(Node* node, const std::string& transport)
   LinkShape shape{shape_.num_layers, shape_.q_size + 2 * shape_.kv_size, shape_.q_size, max_rows_,
                   max_chunks_, timeout_};
   shape.line_rows = std::min(line_rows_, max_rows_);
+  shape.packet_rows = std::min(packet_rows_, max_rows_);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeLinkEnd> end, CreateComputeLinkEnd(transport, shape, device_));
   auto handshake = [&]() -> absl::Status {
     ++next_tag_;

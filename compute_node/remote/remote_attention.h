@@ -70,6 +70,10 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // Over cuda_ipc, a chunk of 1 to `rows` rows travels as lines (kernels/cuda/line.h) rather than
   // rows behind a flag (LinkShape::line_rows); 0: never. For links opened after the call.
   void set_line_rows(int64_t rows) { line_rows_ = rows; }
+  // Over cuda_ipc between GPUs joined by NVLink, a chunk of more than the line rows and at most
+  // `rows` rows travels as packets (kernels/cuda/packets.h) rather than rows behind a flag
+  // (LinkShape::packet_rows); 0 (the default): never. For links opened after the call.
+  void set_packet_rows(int64_t rows) { packet_rows_ = rows; }
   // Opens the device links now (after EnableDeviceLinks and set_line_rows), waiting until
   // `deadline` for memory nodes not yet listening; those still unreachable then open theirs on
   // first use, as any does after its connection drops. A compute node calls it before it
@@ -193,6 +197,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   int max_chunks_ = 1;
   int64_t chunk_rows_ = 32;
   int64_t line_rows_ = 0;
+  int64_t packet_rows_ = 0;
   uint64_t device_step_ = 0;
   uint64_t* hop_clock_ = nullptr;  // SetHopClock's, or null
   int64_t store_first_layer_ = 0;  // the device store's first and last layer

@@ -124,8 +124,9 @@ struct DecodeLink {
   const int32_t* write_slots = nullptr;  // [num_seqs]
   // Once every output row is written: *done = done_value (release, system scope), unless *error
   // is set. `done` and `out` may be a peer GPU's memory (mapped through CUDA IPC). May be null
-  // with out_lines (the peer polls the lines): then nothing fences at the end, and the launch
-  // ends, and the next may start, as soon as its lines are stored.
+  // with out_lines (the peer polls the lines), or where a kernel queued after the launch sends the
+  // outputs on (a memory node's packets, packets.h): then nothing fences at the end, and the
+  // launch ends, and the next may start, as soon as its outputs are stored.
   uint64_t* done = nullptr;
   uint64_t done_value = 0;
   // Lines (line.h) for a hop of a few rows, each side on its own:

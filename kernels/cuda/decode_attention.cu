@@ -350,11 +350,9 @@ absl::Status CheckDecodeLink(const DecodePlan& plan, int64_t num_seqs, const flo
     return absl::InvalidArgumentError("linked decode attention: no sequences (nothing would raise the done flag)");
   }
   if (link.k == nullptr || link.v == nullptr || link.write_slots == nullptr || link.error == nullptr ||
-      (link.done == nullptr && link.out_lines == nullptr) || link.counters == nullptr ||
-      (link.busy_ns != nullptr && link.busy_start == nullptr)) {
+      link.counters == nullptr || (link.busy_ns != nullptr && link.busy_start == nullptr)) {
     return absl::InvalidArgumentError(
-        "linked decode attention: k, v, write_slots, error and counters are required, done unless the outputs go "
-        "as lines, and busy_start with busy_ns");
+        "linked decode attention: k, v, write_slots, error and counters are required, and busy_start with busy_ns");
   }
   if ((link.lines != nullptr || link.out_lines != nullptr) && plan.warp_per_head) {
     return absl::InvalidArgumentError("linked decode attention: lines with a warp-per-head plan");

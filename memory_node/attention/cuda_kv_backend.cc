@@ -17,6 +17,7 @@
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
+#include "kernels/cuda/packets.h"
 #include "memory_node/attention/kv_backend.h"
 #include "memory_node/attention/spin_budget.h"
 #include "memory_node/data_plane/device_link.h"
@@ -404,9 +405,25 @@ class CudaKvLane : public DeviceKvLane {
       plan.warp_per_head = false;
       plan.tiled = true;
     }
+    float* out = hop.out;
+    int64_t out_stride = hop.out_stride;
+    if (hop.packets != nullptr) {
+      // Packets: polled into their rows ahead, the launch chained to that poll; its outputs go
+      // into the lane's rows, and from there as packets.
+      const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
+      const ChunkWait& wait = PacketsWaitOf(chunk, kc::ReceivePacketsBlocks(r.count, layout.row_stride));
+      LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(hop.packets, kc::PacketsPerRow(layout.row_stride), hop.line_tag,
+                                                hop.timeout_ns, hop.error, hop.error_code, nullptr, r.count,
+                                                layout.row_stride, hop.packets_mirror, layout.row_stride, stream,
+                                                nullptr, wait.ahead_blocks));
+      link.chained_to_wait = true;
+      out = out_.as<float>() + r.first * q_size;
+      out_stride = q_size;
+    }
     const bool lines = hop.lines != nullptr;
-    const ChunkWait& wait =
-        WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count, kc::DecodeBlocks(o.attention, plan, r.count));
+    const ChunkWait& wait = hop.packets != nullptr ? *waits_[chunk]
+                                                   : WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count,
+                                                            kc::DecodeBlocks(o.attention, plan, r.count));
     if (lines) {
       link.lines = hop.lines;
       link.lines_mirror = hop.lines_mirror;
@@ -427,8 +444,14 @@ class CudaKvLane : public DeviceKvLane {
     }
     float* workspace = workspace_.as<float>() + chunk * workspace_floats_;
     LAMINA_RETURN_IF_ERROR(pool_->LinkedDecode(layer, plan, rows + layout.q_offset, layout.row_stride, slot_ids_,
-                                               slot_begin_ + r.first, hop.out, hop.out_stride, r.count, workspace,
-                                               link, stream));
+                                               slot_begin_ + r.first, out, out_stride, r.count, workspace, link,
+                                               stream));
+    if (hop.packets != nullptr) {
+      // After a wait gave up the outputs are garbage: the send writes nothing then, and the
+      // compute end times out too.
+      LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, out_stride, nullptr, r.count, out_stride, hop.out_packets,
+                                             kc::PacketsPerRow(out_stride), hop.line_tag, hop.error, stream));
+    }
     return pacer_.Paced(stream);
   }
 
@@ -457,6 +480,24 @@ class CudaKvLane : public DeviceKvLane {
     if (!wait.has_value()) {
       wait = ChooseChunkWait(waits, lines, rows, launch_blocks, lines ? kMostPollingBlocks : kMostWaitingBlocks,
                              pool_->spin_budget());
+      spinning_ += wait->spinning;
+    }
+    return *wait;
+  }
+  // The same for a chunk whose packets a ReceivePackets polls ahead of the launch: its blocks
+  // from the start where the budget has room for them (ChunkWait::ahead_blocks), else one warp
+  // that waits for the first packet (ahead_blocks 0).
+  const ChunkWait& PacketsWaitOf(int chunk, int64_t polling_blocks) {
+    std::optional<ChunkWait>& wait = waits_[chunk];
+    if (!wait.has_value()) {
+      wait = ChunkWait{};
+      if (polling_blocks <= kc::kMostPacketPollingBlocks && pool_->spin_budget()->TryTake(polling_blocks)) {
+        wait->ahead_blocks = polling_blocks;
+      } else {
+        pool_->spin_budget()->Take(1);
+        wait->ahead_blocks = 0;
+      }
+      wait->spinning = std::max<int64_t>(1, wait->ahead_blocks);
       spinning_ += wait->spinning;
     }
     return *wait;

@@ -53,6 +53,8 @@ class DeviceKvLane {
   virtual absl::Status QueueChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout) = 0;
   // QueueChunk with the chunk's hop folded in: waits for the rows to arrive in `qkv`, stores,
   // attends, writes the outputs to hop.out (or as hop.out_lines) and raises hop.done (when set).
+  // With hop.packets, a poll queued ahead puts the rows in place, the outputs go into step_out()'s
+  // rows and from there as hop.out_packets.
   // A chunk of no rows is InvalidArgument (nothing would raise the flag): queue the link's own
   // send for it.
   virtual absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,

@@ -5,7 +5,10 @@
 // spinning on that flag in its own memory. Flags only grow: a step's layer expects
 // step * num_layers + layer + 1. A decode chunk of a few rows (up to LinkShape::line_rows) goes as
 // lines instead (kernels/cuda/line.h), into a lines buffer that each end also exports, tagged
-// LineTag of the same value: no flag, and the receiver polls the lines themselves.
+// LineTag of the same value: no flag, and the receiver polls the lines themselves. A chunk of more
+// rows, up to LinkShape::packet_rows, goes as packets the same way (kernels/cuda/packets.h), where
+// the GPUs are joined by NVLink; the memory end polls those into its receive buffer ahead of the
+// attention, and sends the outputs from its own rows after it.
 #include "memory_node/data_plane/cuda_ipc_link.h"
 
 #include <cuda_runtime_api.h>
@@ -20,6 +23,7 @@
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
 #include "kernels/cuda/data_plane.h"
+#include "kernels/cuda/packets.h"
 #include "memory_node/data_plane/attention_protocol.h"
 #include "memory_node/data_plane/link_rows.h"
 
@@ -40,9 +44,11 @@ uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
 struct Local {
   cuda::DeviceBuffer receive;   // float [max_rows, row floats]
   cuda::DeviceBuffer lines;     // Line [max_chunks, line_rows, row floats / 2], zeroed (no tag is 0)
+  cuda::DeviceBuffer packets;   // Packet [max_rows, PacketsPerRow(row floats)] (one without packets), zeroed
   cuda::DeviceBuffer flags;     // uint64 [max_chunks], the peer raises them
   cuda::DeviceBuffer arrivals;  // uint32 [max_chunks]
   cuda::ErrorWord error;
+  std::string bus_id;  // this GPU's PCI bus id (cuda::PciBusId)
 
   // On the current device, for rows of `row_floats`.
   static absl::StatusOr<Local> Create(const LinkShape& shape, int64_t row_floats) {
@@ -53,10 +59,16 @@ struct Local {
     LAMINA_ASSIGN_OR_RETURN(
         l.lines, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_chunks * shape.line_rows * row_floats / 2) *
                                             sizeof(kc::Line)));
+    const int64_t packets = shape.packet_rows > 0 ? shape.max_rows * kc::PacketsPerRow(row_floats) : 1;
+    LAMINA_ASSIGN_OR_RETURN(l.packets, cuda::DeviceBuffer::Create(packets * sizeof(kc::Packet)));
     LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint64_t)));
     LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint32_t)));
     LAMINA_ASSIGN_OR_RETURN(l.error, cuda::ErrorWord::Create());
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.lines.data(), 0, l.lines.bytes()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.packets.data(), 0, l.packets.bytes()));
+    int device = 0;
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    LAMINA_ASSIGN_OR_RETURN(l.bus_id, cuda::PciBusId(device));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.flags.data(), 0, l.flags.bytes()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(l.arrivals.data(), 0, l.arrivals.bytes()));
     // The legacy stream: the nodes' streams are non-blocking, and other links' waits may spin.
@@ -64,18 +76,23 @@ struct Local {
     return l;
   }
 
-  // The shape and the handles of the receive buffer, the lines and the flags, as one message.
+  // The shape, this GPU's bus id and the handles of the receive buffer, the lines, the packets and
+  // the flags, as one message.
   absl::StatusOr<std::string> Export(const LinkShape& shape) const {
     LAMINA_ASSIGN_OR_RETURN(std::string receive_handle, cuda::ExportIpcHandle(receive.data()));
     LAMINA_ASSIGN_OR_RETURN(std::string lines_handle, cuda::ExportIpcHandle(lines.data()));
+    LAMINA_ASSIGN_OR_RETURN(std::string packets_handle, cuda::ExportIpcHandle(packets.data()));
     LAMINA_ASSIGN_OR_RETURN(std::string flags_handle, cuda::ExportIpcHandle(flags.data()));
     std::vector<uint8_t> bytes;
     WireWriter w(&bytes);
     w.Put<int64_t>(shape.max_rows);
     w.Put<int32_t>(shape.max_chunks);
     w.Put<int64_t>(shape.line_rows);
+    w.Put<int64_t>(shape.packet_rows);
+    w.PutString(bus_id);
     w.PutString(receive_handle);
     w.PutString(lines_handle);
+    w.PutString(packets_handle);
     w.PutString(flags_handle);
     return std::string(bytes.begin(), bytes.end());
   }
@@ -96,26 +113,32 @@ struct Local {
 // The most rows a link of `max_rows` rows may send as lines: what one receiving launch takes.
 int64_t MostLineRows(int64_t max_rows) { return std::min(max_rows, kc::ReceiveRowsMaxCount()); }
 
-// The peer's receive buffer, lines and flags, mapped here.
+// The peer's receive buffer, lines, packets and flags, mapped here.
 struct Remote {
   cuda::IpcMapping receive;
   cuda::IpcMapping lines;
+  cuda::IpcMapping packets;
   cuda::IpcMapping flags;
-  int64_t line_rows = 0;  // as the peer exported them
+  int64_t line_rows = 0;    // as the peer exported them
+  int64_t packet_rows = 0;  // as the peer exported them
+  std::string bus_id;       // the peer's GPU
 
-  // Refuses buffers for another number of rows or chunks than `shape`'s; the line rows are the
-  // caller's to check.
+  // Refuses buffers for another number of rows or chunks than `shape`'s; the line and packet rows
+  // are the caller's to check.
   static absl::StatusOr<Remote> Open(const std::string& exported, const LinkShape& shape) {
     WireReader r(reinterpret_cast<const uint8_t*>(exported.data()), exported.size());
     int64_t max_rows;
     int32_t max_chunks;
     Remote remote;
-    std::string receive_handle, lines_handle, flags_handle;
+    std::string receive_handle, lines_handle, packets_handle, flags_handle;
     LAMINA_RETURN_IF_ERROR(r.Get(&max_rows));
     LAMINA_RETURN_IF_ERROR(r.Get(&max_chunks));
     LAMINA_RETURN_IF_ERROR(r.Get(&remote.line_rows));
+    LAMINA_RETURN_IF_ERROR(r.Get(&remote.packet_rows));
+    LAMINA_RETURN_IF_ERROR(r.GetString(&remote.bus_id));
     LAMINA_RETURN_IF_ERROR(r.GetString(&receive_handle));
     LAMINA_RETURN_IF_ERROR(r.GetString(&lines_handle));
+    LAMINA_RETURN_IF_ERROR(r.GetString(&packets_handle));
     LAMINA_RETURN_IF_ERROR(r.GetString(&flags_handle));
     if (max_rows != shape.max_rows || max_chunks != shape.max_chunks) {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the peer's buffers are for ", max_rows, " rows in ",
@@ -126,8 +149,13 @@ struct Remote {
       return absl::InvalidArgumentError(
           absl::StrCat("cuda_ipc: lines for ", remote.line_rows, " rows (0 to ", MostLineRows(max_rows), ")"));
     }
+    if (remote.packet_rows < 0 || remote.packet_rows > max_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda_ipc: packets for ", remote.packet_rows, " rows (0 to ", max_rows, ")"));
+    }
     LAMINA_ASSIGN_OR_RETURN(remote.receive, cuda::IpcMapping::Open(receive_handle));
     LAMINA_ASSIGN_OR_RETURN(remote.lines, cuda::IpcMapping::Open(lines_handle));
+    LAMINA_ASSIGN_OR_RETURN(remote.packets, cuda::IpcMapping::Open(packets_handle));
     LAMINA_ASSIGN_OR_RETURN(remote.flags, cuda::IpcMapping::Open(flags_handle));
     return remote;
   }
@@ -135,6 +163,15 @@ struct Remote {
 
 // Whether a decode chunk of `rows` rows travels as lines.
 bool AsLines(const LinkShape& shape, int64_t rows) { return rows >= 1 && rows <= shape.line_rows; }
+
+// Whether a decode chunk of `rows` rows travels as packets.
+bool AsPackets(const LinkShape& shape, int64_t rows) { return rows > shape.line_rows && rows <= shape.packet_rows; }
+
+// The packets of row `row` in a packets buffer for rows of `row_floats`.
+template <typename PacketT>
+PacketT* RowPackets(PacketT* packets, int64_t row, int64_t row_floats) {
+  return packets + row * kc::PacketsPerRow(row_floats);
+}
 
 // Chunk `chunk`'s lines in a lines buffer for rows of `row_floats`: each chunk has line_rows rows
 // of its own, wherever its rows start in the batch.
@@ -147,6 +184,10 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
  public:
   static absl::StatusOr<std::unique_ptr<CudaIpcComputeEnd>> Create(const LinkShape& shape, int device) {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    if (shape.packet_rows < 0 || shape.packet_rows > shape.max_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda_ipc: packets for ", shape.packet_rows, " rows (0 to ", shape.max_rows, ")"));
+    }
     if (shape.line_rows < 0 || shape.line_rows > MostLineRows(shape.max_rows) || shape.qkv_size % 2 != 0 ||
         shape.q_size % 2 != 0) {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: lines for ", shape.line_rows, " rows (0 to ",
@@ -173,6 +214,13 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the memory end took lines for ", remote_.line_rows,
                                                      " rows, not the ", shape_.line_rows, " offered"));
     }
+    // The memory end takes the packets offered, or none where the GPUs are not joined by NVLink.
+    if (remote_.packet_rows != 0 && remote_.packet_rows != shape_.packet_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the memory end took packets for ",
+                                                     remote_.packet_rows, " rows, not the ", shape_.packet_rows,
+                                                     " offered"));
+    }
+    shape_.packet_rows = remote_.packet_rows;
     return absl::OkStatus();
   }
 
@@ -191,6 +239,12 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                            ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.qkv_size), shape_.qkv_size,
                            kc::LineTag(FlagValue(shape_, step, layer)), local_.error.get(), stream,
                            SentAt(layer));
+    }
+    if (AsPackets(shape_, r.count)) {
+      return kc::SendPackets(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
+                             RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.qkv_size),
+                             kc::PacketsPerRow(shape_.qkv_size), kc::LineTag(FlagValue(shape_, step, layer)),
+                             local_.error.get(), stream, SentAt(layer));
     }
     return kc::SendRows(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                         remote_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size,
@@ -255,6 +309,13 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                               shape_.q_size, out, out_stride, stream, 0, kc::NextKernel::kStartsAtOnce,
                               BackAt(layer));
     }
+    if (AsPackets(shape_, r.count)) {
+      return kc::ReceivePackets(RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.q_size),
+                                kc::PacketsPerRow(shape_.q_size), kc::LineTag(FlagValue(shape_, step, layer)),
+                                absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
+                                rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream,
+                                BackAt(layer));
+    }
     if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
       return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
                              absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
@@ -292,9 +353,11 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
                                                                                       const std::string& offer) {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     LAMINA_ASSIGN_OR_RETURN(Remote remote, Remote::Open(offer, shape));
-    // The compute end picks how many rows travel as lines.
+    // The compute end picks how many rows travel as lines and as packets; packets only where the
+    // two GPUs are one or joined by NVLink (packets.h).
     LinkShape adopted = shape;
     adopted.line_rows = remote.line_rows;
+    adopted.packet_rows = cuda::SameGpuOrNvlink(device, remote.bus_id) ? remote.packet_rows : 0;
     std::unique_ptr<CudaIpcMemoryEnd> end(new CudaIpcMemoryEnd(adopted));
     end->remote_ = std::move(remote);
     LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(adopted, adopted.qkv_size));
@@ -306,7 +369,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
   const float* received() const override { return local_.receive.as<float>(); }
 
   // A chunk sent as lines is polled into its rows of received(); DirectHop's launch polls them
-  // itself instead.
+  // itself instead. So is a chunk sent as packets (the lane polls them: DeviceHop::packets).
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,
                             GpuStream stream) override {
     const RowRange r = ChunkOf(rows, chunks, chunk);
@@ -316,6 +379,13 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
                               absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut, nullptr,
                               r.count, shape_.qkv_size, local_.receive.as<float>() + r.first * shape_.qkv_size,
                               shape_.qkv_size, stream);
+    }
+    if (AsPackets(shape_, r.count)) {
+      return kc::ReceivePackets(RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.qkv_size),
+                                kc::PacketsPerRow(shape_.qkv_size), kc::LineTag(FlagValue(shape_, step, layer)),
+                                absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
+                                nullptr, r.count, shape_.qkv_size,
+                                local_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size, stream);
     }
     return WaitForFlag(step, layer, chunk, stream);
   }
@@ -332,6 +402,12 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
       return kc::SendLines(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
                            ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size), shape_.q_size,
                            kc::LineTag(FlagValue(shape_, step, layer)), local_.error.get(), stream);
+    }
+    if (AsPackets(shape_, r.count)) {
+      return kc::SendPackets(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
+                             RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size),
+                             kc::PacketsPerRow(shape_.q_size), kc::LineTag(FlagValue(shape_, step, layer)),
+                             local_.error.get(), stream);
     }
     return kc::SendRows(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
                         remote_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
@@ -360,6 +436,14 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
       // The compute end polls the lines (ReceiveLines): a flag after them would only hold the
       // launch back while it drains them across the link.
       hop.done = nullptr;
+    } else if (AsPackets(shape_, r.count)) {
+      hop.ready = nullptr;
+      hop.out = nullptr;
+      hop.done = nullptr;
+      hop.packets = RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.qkv_size);
+      hop.packets_mirror = local_.receive.as<float>() + r.first * shape_.qkv_size;
+      hop.out_packets = RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size);
+      hop.line_tag = kc::LineTag(hop.done_value);
     }
     return hop;
   }

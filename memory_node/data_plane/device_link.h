@@ -13,7 +13,8 @@
 // Transports: `cuda_ipc` (GPUs of one host: receive buffers shared through CUDA IPC handles, rows
 // written by a kernel straight into the peer's memory, then a flag that a kernel queued ahead on the
 // receiver spins on; chunks of up to LinkShape::line_rows rows as lines, which carry their own
-// tags and are polled, kernels/cuda/line.h) and `nccl` (NCCL send/recv between the two GPUs, over NVLink in a host and
+// tags and are polled, kernels/cuda/line.h, and larger ones up to LinkShape::packet_rows as
+// packets, kernels/cuda/packets.h) and `nccl` (NCCL send/recv between the two GPUs, over NVLink in a host and
 // InfiniBand/RoCE across hosts; a layer travels in one chunk) and `rdma` (cuda_ipc's flags and
 // waits, with RDMA WRITEs over a libibverbs RC queue pair into GPU memory registered for GPUDirect
 // RDMA, posted by a host thread once the GPU has staged the rows). A wait gives up after the link's
@@ -38,6 +39,9 @@
 struct CUstream_st;
 
 namespace lamina {
+namespace kernels::cuda {
+struct Packet;  // kernels/cuda/packets.h
+}  // namespace kernels::cuda
 
 using GpuStream = CUstream_st*;  // cudaStream_t
 
@@ -52,6 +56,11 @@ struct LinkShape {
   // the receiver polls, instead of rows behind a flag; 0: never. The compute end's choice (at most
   // kernels::cuda::ReceiveRowsMaxCount()), carried in its offer.
   int64_t line_rows = 0;
+  // cuda_ipc: a decode chunk of more than line_rows and at most packet_rows rows travels as packets
+  // (kernels/cuda/packets.h), which the receiver polls, instead of rows behind a flag; 0: never.
+  // Packets need the two GPUs joined by NVLink (or to be one GPU): the memory end answers 0 where
+  // it cannot tell that they are. The compute end's choice, carried in its offer.
+  int64_t packet_rows = 0;
 };
 
 struct RowRange {
@@ -146,7 +155,15 @@ struct DeviceHop {
   const kernels::cuda::Line* lines = nullptr;
   float* lines_mirror = nullptr;
   kernels::cuda::Line* out_lines = nullptr;
-  uint32_t line_tag = 0;
+  uint32_t line_tag = 0;  // of lines or packets
+  // Packets instead (ready and lines null then; cuda_ipc, LinkShape::packet_rows): the chunk's
+  // q/k/v arrive as `packets` tagged `line_tag` (rows of PacketsPerRow(qkv_size) packets), to be
+  // polled into received() from `packets_mirror` on before the launch; its outputs go back as
+  // `out_packets` (rows of PacketsPerRow(q_size)), sent from rows of the memory node's own once
+  // the launch has written them. `out` and `done` are unused then.
+  const kernels::cuda::Packet* packets = nullptr;
+  float* packets_mirror = nullptr;
+  kernels::cuda::Packet* out_packets = nullptr;
 };
 
 // The memory node's end.
@@ -175,8 +192,8 @@ class MemoryLinkEnd {
                                  int64_t out_stride, GpuStream stream) = 0;
   // The chunk's hop for an attention launch to make itself, in place of QueueReceive and
   // QueueSend; nullopt when only the link can move the rows (nccl, rdma). Either way serves every
-  // chunk: QueueReceive and QueueSend also take and send a chunk that travels as lines (cuda_ipc's
-  // chunks of up to line_rows rows).
+  // chunk: QueueReceive and QueueSend also take and send a chunk that travels as lines or packets
+  // (cuda_ipc's chunks of up to line_rows rows, and of up to packet_rows).
   virtual std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) {
     return std::nullopt;
   }

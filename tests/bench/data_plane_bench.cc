@@ -5,8 +5,8 @@
 // GPU take turns on it, and lamina-bench-hop times the hop's kernels there instead.
 //
 // For each batch: tcp (the host path, with the compute node's device-host copies), cuda_ipc in one
-// chunk of rows behind a flag, cuda_ipc as lines (up to 32 rows), cuda_ipc in chunks
-// (communication-attention overlap), and nccl. The baseline, measured in the
+// chunk of rows behind a flag, cuda_ipc as lines (up to 32 rows), cuda_ipc in one chunk as
+// packets (kernels/cuda/packets.h), cuda_ipc in chunks (communication-attention overlap), and nccl. The baseline, measured in the
 // same run, is the peer-copy rate from GPU 0 to the memory node's GPU: the target for cuda_ipc is
 // 5 us + bytes / that rate, and at batch 1024 at least 80% of it. At a context where attention
 // takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
@@ -371,11 +371,13 @@ int Compute(const Options& o, const std::string& address) {
   RemoteAttention over_tcp(tcp.get(), {{"m", address}}, shape);
   RemoteAttention one_chunk(tcp.get(), {{"m", address}}, shape);
   RemoteAttention as_lines(tcp.get(), {{"m", address}}, shape);
+  RemoteAttention as_packets(tcp.get(), {{"m", address}}, shape);
   std::vector<std::unique_ptr<RemoteAttention>> chunked;
   for (int64_t n : o.chunks) {
     chunked.push_back(std::make_unique<RemoteAttention>(tcp.get(), std::map<std::string, std::string>{{"m", address}},
                                                         shape));
     chunked.back()->set_line_rows(kDefaultLineRows);  // as compute nodes do by default
+    chunked.back()->set_packet_rows(kDefaultPacketRows);
     chunked.back()->EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, static_cast<int>(n));
   }
   RemoteAttention over_nccl(tcp.get(), {{"m", address}}, shape);
@@ -383,6 +385,9 @@ int Compute(const Options& o, const std::string& address) {
   one_chunk.set_line_rows(0);
   as_lines.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
   as_lines.set_line_rows(kernels::cuda::ReceiveRowsMaxCount());
+  as_packets.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
+  as_packets.set_line_rows(0);
+  as_packets.set_packet_rows(max_batch);
   over_nccl.EnableDeviceLinks(0, max_batch, {{"m", {"nccl"}}}, 1);
   auto stream = cuda::Stream::Create();
   Buffers b;
@@ -402,17 +407,19 @@ int Compute(const Options& o, const std::string& address) {
   for (int64_t context : o.contexts) {
     std::printf("context %lld: microseconds per layer (the memory node's store and attention included)\n",
                 static_cast<long long>(context));
-    std::printf("%6s %9s %9s %9s %9s %9s", "batch", "KiB", "tcp", "ipc paced", "ipc 1", "ipc lines");
+    std::printf("%6s %9s %9s %9s %9s %9s %9s", "batch", "KiB", "tcp", "ipc paced", "ipc 1", "ipc lines", "ipc pkts");
     for (int64_t n : o.chunks) std::printf(" %9s", absl::StrCat("ipc ", n, " ch").c_str());
-    std::printf(" %9s %9s %8s %8s %8s %8s %8s %10s %8s %8s %8s\n", "start", "nccl", "target", "ipc/tgt", "link use",
-                "nccl use", "hidden", "attn alone", "rt 1", "rt lines", "rt/tgt");
+    std::printf(" %9s %9s %8s %8s %8s %8s %8s %10s %8s %8s %8s %8s\n", "start", "nccl", "target", "ipc/tgt", "link use",
+                "nccl use", "hidden", "attn alone", "rt 1", "rt lines", "rt pkts", "rt/tgt");
     for (int64_t batch : o.batches) {
       std::vector<DecodeEntry> entries;
       std::vector<Reservation> reservations;
       for (int64_t i = 0; i < batch; ++i) {
         entries.push_back({next, static_cast<int32_t>(context - 1)});
         reservations.push_back({next, static_cast<int32_t>(context)});
-        for (RemoteAttention* r : {&over_tcp, &one_chunk, &as_lines, &over_nccl}) r->Assign(next, "m").IgnoreError();
+        for (RemoteAttention* r : {&over_tcp, &one_chunk, &as_lines, &as_packets, &over_nccl}) {
+          r->Assign(next, "m").IgnoreError();
+        }
         for (auto& r : chunked) r->Assign(next, "m").IgnoreError();
         ++next;
       }
@@ -437,6 +444,8 @@ int Compute(const Options& o, const std::string& address) {
       const DeviceTiming lines =
           lines_apply ? DeviceMicros(as_lines, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
       const double lines_round_trip = lines_apply ? round_trip(as_lines) : -1;
+      const DeviceTiming packets = DeviceMicros(as_packets, entries, b, o.layers, reps, true, stream->get());
+      const double packets_round_trip = round_trip(as_packets);
       std::vector<double> chunked_us;
       double split_us = one.steady_us;  // the best chunked time that ran (-1: failed)
       for (auto& r : chunked) {
@@ -450,14 +459,15 @@ int Compute(const Options& o, const std::string& address) {
       const double target = 5.0 + transfer_us;
       double best = split_us;
       if (lines.steady_us > 0 && (best < 0 || lines.steady_us < best)) best = lines.steady_us;
+      if (packets.steady_us > 0 && (best < 0 || packets.steady_us < best)) best = packets.steady_us;
       const double alone = AttentionAloneMicros(peer, batch, context, o.layers, b.gate.as<uint64_t>());
-      std::printf("%6lld %9.0f %9.1f %9.1f %9.1f %9.1f", static_cast<long long>(batch), bytes / 1024, t_tcp,
-                  paced.steady_us, one.steady_us, lines.steady_us);
+      std::printf("%6lld %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f", static_cast<long long>(batch), bytes / 1024, t_tcp,
+                  paced.steady_us, one.steady_us, lines.steady_us, packets.steady_us);
       for (double us : chunked_us) std::printf(" %9.1f", us);
-      std::printf(" %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f %8.1f %8.1f %8.2f\n", one.start_us,
+      std::printf(" %9.1f %9.1f %8.1f %8.2f %8.2f %8.2f %8.2f %10.1f %8.1f %8.1f %8.1f %8.2f\n", one.start_us,
                   over.steady_us, target, best / target, transfer_us / best, transfer_us / over.steady_us,
                   (one.steady_us - split_us) / transfer_us, alone, one_round_trip, lines_round_trip,
-                  best_round_trip / target);
+                  packets_round_trip, best_round_trip / target);
       std::fflush(stdout);
       for (const DecodeEntry& e : entries) over_tcp.Free(e.seq);
     }
@@ -466,14 +476,16 @@ int Compute(const Options& o, const std::string& address) {
   std::printf(
       "Per layer, in the steady state (the last three quarters of the layers). ipc paced: cuda_ipc in\n"
       "one chunk, the compute stream running as the host queues it; ipc 1 and N ch (a layer in one\n"
-      "chunk of rows behind a flag, or up to N of at least 32 rows), ipc lines (one chunk as\n"
-      "lines, up to 32 rows; -1 above), nccl and attn alone: queued, the stream held until\n"
+      "chunk of rows behind a flag, or up to N of at least 32 rows, up to 32 rows as lines and more\n"
+      "as packets where the GPUs are joined by NVLink, as compute nodes send them), ipc lines (one chunk as\n"
+      "lines, up to 32 rows; -1 above), ipc pkts (one chunk as packets, where the GPUs are joined by\n"
+      "NVLink; rows behind a flag elsewhere), nccl and attn alone: queued, the stream held until\n"
       "both ends have queued the whole step, so the GPUs' time alone. start: what a queued step's first\n"
       "layers take beyond the steady rate, per step. ipc/tgt: the best queued cuda_ipc time over 5 us +\n"
       "bytes / link rate (target <= 1); link use: bytes / time / link rate, cuda_ipc's best and nccl's\n"
       "(target >= 0.8 at batch 1024); hidden: the share of the transfer time that chunking (the best of\n"
       "the N ch columns) hid behind attention; attn alone: the memory node's k/v store and attention for\n"
-      "the step with nothing moving (the same kernels, unlinked, on its GPU). rt 1, rt lines: the\n"
+      "the step with nothing moving (the same kernels, unlinked, on its GPU). rt 1, rt lines, rt pkts: the\n"
       "round trip alone, from the send's start to the outputs in place, on the compute GPU's clock (the\n"
       "mean of the steady layers; the period above also holds the compute end's turn between layers);\n"
       "rt/tgt: the best of them and of the chunked columns' over the target.\n");

@@ -161,6 +161,26 @@ TEST(TopologyTest, LineRowsIsAComputeNodeChoiceUpToWhatOneLaunchReceives) {
               "nodes[1].line_rows: only compute nodes have this field");
 }
 
+TEST(TopologyTest, PacketRowsIsAComputeNodeChoice) {
+  const std::string original = Original();
+  auto plain = ParseTopology(original, kPath);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->Find("compute-0")->packet_rows, kDefaultPacketRows);
+  auto with = [&](const std::string& line) { return WithComputeLine(original, line); };
+  auto never = ParseTopology(with("packet_rows: 0"), kPath);
+  ASSERT_TRUE(never.ok()) << never.status();
+  EXPECT_EQ(never->Find("compute-0")->packet_rows, 0);
+  auto some = ParseTopology(with("packet_rows: 256"), kPath);
+  ASSERT_TRUE(some.ok()) << some.status();
+  EXPECT_EQ(some->Find("compute-0")->packet_rows, 256);
+  ExpectError(with("packet_rows: -1"), "nodes[0].packet_rows");
+  ExpectError(with("packet_rows: lots"), "nodes[0].packet_rows");
+  ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
+                                              "    kv_capacity_tokens: 8192\n    packet_rows: 64\n\n"
+                                              "  - name: memory-1"}}),
+              "nodes[1].packet_rows: only compute nodes have this field");
+}
+
 TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
   const std::string original = Original();
   // memory-1, nodes[2], with its device and transport replaced.

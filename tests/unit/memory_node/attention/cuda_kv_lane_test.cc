@@ -27,6 +27,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/line.h"
+#include "kernels/cuda/packets.h"
 #include "memory_node/attention/kv_backend.h"
 #include "tests/support/cuda_test_util.h"
 
@@ -332,6 +333,88 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
   ASSERT_TRUE((*lane)->Synchronize().ok());
   EXPECT_EQ(got, Download<float>((*lane)->step_out(), rows * q));
 }
+
+// A chunk whose q/k/v come as packets (cuda_ipc's larger chunks): polled into their rows ahead of
+// the launch, by every block from the start (4 rows) or behind a wait for the first packet (512
+// rows); the outputs go back as packets, equal to an unlinked chunk's, and no done flag is raised.
+class CudaKvLanePacketsTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CudaKvLanePacketsTest, PacketsArePolledAheadAndTheOutputsGoBackAsPackets) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  namespace kc = kernels::cuda;
+  const kernels::cpu::AttentionShape shape{8, 8, 16, 0};
+  const int64_t q = 128, kv = 128, row = q + 2 * kv, rows = GetParam();
+  const int64_t in_per_row = kc::PacketsPerRow(row), out_per_row = kc::PacketsPerRow(q);
+  auto backend = CreateCudaKvBackend({1, rows, shape}, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto lane = (*backend)->NewDeviceLane(1);
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  std::vector<int32_t> slots(rows);
+  std::vector<int64_t> begins(rows + 1);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::iota(begins.begin(), begins.end(), 0);
+  ASSERT_TRUE((*lane)->SetStep(slots, slots, begins, 1).ok());
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> qkv(rows * row);
+  for (float& x : qkv) x = dist(rng);
+  DeviceBuffer source = Upload(qkv);
+  DeviceBuffer mirror = Upload(std::vector<float>(rows * row, 0.f));  // where the packets are put in place
+  DeviceBuffer in_packets = Upload(std::vector<kc::Packet>(rows * in_per_row, kc::Packet{}));
+  DeviceBuffer out_packets = Upload(std::vector<kc::Packet>(rows * out_per_row, kc::Packet{}));
+  DeviceBuffer done = Upload(std::vector<uint64_t>{0});
+  DeviceBuffer error = Upload(std::vector<uint32_t>{0});
+  const QkvLayout layout{row, 0, q, q + kv};
+  const uint32_t tag = kc::LineTag(3);
+  DeviceHop hop = OutputHop(error.as<uint32_t>(), nullptr, 0, nullptr, 3, 5'000'000'000);
+  hop.packets = in_packets.as<kc::Packet>();
+  hop.packets_mirror = mirror.as<float>();
+  hop.out_packets = out_packets.as<kc::Packet>();
+  hop.line_tag = tag;
+  auto sender = cuda::Stream::Create();
+  ASSERT_TRUE(sender.ok());
+  const auto send = [&](uint32_t tag) {
+    return kc::SendPackets(source.as<float>(), row, nullptr, rows, row, in_packets.as<kc::Packet>(), in_per_row, tag,
+                           nullptr, sender->get());
+  };
+  // First a hop whose packets are in before its launch: it loads every kernel of the path, which
+  // CUDA's lazy loading would do only once the spinning poll below has ended. Its packets must not
+  // pass for the next hop's.
+  ASSERT_TRUE(send(kc::LineTag(2)).ok());
+  ASSERT_TRUE(sender->Synchronize().ok());
+  hop.line_tag = kc::LineTag(2);
+  ASSERT_TRUE((*lane)->QueueLinkedChunk(0, 0, mirror.as<float>(), layout, hop).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  ASSERT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u);
+  // Then a hop whose poll starts before its packets are sent.
+  hop.line_tag = tag;
+  absl::Status queued = (*lane)->QueueLinkedChunk(0, 0, mirror.as<float>(), layout, hop);
+  ASSERT_TRUE(queued.ok()) << queued;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(send(tag).ok());
+  ASSERT_TRUE(sender->Synchronize().ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u);
+  EXPECT_EQ(Download<uint64_t>(done.data(), 1)[0], 0u);
+  const std::vector<kc::Packet> packets = Download<kc::Packet>(out_packets.data(), rows * out_per_row);
+  std::vector<float> got(rows * q);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < out_per_row; ++k) {
+      const kc::Packet& packet = packets[r * out_per_row + k];
+      ASSERT_EQ(packet.tag, tag) << "row " << r << ", packet " << k;
+      for (int64_t j = 0; j < kc::kPacketFloats && k * kc::kPacketFloats + j < q; ++j) {
+        got[r * q + k * kc::kPacketFloats + j] = packet.values[j];
+      }
+    }
+  }
+
+  ASSERT_TRUE((*lane)->QueueChunk(0, 0, source.as<float>(), layout).ok());
+  ASSERT_TRUE((*lane)->Synchronize().ok());
+  EXPECT_EQ(got, Download<float>((*lane)->step_out(), rows * q));
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, CudaKvLanePacketsTest, ::testing::Values(int64_t{4}, int64_t{512}));
 
 // Lanes of one GPU whose rows have not come must leave SMs to a lane whose rows have: the compute
 // node may send their rows only once that lane's outputs are back. Llama-3-8B's layer shape, 4

@@ -40,9 +40,15 @@ using testing::UploadTo;
 // The memory end's GPU: another than the compute end's where there is one.
 int PeerGpu() { return GpuNames().size() > 1 ? 1 : 0; }
 
-// Rows of q 8, k 4 and v 4 floats; cuda_ipc sends chunks of up to 2 rows as lines.
-LinkShape Shape(int64_t layers, int64_t max_rows, int max_chunks, absl::Duration timeout, const std::string& transport) {
-  return {layers, 16, 8, max_rows, max_chunks, timeout, transport == "cuda_ipc" ? 2 : 0};
+// The suite's parameter: a transport, or cuda_ipc with packets ("cuda_ipc+packets").
+std::string TransportOf(const std::string& param) { return param == "cuda_ipc+packets" ? "cuda_ipc" : param; }
+
+// Rows of q 8, k 4 and v 4 floats; cuda_ipc sends chunks of up to 2 rows as lines, and with
+// packets larger chunks as packets (where the two GPUs are joined by NVLink or are one).
+LinkShape Shape(int64_t layers, int64_t max_rows, int max_chunks, absl::Duration timeout, const std::string& param) {
+  LinkShape shape{layers, 16, 8, max_rows, max_chunks, timeout, TransportOf(param) == "cuda_ipc" ? 2 : 0};
+  if (param == "cuda_ipc+packets") shape.packet_rows = max_rows;
+  return shape;
 }
 
 class DeviceLinkConformanceTest : public ::testing::TestWithParam<std::string> {
@@ -54,7 +60,7 @@ class DeviceLinkConformanceTest : public ::testing::TestWithParam<std::string> {
     if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
     if (GetParam() == "nccl" && GpuNames().size() < 2) GTEST_SKIP() << "nccl joins two GPUs and this machine has one";
     shape_ = shape;
-    auto compute = CreateComputeLinkEnd(GetParam(), shape, 0);
+    auto compute = CreateComputeLinkEnd(TransportOf(GetParam()), shape, 0);
     if (absl::IsFailedPrecondition(compute.status())) GTEST_SKIP() << compute.status().message();
     ASSERT_TRUE(compute.ok()) << compute.status();
     compute_ = std::move(*compute);
@@ -76,7 +82,7 @@ class DeviceLinkConformanceTest : public ::testing::TestWithParam<std::string> {
 
     std::vector<uint8_t> join;
     WireWriter w(&join);
-    w.PutString(GetParam());
+    w.PutString(TransportOf(GetParam()));
     w.Put<int32_t>(PeerGpu());
     link_peer::PutShape(w, shape);
     w.PutString(compute_->Offer());
@@ -181,9 +187,9 @@ TEST_P(DeviceLinkConformanceTest, StepsOfPickedRowsArriveWholeAndInOrderAndOutpu
     int chunks;
   };
   const std::vector<Case> cases = {
-      {{5, 0, 7}, 1},                                 // one chunk behind a flag (lines take at most 2 rows)
+      {{5, 0, 7}, 1},                                 // one chunk behind a flag or as packets (lines take at most 2 rows)
       {{1}, 1},                                       // one row: lines over cuda_ipc
-      {{11, 2, 9, 4, 6, 3, 8}, 3},                    // chunks of 3, 2 and 2 rows: a flag, then lines
+      {{11, 2, 9, 4, 6, 3, 8}, 3},                    // chunks of 3, 2 and 2 rows: a flag or packets, then lines
       {{10, 3}, 2},                                   // a row a chunk
       {{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, 3},    // every row, backwards, 4 a chunk
   };
@@ -256,7 +262,7 @@ TEST_P(DeviceLinkConformanceTest, AWaitForAPeerThatSendsNothingGivesUpAfterTheTi
   const absl::Duration took = absl::Now() - start;
   const absl::Status status = compute_->TakeStepStatus();
   EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
-  EXPECT_NE(status.message().find(GetParam() + ":"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find(TransportOf(GetParam()) + ":"), absl::string_view::npos) << status;
   EXPECT_GE(took, absl::Milliseconds(400));
   EXPECT_LT(took, absl::Seconds(10));
 }
@@ -276,7 +282,7 @@ TEST_P(DeviceLinkConformanceTest, AbortEndsTheComputeEndsWaitsAtOnce) {
   const absl::Duration took = absl::Now() - aborted;
   const absl::Status status = compute_->TakeStepStatus();
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
-  EXPECT_NE(status.message().find(GetParam() + ":"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find(TransportOf(GetParam()) + ":"), absl::string_view::npos) << status;
   EXPECT_LT(took, absl::Seconds(5)) << "the waits ended " << took << " after Abort; the link's timeout is 30 s";
 }
 
@@ -290,7 +296,7 @@ TEST_P(DeviceLinkConformanceTest, AbortEndsTheMemoryEndsWaitsAtOnce) {
   auto reply = AwaitReply(absl::Seconds(60));
   ASSERT_TRUE(reply.ok()) << reply.status() << "\npeer's log:\n" << PeerLog();
   EXPECT_TRUE(absl::IsUnavailable(reply->status)) << reply->status;
-  EXPECT_NE(reply->status.message().find(GetParam() + ":"), absl::string_view::npos) << reply->status;
+  EXPECT_NE(reply->status.message().find(TransportOf(GetParam()) + ":"), absl::string_view::npos) << reply->status;
   EXPECT_LT(reply->abort_ms, 5000) << "the link's timeout is 30 s";
 }
 
@@ -298,19 +304,22 @@ TEST_P(DeviceLinkConformanceTest, AnOfferThatCannotBeReadIsRefusedNamingTheTrans
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
   const LinkShape shape = Shape(1, 4, 1, absl::Seconds(1), GetParam());
-  auto compute = CreateComputeLinkEnd(GetParam(), shape, 0);
+  auto compute = CreateComputeLinkEnd(TransportOf(GetParam()), shape, 0);
   if (absl::IsFailedPrecondition(compute.status())) GTEST_SKIP() << compute.status().message();
   ASSERT_TRUE(compute.ok()) << compute.status();
   const std::string offer = (*compute)->Offer();
   for (const std::string& garbled : {std::string(), std::string("garbage"), offer.substr(0, offer.size() / 2)}) {
-    auto memory = CreateMemoryLinkEnd(GetParam(), shape, PeerGpu(), garbled);
+    auto memory = CreateMemoryLinkEnd(TransportOf(GetParam()), shape, PeerGpu(), garbled);
     ASSERT_FALSE(memory.ok()) << "an offer of " << garbled.size() << " bytes was taken";
-    EXPECT_NE(memory.status().message().find(GetParam() + ":"), absl::string_view::npos) << memory.status();
+    EXPECT_NE(memory.status().message().find(TransportOf(GetParam()) + ":"), absl::string_view::npos) << memory.status();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, DeviceLinkConformanceTest, ::testing::Values("cuda_ipc", "nccl", "rdma"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Transports, DeviceLinkConformanceTest,
+                         ::testing::Values("cuda_ipc", "cuda_ipc+packets", "nccl", "rdma"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "cuda_ipc+packets" ? std::string("cuda_ipc_packets") : info.param;
+                         });
 
 }  // namespace
 }  // namespace lamina

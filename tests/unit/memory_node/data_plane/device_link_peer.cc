@@ -21,6 +21,7 @@
 #include "common/status/status_macros.h"
 #include "common/transport/transport.h"
 #include "kernels/cuda/data_plane.h"
+#include "kernels/cuda/packets.h"
 
 namespace lamina::link_peer {
 namespace {
@@ -123,6 +124,10 @@ class Peer {
           LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop->lines, qkv, hop->line_tag, hop->timeout_ns, hop->error,
                                                   hop->error_code, nullptr, r.count, qkv, hop->lines_mirror, qkv,
                                                   stream_.get()));
+        } else if (hop.has_value() && hop->packets != nullptr) {
+          LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(hop->packets, kc::PacketsPerRow(qkv), hop->line_tag,
+                                                    hop->timeout_ns, hop->error, hop->error_code, nullptr, r.count,
+                                                    qkv, hop->packets_mirror, qkv, stream_.get()));
         } else if (hop.has_value()) {
           LAMINA_RETURN_IF_ERROR(kc::WaitFlag(hop->ready, hop->ready_value, hop->timeout_ns, hop->error,
                                               hop->error_code, stream_.get()));
@@ -138,6 +143,9 @@ class Peer {
         if (hop.has_value() && hop->lines != nullptr) {
           LAMINA_RETURN_IF_ERROR(kc::SendLines(out, q, nullptr, r.count, q, hop->out_lines, hop->out_stride,
                                                hop->line_tag, hop->error, stream_.get()));
+        } else if (hop.has_value() && hop->packets != nullptr) {
+          LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, q, nullptr, r.count, q, hop->out_packets, kc::PacketsPerRow(q),
+                                                 hop->line_tag, hop->error, stream_.get()));
         } else if (hop.has_value()) {
           LAMINA_RETURN_IF_ERROR(kc::SendRows(out, q, nullptr, r.count, q, hop->out, hop->out_stride, hop->done,
                                               hop->done_value, hop->error, arrivals_.as<uint32_t>() + c,
