@@ -73,6 +73,25 @@ cudaError_t LaunchChained(void (*kernel)(Params...), dim3 grid, dim3 block, size
   return LaunchChainedInClusters(kernel, grid, block, shared_bytes, 0, stream, std::forward<Args>(args)...);
 }
 
+// Queues `kernel` on `stream` as a programmatic dependent of the kernel before it when `early`,
+// whatever KernelChaining() says, and plainly otherwise: for the data plane's kernels, whose early
+// start is on a hop's path (data_plane.cu, packets.cu). Such a kernel waits for the one before it
+// (WaitForPreviousKernel) before reading what that one wrote. Returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, bool early,
+                            Args&&... args) {
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = early ? 1 : 0;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 }  // namespace lamina::kernels::cuda
 
 #endif  // LAMINA_KERNELS_CUDA_CHAINING_CUH_

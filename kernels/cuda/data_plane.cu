@@ -6,6 +6,7 @@
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/flags.cuh"
+#include "kernels/cuda/hop_clock.cuh"
 #include "kernels/cuda/lines.cuh"
 #include "kernels/cuda/packets.h"
 
@@ -70,18 +71,6 @@ __device__ void CopyBlockRows(const T* __restrict__ src, int64_t src_stride, con
       }
     }
   }
-}
-
-// Hop clocks (data_plane.h). StampSent: one thread of a block, once it may read its rows.
-// StampBack: every thread of a block (the launch's blocks all call it, or none), once done.
-__device__ void StampSent(uint64_t* sent_at) {
-  if (sent_at != nullptr) atomicMin(reinterpret_cast<unsigned long long*>(sent_at), GlobalTimerNs());
-}
-
-__device__ void StampBack(uint64_t* back_at) {
-  if (back_at == nullptr) return;
-  __syncthreads();
-  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned long long*>(back_at), GlobalTimerNs());
 }
 
 // Both copies: float4 when every row start is 16-byte aligned, else floats.
@@ -337,19 +326,11 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
   // A programmatic dependent launch: the send's blocks start while the kernel before it finishes
   // (a launch's latency off the hop's path; on two H200s about 1 us of a 12 us round trip,
   // .probe results in tests/bench/RESULTS.md), and wait for it in griddepcontrol.wait.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(count * pieces));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute early;
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &early;
-  config.numAttrs = 1;
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SendLinesKernel, src, src_stride, rows, cols, dst,
-                                                 dst_stride, tag, error, Aligned8(src, src_stride),
-                                                 static_cast<int>(pieces),
-                                                 static_cast<int>((lines + pieces - 1) / pieces), sent_at));
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(SendLinesKernel, dim3(static_cast<unsigned>(count * pieces)),
+                                              dim3(kThreads), stream, /*early=*/true, src, src_stride, rows, cols,
+                                              dst, dst_stride, tag, error, Aligned8(src, src_stride),
+                                              static_cast<int>(pieces),
+                                              static_cast<int>((lines + pieces - 1) / pieces), sent_at));
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #include "common/status/status_macros.h"
 #include "kernels/cuda/chaining.cuh"
 #include "kernels/cuda/flags.cuh"
+#include "kernels/cuda/hop_clock.cuh"
 #include "kernels/cuda/lines.cuh"
 
 namespace lamina::kernels::cuda {
@@ -46,24 +47,13 @@ __device__ __forceinline__ uint4 LoadPiece(const Packet* packet, int piece) {
   return w;
 }
 
-// Hop clocks, as data_plane.cu's.
-__device__ void StampSentAt(uint64_t* sent_at) {
-  if (sent_at != nullptr) atomicMin(reinterpret_cast<unsigned long long*>(sent_at), GlobalTimerNs());
-}
-
-__device__ void StampBackAt(uint64_t* back_at) {
-  if (back_at == nullptr) return;
-  __syncthreads();
-  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned long long*>(back_at), GlobalTimerNs());
-}
-
 // Lane `piece` of a packet holds floats [4 * piece, 4 * piece + 4) of its 31; the last piece
 // holds three and the tag.
 __global__ void SendPacketsKernel(const float* src, int64_t src_stride, const int32_t* rows, int total, int cols,
                                   int per_row, Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error,
                                   uint64_t* sent_at) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (threadIdx.x == 0) StampSentAt(sent_at);
+  if (threadIdx.x == 0) StampSent(sent_at);
   const bool failed = ErrorSet(error);
   const int piece = threadIdx.x % kPieces;
   const int p = blockIdx.x * kPacketsARound + threadIdx.x / kPieces;
@@ -150,7 +140,7 @@ __global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint
       }
     }
   }
-  StampBackAt(back_at);
+  StampBack(back_at);
 }
 
 absl::Status CheckShape(const char* what, int64_t count, int64_t cols, int64_t stride) {
@@ -170,18 +160,10 @@ absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* ro
   const int64_t per_row = PacketsPerRow(cols), total = count * per_row;
   if (total == 0) return absl::OkStatus();
   const int64_t blocks = (total + kPacketsARound - 1) / kPacketsARound;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute early;
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &early;
-  config.numAttrs = 1;
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SendPacketsKernel, src, src_stride, rows,
-                                                 static_cast<int>(total), static_cast<int>(cols),
-                                                 static_cast<int>(per_row), dst, dst_stride, tag, error, sent_at));
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(SendPacketsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                                              stream, /*early=*/true, src, src_stride, rows, static_cast<int>(total),
+                                              static_cast<int>(cols), static_cast<int>(per_row), dst, dst_stride, tag,
+                                              error, sent_at));
   return absl::OkStatus();
 }
 
@@ -199,19 +181,12 @@ absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag,
     WaitForFirstPacketKernel<<<1, 32, 0, stream>>>(src, tag, timeout_ns, error, code);
     LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute early;
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = two_stages ? 1 : 0;
-  config.attrs = &early;
-  config.numAttrs = 1;
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, rounds == 4 ? ReceivePacketsKernel<4> : ReceivePacketsKernel<16>,
-                                                 src, src_stride, tag, timeout_ns, error, code, rows,
-                                                 static_cast<int>(total), static_cast<int>(cols),
-                                                 static_cast<int>(per_row), dst, dst_stride, back_at));
+  // Behind the wait, its blocks start once the first packet is in (the wait's trigger).
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(rounds == 4 ? ReceivePacketsKernel<4> : ReceivePacketsKernel<16>,
+                                              dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream,
+                                              /*early=*/two_stages, src, src_stride, tag, timeout_ns, error, code,
+                                              rows, static_cast<int>(total), static_cast<int>(cols),
+                                              static_cast<int>(per_row), dst, dst_stride, back_at));
   return absl::OkStatus();
 }
 
