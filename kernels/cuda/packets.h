@@ -59,8 +59,10 @@ absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* ro
 // as they are), and once *error is set later polls pass at once. A hop of up to
 // `most_polling_blocks` blocks' packets (ReceivePacketsBlocks) is polled by all its blocks from
 // the start; a larger one waits behind one warp polling its first packet, so that its blocks hold
-// SMs only while the rows travel (about 3 us more for a small hop). A kernel queued after it on
-// the stream starts once it has ended. `back_at`: as ReceiveRows' hop clock (data_plane.h).
+// SMs only while the rows travel (about 3 us more for a small hop); a chained kernel after such a
+// hop (chaining.h) may then place its blocks at once, and waits for its end before reading. Any
+// other kernel queued after it starts once it has ended. `back_at`: as ReceiveRows' hop clock
+// (data_plane.h).
 absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                             uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
                             int64_t dst_stride, cudaStream_t stream, uint64_t* back_at = nullptr,
