@@ -419,28 +419,29 @@ class CudaKvLane : public DeviceKvLane {
       link.chained_to_wait = true;
       out = out_.as<float>() + r.first * q_size;
       out_stride = q_size;
-    }
-    const bool lines = hop.lines != nullptr;
-    const ChunkWait& wait = hop.packets != nullptr ? *waits_[chunk]
-                                                   : WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count,
-                                                            kc::DecodeBlocks(o.attention, plan, r.count));
-    if (lines) {
-      link.lines = hop.lines;
-      link.lines_mirror = hop.lines_mirror;
-    }
-    if (!wait.in_launch && (lines || hop.ready != nullptr)) {
-      // A kernel queued ahead waits for the rows; the launch, chained to it, starts once they have
-      // come and finds them there (lamina-bench-hop: "chained" against "ahead", a plain launch after
-      // the rows were put in place).
+    } else {
+      const bool lines = hop.lines != nullptr;
+      const ChunkWait& wait =
+          WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count, kc::DecodeBlocks(o.attention, plan, r.count));
       if (lines) {
-        LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(
-            hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns, hop.error, hop.error_code, nullptr, r.count,
-            layout.row_stride, nullptr, layout.row_stride, stream, wait.ahead_blocks, kc::NextKernel::kStartsOnceIn));
-      } else {
-        LAMINA_RETURN_IF_ERROR(
-            kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
+        link.lines = hop.lines;
+        link.lines_mirror = hop.lines_mirror;
       }
-      link.chained_to_wait = true;
+      if (!wait.in_launch && (lines || hop.ready != nullptr)) {
+        // A kernel queued ahead waits for the rows; the launch, chained to it, starts once they
+        // have come and finds them there (lamina-bench-hop: "chained" against "ahead", a plain
+        // launch after the rows were put in place).
+        if (lines) {
+          LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns,
+                                                  hop.error, hop.error_code, nullptr, r.count, layout.row_stride,
+                                                  nullptr, layout.row_stride, stream, wait.ahead_blocks,
+                                                  kc::NextKernel::kStartsOnceIn));
+        } else {
+          LAMINA_RETURN_IF_ERROR(
+              kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
+        }
+        link.chained_to_wait = true;
+      }
     }
     float* workspace = workspace_.as<float>() + chunk * workspace_floats_;
     LAMINA_RETURN_IF_ERROR(pool_->LinkedDecode(layer, plan, rows + layout.q_offset, layout.row_stride, slot_ids_,
