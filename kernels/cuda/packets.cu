@@ -9,12 +9,13 @@
 #include "kernels/cuda/flags.cuh"
 #include "kernels/cuda/hop_clock.cuh"
 #include "kernels/cuda/lines.cuh"
+#include "kernels/cuda/packets.cuh"
 
 namespace lamina::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kPieces = 8;                           // 16-byte pieces of a packet, a lane each
+constexpr int kPieces = kPacketPieces;
 constexpr int kPacketsARound = kThreads / kPieces;  // a block's packets in one store instruction a lane
 // How the packet kernels are cut, from lamina-bench-link-echo on two H200s (tests/bench/RESULTS.md):
 //  - SendPackets: a block a round of 32 packets, one piece a lane, so that a hop leaves from as
@@ -34,41 +35,28 @@ constexpr int64_t kFourRoundsMostPackets = 512 * 128;
 // Rounds of four packets a ReceivePacketsKernel warp polls at once for a hop of `total` packets.
 int PolledRounds(int64_t total) { return total <= kFourRoundsMostPackets ? 4 : 16; }
 
-__device__ __forceinline__ void StorePiece(Packet* packet, int piece, uint4 words) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(reinterpret_cast<uint4*>(packet) + piece),
-               "r"(words.x), "r"(words.y), "r"(words.z), "r"(words.w)
-               : "memory");
-}
-
-__device__ __forceinline__ uint4 LoadPiece(const Packet* packet, int piece) {
-  uint4 w;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-               : "l"(reinterpret_cast<const uint4*>(packet) + piece)
-               : "memory");
-  return w;
-}
-
-// Lane `piece` of a packet holds floats [4 * piece, 4 * piece + 4) of its 31; the last piece
-// holds three and the tag.
-__global__ void SendPacketsKernel(const float* src, int64_t src_stride, const int32_t* rows, int total, int cols,
-                                  int per_row, Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error,
-                                  uint64_t* sent_at) {
+// A lane a piece (packets.cuh) of a packet; rows in parts of `part_cols` floats, `per_part`
+// packets each, `per_row` in all.
+__global__ void SendPacketsKernel(const float* src, int64_t src_stride, const int32_t* rows, int total, int part_cols,
+                                  int per_part, int per_row, Packet* dst, int64_t dst_stride, uint32_t tag,
+                                  const uint32_t* error, uint64_t* sent_at) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (threadIdx.x == 0) StampSent(sent_at);
   const bool failed = ErrorSet(error);
   const int piece = threadIdx.x % kPieces;
   const int p = blockIdx.x * kPacketsARound + threadIdx.x / kPieces;
   if (p >= total) return;
-  const int row = p / per_row, col = p % per_row * kPacketFloats + piece * 4;
+  const int row = p / per_row;
+  const PacketSpan span = SpanOf(p - row * per_row, part_cols, per_part, per_row);
+  const int col = span.first_col + piece * 4;
   const float* from = src + (rows ? rows[row] : row) * src_stride;
   float v[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = col + i < cols && (piece < kPieces - 1 || i < 3) ? __ldcg(from + col + i) : 0.f;
+  for (int i = 0; i < 4; ++i) v[i] = col + i < span.end_col && HoldsFloat(piece, i) ? __ldcg(from + col + i) : 0.f;
   if (failed) return;
-  StorePiece(dst + row * dst_stride + p % per_row, piece,
-             make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
-                        piece == kPieces - 1 ? tag : __float_as_uint(v[3])));
+  StorePacketPiece(dst + row * dst_stride + (p - row * per_row), piece,
+                   make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                              piece == kPieces - 1 ? tag : __float_as_uint(v[3])));
 }
 
 // Thread 0 polls the tag of the hop's first packet, then lets the kernel after it (a
@@ -94,8 +82,8 @@ __global__ void WaitForFirstPacketKernel(const Packet* first, uint32_t tag, int6
 // end in WaitForPreviousKernel.
 template <int kPolledTogether>
 __global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
-                                     uint32_t* error, uint32_t code, const int32_t* rows, int total, int cols,
-                                     int per_row, float* dst, int64_t dst_stride, uint64_t* back_at,
+                                     uint32_t* error, uint32_t code, const int32_t* rows, int total, int part_cols,
+                                     int per_part, int per_row, float* dst, int64_t dst_stride, uint64_t* back_at,
                                      bool next_starts_early) {
   if (next_starts_early) LetNextKernelStart();
   LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
@@ -117,7 +105,7 @@ __global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint
     for (int spins = 0; __any_sync(0xffffffffu, pending != 0); ++spins) {
 #pragma unroll
       for (int i = 0; i < kPolledTogether; ++i) {
-        if (pending & (1u << i)) words[i] = LoadPiece(at[i], piece);
+        if (pending & (1u << i)) words[i] = LoadPacketPiece(at[i], piece);
       }
 #pragma unroll
       for (int i = 0; i < kPolledTogether; ++i) {
@@ -130,29 +118,36 @@ __global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint
     // arrival may have taken part of it before and its tag after.
 #pragma unroll
     for (int i = 0; i < kPolledTogether; ++i) {
-      if (wanted & (1u << i)) words[i] = LoadPiece(at[i], piece);
+      if (wanted & (1u << i)) words[i] = LoadPacketPiece(at[i], piece);
     }
 #pragma unroll
     for (int i = 0; i < kPolledTogether; ++i) {
       if (!(wanted & (1u << i))) continue;
       const int p = base + i * kPacketsARound + threadIdx.x / kPieces;
-      const int row = p / per_row, col = p % per_row * kPacketFloats + piece * 4;
+      const int row = p / per_row;
+      const PacketSpan span = SpanOf(p - row * per_row, part_cols, per_part, per_row);
+      const int col = span.first_col + piece * 4;
       float* to = dst + (rows ? rows[row] : row) * dst_stride + col;
       const float v[4] = {__uint_as_float(words[i].x), __uint_as_float(words[i].y), __uint_as_float(words[i].z),
                           __uint_as_float(words[i].w)};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        if (col + j < cols && (piece < kPieces - 1 || j < 3)) to[j] = v[j];
+        if (col + j < span.end_col && HoldsFloat(piece, j)) to[j] = v[j];
       }
     }
   }
   StampBack(back_at);
 }
 
-absl::Status CheckShape(const char* what, int64_t count, int64_t cols, int64_t stride) {
-  if (count < 0 || cols < 0 || stride < PacketsPerRow(cols) || count * stride > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", count, " rows of ", cols, " floats, ", stride,
-                                                   " packets a row (at least ", PacketsPerRow(cols), ")"));
+absl::Status CheckShape(const char* what, int64_t count, int64_t cols, int64_t stride, int64_t segments) {
+  if (segments < 1 || cols < 0 || cols % segments != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rows of ", cols, " floats in ", segments, " parts (a whole number of floats each)"));
+  }
+  if (count < 0 || stride < PacketsPerRow(cols, segments) || count * stride > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", count, " rows of ", cols, " floats in ", segments,
+                                                   " parts, ", stride, " packets a row (at least ",
+                                                   PacketsPerRow(cols, segments), ")"));
   }
   return absl::OkStatus();
 }
@@ -161,44 +156,48 @@ absl::Status CheckShape(const char* what, int64_t count, int64_t cols, int64_t s
 
 absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
-                         uint64_t* sent_at) {
-  LAMINA_RETURN_IF_ERROR(CheckShape("SendPackets", count, cols, dst_stride));
-  const int64_t per_row = PacketsPerRow(cols), total = count * per_row;
+                         uint64_t* sent_at, int64_t segments) {
+  LAMINA_RETURN_IF_ERROR(CheckShape("SendPackets", count, cols, dst_stride, segments));
+  const int64_t part_cols = cols / segments, per_row = PacketsPerRow(cols, segments), total = count * per_row;
   if (total == 0) return absl::OkStatus();
   const int64_t blocks = (total + kPacketsARound - 1) / kPacketsARound;
-  LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(SendPacketsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-                                              stream, /*early=*/true, src, src_stride, rows, static_cast<int>(total),
-                                              static_cast<int>(cols), static_cast<int>(per_row), dst, dst_stride, tag,
-                                              error, sent_at));
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(
+      SendPacketsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream, /*early=*/true, src, src_stride,
+      rows, static_cast<int>(total), static_cast<int>(part_cols), static_cast<int>(PacketsPerRow(part_cols)),
+      static_cast<int>(per_row), dst, dst_stride, tag, error, sent_at));
   return absl::OkStatus();
 }
 
 absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                             uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
-                            int64_t dst_stride, cudaStream_t stream, uint64_t* back_at,
-                            int64_t most_polling_blocks) {
-  LAMINA_RETURN_IF_ERROR(CheckShape("ReceivePackets", count, cols, src_stride));
-  const int64_t per_row = PacketsPerRow(cols), total = count * per_row;
+                            int64_t dst_stride, cudaStream_t stream, uint64_t* back_at, int64_t most_polling_blocks,
+                            int64_t segments) {
+  LAMINA_RETURN_IF_ERROR(CheckShape("ReceivePackets", count, cols, src_stride, segments));
+  const int64_t part_cols = cols / segments, per_row = PacketsPerRow(cols, segments), total = count * per_row;
   if (total == 0) return absl::OkStatus();
   const int rounds = PolledRounds(total);
-  const int64_t blocks = ReceivePacketsBlocks(count, cols);
+  const int64_t blocks = ReceivePacketsBlocks(count, cols, segments);
   const bool two_stages = blocks > most_polling_blocks;
-  if (two_stages) {
-    WaitForFirstPacketKernel<<<1, 32, 0, stream>>>(src, tag, timeout_ns, error, code);
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  }
+  if (two_stages) LAMINA_RETURN_IF_ERROR(WaitForFirstPacket(src, tag, timeout_ns, error, code, stream));
   // Behind the wait, its blocks start once the first packet is in (the wait's trigger).
-  LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(rounds == 4 ? ReceivePacketsKernel<4> : ReceivePacketsKernel<16>,
-                                              dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream,
-                                              /*early=*/two_stages, src, src_stride, tag, timeout_ns, error, code,
-                                              rows, static_cast<int>(total), static_cast<int>(cols),
-                                              static_cast<int>(per_row), dst, dst_stride, back_at, two_stages));
+  LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(
+      rounds == 4 ? ReceivePacketsKernel<4> : ReceivePacketsKernel<16>, dim3(static_cast<unsigned>(blocks)),
+      dim3(kThreads), stream, /*early=*/two_stages, src, src_stride, tag, timeout_ns, error, code, rows,
+      static_cast<int>(total), static_cast<int>(part_cols), static_cast<int>(PacketsPerRow(part_cols)),
+      static_cast<int>(per_row), dst, dst_stride, back_at, two_stages));
   return absl::OkStatus();
 }
 
-int64_t ReceivePacketsBlocks(int64_t count, int64_t cols) {
-  const int64_t total = count * PacketsPerRow(cols), a_group = kPacketsARound * PolledRounds(total);
+int64_t ReceivePacketsBlocks(int64_t count, int64_t cols, int64_t segments) {
+  const int64_t total = count * PacketsPerRow(cols, segments), a_group = kPacketsARound * PolledRounds(total);
   return (total + a_group - 1) / a_group;
+}
+
+absl::Status WaitForFirstPacket(const Packet* first, uint32_t tag, int64_t timeout_ns, uint32_t* error, uint32_t code,
+                                cudaStream_t stream) {
+  WaitForFirstPacketKernel<<<1, 32, 0, stream>>>(first, tag, timeout_ns, error, code);
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
 }
 
 absl::Status PreloadPacketKernels() {

@@ -13,9 +13,12 @@
 // between GPUs joined by NVLink, or within one GPU.
 //
 // A buffer of packets mirrors rows: row i of `cols` floats is packets [i * stride, i * stride +
-// PacketsPerRow(cols)), float c of it in slot c % 31 of packet c / 31. Each hop must carry a tag
-// the buffer's packets do not already hold: LineTag(value) of flag values that only grow, as
-// lines do (a zeroed buffer holds tag 0, which no hop has).
+// PacketsPerRow(cols)), float c of it in slot c % 31 of packet c / 31. A row may also travel in
+// `segments` equal parts, each starting a packet of its own, so that a part can be written by a
+// block that holds only that part (a memory node's attention block, its kv head's outputs): part
+// s of row i is then packets [i * stride + s * PacketsPerRow(cols / segments), ...). Each hop must
+// carry a tag the buffer's packets do not already hold: LineTag(value) of flag values that only
+// grow, as lines do (a zeroed buffer holds tag 0, which no hop has).
 //
 // Launchers queue work on `stream` and never synchronize. Thread-safe.
 #ifndef LAMINA_KERNELS_CUDA_PACKETS_H_
@@ -41,20 +44,23 @@ static_assert(sizeof(Packet) == 128, "a packet is one warp-quarter's store");
 // 20 Llama-3-8B q/k/v rows), poll from the start.
 constexpr int64_t kMostPacketPollingBlocks = 32;
 
-// Packets a row of `cols` floats takes.
-inline int64_t PacketsPerRow(int64_t cols) { return (cols + kPacketFloats - 1) / kPacketFloats; }
+// Packets a row of `cols` floats takes, in `segments` parts (which must divide cols).
+inline int64_t PacketsPerRow(int64_t cols, int64_t segments = 1) {
+  return segments * ((cols / segments + kPacketFloats - 1) / kPacketFloats);
+}
 
-// dst's packet row i (of `dst_stride` packets, at least PacketsPerRow(cols)) gets src row
-// (rows ? rows[i] : i) for i < count, tagged `tag`, with no flag after them. Nothing is written
+// dst's packet row i (of `dst_stride` packets, at least PacketsPerRow(cols, segments)) gets src
+// row (rows ? rows[i] : i) for i < count, in `segments` parts, tagged `tag`, with no flag after
+// them. Nothing is written
 // when *error != 0 (error may be null). `dst` may be a peer GPU's memory. A programmatic dependent
 // launch: its blocks may start while the kernel before it on `stream` ends, and read nothing until
 // it has. `sent_at`: as SendRows' hop clock (data_plane.h).
 absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
-                         uint64_t* sent_at = nullptr);
+                         uint64_t* sent_at = nullptr, int64_t segments = 1);
 
-// Polls the packets of `count` rows of `cols` floats in `src` (rows `src_stride` packets apart)
-// until each is tagged `tag`, and writes row i into dst row (rows ? rows[i] : i). A poll gives up
+// Polls the packets of `count` rows of `cols` floats in `segments` parts in `src` (rows
+// `src_stride` packets apart) until each is tagged `tag`, and writes row i into dst row (rows ? rows[i] : i). A poll gives up
 // after `timeout_ns` as WaitFlag does (setting *error = code when still 0, and taking the packets
 // as they are), and once *error is set later polls pass at once. A hop of up to
 // `most_polling_blocks` blocks' packets (ReceivePacketsBlocks) is polled by all its blocks from
@@ -66,10 +72,17 @@ absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* ro
 absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                             uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
                             int64_t dst_stride, cudaStream_t stream, uint64_t* back_at = nullptr,
-                            int64_t most_polling_blocks = kMostPacketPollingBlocks);
+                            int64_t most_polling_blocks = kMostPacketPollingBlocks, int64_t segments = 1);
 
-// The blocks that poll a hop of `count` rows of `cols` floats (each 256 threads).
-int64_t ReceivePacketsBlocks(int64_t count, int64_t cols);
+// The blocks that poll a hop of `count` rows of `cols` floats in `segments` parts (each 256
+// threads).
+int64_t ReceivePacketsBlocks(int64_t count, int64_t cols, int64_t segments = 1);
+
+// One warp polls `first` until it is tagged `tag` (giving up as ReceivePackets does), then lets a
+// chained kernel after it (chaining.h) start: one that polls the hop's packets itself, and holds
+// SMs only once they are on their way. Any other kernel queued after it starts once it has ended.
+absl::Status WaitForFirstPacket(const Packet* first, uint32_t tag, int64_t timeout_ns, uint32_t* error, uint32_t code,
+                                cudaStream_t stream);
 
 // Loads the kernels above now (PreloadDataPlaneKernels calls it; data_plane.h says why).
 absl::Status PreloadPacketKernels();

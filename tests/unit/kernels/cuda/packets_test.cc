@@ -1,5 +1,5 @@
 // Packets (kernels/cuda/packets.h) on one GPU, the two ends on two streams: rows land in their
-// places whatever their width, stride and count, a receiver polling the packets of the hop before
+// places whatever their width, stride, count and parts, a receiver polling the packets of the hop before
 // does not take them, a failed step sends nothing and its polls give up, and bad shapes are
 // refused. Across two GPUs they run in lamina-bench-link-echo. Skips without a GPU.
 #include "kernels/cuda/packets.h"
@@ -25,12 +25,15 @@ using ::lamina::testing::Upload;
 
 using PacketsTest = ErrorWordGpuTest;
 
-// cols, the source's stride in floats, rows sent.
-class PacketShapesTest : public PacketsTest, public ::testing::WithParamInterface<std::tuple<int64_t, int64_t, int>> {};
+// cols, the source's stride in floats, rows sent, parts a row.
+class PacketShapesTest : public PacketsTest,
+                         public ::testing::WithParamInterface<std::tuple<int64_t, int64_t, int, int64_t>> {};
 
 TEST_P(PacketShapesTest, RowsLandInTheirPlacesAndStalePacketsDoNotPass) {
-  const auto [cols, stride, n] = GetParam();
-  const int64_t src_rows = n + 3, out_rows = n + 2, per_row = PacketsPerRow(cols);
+  const auto [cols, stride, n, parts] = GetParam();
+  const int64_t src_rows = n + 3, out_rows = n + 2, per_row = PacketsPerRow(cols, parts);
+  // Each part starts a packet of its own.
+  EXPECT_EQ(per_row, parts * ((cols / parts + kPacketFloats - 1) / kPacketFloats));
   std::vector<int32_t> picked(n), dest(n);  // the batch rows sent, in order; where each belongs
   for (int i = 0; i < n; ++i) {
     picked[i] = static_cast<int32_t>((i * 7 + 3) % src_rows);
@@ -51,11 +54,12 @@ TEST_P(PacketShapesTest, RowsLandInTheirPlacesAndStalePacketsDoNotPass) {
     auto d_out = Upload(std::vector<float>(out_rows * cols, -1.f));
     // The receiver polls first, and meanwhile sees the packets of the hop before (or zeros).
     ASSERT_TRUE(ReceivePackets(d_packets.as<Packet>(), per_row, tag, 5'000'000'000, error_.as<uint32_t>(), 1,
-                               d_dest.as<int32_t>(), n, cols, d_out.as<float>(), cols, receiver->get())
+                               d_dest.as<int32_t>(), n, cols, d_out.as<float>(), cols, receiver->get(), nullptr,
+                               kMostPacketPollingBlocks, parts)
                     .ok());
     absl::SleepFor(absl::Milliseconds(20));
     ASSERT_TRUE(SendPackets(d_src.as<float>(), stride, d_picked.as<int32_t>(), n, cols, d_packets.as<Packet>(),
-                            per_row, tag, nullptr, sender->get())
+                            per_row, tag, nullptr, sender->get(), nullptr, parts)
                     .ok());
     ASSERT_TRUE(sender->Synchronize().ok());
     ASSERT_TRUE(receiver->Synchronize().ok());
@@ -73,13 +77,19 @@ TEST_P(PacketShapesTest, RowsLandInTheirPlacesAndStalePacketsDoNotPass) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PacketShapesTest,
-    ::testing::Values(std::make_tuple(int64_t{31}, int64_t{31}, 1),  // one whole packet
-                      std::make_tuple(int64_t{1}, int64_t{3}, 5),    // a float a packet
-                      std::make_tuple(int64_t{62}, int64_t{64}, 4), std::make_tuple(int64_t{1000}, int64_t{1001}, 5),
-                      std::make_tuple(int64_t{6144}, int64_t{6144}, 3),  // Llama-3-8B's q/k/v rows
+    ::testing::Values(std::make_tuple(int64_t{31}, int64_t{31}, 1, int64_t{1}),  // one whole packet
+                      std::make_tuple(int64_t{1}, int64_t{3}, 5, int64_t{1}),    // a float a packet
+                      std::make_tuple(int64_t{62}, int64_t{64}, 4, int64_t{1}),
+                      std::make_tuple(int64_t{1000}, int64_t{1001}, 5, int64_t{1}),
+                      std::make_tuple(int64_t{6144}, int64_t{6144}, 3, int64_t{1}),  // Llama-3-8B's q/k/v rows
+                      // Llama-3-8B's attention outputs in a part a kv head (17 packets each).
+                      std::make_tuple(int64_t{4096}, int64_t{4100}, 3, int64_t{8}),
+                      std::make_tuple(int64_t{6}, int64_t{6}, 4, int64_t{3}),     // parts of 2 floats
+                      std::make_tuple(int64_t{124}, int64_t{124}, 2, int64_t{2}),  // 62: two packets a part
                       // Hops polled behind a wait for their first packet, in groups of 4 and 16 rounds.
-                      std::make_tuple(int64_t{4096}, int64_t{4096}, 300),
-                      std::make_tuple(int64_t{6144}, int64_t{6150}, 400)));
+                      std::make_tuple(int64_t{4096}, int64_t{4096}, 300, int64_t{1}),
+                      std::make_tuple(int64_t{6144}, int64_t{6150}, 400, int64_t{1}),
+                      std::make_tuple(int64_t{4096}, int64_t{4096}, 500, int64_t{8})));
 
 TEST_F(PacketsTest, PacketsOfAFailedStepAreNotSentAndTheirPollsGiveUp) {
   const int64_t cols = 100, n = 2, per_row = PacketsPerRow(cols);
@@ -131,6 +141,17 @@ TEST_F(PacketsTest, ShapesThePacketsCannotHoldAreRefused) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   status = ReceivePackets(nullptr, 2, 1, 1, nullptr, 1, nullptr, -1, 32, nullptr, 32, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  // 64 floats in 2 parts take two packets a row, in 4 parts four.
+  status = SendPackets(nullptr, 64, nullptr, 1, 64, nullptr, 3, 1, nullptr, nullptr, nullptr, 4);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("at least 4"), std::string::npos) << status;
+  // Parts of a row must hold whole floats, and be one at least.
+  for (const int64_t parts : {int64_t{3}, int64_t{0}}) {
+    status = ReceivePackets(nullptr, 8, 1, 1, nullptr, 1, nullptr, 1, 64, nullptr, 64, nullptr, nullptr,
+                            kMostPacketPollingBlocks, parts);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("parts"), std::string::npos) << status;
+  }
 }
 
 }  // namespace
