@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/line.h"
+#include "kernels/cuda/packets.h"
 
 namespace lamina::kernels::cuda {
 
@@ -141,13 +142,27 @@ struct DecodeLink {
   const Line* lines = nullptr;
   const float* lines_mirror = nullptr;
   Line* out_lines = nullptr;
-  uint32_t line_tag = 0;
+  uint32_t line_tag = 0;  // of lines or packets
+  // Packets (packets.h) for a hop of many rows between GPUs joined by NVLink, each side on its own:
+  //  - with `packets`, the inputs arrive as packets tagged `line_tag`, packet row s mirroring row s
+  //    of the floats from `packets_mirror` on (rows of q_stride floats, PacketsPerRow(q_stride)
+  //    packets each; kv_stride must equal q_stride), among which q, k and v lie; each block polls
+  //    the packets of what it reads, as with lines, instead of waiting on `ready` (null then);
+  //  - with `out_packets`, the outputs go as packets tagged `line_tag`, row s in num_kv_heads parts
+  //    (PacketsPerRow(num_q_heads * head_dim, num_kv_heads) packets a row), each kv head's written
+  //    by the block that finishes it, instead of into `out`. Nothing is sent once a wait of the step
+  //    gave up.
+  // Not with lines, nor with a warp_per_head plan.
+  const Packet* packets = nullptr;
+  const float* packets_mirror = nullptr;
+  Packet* out_packets = nullptr;
   // The launch is chained (chaining.h) to a wait for its inputs queued just before it on its
-  // stream (WaitFlag on `ready`, or ReceiveLines with NextKernel::kStartsOnceIn on `lines`;
-  // data_plane.h), which lets it start once the inputs have come: its blocks hold no SM while the
-  // inputs travel, yet read the slot tables and queue their first tiles while the wait ends. With
-  // `ready` or `lines` set, the blocks then find them there themselves; with both null, they wait
-  // for the wait's end and read what it put in place.
+  // stream (WaitFlag on `ready`, ReceiveLines with NextKernel::kStartsOnceIn on `lines`, or
+  // WaitForFirstPacket on `packets`; data_plane.h, packets.h), which lets it start once the inputs
+  // have come or are on their way: its blocks hold no SM while the sender is busy, yet read the
+  // slot tables and queue their first tiles while the wait ends. With `ready`, `lines` or
+  // `packets` set, the blocks then find them there themselves; with all null, they wait for the
+  // wait's end and read what it put in place.
   bool chained_to_wait = false;
   // Zeroed device words, LinkedDecodeCounters() of them; the launch leaves them zeroed.
   uint32_t* counters = nullptr;

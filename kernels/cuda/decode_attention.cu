@@ -366,6 +366,19 @@ absl::Status CheckDecodeLink(const DecodePlan& plan, int64_t num_seqs, const flo
   if (link.out_lines != nullptr && out_stride % 2 != 0) {
     return absl::InvalidArgumentError("linked decode attention: output lines need an even out_stride");
   }
+  const bool lines = link.lines != nullptr || link.out_lines != nullptr;
+  const bool packets = link.packets != nullptr || link.out_packets != nullptr;
+  if (packets && (lines || plan.warp_per_head)) {
+    return absl::InvalidArgumentError("linked decode attention: packets with lines or a warp-per-head plan");
+  }
+  // q, k and v of the first row lie in the first mirrored row.
+  auto in_row = [&](const float* p) { return p >= link.packets_mirror && p < link.packets_mirror + q_stride; };
+  if (link.packets != nullptr && (link.packets_mirror == nullptr || link.ready != nullptr ||
+                                  link.kv_stride != q_stride || !in_row(q) || !in_row(link.k) || !in_row(link.v))) {
+    return absl::InvalidArgumentError(
+        "linked decode attention: input packets need packets_mirror, no ready flag, kv_stride equal to q_stride, "
+        "and q, k and v within the mirrored rows");
+  }
   return absl::OkStatus();
 }
 

@@ -81,14 +81,16 @@ __global__ void __launch_bounds__(kTileThreads)
 
   // Whether a wait of the step gave up, as this block knows it before attending.
   bool failed = false;
-  __shared__ __align__(16) float q_polled[kLinked ? kG * kDim : 1];  // the query heads, from lines
+  // The query heads, from lines or packets; once attended, the outputs bound for packets.
+  __shared__ __align__(16) float q_polled[kLinked ? kG * kDim : 1];
+  // The new token's k, then v, from packets (or from lines, float8).
+  __shared__ float kv_polled[kLinked ? 2 * kDim : 1];
   if (kLinked) {
     // The new token is the context's last; the split attending to it stores it first.
     const bool holds_new_token = end - 1 >= lo && end - 1 < hi;
     // Float8: the new token's k and v, dim threadIdx.x of each, for quantizing its heads.
     float new_k = 0.f, new_v = 0.f;
     if (link.lines != nullptr) {
-      __shared__ float kv_polled[kFloat8 ? 2 * kDim : 1];
       if constexpr (kFloat8) {
         failed = ReceiveInputLines<kDim, kG>(link, q, q_stride, seq, kv_head, q_polled, holds_new_token,
                                              [&](bool is_k, int d, float2 x) {
@@ -108,10 +110,30 @@ __global__ void __launch_bounds__(kTileThreads)
                   __floats2bfloat162_rn(x.x, x.y);
             });
       }
+    } else if (link.packets != nullptr) {
+      // Its slot is read before the polls, off the hop's path.
+      const int64_t slot =
+          !kFloat8 && holds_new_token ? link.write_slots[seq] * slot_stride + kv_head * kDim : 0;
+      failed = ReceiveInputPackets<kDim, kG>(link, q, q_stride, seq, kv_head, q_polled, kv_polled, holds_new_token);
+      if (holds_new_token) {
+        if constexpr (kFloat8) {
+          if (threadIdx.x < kDim) {
+            new_k = kv_polled[threadIdx.x];
+            new_v = kv_polled[kDim + threadIdx.x];
+          }
+        } else {
+          for (int d = 2 * threadIdx.x; d < kDim; d += 2 * kThreads) {
+            *reinterpret_cast<__nv_bfloat162*>(cache.k + slot + d) =
+                __floats2bfloat162_rn(kv_polled[d], kv_polled[d + 1]);
+            *reinterpret_cast<__nv_bfloat162*>(cache.v + slot + d) =
+                __floats2bfloat162_rn(kv_polled[kDim + d], kv_polled[kDim + d + 1]);
+          }
+        }
+      }
     } else {
       WaitForInputs(link);
-      // Only output lines need it; the load stays in flight while the block attends.
-      failed = link.out_lines != nullptr && ErrorSet(link.error);
+      // Only output lines and packets need it; the load stays in flight while the block attends.
+      failed = (link.out_lines != nullptr || link.out_packets != nullptr) && ErrorSet(link.error);
       if (holds_new_token) {
         if constexpr (kFloat8) {
           const int64_t from = seq * link.kv_stride + kv_head * kDim + threadIdx.x;
@@ -144,7 +166,7 @@ __global__ void __launch_bounds__(kTileThreads)
   if constexpr (kTiled) {
     // The kv head's query heads as the A fragments of the products.
     auto make_query = [&](uint32_t(&high)[kDim / 16][2], uint32_t(&low)[kDim / 16][2]) {
-      if (kLinked && link.lines != nullptr) {
+      if (kLinked && (link.lines != nullptr || link.packets != nullptr)) {
         QueryFragments<kDim, kG, kFloat8>([&](int i) { return q_polled[i]; }, q_scale, high, low);
       } else {
         // Through L2: with a link the rows were just written by a peer GPU.
@@ -179,7 +201,7 @@ __global__ void __launch_bounds__(kTileThreads)
     const int lane = threadIdx.x % kLanes;
     const int group = threadIdx.x / kLanes;
     float qr[kG][8];
-    if (kLinked && link.lines != nullptr) {
+    if (kLinked && (link.lines != nullptr || link.packets != nullptr)) {
       LoadPolledQuery<kDim, kG>(q_polled, lane, q_scale, qr);
     } else {
       LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
@@ -219,7 +241,10 @@ __global__ void __launch_bounds__(kTileThreads)
     }
     const int head = kv_head * kG + g;
     const float first = sum > 0.f ? o[0] / sum : 0.f, second = sum > 0.f ? o[1] / sum : 0.f;
-    if (splits == 1) {
+    if (kLinked && splits == 1 && link.out_packets != nullptr) {
+      q_polled[idx] = first;  // the query heads are read by now (the barrier above)
+      q_polled[idx + 1] = second;
+    } else if (splits == 1) {
       PutOutputPair(kLinked ? &link : nullptr, failed, out, seq * out_stride + head * kDim + d, first, second);
     } else {
       const int64_t row = (static_cast<int64_t>(seq) * num_kv_heads * kG + head) * splits + split;
@@ -229,6 +254,9 @@ __global__ void __launch_bounds__(kTileThreads)
     }
   }
   if (!kLinked) return;
+  if (splits == 1 && link.out_packets != nullptr) {
+    SendOutputPackets<kDim, kG>(link, q_polled, seq, kv_head, num_kv_heads, failed);
+  }
 
   const uint32_t writers = static_cast<uint32_t>(gridDim.y) * gridDim.z;  // one per (sequence, kv head)
   if (splits > 1) {
@@ -245,8 +273,11 @@ __global__ void __launch_bounds__(kTileThreads)
     if (!last) return;
     __threadfence();
     // Another split's wait may have given up: its arrival came after it set the error word.
-    if (link.out_lines != nullptr) failed = failed || ErrorSet(link.error);
-    MergeSplits<kDim, kG>(partial_out, partial_lse, seq, kv_head, num_kv_heads, splits, link, failed, out, out_stride);
+    const bool out_packets = link.out_packets != nullptr;
+    if (link.out_lines != nullptr || out_packets) failed = failed || ErrorSet(link.error);
+    MergeSplits<kDim, kG>(partial_out, partial_lse, seq, kv_head, num_kv_heads, splits, link, failed, out, out_stride,
+                          out_packets ? q_polled : nullptr);
+    if (out_packets) SendOutputPackets<kDim, kG>(link, q_polled, seq, kv_head, num_kv_heads, failed);
   }
   ArriveAndFinish(link, writers);
 }

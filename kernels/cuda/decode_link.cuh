@@ -16,6 +16,7 @@
 #include "kernels/cuda/flags.cuh"
 #include "kernels/cuda/float8.cuh"
 #include "kernels/cuda/lines.cuh"
+#include "kernels/cuda/packets.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace lamina::kernels::cuda {
@@ -77,6 +78,103 @@ __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_
   return __syncthreads_or(poll.failed) != 0;
 }
 
+// The block's inputs as packets (DecodeLink::packets): the query heads of its kv head into `q_to`
+// (kG * kDim floats, shared memory) and, when `with_kv` (the block's split holds the new token),
+// the new token's k and v into `kv_to` (2 * kDim floats: k, then v). Eight lanes poll a packet,
+// every warp its packets at once; a packet that two ranges share is polled for each. The barrier
+// makes the block's writes visible to its loads. True when any of the block's polls gave up or
+// the step had failed already.
+template <int kDim, int kG>
+__device__ bool ReceiveInputPackets(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
+                                    float* q_to, float* kv_to, bool with_kv) {
+  constexpr int kQ = kG * kDim;
+  constexpr int kFloats = static_cast<int>(kPacketFloats);
+  // The most packets a range of n floats touches: n / 31 + 2.
+  constexpr int kMost = kQ / kFloats + 2 + 2 * (kDim / kFloats + 2);
+  constexpr int kAtOnce = kTileThreads / kPacketPieces;  // packets a block loads in one instruction
+  constexpr int kRounds = (kMost + kAtOnce - 1) / kAtOnce;
+  // Where the block's floats start in their row (packets_mirror's row `seq`).
+  const int q_col = static_cast<int>(q - link.packets_mirror) + kv_head * kQ;
+  const int k_col = static_cast<int>(link.k - link.packets_mirror) + kv_head * kDim;
+  const int v_col = static_cast<int>(link.v - link.packets_mirror) + kv_head * kDim;
+  const int q_first = q_col / kFloats, q_count = (q_col + kQ - 1) / kFloats - q_first + 1;
+  const int k_first = k_col / kFloats, k_count = (k_col + kDim - 1) / kFloats - k_first + 1;
+  const int v_first = v_col / kFloats, v_count = (v_col + kDim - 1) / kFloats - v_first + 1;
+  const int count = q_count + (with_kv ? k_count + v_count : 0);
+  const Packet* row = link.packets + seq * ((q_stride + kFloats - 1) / kFloats);  // PacketsPerRow(q_stride)
+  const int piece = threadIdx.x % kPacketPieces;
+  const int tag_lane = (threadIdx.x % 32) | (kPacketPieces - 1);
+  int index[kRounds];
+  uint4 words[kRounds];
+  uint32_t pending = 0;
+#pragma unroll
+  for (int i = 0; i < kRounds; ++i) {
+    const int e = threadIdx.x / kPacketPieces + i * kAtOnce;
+    index[i] = e < q_count             ? q_first + e
+               : e < q_count + k_count ? k_first + e - q_count
+                                       : v_first + e - q_count - k_count;
+    words[i] = make_uint4(0, 0, 0, 0);
+    if (e < count) pending |= 1u << i;
+  }
+  const uint32_t wanted = pending;
+  LinePoll poll = LinePoll::Begin(link.timeout_ns, link.error, link.error_code);
+  for (int spins = 0; __any_sync(0xffffffffu, pending != 0); ++spins) {
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) {
+      if (pending & (1u << i)) words[i] = LoadPacketPiece(row + index[i], piece);
+    }
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) {
+      const bool in = __shfl_sync(0xffffffffu, words[i].w == link.line_tag, tag_lane);
+      if (in || poll.failed) pending &= ~(1u << i);
+    }
+    if (pending != 0 && (spins + 1) % kSpinsBetweenChecks == 0) CheckPoll(poll);
+  }
+  // Once more now that the tags are in (packets.h).
+#pragma unroll
+  for (int i = 0; i < kRounds; ++i) {
+    if (!(wanted & (1u << i))) continue;
+    words[i] = LoadPacketPiece(row + index[i], piece);
+    const float v[4] = {__uint_as_float(words[i].x), __uint_as_float(words[i].y), __uint_as_float(words[i].z),
+                        __uint_as_float(words[i].w)};
+    const int col = index[i] * kFloats + piece * 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = col + j;
+      if (!HoldsFloat(piece, j)) continue;
+      if (c >= q_col && c < q_col + kQ) q_to[c - q_col] = v[j];
+      if (with_kv && c >= k_col && c < k_col + kDim) kv_to[c - k_col] = v[j];
+      if (with_kv && c >= v_col && c < v_col + kDim) kv_to[kDim + c - v_col] = v[j];
+    }
+  }
+  return __syncthreads_or(poll.failed) != 0;
+}
+
+// The block's outputs for its kv head, kG * kDim floats in `staged` (shared memory, written by the
+// block before it calls), as their part of the sequence's packet row (DecodeLink::out_packets),
+// unless `failed`. Every thread of the block calls it.
+template <int kDim, int kG>
+__device__ void SendOutputPackets(const DecodeLink& link, const float* staged, int seq, int kv_head, int num_kv_heads,
+                                  bool failed) {
+  constexpr int kQ = kG * kDim;
+  constexpr int kFloats = static_cast<int>(kPacketFloats);
+  constexpr int kPackets = (kQ + kFloats - 1) / kFloats;
+  constexpr int kAtOnce = kTileThreads / kPacketPieces;
+  __syncthreads();
+  if (failed) return;
+  Packet* part = link.out_packets + (static_cast<int64_t>(seq) * num_kv_heads + kv_head) * kPackets;
+  const int piece = threadIdx.x % kPacketPieces;
+  for (int p = threadIdx.x / kPacketPieces; p < kPackets; p += kAtOnce) {
+    const int col = p * kFloats + piece * 4;
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = col + j < kQ && HoldsFloat(piece, j) ? staged[col + j] : 0.f;
+    StorePacketPiece(part + p, piece,
+                     make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                                piece == kPacketPieces - 1 ? link.line_tag : __float_as_uint(v[3])));
+  }
+}
+
 // Output value `i` (even) and the next one of a row of `out`, where the launch writes them: as a
 // line when out_lines is set, unless `failed` (a wait of the step gave up: the peer must not take
 // the garbage for outputs, as the done flag that plain outputs wait on stays down then).
@@ -96,9 +194,11 @@ __device__ __forceinline__ void PutOutputPair(const DecodeLink* link, bool faile
 // each split is one load a warp, eight splits in flight. Loads bypass L1: other blocks of the
 // launch wrote the partials. Outputs go where PutOutputPair puts them. The linked launch's merge;
 // a plain launch's splits merge in MergeSplitsKernel, summed in the same order (the same bits).
+// With `staged` (shared memory, kG * kDim floats) the outputs go there instead, for packets.
 template <int kDim, int kG>
 __device__ void MergeSplits(const float* partial_out, const float* partial_lse, int seq, int kv_head, int num_kv_heads,
-                            int splits, const DecodeLink& link, bool failed, float* out, int64_t out_stride) {
+                            int splits, const DecodeLink& link, bool failed, float* out, int64_t out_stride,
+                            float* staged) {
   constexpr int kPer = kDim >= 64 ? kDim / 32 : 2;  // at least a pair, as output lines hold
   constexpr int kLanes = kDim / kPer;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -138,8 +238,13 @@ __device__ void MergeSplits(const float* partial_out, const float* partial_lse, 
     if (lane < kLanes) {
 #pragma unroll
       for (int i = 0; i < kPer; i += 2) {
-        PutOutputPair(&link, failed, out, seq * out_stride + head * kDim + lane * kPer + i,
-                      sum > 0.f ? o[i] / sum : 0.f, sum > 0.f ? o[i + 1] / sum : 0.f);
+        const float first = sum > 0.f ? o[i] / sum : 0.f, second = sum > 0.f ? o[i + 1] / sum : 0.f;
+        if (staged != nullptr) {
+          staged[g * kDim + lane * kPer + i] = first;
+          staged[g * kDim + lane * kPer + i + 1] = second;
+        } else {
+          PutOutputPair(&link, failed, out, seq * out_stride + head * kDim + lane * kPer + i, first, second);
+        }
       }
     }
   }
