@@ -71,7 +71,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   const absl::Time links_deadline = absl::Now() + absl::Seconds(60);
   for (int i = 0; i < num_lanes; ++i) {
     attentions.push_back(std::make_unique<RemoteAttention>(
-        transport.get(), memory_nodes, AttentionWireShape{config.num_layers, config.q_size(), config.kv_size()},
+        transport.get(), memory_nodes,
+        AttentionWireShape{config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads},
         absl::Seconds(5)));
     if (device.is_cuda) {
       attentions.back()->EnableDeviceLinks(device.index, link_rows, device_transports, kMaxDataPlaneChunks,

@@ -317,6 +317,7 @@ absl::Status RemoteAttention::OpenLink(Node* node, const std::string& transport)
                   max_chunks_, timeout_};
   shape.line_rows = std::min(line_rows_, max_rows_);
   shape.packet_rows = std::min(packet_rows_, max_rows_);
+  shape.out_segments = shape_.num_kv_heads;
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeLinkEnd> end, CreateComputeLinkEnd(transport, shape, device_));
   auto handshake = [&]() -> absl::Status {
     ++next_tag_;

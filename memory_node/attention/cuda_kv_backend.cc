@@ -29,13 +29,28 @@ using bf16 = __nv_bfloat16;
 namespace kc = kernels::cuda;
 
 // The largest linked attention launch that waits for its rows in every block (QueueLinkedChunk):
-// on a flag, and polling lines, where each block reads lines of its own. On two H200s, 128
+// on a flag, and polling lines or packets, where each block reads its own. On two H200s, 128
 // blocks polling (batch 16, or batch 1 at context 1024 in 16 splits) took 12.6 and 21.0 us a
 // layer where polling ahead in a kernel of its own took 20.6 and 26.4 (lamina-bench-data-plane).
 // Keep them within one wave of the GPU. The lanes of a GPU share a budget of such blocks
 // (spin_budget.h): a launch past it waits behind a kernel of a few blocks instead.
 constexpr int64_t kMostWaitingBlocks = 16;
 constexpr int64_t kMostPollingBlocks = 128;
+
+// Where a chunk's q/k/v come as packets, its launch's blocks poll their own, a block per
+// (sequence, kv head), when that launch takes at most kMostPacketPollingWaves waves of the chunk's
+// share of the GPU or the step's contexts reach kLongPacketContext tokens: each block then attends
+// as soon as its own rows are in while the rest travel, having started its first tiles before it
+// polls, and sends its outputs itself. Past that, with short contexts, the launch the planner picks
+// (a warp per head, far cheaper there) runs behind a ReceivePackets queued ahead that puts the rows
+// in place: many waves of blocks that each poll and have little to attend to cost more. On two
+// H200s (lamina-bench-data-plane, one chunk, us a layer, polled by the launch against ahead, as the
+// build before did every chunk): context 1: 16 rows 11.3 against 15.3, 64 rows (two waves) 19.1
+// against 22.9, 128 rows 37.1 against 29.5, 1024 rows 268 against 171; context 256: 64 rows 34.5
+// against 44.9, 1024 rows 399 against 483; context 1024: 64 rows 84.9 against 95.0, 1024 rows
+// 1161 against 1312. In 4 chunks of 64 rows side by side at context 1: 55 against 47.5.
+constexpr int64_t kMostPacketPollingWaves = 2;
+constexpr int64_t kLongPacketContext = 256;
 
 // The most units of a step (a layer's chunk, or a layer's transfer of a store: each a few launches
 // and two timing events, which take a launch's room too, 8 at most) a lane queues ahead of its
@@ -331,6 +346,7 @@ class CudaKvLane : public DeviceKvLane {
     LAMINA_RETURN_IF_ERROR(ForkChunkStreams(chunks));
     waits_.assign(chunks, std::nullopt);
     rows_ = n;
+    max_context_ = max_context;
     return absl::OkStatus();
   }
 
@@ -398,31 +414,58 @@ class CudaKvLane : public DeviceKvLane {
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids, and grids past the
     // lanes' budget, wait behind a small kernel queued ahead instead.
     kc::DecodePlan plan = side_by_side_plans_[chunk];
-    // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
-    // (short contexts for its pairs) runs the tiled blocks the planner would pick otherwise, in one
-    // split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
-    if ((hop.lines != nullptr || hop.out_lines != nullptr) && plan.warp_per_head) {
-      plan.warp_per_head = false;
-      plan.tiled = true;
+    // Lines and packets are polled and written a block per (sequence, kv head): a chunk planned a
+    // warp per head (short contexts for its pairs) runs the tiled blocks the planner would pick
+    // otherwise, in one split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
+    kc::DecodePlan block_plan = plan;
+    if (plan.warp_per_head) {
+      block_plan.warp_per_head = false;
+      block_plan.tiled = true;
     }
+    if (hop.lines != nullptr || hop.out_lines != nullptr) plan = block_plan;
     float* out = hop.out;
     int64_t out_stride = hop.out_stride;
+    bool send_packets = false;  // the outputs go as packets from the lane's rows, after the launch
     if (hop.packets != nullptr) {
-      // Packets: polled into their rows ahead, the launch chained to that poll; its outputs go
-      // into the lane's rows, and from there as packets.
+      // Packets: polled by the launch's blocks (from the start where the launch fits the spin
+      // budget, else once one warp queued ahead has seen the first packet) or ahead of the launch
+      // (kMostPacketPollingWaves says which). A block per (sequence, kv head) sends its outputs
+      // as packets where the link's rows travel in a part a kv head; else they go into the lane's
+      // rows, and from there as packets.
+      const int64_t blocks = kc::DecodeBlocks(o.attention, block_plan, r.count);
+      // A wave of the chunk's share of the GPU (SetStep plans chunks side by side so).
+      const int64_t wave = std::max(1, pool_->num_sms() / chunks) * int64_t{kc::DecodeBlocksPerSm(o.attention)};
+      if (blocks <= kMostPacketPollingWaves * wave || max_context_ >= kLongPacketContext) {
+        plan = block_plan;
+        const ChunkWait& wait = WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count, blocks, kMostPollingBlocks);
+        link.packets = hop.packets;
+        link.packets_mirror = hop.packets_mirror;
+        if (!wait.in_launch) {
+          LAMINA_RETURN_IF_ERROR(
+              kc::WaitForFirstPacket(hop.packets, hop.line_tag, hop.timeout_ns, hop.error, hop.error_code, stream));
+        }
+        link.chained_to_wait = !wait.in_launch;
+      } else {
+        const ChunkWait& wait = PacketsWaitOf(chunk, kc::ReceivePacketsBlocks(r.count, layout.row_stride));
+        LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(hop.packets, kc::PacketsPerRow(layout.row_stride), hop.line_tag,
+                                                  hop.timeout_ns, hop.error, hop.error_code, nullptr, r.count,
+                                                  layout.row_stride, hop.packets_mirror, layout.row_stride, stream,
+                                                  nullptr, wait.ahead_blocks));
+        link.chained_to_wait = true;
+      }
       const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
-      const ChunkWait& wait = PacketsWaitOf(chunk, kc::ReceivePacketsBlocks(r.count, layout.row_stride));
-      LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(hop.packets, kc::PacketsPerRow(layout.row_stride), hop.line_tag,
-                                                hop.timeout_ns, hop.error, hop.error_code, nullptr, r.count,
-                                                layout.row_stride, hop.packets_mirror, layout.row_stride, stream,
-                                                nullptr, wait.ahead_blocks));
-      link.chained_to_wait = true;
       out = out_.as<float>() + r.first * q_size;
       out_stride = q_size;
+      if (!plan.warp_per_head && hop.out_segments == o.attention.num_kv_heads) {
+        link.out_packets = hop.out_packets;
+      } else {
+        send_packets = true;
+      }
     } else {
       const bool lines = hop.lines != nullptr;
-      const ChunkWait& wait =
-          WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count, kc::DecodeBlocks(o.attention, plan, r.count));
+      const ChunkWait& wait = WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count,
+                                     kc::DecodeBlocks(o.attention, plan, r.count),
+                                     lines ? kMostPollingBlocks : kMostWaitingBlocks);
       if (lines) {
         link.lines = hop.lines;
         link.lines_mirror = hop.lines_mirror;
@@ -447,11 +490,12 @@ class CudaKvLane : public DeviceKvLane {
     LAMINA_RETURN_IF_ERROR(pool_->LinkedDecode(layer, plan, rows + layout.q_offset, layout.row_stride, slot_ids_,
                                                slot_begin_ + r.first, out, out_stride, r.count, workspace, link,
                                                stream));
-    if (hop.packets != nullptr) {
+    if (send_packets) {
       // After a wait gave up the outputs are garbage: the send writes nothing then, and the
       // compute end times out too.
       LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, out_stride, nullptr, r.count, out_stride, hop.out_packets,
-                                             kc::PacketsPerRow(out_stride), hop.line_tag, hop.error, stream));
+                                             kc::PacketsPerRow(out_stride, hop.out_segments), hop.line_tag,
+                                             hop.error, stream, nullptr, hop.out_segments));
     }
     return pacer_.Paced(stream);
   }
@@ -476,11 +520,11 @@ class CudaKvLane : public DeviceKvLane {
 
   // How the chunk's launches wait for their rows this step: chosen at its first layer (the
   // budget's blocks taken then), kept for its other layers. SetStep sized waits_ with plans_.
-  const ChunkWait& WaitOf(int chunk, bool waits, bool lines, int64_t rows, int64_t launch_blocks) {
+  const ChunkWait& WaitOf(int chunk, bool waits, bool lines, int64_t rows, int64_t launch_blocks,
+                          int64_t most_in_launch) {
     std::optional<ChunkWait>& wait = waits_[chunk];
     if (!wait.has_value()) {
-      wait = ChooseChunkWait(waits, lines, rows, launch_blocks, lines ? kMostPollingBlocks : kMostWaitingBlocks,
-                             pool_->spin_budget());
+      wait = ChooseChunkWait(waits, lines, rows, launch_blocks, most_in_launch, pool_->spin_budget());
       spinning_ += wait->spinning;
     }
     return *wait;
@@ -564,6 +608,7 @@ class CudaKvLane : public DeviceKvLane {
   std::vector<std::optional<ChunkWait>> waits_;     // per chunk, once its first layer is queued
   int64_t spinning_ = 0;                            // the budget's blocks this step holds
   int64_t rows_ = 0;
+  int64_t max_context_ = 0;  // the step's longest context
 };
 
 absl::StatusOr<std::unique_ptr<DeviceKvLane>> CudaKvBackend::NewDeviceLane(int max_chunks) {

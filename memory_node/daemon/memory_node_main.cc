@@ -84,9 +84,10 @@ absl::Status Run(const std::vector<std::string>& args) {
   // The connections from compute nodes are tcp; device links open on them (device_link.h).
   std::unique_ptr<Transport> transport = MakeTcpTransport();
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<AttentionServer> data_plane,
-                          AttentionServer::Start(transport.get(), spec->data_address(),
-                                                 {config.num_layers, config.q_size(), config.kv_size()},
-                                                 executor.get(), &executor_mu, executor.get()));
+                          AttentionServer::Start(
+                              transport.get(), spec->data_address(),
+                              {config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads},
+                              executor.get(), &executor_mu, executor.get()));
 
   MemoryNodeService service(executor.get(), &executor_mu);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));

@@ -44,14 +44,14 @@ uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
 struct Local {
   cuda::DeviceBuffer receive;   // float [max_rows, row floats]
   cuda::DeviceBuffer lines;     // Line [max_chunks, line_rows, row floats / 2], zeroed (no tag is 0)
-  cuda::DeviceBuffer packets;   // Packet [max_rows, PacketsPerRow(row floats)] (one without packets), zeroed
+  cuda::DeviceBuffer packets;   // Packet [max_rows, PacketsPerRow(row floats, parts)] (one without packets), zeroed
   cuda::DeviceBuffer flags;     // uint64 [max_chunks], the peer raises them
   cuda::DeviceBuffer arrivals;  // uint32 [max_chunks]
   cuda::ErrorWord error;
   std::string bus_id;  // this GPU's PCI bus id (cuda::PciBusId)
 
-  // On the current device, for rows of `row_floats`.
-  static absl::StatusOr<Local> Create(const LinkShape& shape, int64_t row_floats) {
+  // On the current device, for rows of `row_floats`, whose packets go in `parts` parts a row.
+  static absl::StatusOr<Local> Create(const LinkShape& shape, int64_t row_floats, int64_t parts) {
     LAMINA_RETURN_IF_ERROR(kc::PreloadDataPlaneKernels());
     Local l;
     LAMINA_ASSIGN_OR_RETURN(
@@ -59,7 +59,7 @@ struct Local {
     LAMINA_ASSIGN_OR_RETURN(
         l.lines, cuda::DeviceBuffer::Create(std::max<int64_t>(1, shape.max_chunks * shape.line_rows * row_floats / 2) *
                                             sizeof(kc::Line)));
-    const int64_t packets = shape.packet_rows > 0 ? shape.max_rows * kc::PacketsPerRow(row_floats) : 1;
+    const int64_t packets = shape.packet_rows > 0 ? shape.max_rows * kc::PacketsPerRow(row_floats, parts) : 1;
     LAMINA_ASSIGN_OR_RETURN(l.packets, cuda::DeviceBuffer::Create(packets * sizeof(kc::Packet)));
     LAMINA_ASSIGN_OR_RETURN(l.flags, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint64_t)));
     LAMINA_ASSIGN_OR_RETURN(l.arrivals, cuda::DeviceBuffer::Create(shape.max_chunks * sizeof(uint32_t)));
@@ -89,6 +89,7 @@ struct Local {
     w.Put<int32_t>(shape.max_chunks);
     w.Put<int64_t>(shape.line_rows);
     w.Put<int64_t>(shape.packet_rows);
+    w.Put<int64_t>(shape.out_segments);
     w.PutString(bus_id);
     w.PutString(receive_handle);
     w.PutString(lines_handle);
@@ -121,10 +122,11 @@ struct Remote {
   cuda::IpcMapping flags;
   int64_t line_rows = 0;    // as the peer exported them
   int64_t packet_rows = 0;  // as the peer exported them
+  int64_t out_segments = 1;  // as the peer exported them
   std::string bus_id;       // the peer's GPU
 
-  // Refuses buffers for another number of rows or chunks than `shape`'s; the line and packet rows
-  // are the caller's to check.
+  // Refuses buffers for another number of rows or chunks than `shape`'s, and outputs in parts that
+  // do not divide its q_size; the line and packet rows and the parts are the caller's to check.
   static absl::StatusOr<Remote> Open(const std::string& exported, const LinkShape& shape) {
     WireReader r(reinterpret_cast<const uint8_t*>(exported.data()), exported.size());
     int64_t max_rows;
@@ -135,6 +137,7 @@ struct Remote {
     LAMINA_RETURN_IF_ERROR(r.Get(&max_chunks));
     LAMINA_RETURN_IF_ERROR(r.Get(&remote.line_rows));
     LAMINA_RETURN_IF_ERROR(r.Get(&remote.packet_rows));
+    LAMINA_RETURN_IF_ERROR(r.Get(&remote.out_segments));
     LAMINA_RETURN_IF_ERROR(r.GetString(&remote.bus_id));
     LAMINA_RETURN_IF_ERROR(r.GetString(&receive_handle));
     LAMINA_RETURN_IF_ERROR(r.GetString(&lines_handle));
@@ -144,6 +147,10 @@ struct Remote {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the peer's buffers are for ", max_rows, " rows in ",
                                                      max_chunks, " chunks, not ", shape.max_rows, " in ",
                                                      shape.max_chunks));
+    }
+    if (remote.out_segments < 1 || shape.q_size % remote.out_segments != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: attention outputs of ", shape.q_size,
+                                                     " floats in ", remote.out_segments, " equal parts"));
     }
     if (remote.line_rows < 0 || remote.line_rows > MostLineRows(max_rows)) {
       return absl::InvalidArgumentError(
@@ -167,10 +174,10 @@ bool AsLines(const LinkShape& shape, int64_t rows) { return rows >= 1 && rows <=
 // Whether a decode chunk of `rows` rows travels as packets.
 bool AsPackets(const LinkShape& shape, int64_t rows) { return rows > shape.line_rows && rows <= shape.packet_rows; }
 
-// The packets of row `row` in a packets buffer for rows of `row_floats`.
+// The packets of row `row` in a packets buffer for rows of `row_floats` in `parts` parts.
 template <typename PacketT>
-PacketT* RowPackets(PacketT* packets, int64_t row, int64_t row_floats) {
-  return packets + row * kc::PacketsPerRow(row_floats);
+PacketT* RowPackets(PacketT* packets, int64_t row, int64_t row_floats, int64_t parts = 1) {
+  return packets + row * kc::PacketsPerRow(row_floats, parts);
 }
 
 // Chunk `chunk`'s lines in a lines buffer for rows of `row_floats`: each chunk has line_rows rows
@@ -188,6 +195,10 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
       return absl::InvalidArgumentError(
           absl::StrCat("cuda_ipc: packets for ", shape.packet_rows, " rows (0 to ", shape.max_rows, ")"));
     }
+    if (shape.out_segments < 1 || shape.q_size % shape.out_segments != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: attention outputs of ", shape.q_size,
+                                                     " floats in ", shape.out_segments, " equal parts"));
+    }
     if (shape.line_rows < 0 || shape.line_rows > MostLineRows(shape.max_rows) || shape.qkv_size % 2 != 0 ||
         shape.q_size % 2 != 0) {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: lines for ", shape.line_rows, " rows (0 to ",
@@ -195,7 +206,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                                                      shape.q_size, " floats (even numbers)"));
     }
     std::unique_ptr<CudaIpcComputeEnd> end(new CudaIpcComputeEnd(shape, device));
-    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape, shape.q_size));
+    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape, shape.q_size, shape.out_segments));
     LAMINA_ASSIGN_OR_RETURN(end->rows_, LinkRows::Create("cuda_ipc", shape.max_rows, device));
     LAMINA_ASSIGN_OR_RETURN(end->offer_, end->local_.Export(shape));
     LAMINA_ASSIGN_OR_RETURN(end->receives_, cuda::Stream::Create());
@@ -221,6 +232,11 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                                                      " offered"));
     }
     shape_.packet_rows = remote_.packet_rows;
+    if (remote_.out_segments != shape_.out_segments) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the memory end took outputs in ",
+                                                     remote_.out_segments, " parts a row, not the ",
+                                                     shape_.out_segments, " offered"));
+    }
     return absl::OkStatus();
   }
 
@@ -310,11 +326,12 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                               BackAt(layer));
     }
     if (AsPackets(shape_, r.count)) {
-      return kc::ReceivePackets(RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.q_size),
-                                kc::PacketsPerRow(shape_.q_size), kc::LineTag(FlagValue(shape_, step, layer)),
+      const int64_t parts = shape_.out_segments;
+      return kc::ReceivePackets(RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.q_size, parts),
+                                kc::PacketsPerRow(shape_.q_size, parts), kc::LineTag(FlagValue(shape_, step, layer)),
                                 absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
                                 rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream,
-                                BackAt(layer));
+                                BackAt(layer), kc::kMostPacketPollingBlocks, parts);
     }
     if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
       return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
@@ -358,9 +375,10 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
     LinkShape adopted = shape;
     adopted.line_rows = remote.line_rows;
     adopted.packet_rows = cuda::SameGpuOrNvlink(device, remote.bus_id) ? remote.packet_rows : 0;
+    adopted.out_segments = remote.out_segments;
     std::unique_ptr<CudaIpcMemoryEnd> end(new CudaIpcMemoryEnd(adopted));
     end->remote_ = std::move(remote);
-    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(adopted, adopted.qkv_size));
+    LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(adopted, adopted.qkv_size, 1));
     LAMINA_ASSIGN_OR_RETURN(std::string answer, end->local_.Export(adopted));
     return std::make_pair(std::unique_ptr<MemoryLinkEnd>(std::move(end)), std::move(answer));
   }
@@ -404,10 +422,11 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
                            kc::LineTag(FlagValue(shape_, step, layer)), local_.error.get(), stream);
     }
     if (AsPackets(shape_, r.count)) {
+      const int64_t parts = shape_.out_segments;
       return kc::SendPackets(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
-                             RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size),
-                             kc::PacketsPerRow(shape_.q_size), kc::LineTag(FlagValue(shape_, step, layer)),
-                             local_.error.get(), stream);
+                             RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size, parts),
+                             kc::PacketsPerRow(shape_.q_size, parts), kc::LineTag(FlagValue(shape_, step, layer)),
+                             local_.error.get(), stream, nullptr, parts);
     }
     return kc::SendRows(out + r.first * out_stride, out_stride, nullptr, r.count, shape_.q_size,
                         remote_.receive.as<float>() + r.first * shape_.q_size, shape_.q_size,
@@ -442,7 +461,8 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
       hop.done = nullptr;
       hop.packets = RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.qkv_size);
       hop.packets_mirror = local_.receive.as<float>() + r.first * shape_.qkv_size;
-      hop.out_packets = RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size);
+      hop.out_packets = RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size, shape_.out_segments);
+      hop.out_segments = shape_.out_segments;
       hop.line_tag = kc::LineTag(hop.done_value);
     }
     return hop;

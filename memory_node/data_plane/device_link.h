@@ -61,6 +61,11 @@ struct LinkShape {
   // Packets need the two GPUs joined by NVLink (or to be one GPU): the memory end answers 0 where
   // it cannot tell that they are. The compute end's choice, carried in its offer.
   int64_t packet_rows = 0;
+  // cuda_ipc: attention outputs travel as packets in this many equal parts a row, each starting a
+  // packet of its own (kernels/cuda/packets.h). Divides q_size. The number of kv heads lets a
+  // memory node's attention block send its kv head's outputs itself (any other, they are sent
+  // after the launch). The compute end's choice, carried in its offer.
+  int64_t out_segments = 1;
 };
 
 struct RowRange {
@@ -157,12 +162,13 @@ struct DeviceHop {
   kernels::cuda::Line* out_lines = nullptr;
   uint32_t line_tag = 0;  // of lines or packets
   // Packets instead (ready and lines null then; cuda_ipc, LinkShape::packet_rows): the chunk's
-  // q/k/v arrive as `packets` tagged `line_tag` (rows of PacketsPerRow(qkv_size) packets), to be
-  // polled into received() from `packets_mirror` on before the launch; its outputs go back as
-  // `out_packets` (rows of PacketsPerRow(q_size)), sent from rows of the memory node's own once
-  // the launch has written them. `out` and `done` are unused then.
+  // q/k/v arrive as `packets` tagged `line_tag` (rows of PacketsPerRow(qkv_size) packets),
+  // mirroring the chunk's rows in received() from `packets_mirror` on; its outputs go back as
+  // `out_packets`, rows of q_size floats in `out_segments` parts (PacketsPerRow(q_size,
+  // out_segments) packets a row; LinkShape::out_segments). `out` and `done` are unused then.
   const kernels::cuda::Packet* packets = nullptr;
   float* packets_mirror = nullptr;
+  int64_t out_segments = 1;
   kernels::cuda::Packet* out_packets = nullptr;
 };
 

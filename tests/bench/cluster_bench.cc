@@ -78,7 +78,7 @@ void RoundTrips(const ModelConfig& c) {
   auto served = AttentionExecutor::Create({c.num_layers, 200 * (context + 1), {c.num_q_heads, c.num_kv_heads, c.head_dim, 0}});
   std::unique_ptr<Transport> tcp = MakeTcpTransport();
   std::mutex mu;
-  const AttentionWireShape shape{c.num_layers, c.q_size(), c.kv_size()};
+  const AttentionWireShape shape{c.num_layers, c.q_size(), c.kv_size(), c.num_kv_heads};
   auto server = AttentionServer::Start(tcp.get(), "127.0.0.1:0", shape, served->get(), &mu);
   if (!direct.ok() || !served.ok() || !server.ok()) {
     std::fprintf(stderr, "set-up failed\n");

@@ -18,6 +18,9 @@
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
+//                           [--output-parts 8]
+// --output-parts: the parts a row of attention outputs travels in as packets (LinkShape::
+// out_segments); by default a part a kv head, as compute nodes send them.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +56,7 @@ struct Options {
   std::vector<int64_t> contexts = {1, 256};
   std::vector<int64_t> batches = {1, 8, 64, 256, 1024};
   std::vector<int64_t> chunks = {2, 4};  // the chunked cuda_ipc columns: up to this many chunks a layer
+  int64_t output_parts = kKvHeads;
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -80,7 +84,7 @@ int MemoryNode(const Options& o, int address_out, int stop) {
   }
   std::unique_ptr<Transport> tcp = MakeTcpTransport();
   std::mutex mu;
-  auto server = AttentionServer::Start(tcp.get(), "127.0.0.1:0", {o.layers, kQ, kKv}, executor->get(), &mu,
+  auto server = AttentionServer::Start(tcp.get(), "127.0.0.1:0", {o.layers, kQ, kKv, kKvHeads}, executor->get(), &mu,
                                        executor->get());
   if (!server.ok()) return 1;
   const std::string address = (*server)->address() + "\n";
@@ -365,7 +369,7 @@ int Compute(const Options& o, const std::string& address) {
               peer, sm_rate, same_bytes_rate > 0 ? sm_rate / same_bytes_rate : 0.0, same_bytes_rate,
               rate > 0 ? sm_rate / rate : 0.0);
   std::unique_ptr<Transport> tcp = MakeTcpTransport();
-  const AttentionWireShape shape{o.layers, kQ, kKv};
+  const AttentionWireShape shape{o.layers, kQ, kKv, o.output_parts};
   int64_t max_batch = 0;
   for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
   RemoteAttention over_tcp(tcp.get(), {{"m", address}}, shape);
@@ -511,6 +515,8 @@ int main(int argc, char** argv) {
       o.batches = lamina::ParseList(value);
     } else if (flag == "--chunks") {
       o.chunks = lamina::ParseList(value);
+    } else if (flag == "--output-parts") {
+      o.output_parts = std::stoll(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;

@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/cuda/device.h"
@@ -334,18 +335,23 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
   EXPECT_EQ(got, Download<float>((*lane)->step_out(), rows * q));
 }
 
-// A chunk whose q/k/v come as packets (cuda_ipc's larger chunks): polled into their rows ahead of
-// the launch, by every block from the start (4 rows) or behind a wait for the first packet (512
-// rows); the outputs go back as packets, equal to an unlinked chunk's, and no done flag is raised.
-class CudaKvLanePacketsTest : public ::testing::TestWithParam<int64_t> {};
+// A chunk whose q/k/v come as packets (cuda_ipc's larger chunks): polled by the launch's blocks
+// from the start (4 rows: 32 blocks), by them once a wait queued ahead has seen the first packet
+// (32 rows: 256 blocks, past the spin budget), or ahead of the launch (512 rows: many waves of
+// blocks with a token each to attend to); the outputs go back as packets, equal to an unlinked
+// chunk's, and no done flag is raised. In a part a kv head, each block sends its own; in one part,
+// the lane sends them after the launch.
+class CudaKvLanePacketsTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
 
-TEST_P(CudaKvLanePacketsTest, PacketsArePolledAheadAndTheOutputsGoBackAsPackets) {
+TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPackets) {
   const std::string reason = NoGpuReason();
   if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
   namespace kc = kernels::cuda;
   const kernels::cpu::AttentionShape shape{8, 8, 16, 0};
-  const int64_t q = 128, kv = 128, row = q + 2 * kv, rows = GetParam();
-  const int64_t in_per_row = kc::PacketsPerRow(row), out_per_row = kc::PacketsPerRow(q);
+  const int64_t q = 128, kv = 128, row = q + 2 * kv;
+  const auto [rows, parts] = GetParam();
+  const int64_t in_per_row = kc::PacketsPerRow(row), out_per_row = kc::PacketsPerRow(q, parts);
+  const int64_t part_floats = q / parts, per_part = kc::PacketsPerRow(part_floats);
   auto backend = CreateCudaKvBackend({1, rows, shape}, 0);
   ASSERT_TRUE(backend.ok()) << backend.status();
   auto lane = (*backend)->NewDeviceLane(1);
@@ -371,6 +377,7 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledAheadAndTheOutputsGoBackAsPackets)
   hop.packets = in_packets.as<kc::Packet>();
   hop.packets_mirror = mirror.as<float>();
   hop.out_packets = out_packets.as<kc::Packet>();
+  hop.out_segments = parts;
   hop.line_tag = tag;
   auto sender = cuda::Stream::Create();
   ASSERT_TRUE(sender.ok());
@@ -403,8 +410,9 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledAheadAndTheOutputsGoBackAsPackets)
     for (int64_t k = 0; k < out_per_row; ++k) {
       const kc::Packet& packet = packets[r * out_per_row + k];
       ASSERT_EQ(packet.tag, tag) << "row " << r << ", packet " << k;
-      for (int64_t j = 0; j < kc::kPacketFloats && k * kc::kPacketFloats + j < q; ++j) {
-        got[r * q + k * kc::kPacketFloats + j] = packet.values[j];
+      const int64_t first = k / per_part * part_floats + k % per_part * kc::kPacketFloats;
+      for (int64_t j = 0; j < kc::kPacketFloats && k % per_part * kc::kPacketFloats + j < part_floats; ++j) {
+        got[r * q + first + j] = packet.values[j];
       }
     }
   }
@@ -414,7 +422,9 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledAheadAndTheOutputsGoBackAsPackets)
   EXPECT_EQ(got, Download<float>((*lane)->step_out(), rows * q));
 }
 
-INSTANTIATE_TEST_SUITE_P(Rows, CudaKvLanePacketsTest, ::testing::Values(int64_t{4}, int64_t{512}));
+INSTANTIATE_TEST_SUITE_P(RowsAndParts, CudaKvLanePacketsTest,
+                         ::testing::Combine(::testing::Values(int64_t{4}, int64_t{32}, int64_t{512}),
+                                            ::testing::Values(int64_t{8}, int64_t{1})));
 
 // Lanes of one GPU whose rows have not come must leave SMs to a lane whose rows have: the compute
 // node may send their rows only once that lane's outputs are back. Llama-3-8B's layer shape, 4

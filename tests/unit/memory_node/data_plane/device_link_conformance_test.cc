@@ -44,10 +44,14 @@ int PeerGpu() { return GpuNames().size() > 1 ? 1 : 0; }
 std::string TransportOf(const std::string& param) { return param == "cuda_ipc+packets" ? "cuda_ipc" : param; }
 
 // Rows of q 8, k 4 and v 4 floats; cuda_ipc sends chunks of up to 2 rows as lines, and with
-// packets larger chunks as packets (where the two GPUs are joined by NVLink or are one).
+// packets larger chunks as packets (where the two GPUs are joined by NVLink or are one), the
+// outputs in two parts a row.
 LinkShape Shape(int64_t layers, int64_t max_rows, int max_chunks, absl::Duration timeout, const std::string& param) {
   LinkShape shape{layers, 16, 8, max_rows, max_chunks, timeout, TransportOf(param) == "cuda_ipc" ? 2 : 0};
-  if (param == "cuda_ipc+packets") shape.packet_rows = max_rows;
+  if (param == "cuda_ipc+packets") {
+    shape.packet_rows = max_rows;
+    shape.out_segments = 2;  // the outputs' packets in two parts a row, as a memory node's two kv heads' would be
+  }
   return shape;
 }
 

@@ -144,8 +144,9 @@ class Peer {
           LAMINA_RETURN_IF_ERROR(kc::SendLines(out, q, nullptr, r.count, q, hop->out_lines, hop->out_stride,
                                                hop->line_tag, hop->error, stream_.get()));
         } else if (hop.has_value() && hop->packets != nullptr) {
-          LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, q, nullptr, r.count, q, hop->out_packets, kc::PacketsPerRow(q),
-                                                 hop->line_tag, hop->error, stream_.get()));
+          LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, q, nullptr, r.count, q, hop->out_packets,
+                                                 kc::PacketsPerRow(q, hop->out_segments), hop->line_tag, hop->error,
+                                                 stream_.get(), nullptr, hop->out_segments));
         } else if (hop.has_value()) {
           LAMINA_RETURN_IF_ERROR(kc::SendRows(out, q, nullptr, r.count, q, hop->out, hop->out_stride, hop->done,
                                               hop->done_value, hop->error, arrivals_.as<uint32_t>() + c,
