@@ -65,8 +65,10 @@ TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
   ClusterOptions options = GpuOptions(GetParam(), &skip);
   if (!skip.empty()) GTEST_SKIP() << skip;
   // Over cuda_ipc the 16 or so rows a memory node gets of the 32 requests travel in chunks of 4
-  // (communication-attention overlap), the golden prompts alone in one; chunks of up to 4 rows
-  // as lines (so a layer's later chunks too), a chunk of 5 to 7 behind a flag.
+  // (communication-attention overlap), the golden prompts alone in one; where the two GPUs are
+  // joined by NVLink (or are one), chunks of up to 2 rows as lines and larger ones as packets that
+  // each attention block polls and sends itself; else chunks of up to 4 rows as lines, a chunk of
+  // 5 to 7 behind a flag.
   if (GetParam() == "cuda_ipc") {
     options.chunk_rows = 4;
     options.line_rows = 4;
