@@ -37,18 +37,19 @@ namespace kc = kernels::cuda;
 constexpr int64_t kMostWaitingBlocks = 16;
 constexpr int64_t kMostPollingBlocks = 128;
 
-// Where a chunk's q/k/v come as packets, its launch's blocks poll their own, a block per
-// (sequence, kv head), when that launch takes at most kMostPacketPollingWaves waves of the chunk's
-// share of the GPU or the step's contexts reach kLongPacketContext tokens: each block then attends
-// as soon as its own rows are in while the rest travel, having started its first tiles before it
-// polls, and sends its outputs itself. Past that, with short contexts, the launch the planner picks
-// (a warp per head, far cheaper there) runs behind a ReceivePackets queued ahead that puts the rows
-// in place: many waves of blocks that each poll and have little to attend to cost more. On two
-// H200s (lamina-bench-data-plane, one chunk, us a layer, polled by the launch against ahead, as the
-// build before did every chunk): context 1: 16 rows 11.3 against 15.3, 64 rows (two waves) 19.1
-// against 22.9, 128 rows 37.1 against 29.5, 1024 rows 268 against 171; context 256: 64 rows 34.5
-// against 44.9, 1024 rows 399 against 483; context 1024: 64 rows 84.9 against 95.0, 1024 rows
-// 1161 against 1312. In 4 chunks of 64 rows side by side at context 1: 55 against 47.5.
+// Where a chunk's q/k/v come as packets, its launch's blocks (a block per (sequence, kv head)) poll
+// their own when that launch takes at most kMostPacketPollingWaves waves of the chunk's share of
+// the GPU or the step's contexts reach kLongPacketContext tokens: each block then attends as soon
+// as its own rows are in while the rest travel, having started its first tiles before it polls,
+// and sends its outputs itself. Past that, short contexts' many waves of blocks that each poll and
+// have little to attend to cost more than the launch the planner picks there (a warp per head)
+// behind a ReceivePackets queued ahead that puts the rows in place. Against the build before
+// (every chunk polled ahead, its outputs sent after the launch), one chunk, us a layer
+// (lamina-bench-data-plane): every chunk polled by its blocks, two H100s, context 1: 16 rows 11.8
+// against 15.6, 64 rows (two waves) 20.0 against 23.4, 128 rows 31.8 against 30.5, 1024 rows 188
+// against 177 (4 chunks of 256 rows: 191 against 123); with this rule, two H200s: context 1: 64
+// rows 18.4 against 22.8, 1024 rows 173 against 171; context 256: 64 rows 33.6 against 44.5, 1024
+// rows 396 against 483; context 1024: 64 rows 84.0 against 94.9, 1024 rows 1163 against 1313.
 constexpr int64_t kMostPacketPollingWaves = 2;
 constexpr int64_t kLongPacketContext = 256;
 
