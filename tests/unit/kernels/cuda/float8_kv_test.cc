@@ -21,6 +21,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
+#include "kernels/cuda/packets.h"
 #include "tests/support/cuda_test_util.h"
 
 namespace lamina::kernels::cuda {
@@ -240,8 +241,9 @@ TEST_F(Float8KvTest, DecodeAttentionMatchesTheCpuOverTheSameCodesAndScales) {
 }
 
 // One step of new tokens over a quantized pool: StoreKv + DecodeAttention (the reference), and the
-// linked launch, with a ready flag already raised and with q/k/v as lines that a sender writes
-// once the launch polls (outputs as lines then): the same outputs and pool, bit for bit.
+// linked launch, with a ready flag already raised and with q/k/v as lines or packets that a sender
+// writes once the launch polls (outputs as lines or packets then): the same outputs and pool, bit
+// for bit.
 TEST_F(Float8KvTest, LinkedLaunchEqualsStoreThenDecode) {
   const std::vector<Case> cases = {
       {32, 8, 128, {1, 2048, 33}},     // Llama-3 shape; a first token; a long context
@@ -280,17 +282,22 @@ TEST_F(Float8KvTest, LinkedLaunchEqualsStoreThenDecode) {
       const std::vector<float> want = Download<float>(want_out, seqs * q_size);
       const std::vector<uint32_t> want_pool = reference.Bits(k_codes.size(), k_scales.size());
 
-      for (const bool lines : {false, true}) {
-        SCOPED_TRACE(lines ? "lines" : "ready flag");
+      for (const std::string way : {"ready flag", "lines", "packets"}) {
+        SCOPED_TRACE(way);
+        const bool lines = way == "lines", packets = way == "packets";
         DeviceFloat8Cache cache = DeviceFloat8Cache::Of(k_codes, v_codes, k_scales, v_scales);
-        DeviceBuffer mirror = Upload(lines ? std::vector<float>(seqs * row, 0.f) : qkv);
+        DeviceBuffer mirror = Upload(lines || packets ? std::vector<float>(seqs * row, 0.f) : qkv);
         DeviceBuffer in_lines = Upload(std::vector<Line>(seqs * row / 2, Line{}));
         DeviceBuffer out_lines = Upload(std::vector<Line>(seqs * q_size / 2, Line{}));
+        const int64_t out_per_row = PacketsPerRow(q_size, c.kv_heads);
+        const int64_t part = q_size / c.kv_heads, per_part = PacketsPerRow(part);
+        DeviceBuffer in_packets = Upload(std::vector<Packet>(seqs * PacketsPerRow(row), Packet{}));
+        DeviceBuffer out_packets = Upload(std::vector<Packet>(seqs * out_per_row, Packet{}));
         DeviceBuffer out = Upload(std::vector<float>(seqs * q_size, -1.f));
         DeviceBuffer ready = Upload(std::vector<uint64_t>{7}), done = Upload(std::vector<uint64_t>{0});
         DeviceBuffer counters = Upload(std::vector<uint32_t>(LinkedDecodeCounters(shape, seqs), 0));
         DecodeLink link;
-        link.ready = lines ? nullptr : ready.as<uint64_t>();
+        link.ready = lines || packets ? nullptr : ready.as<uint64_t>();
         link.ready_value = 5;
         link.timeout_ns = 5'000'000'000;
         link.error = error_.as<uint32_t>();
@@ -308,6 +315,12 @@ TEST_F(Float8KvTest, LinkedLaunchEqualsStoreThenDecode) {
           link.out_lines = out_lines.as<Line>();
           link.line_tag = tag;
         }
+        if (packets) {
+          link.packets = in_packets.as<Packet>();
+          link.packets_mirror = mirror.as<float>();
+          link.out_packets = out_packets.as<Packet>();
+          link.line_tag = tag;
+        }
         auto receiver = lamina::cuda::Stream::Create();
         auto sender = lamina::cuda::Stream::Create();
         ASSERT_TRUE(receiver.ok() && sender.ok());
@@ -321,6 +334,12 @@ TEST_F(Float8KvTest, LinkedLaunchEqualsStoreThenDecode) {
                                 sender->get())
                           .ok());
         }
+        if (packets) {
+          absl::SleepFor(absl::Milliseconds(5));
+          ASSERT_TRUE(SendPackets(d_qkv.as<float>(), row, nullptr, seqs, row, in_packets.as<Packet>(),
+                                  PacketsPerRow(row), tag, nullptr, sender->get())
+                          .ok());
+        }
         ASSERT_TRUE(sender->Synchronize().ok());
         ASSERT_TRUE(receiver->Synchronize().ok());
         EXPECT_EQ(*error_.as<uint32_t>(), 0u);
@@ -330,6 +349,16 @@ TEST_F(Float8KvTest, LinkedLaunchEqualsStoreThenDecode) {
           for (const Line& line : Download<Line>(out_lines, seqs * q_size / 2)) {
             got.push_back(line.first);
             got.push_back(line.second);
+          }
+        }
+        if (packets) {  // row s's part h (kv head h's outputs) starts packet s * out_per_row + h * per_part
+          const std::vector<Packet> sent = Download<Packet>(out_packets, seqs * out_per_row);
+          for (int64_t s = 0; s < seqs; ++s) {
+            for (int64_t i = 0; i < q_size; ++i) {
+              const Packet& packet = sent[s * out_per_row + i / part * per_part + i % part / kPacketFloats];
+              ASSERT_EQ(packet.tag, tag);
+              got[s * q_size + i] = packet.values[i % part % kPacketFloats];
+            }
           }
         }
         EXPECT_EQ(got, want);
