@@ -102,39 +102,25 @@ __device__ bool ReceiveInputPackets(const DecodeLink& link, const float* q, int6
   const int v_first = v_col / kFloats, v_count = (v_col + kDim - 1) / kFloats - v_first + 1;
   const int count = q_count + (with_kv ? k_count + v_count : 0);
   const Packet* row = link.packets + seq * ((q_stride + kFloats - 1) / kFloats);  // PacketsPerRow(q_stride)
-  const int piece = threadIdx.x % kPacketPieces;
-  const int tag_lane = (threadIdx.x % 32) | (kPacketPieces - 1);
+  const Packet* at[kRounds];
   int index[kRounds];
-  uint4 words[kRounds];
-  uint32_t pending = 0;
+  uint32_t wanted = 0;
 #pragma unroll
   for (int i = 0; i < kRounds; ++i) {
     const int e = threadIdx.x / kPacketPieces + i * kAtOnce;
     index[i] = e < q_count             ? q_first + e
                : e < q_count + k_count ? k_first + e - q_count
                                        : v_first + e - q_count - k_count;
-    words[i] = make_uint4(0, 0, 0, 0);
-    if (e < count) pending |= 1u << i;
+    at[i] = row + (e < count ? index[i] : 0);
+    if (e < count) wanted |= 1u << i;
   }
-  const uint32_t wanted = pending;
   LinePoll poll = LinePoll::Begin(link.timeout_ns, link.error, link.error_code);
-  for (int spins = 0; __any_sync(0xffffffffu, pending != 0); ++spins) {
-#pragma unroll
-    for (int i = 0; i < kRounds; ++i) {
-      if (pending & (1u << i)) words[i] = LoadPacketPiece(row + index[i], piece);
-    }
-#pragma unroll
-    for (int i = 0; i < kRounds; ++i) {
-      const bool in = __shfl_sync(0xffffffffu, words[i].w == link.line_tag, tag_lane);
-      if (in || poll.failed) pending &= ~(1u << i);
-    }
-    if (pending != 0 && (spins + 1) % kSpinsBetweenChecks == 0) CheckPoll(poll);
-  }
-  // Once more now that the tags are in (packets.h).
+  uint4 words[kRounds];
+  PollPackets<kRounds>(at, wanted, link.line_tag, poll, words);
+  const int piece = threadIdx.x % kPacketPieces;
 #pragma unroll
   for (int i = 0; i < kRounds; ++i) {
     if (!(wanted & (1u << i))) continue;
-    words[i] = LoadPacketPiece(row + index[i], piece);
     const float v[4] = {__uint_as_float(words[i].x), __uint_as_float(words[i].y), __uint_as_float(words[i].z),
                         __uint_as_float(words[i].w)};
     const int col = index[i] * kFloats + piece * 4;

@@ -75,9 +75,8 @@ __global__ void WaitForFirstPacketKernel(const Packet* first, uint32_t tag, int6
   LetNextKernelStart();
 }
 
-// Each warp polls kPolledTogether rounds of four packets at once: a lane loads its piece, and the
-// packet is in once the lane holding its tag sees it. Loops stay uniform across the warp (the
-// shuffles need every lane). With `next_starts_early` (behind WaitForFirstPacketKernel, when the
+// Each warp polls kPolledTogether rounds of four packets at once (PollPackets): a lane loads its
+// piece, and the packet is in once the lane holding its tag sees it. With `next_starts_early` (behind WaitForFirstPacketKernel, when the
 // rows are on their way) a chained kernel after it may place its blocks at once, to wait for its
 // end in WaitForPreviousKernel.
 template <int kPolledTogether>
@@ -88,38 +87,18 @@ __global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint
   if (next_starts_early) LetNextKernelStart();
   LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
   const int piece = threadIdx.x % kPieces;
-  const int tag_lane = (threadIdx.x % 32) | (kPieces - 1);
   const int a_group = kPacketsARound * kPolledTogether;
   for (int base = blockIdx.x * a_group; base < total; base += gridDim.x * a_group) {
     const Packet* at[kPolledTogether];
-    uint4 words[kPolledTogether];
-    uint32_t pending = 0;
+    uint32_t wanted = 0;
 #pragma unroll
     for (int i = 0; i < kPolledTogether; ++i) {
       const int p = base + i * kPacketsARound + threadIdx.x / kPieces;
       at[i] = src + (p < total ? p / per_row * src_stride + p % per_row : 0);
-      words[i] = make_uint4(0, 0, 0, 0);
-      if (p < total) pending |= 1u << i;
+      if (p < total) wanted |= 1u << i;
     }
-    const uint32_t wanted = pending;
-    for (int spins = 0; __any_sync(0xffffffffu, pending != 0); ++spins) {
-#pragma unroll
-      for (int i = 0; i < kPolledTogether; ++i) {
-        if (pending & (1u << i)) words[i] = LoadPacketPiece(at[i], piece);
-      }
-#pragma unroll
-      for (int i = 0; i < kPolledTogether; ++i) {
-        const bool in = __shfl_sync(0xffffffffu, words[i].w == tag, tag_lane);
-        if (in || poll.failed) pending &= ~(1u << i);
-      }
-      if (pending != 0 && (spins + 1) % kSpinsBetweenChecks == 0) CheckPoll(poll);
-    }
-    // Once more now that the tags are in, as NCCL's LL128 does: a load that raced the packet's
-    // arrival may have taken part of it before and its tag after.
-#pragma unroll
-    for (int i = 0; i < kPolledTogether; ++i) {
-      if (wanted & (1u << i)) words[i] = LoadPacketPiece(at[i], piece);
-    }
+    uint4 words[kPolledTogether];
+    PollPackets<kPolledTogether>(at, wanted, tag, poll, words);
 #pragma unroll
     for (int i = 0; i < kPolledTogether; ++i) {
       if (!(wanted & (1u << i))) continue;

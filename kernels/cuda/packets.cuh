@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/lines.cuh"
 #include "kernels/cuda/packets.h"
 
 namespace lamina::kernels::cuda {
@@ -28,6 +29,37 @@ __device__ __forceinline__ uint4 LoadPacketPiece(const Packet* packet, int piece
                : "l"(reinterpret_cast<const uint4*>(packet) + piece)
                : "memory");
   return w;
+}
+
+// Eight lanes a packet: each warp polls its packets at[i] (those whose bit is set in `wanted`) at
+// once until each holds `tag` or `poll` gives up, then loads each once more, as NCCL's LL128 does
+// (a load that raced a packet's arrival may have taken part of it before and its tag after).
+// words[i] is then the lane's piece of packet i (zeros where not wanted). Every lane of the warp
+// calls it (the shuffles need them all); a packet's eight lanes share its bit of `wanted`.
+template <int kRounds>
+__device__ __forceinline__ void PollPackets(const Packet* const (&at)[kRounds], uint32_t wanted, uint32_t tag,
+                                            LinePoll& poll, uint4 (&words)[kRounds]) {
+  const int piece = threadIdx.x % kPacketPieces;
+  const int tag_lane = (threadIdx.x % 32) | (kPacketPieces - 1);
+#pragma unroll
+  for (int i = 0; i < kRounds; ++i) words[i] = make_uint4(0, 0, 0, 0);
+  uint32_t pending = wanted;
+  for (int spins = 0; __any_sync(0xffffffffu, pending != 0); ++spins) {
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) {
+      if (pending & (1u << i)) words[i] = LoadPacketPiece(at[i], piece);
+    }
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) {
+      const bool in = __shfl_sync(0xffffffffu, words[i].w == tag, tag_lane);
+      if (in || poll.failed) pending &= ~(1u << i);
+    }
+    if (pending != 0 && (spins + 1) % kSpinsBetweenChecks == 0) CheckPoll(poll);
+  }
+#pragma unroll
+  for (int i = 0; i < kRounds; ++i) {
+    if (wanted & (1u << i)) words[i] = LoadPacketPiece(at[i], piece);
+  }
 }
 
 // Whether value `i` (0 to 3) of piece `piece` is a float rather than the tag.
