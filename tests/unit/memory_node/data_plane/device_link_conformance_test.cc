@@ -319,6 +319,24 @@ TEST_P(DeviceLinkConformanceTest, AnOfferThatCannotBeReadIsRefusedNamingTheTrans
   }
 }
 
+// cuda_ipc sends attention outputs as packets in equal parts a row (LinkShape::out_segments): a
+// compute end asked for parts that do not divide a row, or for none, refuses to start, saying so.
+TEST(CudaIpcLinkTest, OutputPartsThatDoNotDivideARowAreRefused) {
+  const std::string reason = NoGpuReason();
+  if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;
+  for (const int64_t parts : {int64_t{3}, int64_t{0}}) {
+    LinkShape shape = Shape(1, 4, 1, absl::Seconds(1), "cuda_ipc+packets");
+    shape.out_segments = parts;  // of rows of 8 floats
+    auto compute = CreateComputeLinkEnd("cuda_ipc", shape, 0);
+    ASSERT_FALSE(compute.ok()) << parts << " parts were taken";
+    EXPECT_TRUE(absl::IsInvalidArgument(compute.status())) << compute.status();
+    EXPECT_NE(compute.status().message().find("attention outputs of 8 floats in " + std::to_string(parts) +
+                                              " equal parts"),
+              absl::string_view::npos)
+        << compute.status();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceLinkConformanceTest,
                          ::testing::Values("cuda_ipc", "cuda_ipc+packets", "nccl", "rdma"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
