@@ -143,7 +143,7 @@ __global__ void SendLinesKernel(const float* src, int64_t src_stride, const int3
                                 int piece_lines, uint64_t* sent_at) {
   const int64_t row = blockIdx.x / pieces;
   const int64_t from_row = rows ? rows[row] : row;
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  WaitForPreviousKernel();
   if (threadIdx.x == 0) StampSent(sent_at);
   const bool failed = ErrorSet(error);
   const float* from = src + from_row * src_stride;
@@ -325,7 +325,7 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
       1, std::min((lines + kSendPieceItems - 1) / kSendPieceItems, kSendLinesPieceBlocks / count));
   // A programmatic dependent launch: the send's blocks start while the kernel before it finishes
   // (a launch's latency off the hop's path; on two H200s about 1 us of a 12 us round trip,
-  // .probe results in tests/bench/RESULTS.md), and wait for it in griddepcontrol.wait.
+  // .probe results in tests/bench/RESULTS.md), and wait for it in WaitForPreviousKernel().
   LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(SendLinesKernel, dim3(static_cast<unsigned>(count * pieces)),
                                               dim3(kThreads), stream, /*early=*/true, src, src_stride, rows, cols,
                                               dst, dst_stride, tag, error, Aligned8(src, src_stride),

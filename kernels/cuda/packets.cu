@@ -15,8 +15,7 @@ namespace lamina::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kPieces = kPacketPieces;
-constexpr int kPacketsARound = kThreads / kPieces;  // a block's packets in one store instruction a lane
+constexpr int kPacketsARound = kThreads / kPacketPieces;  // a block's packets in one store instruction a lane
 // How the packet kernels are cut, from lamina-bench-link-echo on two H200s (tests/bench/RESULTS.md):
 //  - SendPackets: a block a round of 32 packets, one piece a lane, so that a hop leaves from as
 //    many SMs as it can (4 rounds a lane took 256 rows from 37.7 to 44 us);
@@ -40,11 +39,11 @@ int PolledRounds(int64_t total) { return total <= kFourRoundsMostPackets ? 4 : 1
 __global__ void SendPacketsKernel(const float* src, int64_t src_stride, const int32_t* rows, int total, int part_cols,
                                   int per_part, int per_row, Packet* dst, int64_t dst_stride, uint32_t tag,
                                   const uint32_t* error, uint64_t* sent_at) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  WaitForPreviousKernel();
   if (threadIdx.x == 0) StampSent(sent_at);
   const bool failed = ErrorSet(error);
-  const int piece = threadIdx.x % kPieces;
-  const int p = blockIdx.x * kPacketsARound + threadIdx.x / kPieces;
+  const int piece = threadIdx.x % kPacketPieces;
+  const int p = blockIdx.x * kPacketsARound + threadIdx.x / kPacketPieces;
   if (p >= total) return;
   const int row = p / per_row;
   const PacketSpan span = SpanOf(p - row * per_row, part_cols, per_part, per_row);
@@ -56,7 +55,7 @@ __global__ void SendPacketsKernel(const float* src, int64_t src_stride, const in
   if (failed) return;
   StorePacketPiece(dst + row * dst_stride + (p - row * per_row), piece,
                    make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
-                              piece == kPieces - 1 ? tag : __float_as_uint(v[3])));
+                              piece == kPacketPieces - 1 ? tag : __float_as_uint(v[3])));
 }
 
 // Thread 0 polls the tag of the hop's first packet, then lets the kernel after it (a
@@ -86,14 +85,14 @@ __global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint
                                      bool next_starts_early) {
   if (next_starts_early) LetNextKernelStart();
   LinePoll poll = LinePoll::Begin(timeout_ns, error, code);
-  const int piece = threadIdx.x % kPieces;
+  const int piece = threadIdx.x % kPacketPieces;
   const int a_group = kPacketsARound * kPolledTogether;
   for (int base = blockIdx.x * a_group; base < total; base += gridDim.x * a_group) {
     const Packet* at[kPolledTogether];
     uint32_t wanted = 0;
 #pragma unroll
     for (int i = 0; i < kPolledTogether; ++i) {
-      const int p = base + i * kPacketsARound + threadIdx.x / kPieces;
+      const int p = base + i * kPacketsARound + threadIdx.x / kPacketPieces;
       at[i] = src + (p < total ? p / per_row * src_stride + p % per_row : 0);
       if (p < total) wanted |= 1u << i;
     }
@@ -102,7 +101,7 @@ __global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint
 #pragma unroll
     for (int i = 0; i < kPolledTogether; ++i) {
       if (!(wanted & (1u << i))) continue;
-      const int p = base + i * kPacketsARound + threadIdx.x / kPieces;
+      const int p = base + i * kPacketsARound + threadIdx.x / kPacketPieces;
       const int row = p / per_row;
       const PacketSpan span = SpanOf(p - row * per_row, part_cols, per_part, per_row);
       const int col = span.first_col + piece * 4;
