@@ -75,9 +75,9 @@ __global__ void WaitForFirstPacketKernel(const Packet* first, uint32_t tag, int6
 }
 
 // Each warp polls kPolledTogether rounds of four packets at once (PollPackets): a lane loads its
-// piece, and the packet is in once the lane holding its tag sees it. With `next_starts_early` (behind WaitForFirstPacketKernel, when the
-// rows are on their way) a chained kernel after it may place its blocks at once, to wait for its
-// end in WaitForPreviousKernel.
+// piece, and the packet is in once the lane holding its tag sees it. With `next_starts_early`
+// (behind WaitForFirstPacketKernel, when the rows are on their way) a chained kernel after it may
+// place its blocks at once, to wait for its end in WaitForPreviousKernel.
 template <int kPolledTogether>
 __global__ void ReceivePacketsKernel(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns,
                                      uint32_t* error, uint32_t code, const int32_t* rows, int total, int part_cols,
