@@ -146,13 +146,14 @@ struct DecodeLink {
   // Packets (packets.h) for a hop of many rows between GPUs joined by NVLink, each side on its own:
   //  - with `packets`, the inputs arrive as packets tagged `line_tag`, packet row s mirroring row s
   //    of the floats from `packets_mirror` on (rows of q_stride floats, PacketsPerRow(q_stride)
-  //    packets each; kv_stride must equal q_stride), among which q, k and v lie; each block polls
-  //    the packets of what it reads, as with lines, instead of waiting on `ready` (null then);
+  //    packets each; kv_stride must equal q_stride), among which q, k and v lie; each block (a
+  //    warp per head: each warp) polls the packets of what it reads, as with lines, instead of
+  //    waiting on `ready` (null then);
   //  - with `out_packets`, the outputs go as packets tagged `line_tag`, row s in num_kv_heads parts
   //    (PacketsPerRow(num_q_heads * head_dim, num_kv_heads) packets a row), each kv head's written
-  //    by the block that finishes it, instead of into `out`. Nothing is sent once a wait of the step
-  //    gave up.
-  // Not with lines, nor with a warp_per_head plan.
+  //    by the block (or warp) that finishes it, instead of into `out`. Nothing is sent once a wait
+  //    of the step gave up.
+  // Not with lines.
   const Packet* packets = nullptr;
   const float* packets_mirror = nullptr;
   Packet* out_packets = nullptr;

@@ -57,8 +57,16 @@ constexpr int kWarpPairsPerSm = 8;
 constexpr int kWarpTokensPerPairPerSm = 10;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
+// A linked warp-per-head launch's dynamic shared memory a warp where its inputs come as packets:
+// its query heads, then the new token's k and v; its outputs, bound for packets, then replace the
+// query heads.
+template <int kDim, int kG>
+constexpr int kWarpPacketFloats = (kG + 2) * kDim;
+
 // warp_per_head: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps past
-// the last pair only join the block's barriers.
+// the last pair only join the block's barriers. Linked, with packets (DecodeLink::packets), each
+// warp polls its own inputs and, with out_packets, sends its own outputs: a warp attends as soon as
+// its rows are in while the rest travel.
 template <int kDim, int kG, bool kLinked>
 __global__ void __launch_bounds__(kThreads)
     WarpDecodeKernel(const float* __restrict__ q, int64_t q_stride, Bf16KvLayer cache,
@@ -66,6 +74,8 @@ __global__ void __launch_bounds__(kThreads)
                      float* __restrict__ out, int64_t out_stride, int num_kv_heads, int num_seqs, int sliding_window,
                      float q_scale, DecodeLink link) {
   constexpr int kLanes = kDim / 8;
+  // Linked with packets: kWarpPacketFloats<kDim, kG> a warp.
+  extern __shared__ __align__(16) float warp_packets[];
   const int pair = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const bool active = pair < num_seqs * num_kv_heads;
   const int seq = active ? pair / num_kv_heads : 0;
@@ -80,17 +90,41 @@ __global__ void __launch_bounds__(kThreads)
   const int end = slot_begin[seq + 1];
   if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
 
+  const bool packets = kLinked && link.packets != nullptr;
+  float* staged = warp_packets + threadIdx.x / 32 * kWarpPacketFloats<kDim, kG>;
+  bool failed = false;  // a wait of the step gave up (packets only)
   if (kLinked) {
     // No lines here: LinkedDecodeAttention refuses them with a warp-per-head plan.
-    WaitForInputs(link);
+    if (packets) {
+      const int rank = threadIdx.x % 32;
+      if (active) {
+        // Its slot is read before the polls, off the hop's path.
+        const int64_t slot = link.write_slots[seq] * slot_stride + kv_head * kDim;
+        const float* kv = staged + kG * kDim;
+        failed = SyncOr<32>(
+            PollInputPackets<kDim, kG, 32>(link, q, q_stride, seq, kv_head, staged, staged + kG * kDim, true, rank));
+        for (int d = 2 * rank; d < kDim; d += 64) {
+          *reinterpret_cast<__nv_bfloat162*>(cache.k + slot + d) = __floats2bfloat162_rn(kv[d], kv[d + 1]);
+          *reinterpret_cast<__nv_bfloat162*>(cache.v + slot + d) = __floats2bfloat162_rn(kv[kDim + d], kv[kDim + d + 1]);
+        }
+      }
+    } else {
+      WaitForInputs(link);
+      // Only output packets need it; the load stays in flight while the warp attends.
+      failed = link.out_packets != nullptr && ErrorSet(link.error);
+      if (active) StoreNewToken<kDim>(link, cache, seq, kv_head, slot_stride, threadIdx.x % 32, 32);
+    }
     if (link.busy_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
     // The warp's own stores, ordered before its loads by __syncwarp.
-    if (active) StoreNewToken<kDim>(link, cache, seq, kv_head, slot_stride, threadIdx.x % 32, 32);
     __syncwarp();
   }
   if (active) {
     float qr[kG][8];
-    LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
+    if (packets) {
+      LoadPolledQuery<kDim, kG>(staged, lane, q_scale, qr);
+    } else {
+      LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
+    }
     float acc[kG][8];
     float run_max[kG];
     float run_sum[kG];
@@ -113,8 +147,11 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     // Each group writes its share of its lane's 8 dims, so that one store of the warp covers a
-    // head's outputs contiguously (they may cross NVLink to a peer GPU).
+    // head's outputs contiguously (they may cross NVLink to a peer GPU); bound for packets, into
+    // the warp's shared memory, over its query heads (read by every lane by now).
+    const bool out_packets = kLinked && link.out_packets != nullptr;
     constexpr int kShare = 8 / kGroupsPerWarp > 0 ? 8 / kGroupsPerWarp : 1;
+    if (out_packets) __syncwarp();
     if (group * kShare < 8) {
 #pragma unroll
       for (int g = 0; g < kG; ++g) {
@@ -128,8 +165,13 @@ __global__ void __launch_bounds__(kThreads)
           }
           share[j] = run_sum[g] > 0.f ? share[j] / run_sum[g] : 0.f;
         }
-        StoreShare<kShare>(out + seq * out_stride + (kv_head * kG + g) * kDim + lane * 8 + group * kShare, share);
+        float* to = out_packets ? staged + g * kDim + lane * 8 + group * kShare
+                                : out + seq * out_stride + (kv_head * kG + g) * kDim + lane * 8 + group * kShare;
+        StoreShare<kShare>(to, share);
       }
+    }
+    if (out_packets) {
+      SendOutputPackets<kDim, kG, 32>(link, staged, seq, kv_head, num_kv_heads, failed, threadIdx.x % 32);
     }
   }
   if (kLinked) ArriveAndFinish(link, gridDim.x);
@@ -151,7 +193,11 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
   const unsigned blocks = static_cast<unsigned>(DecodeBlocks(shape, plan, num_seqs));
   const int seqs = static_cast<int>(num_seqs);
   if (link != nullptr) {
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(WarpDecodeKernel<kDim, kG, true>, dim3(blocks), 0, *link, stream, q,
+    const size_t bytes =
+        link->packets != nullptr || link->out_packets != nullptr
+            ? size_t{kWarpsPerBlock} * kWarpPacketFloats<kDim, kG> * sizeof(float)
+            : 0;
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(WarpDecodeKernel<kDim, kG, true>, dim3(blocks), bytes, *link, stream, q,
                                              q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads, seqs,
                                              window, q_scale, *link));
   } else {
@@ -368,8 +414,8 @@ absl::Status CheckDecodeLink(const DecodePlan& plan, int64_t num_seqs, const flo
   }
   const bool lines = link.lines != nullptr || link.out_lines != nullptr;
   const bool packets = link.packets != nullptr || link.out_packets != nullptr;
-  if (packets && (lines || plan.warp_per_head)) {
-    return absl::InvalidArgumentError("linked decode attention: packets with lines or a warp-per-head plan");
+  if (packets && lines) {
+    return absl::InvalidArgumentError("linked decode attention: packets with lines");
   }
   // q, k and v of the first row lie in the first mirrored row.
   auto in_row = [&](const float* p) { return p >= link.packets_mirror && p < link.packets_mirror + q_stride; };

@@ -114,7 +114,8 @@ __global__ void __launch_bounds__(kTileThreads)
       // Its slot is read before the polls, off the hop's path.
       const int64_t slot =
           !kFloat8 && holds_new_token ? link.write_slots[seq] * slot_stride + kv_head * kDim : 0;
-      failed = ReceiveInputPackets<kDim, kG>(link, q, q_stride, seq, kv_head, q_polled, kv_polled, holds_new_token);
+      failed = SyncOr<kThreads>(PollInputPackets<kDim, kG, kThreads>(link, q, q_stride, seq, kv_head, q_polled,
+                                                                     kv_polled, holds_new_token, threadIdx.x));
       if (holds_new_token) {
         if constexpr (kFloat8) {
           if (threadIdx.x < kDim) {
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(kTileThreads)
   }
   if (!kLinked) return;
   if (splits == 1 && link.out_packets != nullptr) {
-    SendOutputPackets<kDim, kG>(link, q_polled, seq, kv_head, num_kv_heads, failed);
+    SendOutputPackets<kDim, kG, kThreads>(link, q_polled, seq, kv_head, num_kv_heads, failed, threadIdx.x);
   }
 
   const uint32_t writers = static_cast<uint32_t>(gridDim.y) * gridDim.z;  // one per (sequence, kv head)
@@ -277,7 +278,9 @@ __global__ void __launch_bounds__(kTileThreads)
     if (link.out_lines != nullptr || out_packets) failed = failed || ErrorSet(link.error);
     MergeSplits<kDim, kG>(partial_out, partial_lse, seq, kv_head, num_kv_heads, splits, link, failed, out, out_stride,
                           out_packets ? q_polled : nullptr);
-    if (out_packets) SendOutputPackets<kDim, kG>(link, q_polled, seq, kv_head, num_kv_heads, failed);
+    if (out_packets) {
+      SendOutputPackets<kDim, kG, kThreads>(link, q_polled, seq, kv_head, num_kv_heads, failed, threadIdx.x);
+    }
   }
   ArriveAndFinish(link, writers);
 }

@@ -21,6 +21,19 @@
 
 namespace lamina::kernels::cuda {
 
+// A barrier of kThreads threads (a block of kTileThreads, or a warp: every lane of it calls) that
+// makes their shared-memory writes visible to each other; true when `mine` is true in any of them.
+template <int kThreads>
+__device__ __forceinline__ bool SyncOr(bool mine) {
+  static_assert(kThreads == 32 || kThreads == kTileThreads, "a warp or a decode block");
+  if constexpr (kThreads == 32) {
+    __syncwarp();  // orders the warp's shared memory (a vote alone need not)
+    return __any_sync(0xffffffffu, mine) != 0;
+  } else {
+    return __syncthreads_or(mine) != 0;
+  }
+}
+
 // Thread 0 of each block waits for the inputs (SpinOnFlag); the barrier then releases the block.
 // With no ready flag, every thread waits for the end of a wait chained ahead (a launch with
 // DecodeLink::chained_to_wait, whose inputs that wait put in place); launched plainly,
@@ -78,20 +91,21 @@ __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_
   return __syncthreads_or(poll.failed) != 0;
 }
 
-// The block's inputs as packets (DecodeLink::packets): the query heads of its kv head into `q_to`
-// (kG * kDim floats, shared memory) and, when `with_kv` (the block's split holds the new token),
-// the new token's k and v into `kv_to` (2 * kDim floats: k, then v). Eight lanes poll a packet,
-// every warp its packets at once; a packet that two ranges share is polled for each. The barrier
-// makes the block's writes visible to its loads. True when any of the block's polls gave up or
-// the step had failed already.
-template <int kDim, int kG>
-__device__ bool ReceiveInputPackets(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
-                                    float* q_to, float* kv_to, bool with_kv) {
+// A (sequence, kv head)'s inputs as packets (DecodeLink::packets), polled by kThreads threads (a
+// block of kTileThreads, or a warp) numbered `rank`: the query heads of its kv head into `q_to`
+// (kG * kDim floats, shared memory) and, when `with_kv` (the caller holds the new token), the new
+// token's k and v into `kv_to` (2 * kDim floats: k, then v). Eight lanes poll a packet, every warp
+// its packets at once; a packet that two ranges share is polled for each. True when this thread's
+// polls gave up or the step had failed already: the caller's barrier (SyncOr) makes the writes
+// visible and shares that.
+template <int kDim, int kG, int kThreads>
+__device__ bool PollInputPackets(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
+                                 float* q_to, float* kv_to, bool with_kv, int rank) {
   constexpr int kQ = kG * kDim;
   constexpr int kFloats = static_cast<int>(kPacketFloats);
   // The most packets a range of n floats touches: n / 31 + 2.
   constexpr int kMost = kQ / kFloats + 2 + 2 * (kDim / kFloats + 2);
-  constexpr int kAtOnce = kTileThreads / kPacketPieces;  // packets a block loads in one instruction
+  constexpr int kAtOnce = kThreads / kPacketPieces;  // packets the threads load in one instruction
   constexpr int kRounds = (kMost + kAtOnce - 1) / kAtOnce;
   // Where the block's floats start in their row (packets_mirror's row `seq`).
   const int q_col = static_cast<int>(q - link.packets_mirror) + kv_head * kQ;
@@ -107,7 +121,7 @@ __device__ bool ReceiveInputPackets(const DecodeLink& link, const float* q, int6
   uint32_t wanted = 0;
 #pragma unroll
   for (int i = 0; i < kRounds; ++i) {
-    const int e = threadIdx.x / kPacketPieces + i * kAtOnce;
+    const int e = rank / kPacketPieces + i * kAtOnce;
     index[i] = e < q_count             ? q_first + e
                : e < q_count + k_count ? k_first + e - q_count
                                        : v_first + e - q_count - k_count;
@@ -133,24 +147,25 @@ __device__ bool ReceiveInputPackets(const DecodeLink& link, const float* q, int6
       if (with_kv && c >= v_col && c < v_col + kDim) kv_to[kDim + c - v_col] = v[j];
     }
   }
-  return __syncthreads_or(poll.failed) != 0;
+  return poll.failed;
 }
 
-// The block's outputs for its kv head, kG * kDim floats in `staged` (shared memory, written by the
-// block before it calls), as their part of the sequence's packet row (DecodeLink::out_packets),
-// unless `failed`. Every thread of the block calls it.
-template <int kDim, int kG>
+// The outputs of a (sequence, kv head), kG * kDim floats in `staged` (shared memory, written by
+// the caller's threads before they call), as their part of the sequence's packet row
+// (DecodeLink::out_packets), unless `failed`; sent by kThreads threads (a block of kTileThreads,
+// or a warp) numbered `rank`, every one of which calls it.
+template <int kDim, int kG, int kThreads>
 __device__ void SendOutputPackets(const DecodeLink& link, const float* staged, int seq, int kv_head, int num_kv_heads,
-                                  bool failed) {
+                                  bool failed, int rank) {
   constexpr int kQ = kG * kDim;
   constexpr int kFloats = static_cast<int>(kPacketFloats);
   constexpr int kPackets = (kQ + kFloats - 1) / kFloats;
-  constexpr int kAtOnce = kTileThreads / kPacketPieces;
-  __syncthreads();
+  constexpr int kAtOnce = kThreads / kPacketPieces;
+  SyncOr<kThreads>(false);
   if (failed) return;
   Packet* part = link.out_packets + (static_cast<int64_t>(seq) * num_kv_heads + kv_head) * kPackets;
-  const int piece = threadIdx.x % kPacketPieces;
-  for (int p = threadIdx.x / kPacketPieces; p < kPackets; p += kAtOnce) {
+  const int piece = rank % kPacketPieces;
+  for (int p = rank / kPacketPieces; p < kPackets; p += kAtOnce) {
     const int col = p * kFloats + piece * 4;
     float v[4];
 #pragma unroll

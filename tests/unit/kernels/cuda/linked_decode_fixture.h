@@ -153,6 +153,15 @@ inline std::vector<DecodePlan> LinePlans(const AttentionShape& shape, int64_t se
   return {one, four, one_tiled, four_tiled, one_deep, four_deep};
 }
 
+// The plans a packet hop goes with: LinePlans' and a warp per (sequence, kv head).
+inline std::vector<DecodePlan> PacketPlans(const AttentionShape& shape, int64_t seqs) {
+  std::vector<DecodePlan> plans = LinePlans(shape, seqs);
+  DecodePlan warp_each;
+  warp_each.warp_per_head = true;
+  plans.push_back(warp_each);
+  return plans;
+}
+
 }  // namespace lamina::kernels::cuda::linked_decode_test
 
 #endif  // LAMINA_TESTS_UNIT_KERNELS_CUDA_LINKED_DECODE_FIXTURE_H_

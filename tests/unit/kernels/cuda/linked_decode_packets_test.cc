@@ -27,8 +27,8 @@ using ::lamina::testing::Download;
 using ::lamina::testing::Upload;
 using linked_decode_test::Bits;
 using linked_decode_test::Case;
-using linked_decode_test::LinePlans;
 using linked_decode_test::Name;
+using linked_decode_test::PacketPlans;
 
 class LinkedDecodePacketsTest : public linked_decode_test::LinkedDecodeTest {
  protected:
@@ -60,7 +60,7 @@ class LinkedDecodePacketsTest : public linked_decode_test::LinkedDecodeTest {
 
 // The launch polls from the start, or starts once a WaitForFirstPacket queued ahead has seen the
 // first packet (as a memory node queues a launch past its spin budget); with a split context its
-// last split's block sends the merged outputs.
+// last split's block sends the merged outputs; with a warp per head each warp polls and sends.
 TEST_F(LinkedDecodePacketsTest, PacketsInAndOutGiveTheSameOutputsAndPool) {
   const std::vector<Case> cases = {
       {32, 8, 128, {1, 2048, 33}},  // Llama-3's shape: 17 packets a kv head's outputs
@@ -70,7 +70,7 @@ TEST_F(LinkedDecodePacketsTest, PacketsInAndOutGiveTheSameOutputsAndPool) {
   const uint32_t tag = 52;
   for (const Case& c : cases) {
     Build(c);
-    for (const DecodePlan& plan : LinePlans(shape_, seqs_)) {
+    for (const DecodePlan& plan : PacketPlans(shape_, seqs_)) {
       for (const bool chained : {false, true}) {
         SCOPED_TRACE(Name(c, plan) + (chained ? ", behind WaitForFirstPacket" : ", polled from the start"));
         std::vector<float> want;
@@ -136,7 +136,7 @@ TEST_F(LinkedDecodePacketsTest, PacketsInAndOutGiveTheSameOutputsAndPool) {
 // behind a wait that put the rows in place sends.
 TEST_F(LinkedDecodePacketsTest, OutputPacketsAloneGiveTheSameOutputs) {
   Build({32, 8, 128, {40, 5, 1}});
-  for (const DecodePlan& plan : LinePlans(shape_, seqs_)) {
+  for (const DecodePlan& plan : PacketPlans(shape_, seqs_)) {
     SCOPED_TRACE(Name({32, 8, 128, {}}, plan));
     std::vector<float> want;
     std::vector<uint16_t> want_k;
@@ -166,8 +166,8 @@ TEST_F(LinkedDecodePacketsTest, OutputPacketsAloneGiveTheSameOutputs) {
 // for an answer), and the error word says so.
 TEST_F(LinkedDecodePacketsTest, PacketsThatNeverComeLeaveNoOutputPackets) {
   Build({8, 4, 32, {100, 3}});
-  for (const DecodePlan& plan : LinePlans(shape_, seqs_)) {
-    SCOPED_TRACE("splits " + std::to_string(plan.splits));
+  for (const DecodePlan& plan : PacketPlans(shape_, seqs_)) {
+    SCOPED_TRACE(Name({8, 4, 32, {}}, plan));
     *error_.as<uint32_t>() = 0;
     DeviceBuffer in_packets = Upload(std::vector<Packet>(seqs_ * PacketsPerRow(row_), Packet{}));
     DeviceBuffer out_packets = OutPackets();
@@ -194,7 +194,7 @@ TEST_F(LinkedDecodePacketsTest, PacketsThatNeverComeLeaveNoOutputPackets) {
   }
 }
 
-TEST_F(LinkedDecodePacketsTest, PacketsRefuseLinesAWarpPerHeadPlanAndOtherRows) {
+TEST_F(LinkedDecodePacketsTest, PacketsRefuseLinesAFlagAndOtherRows) {
   Build({8, 4, 32, {10}});
   DeviceBuffer packets = OutPackets();
   DeviceBuffer lines = Upload(std::vector<Line>(row_, Line{}));
@@ -204,15 +204,13 @@ TEST_F(LinkedDecodePacketsTest, PacketsRefuseLinesAWarpPerHeadPlanAndOtherRows) 
   base.ready = nullptr;
   base.packets = reinterpret_cast<const Packet*>(packets.data());
   base.packets_mirror = d_qkv_.as<float>();
-  DecodePlan warp_each;
-  warp_each.warp_per_head = true;
   DecodeLink with_lines = base, with_ready = base, other_stride = base, outside = base;
   with_lines.out_lines = lines.as<Line>();
   with_ready.ready = flag.as<uint64_t>();
   other_stride.kv_stride = row_ + 2;
   outside.packets_mirror = d_qkv_.as<float>() + 1;  // q would lie before the mirrored rows
   const std::vector<std::pair<DecodePlan, DecodeLink>> refused = {
-      {warp_each, base}, {DecodePlan{}, with_lines}, {DecodePlan{}, with_ready},
+      {DecodePlan{}, with_lines}, {DecodePlan{}, with_ready},
       {DecodePlan{}, other_stride}, {DecodePlan{}, outside}};
   for (const auto& [plan, link] : refused) {
     const absl::Status status = LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, nullptr, nullptr,
