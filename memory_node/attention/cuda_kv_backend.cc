@@ -37,19 +37,25 @@ namespace kc = kernels::cuda;
 constexpr int64_t kMostWaitingBlocks = 16;
 constexpr int64_t kMostPollingBlocks = 128;
 
-// Where a chunk's q/k/v come as packets, its launch's blocks (a block per (sequence, kv head)) poll
-// their own when that launch takes at most kMostPacketPollingWaves waves of the chunk's share of
-// the GPU or the step's contexts reach kLongPacketContext tokens: each block then attends as soon
-// as its own rows are in while the rest travel, having started its first tiles before it polls,
-// and sends its outputs itself. Past that, short contexts' many waves of blocks that each poll and
-// have little to attend to cost more than the launch the planner picks there (a warp per head)
-// behind a ReceivePackets queued ahead that puts the rows in place. Against the build before
-// (every chunk polled ahead, its outputs sent after the launch), one chunk, us a layer
-// (lamina-bench-data-plane): every chunk polled by its blocks, two H100s, context 1: 16 rows 11.8
-// against 15.6, 64 rows (two waves) 20.0 against 23.4, 128 rows 31.8 against 30.5, 1024 rows 188
-// against 177 (4 chunks of 256 rows: 191 against 123); with this rule, two H200s: context 1: 64
-// rows 18.4 against 22.8, 1024 rows 173 against 171; context 256: 64 rows 33.6 against 44.5, 1024
-// rows 396 against 483; context 1024: 64 rows 84.0 against 94.9, 1024 rows 1163 against 1313.
+// Where a chunk's q/k/v come as packets, its launch polls them itself where the planner picks a
+// warp per (sequence, kv head) (short contexts, many pairs: each warp polls its own rows, attends
+// and sends its outputs), or else where its blocks (a block per (sequence, kv head)) take at most
+// kMostPacketPollingWaves waves of the chunk's share of the GPU, or the step's contexts reach
+// kLongPacketContext tokens: each block then attends as soon as its own rows are in while the rest
+// travel, having started its first tiles before it polls, and sends its outputs itself. Past
+// that, short contexts' many waves of blocks that each poll and have little to attend to cost
+// more than the planner's launch behind a ReceivePackets queued ahead that puts the rows in place.
+// Against the build before (every chunk polled ahead, its outputs sent after the launch), one
+// chunk, us a layer (lamina-bench-data-plane): every chunk polled by its blocks, two H100s,
+// context 1: 16 rows 11.8 against 15.6, 64 rows (two waves) 20.0 against 23.4, 128 rows 31.8
+// against 30.5, 1024 rows 188 against 177 (4 chunks of 256 rows: 191 against 123); blocks within
+// two waves, two H200s: context 1: 64 rows 18.4 against 22.8, 1024 rows 173 against 171; context
+// 256: 64 rows 33.6 against 44.5, 1024 rows 396 against 483; context 1024: 64 rows 84.0 against
+// 94.9, 1024 rows 1163 against 1313. Then a warp per head polling (two H200s, against blocks
+// within two waves and the planner's launch behind a poll past them): context 1: 64 rows 17.1
+// against 17.9, 128 rows 22.3 against 30.1, 256 rows 31.0 against 47.0, 1024 rows 103.0 against
+// 172.8; context 256, 1024 rows 367.1 against 387.7. Warps polling where the planner picks blocks
+// (context 1): 1 row 10.8 against 8.0, 16 rows 12.2 against 11.2.
 constexpr int64_t kMostPacketPollingWaves = 2;
 constexpr int64_t kLongPacketContext = 256;
 
@@ -415,9 +421,10 @@ class CudaKvLane : public DeviceKvLane {
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids, and grids past the
     // lanes' budget, wait behind a small kernel queued ahead instead.
     kc::DecodePlan plan = side_by_side_plans_[chunk];
-    // Lines and packets are polled and written a block per (sequence, kv head): a chunk planned a
-    // warp per head (short contexts for its pairs) runs the tiled blocks the planner would pick
-    // otherwise, in one split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
+    // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per
+    // head (short contexts for its pairs) runs the tiled blocks the planner would pick otherwise,
+    // in one split, with shallow tiles (a warp each is planned only past 2 pairs an SM); so do
+    // packets where those blocks poll them.
     kc::DecodePlan block_plan = plan;
     if (plan.warp_per_head) {
       block_plan.warp_per_head = false;
@@ -428,17 +435,18 @@ class CudaKvLane : public DeviceKvLane {
     int64_t out_stride = hop.out_stride;
     bool send_packets = false;  // the outputs go as packets from the lane's rows, after the launch
     if (hop.packets != nullptr) {
-      // Packets: polled by the launch's blocks (from the start where the launch fits the spin
-      // budget, else once one warp queued ahead has seen the first packet) or ahead of the launch
-      // (kMostPacketPollingWaves says which). A block per (sequence, kv head) sends its outputs
-      // as packets where the link's rows travel in a part a kv head; else they go into the lane's
-      // rows, and from there as packets.
+      // Packets: polled by the launch's warps or blocks (from the start where the launch fits the
+      // spin budget, else once one warp queued ahead has seen the first packet) or ahead of the
+      // launch (the rule above kMostPacketPollingWaves says which). A warp or block per (sequence,
+      // kv head) sends its outputs as packets where the link's rows travel in a part a kv head;
+      // else they go into the lane's rows, and from there as packets.
       const int64_t blocks = kc::DecodeBlocks(o.attention, block_plan, r.count);
       // A wave of the chunk's share of the GPU (SetStep plans chunks side by side so).
       const int64_t wave = std::max(1, pool_->num_sms() / chunks) * int64_t{kc::DecodeBlocksPerSm(o.attention)};
-      if (blocks <= kMostPacketPollingWaves * wave || max_context_ >= kLongPacketContext) {
-        plan = block_plan;
-        const ChunkWait& wait = WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count, blocks, kMostPollingBlocks);
+      if (plan.warp_per_head || blocks <= kMostPacketPollingWaves * wave || max_context_ >= kLongPacketContext) {
+        if (!plan.warp_per_head) plan = block_plan;
+        const ChunkWait& wait = WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count,
+                                       kc::DecodeBlocks(o.attention, plan, r.count), kMostPollingBlocks);
         link.packets = hop.packets;
         link.packets_mirror = hop.packets_mirror;
         if (!wait.in_launch) {
@@ -457,7 +465,7 @@ class CudaKvLane : public DeviceKvLane {
       const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
       out = out_.as<float>() + r.first * q_size;
       out_stride = q_size;
-      if (!plan.warp_per_head && hop.out_segments == o.attention.num_kv_heads) {
+      if (hop.out_segments == o.attention.num_kv_heads) {
         link.out_packets = hop.out_packets;
       } else {
         send_packets = true;

@@ -337,10 +337,10 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
 
 // A chunk whose q/k/v come as packets (cuda_ipc's larger chunks): polled by the launch's blocks
 // from the start (4 rows: 32 blocks), by them once a wait queued ahead has seen the first packet
-// (32 rows: 256 blocks, past the spin budget), or ahead of the launch (512 rows: many waves of
-// blocks with a token each to attend to); the outputs go back as packets, equal to an unlinked
-// chunk's, and no done flag is raised. In a part a kv head, each block sends its own; in one part,
-// the lane sends them after the launch.
+// (32 rows: 256 blocks, past the spin budget), or by the warps of a warp-per-head launch (512
+// rows: a token each to attend to), there too once the first packet is in; the outputs go back as
+// packets, equal to an unlinked chunk's, and no done flag is raised. In a part a kv head, each
+// block or warp sends its own; in one part, the lane sends them after the launch.
 class CudaKvLanePacketsTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
 
 TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPackets) {
