@@ -18,10 +18,14 @@ enum class NodeKind { kCompute, kMemory };
 
 // A layer's decode rows to a memory node travel in at most this many chunks.
 inline constexpr int kMaxDataPlaneChunks = 4;
-// Rows per chunk below which a layer is not split: on two H200s (cuda_ipc, lamina-bench-data-plane)
-// chunks of 128 or more rows hid 0.3-0.5 of the transfer behind attention, and chunks of 32 cost
-// more time than they hid.
-inline constexpr int64_t kDefaultChunkRows = 128;
+// Rows per chunk below which a layer is not split. On two H200s (cuda_ipc, lamina-bench-data-plane),
+// rows behind a flag: chunks of 128 or more rows hid 0.3-0.5 of the transfer behind attention, and
+// chunks of 32 cost more time than they hid. As packets, whose every warp or block attends as soon
+// as its own rows are in, chunks of 256 rows were the best, context 1: 256 rows in one chunk 31.1
+// us a layer (two chunks of 128: 35.6), 512 rows in two 53.6 (one: 57.7; four of 128: 58.0),
+// 1024 rows in four 97.4 (one: 103.1); at context 1024 chunks changed nothing (1157-1164 at 1024
+// rows).
+inline constexpr int64_t kDefaultChunkRows = 256;
 // Over cuda_ipc, decode chunks of at most this many rows travel as lines (kernels/cuda/line.h):
 // on two H200s lines took 0.56x the time of rows behind a flag at 1 row, 0.48x at 16 and 0.82x at
 // 32 (lamina-bench-data-plane, tests/bench/RESULTS.md). At most kMostLineRows, the rows one

@@ -18,7 +18,9 @@
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
-//                           [--output-parts 8]
+//                           [--chunk-rows 128] [--output-parts 8]
+// --chunk-rows: the fewest rows a chunk of the chunked columns holds (a topology's chunk_rows); by
+// default compute nodes' default.
 // --output-parts: the parts a row of attention outputs travels in as packets (LinkShape::
 // out_segments); by default a part a kv head, as compute nodes send them.
 #include <sys/wait.h>
@@ -56,6 +58,7 @@ struct Options {
   std::vector<int64_t> contexts = {1, 256};
   std::vector<int64_t> batches = {1, 8, 64, 256, 1024};
   std::vector<int64_t> chunks = {2, 4};  // the chunked cuda_ipc columns: up to this many chunks a layer
+  int64_t chunk_rows = kDefaultChunkRows;  // and at least this many rows a chunk
   int64_t output_parts = kKvHeads;
 };
 
@@ -382,7 +385,7 @@ int Compute(const Options& o, const std::string& address) {
                                                         shape));
     chunked.back()->set_line_rows(kDefaultLineRows);  // as compute nodes do by default
     chunked.back()->set_packet_rows(kDefaultPacketRows);
-    chunked.back()->EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, static_cast<int>(n));
+    chunked.back()->EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, static_cast<int>(n), o.chunk_rows);
   }
   RemoteAttention over_nccl(tcp.get(), {{"m", address}}, shape);
   one_chunk.EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, 1);
@@ -515,6 +518,8 @@ int main(int argc, char** argv) {
       o.batches = lamina::ParseList(value);
     } else if (flag == "--chunks") {
       o.chunks = lamina::ParseList(value);
+    } else if (flag == "--chunk-rows") {
+      o.chunk_rows = std::stoll(value);
     } else if (flag == "--output-parts") {
       o.output_parts = std::stoll(value);
     } else {
