@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -13,17 +14,43 @@
 #include "deploy/cli/cluster_client.h"
 
 namespace lamina::experiment {
+namespace {
+
+// How long a launch waits for a port of its topology that something else holds. A topology's
+// fixed ports lie in the range Linux hands out for outgoing connections and for servers bound to
+// port 0, so another program may hold one for a while (a CI run's tests did, for the whole of an
+// experiment's offloaded runs).
+constexpr absl::Duration kMostPortWait = absl::Seconds(60);
+constexpr absl::Duration kPortRetry = absl::Milliseconds(500);
+
+// OK once every port of `topology` is free (CheckPortsFree), retried until `deadline`; then
+// Unavailable naming the port still taken and how long it was waited for.
+absl::Status AwaitPortsFree(const Topology& topology, absl::Time deadline) {
+  const absl::Time start = absl::Now();
+  for (;;) {
+    absl::Status free = CheckPortsFree(topology);
+    if (free.ok()) return free;
+    if (absl::Now() + kPortRetry > deadline) {
+      return absl::UnavailableError(
+          absl::StrCat(free.message(), " (still, after ", absl::FormatDuration(absl::Now() - start), ")"));
+    }
+    absl::SleepFor(kPortRetry);
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LaunchedCluster>> LaunchedCluster::Launch(const std::string& lamina_binary,
                                                                         const std::string& topology_file,
                                                                         const std::string& log_file,
                                                                         absl::Duration timeout) {
   LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(topology_file));
+  const absl::Time deadline = absl::Now() + timeout;
+  LAMINA_RETURN_IF_ERROR(AwaitPortsFree(topology, std::min(deadline, absl::Now() + kMostPortWait)));
   LAMINA_ASSIGN_OR_RETURN(const pid_t pid, SpawnLogged({lamina_binary, "up", topology_file}, log_file));
   std::unique_ptr<LaunchedCluster> cluster(new LaunchedCluster(pid, topology.coordinator_address()));
 
   cli::ClusterClient client(cluster->endpoint());
-  const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     int status;
     if (::waitpid(pid, &status, WNOHANG) == pid) {

@@ -18,7 +18,8 @@ namespace lamina::experiment {
 class LaunchedCluster {
  public:
   // Unavailable when the cluster is not serving within `timeout` or `lamina up` exits (the message
-  // ends with the tail of its log).
+  // ends with the tail of its log), or when a port of the topology stays taken by something else
+  // (waited for up to a minute of `timeout` before `lamina up` starts).
   static absl::StatusOr<std::unique_ptr<LaunchedCluster>> Launch(const std::string& lamina_binary,
                                                                 const std::string& topology_file,
                                                                 const std::string& log_file, absl::Duration timeout);

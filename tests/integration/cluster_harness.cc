@@ -16,6 +16,9 @@
 namespace lamina::testing {
 
 int FreePort() {
+  // Never the band of deploy/topologies' fixed ports, which experiment_test's clusters take while
+  // other tests run beside it.
+  constexpr int kDeployPortsFirst = 50000, kDeployPortsLast = 50999;
   static std::set<int> handed_out;
   for (;;) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -27,6 +30,7 @@ int FreePort() {
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
     ::close(fd);
     int port = ntohs(addr.sin_port);
+    if (port >= kDeployPortsFirst && port <= kDeployPortsLast) continue;
     if (handed_out.insert(port).second) return port;
   }
 }

@@ -69,7 +69,7 @@ class ClusterHarness {
   std::unique_ptr<cli::ClusterClient> client_;
 };
 
-// A port nobody listens on now.
+// A port nobody listens on now, outside deploy/topologies' band of fixed ports (50000-50999).
 int FreePort();
 // Runs the `lamina` CLI with `args`; returns its exit code and its stdout+stderr.
 std::pair<int, std::string> RunCli(const std::string& args);
