@@ -100,13 +100,9 @@ __global__ void __launch_bounds__(kThreads)
       if (active) {
         // Its slot is read before the polls, off the hop's path.
         const int64_t slot = link.write_slots[seq] * slot_stride + kv_head * kDim;
-        const float* kv = staged + kG * kDim;
-        failed = SyncOr<32>(
-            PollInputPackets<kDim, kG, 32>(link, q, q_stride, seq, kv_head, staged, staged + kG * kDim, true, rank));
-        for (int d = 2 * rank; d < kDim; d += 64) {
-          *reinterpret_cast<__nv_bfloat162*>(cache.k + slot + d) = __floats2bfloat162_rn(kv[d], kv[d + 1]);
-          *reinterpret_cast<__nv_bfloat162*>(cache.v + slot + d) = __floats2bfloat162_rn(kv[kDim + d], kv[kDim + d + 1]);
-        }
+        float* kv = staged + kG * kDim;
+        failed = SyncOr<32>(PollInputPackets<kDim, kG, 32>(link, q, q_stride, seq, kv_head, staged, kv, true, rank));
+        StorePolledToken<kDim>(cache, slot, kv, rank, 32);
       }
     } else {
       WaitForInputs(link);

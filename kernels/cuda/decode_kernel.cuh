@@ -123,12 +123,7 @@ __global__ void __launch_bounds__(kTileThreads)
             new_v = kv_polled[kDim + threadIdx.x];
           }
         } else {
-          for (int d = 2 * threadIdx.x; d < kDim; d += 2 * kThreads) {
-            *reinterpret_cast<__nv_bfloat162*>(cache.k + slot + d) =
-                __floats2bfloat162_rn(kv_polled[d], kv_polled[d + 1]);
-            *reinterpret_cast<__nv_bfloat162*>(cache.v + slot + d) =
-                __floats2bfloat162_rn(kv_polled[kDim + d], kv_polled[kDim + d + 1]);
-          }
+          StorePolledToken<kDim>(cache, slot, kv_polled, threadIdx.x, kThreads);
         }
       }
     } else {

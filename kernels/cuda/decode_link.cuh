@@ -294,6 +294,17 @@ __device__ __forceinline__ void StoreNewToken(const DecodeLink& link, const Bf16
   }
 }
 
+// The same from the new token's k and v as polled (`kv`: 2 * kDim floats in shared memory, k then
+// v), at `slot` (where its kv head's row starts in the cache), two dims a thread at a time.
+template <int kDim>
+__device__ __forceinline__ void StorePolledToken(const Bf16KvLayer& cache, int64_t slot, const float* kv, int index,
+                                                 int count) {
+  for (int d = 2 * index; d < kDim; d += 2 * count) {
+    *reinterpret_cast<__nv_bfloat162*>(cache.k + slot + d) = __floats2bfloat162_rn(kv[d], kv[d + 1]);
+    *reinterpret_cast<__nv_bfloat162*>(cache.v + slot + d) = __floats2bfloat162_rn(kv[kDim + d], kv[kDim + d + 1]);
+  }
+}
+
 // The same into a float8 cache, quantized (QuantizeHead) from k_value and v_value, dim
 // threadIdx.x of the new token's k and v head. Every thread of the block calls it.
 template <int kDim>
