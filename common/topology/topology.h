@@ -23,7 +23,7 @@ inline constexpr int kMaxDataPlaneChunks = 4;
 // chunks of 32 cost more time than they hid. As packets, whose every warp or block attends as soon
 // as its own rows are in, chunks of 256 rows were the best, context 1: 256 rows in one chunk 31.1
 // us a layer (two chunks of 128: 35.6), 512 rows in two 53.6 (one: 57.7; four of 128: 58.0),
-// 1024 rows in four 97.4 (one: 103.1); at context 1024 chunks changed nothing (1157-1164 at 1024
+// 1024 rows in four 97.4 (one: 103.1); at context 1024 chunks changed little (1157-1174 at 1024
 // rows).
 inline constexpr int64_t kDefaultChunkRows = 256;
 // Over cuda_ipc, decode chunks of at most this many rows travel as lines (kernels/cuda/line.h):
