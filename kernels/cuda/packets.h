@@ -51,18 +51,18 @@ inline int64_t PacketsPerRow(int64_t cols, int64_t segments = 1) {
 
 // dst's packet row i (of `dst_stride` packets, at least PacketsPerRow(cols, segments)) gets src
 // row (rows ? rows[i] : i) for i < count, in `segments` parts, tagged `tag`, with no flag after
-// them. Nothing is written
-// when *error != 0 (error may be null). `dst` may be a peer GPU's memory. A programmatic dependent
-// launch: its blocks may start while the kernel before it on `stream` ends, and read nothing until
-// it has. `sent_at`: as SendRows' hop clock (data_plane.h).
+// them. Nothing is written when *error != 0 (error may be null). `dst` may be a peer GPU's
+// memory. A programmatic dependent launch: its blocks may start while the kernel before it on
+// `stream` ends, and read nothing until it has. `sent_at`: as SendRows' hop clock (data_plane.h).
 absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
                          uint64_t* sent_at = nullptr, int64_t segments = 1);
 
 // Polls the packets of `count` rows of `cols` floats in `segments` parts in `src` (rows
-// `src_stride` packets apart) until each is tagged `tag`, and writes row i into dst row (rows ? rows[i] : i). A poll gives up
-// after `timeout_ns` as WaitFlag does (setting *error = code when still 0, and taking the packets
-// as they are), and once *error is set later polls pass at once. A hop of up to
+// `src_stride` packets apart) until each is tagged `tag`, and writes row i into dst row
+// (rows ? rows[i] : i). A poll gives up after `timeout_ns` as WaitFlag does (setting *error =
+// code when still 0, and taking the packets as they are), and once *error is set later polls pass
+// at once. A hop of up to
 // `most_polling_blocks` blocks' packets (ReceivePacketsBlocks) is polled by all its blocks from
 // the start; a larger one waits behind one warp polling its first packet, so that its blocks hold
 // SMs only while the rows travel (about 3 us more for a small hop); a chained kernel after such a

@@ -421,16 +421,13 @@ class CudaKvLane : public DeviceKvLane {
     // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids, and grids past the
     // lanes' budget, wait behind a small kernel queued ahead instead.
     kc::DecodePlan plan = side_by_side_plans_[chunk];
-    // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per
-    // head (short contexts for its pairs) runs the tiled blocks the planner would pick otherwise,
-    // in one split, with shallow tiles (a warp each is planned only past 2 pairs an SM); so do
-    // packets where those blocks poll them.
-    kc::DecodePlan block_plan = plan;
-    if (plan.warp_per_head) {
-      block_plan.warp_per_head = false;
-      block_plan.tiled = true;
+    // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
+    // (short contexts for its pairs) runs the tiled blocks the planner would pick otherwise, in one
+    // split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
+    if ((hop.lines != nullptr || hop.out_lines != nullptr) && plan.warp_per_head) {
+      plan.warp_per_head = false;
+      plan.tiled = true;
     }
-    if (hop.lines != nullptr || hop.out_lines != nullptr) plan = block_plan;
     float* out = hop.out;
     int64_t out_stride = hop.out_stride;
     bool send_packets = false;  // the outputs go as packets from the lane's rows, after the launch
@@ -440,13 +437,11 @@ class CudaKvLane : public DeviceKvLane {
       // launch (the rule above kMostPacketPollingWaves says which). A warp or block per (sequence,
       // kv head) sends its outputs as packets where the link's rows travel in a part a kv head;
       // else they go into the lane's rows, and from there as packets.
-      const int64_t blocks = kc::DecodeBlocks(o.attention, block_plan, r.count);
+      const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
       // A wave of the chunk's share of the GPU (SetStep plans chunks side by side so).
       const int64_t wave = std::max(1, pool_->num_sms() / chunks) * int64_t{kc::DecodeBlocksPerSm(o.attention)};
       if (plan.warp_per_head || blocks <= kMostPacketPollingWaves * wave || max_context_ >= kLongPacketContext) {
-        if (!plan.warp_per_head) plan = block_plan;
-        const ChunkWait& wait = WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count,
-                                       kc::DecodeBlocks(o.attention, plan, r.count), kMostPollingBlocks);
+        const ChunkWait& wait = WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count, blocks, kMostPollingBlocks);
         link.packets = hop.packets;
         link.packets_mirror = hop.packets_mirror;
         if (!wait.in_launch) {

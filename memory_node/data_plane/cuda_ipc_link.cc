@@ -39,6 +39,16 @@ uint64_t FlagValue(const LinkShape& shape, uint64_t step, int64_t layer) {
   return step * static_cast<uint64_t>(shape.num_layers) + static_cast<uint64_t>(layer) + 1;
 }
 
+// InvalidArgument unless attention outputs of `q_size` floats split into `segments` equal parts
+// (LinkShape::out_segments).
+absl::Status CheckOutSegments(int64_t q_size, int64_t segments) {
+  if (segments < 1 || q_size % segments != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_ipc: attention outputs of ", q_size, " floats in ", segments, " equal parts"));
+  }
+  return absl::OkStatus();
+}
+
 // What both ends own: a receive buffer and flags (exported), a word for each chunk's SendRows to
 // count its blocks, and the error word that a timed-out wait sets (common/cuda/error_word.h).
 struct Local {
@@ -148,10 +158,7 @@ struct Remote {
                                                      max_chunks, " chunks, not ", shape.max_rows, " in ",
                                                      shape.max_chunks));
     }
-    if (remote.out_segments < 1 || shape.q_size % remote.out_segments != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: attention outputs of ", shape.q_size,
-                                                     " floats in ", remote.out_segments, " equal parts"));
-    }
+    LAMINA_RETURN_IF_ERROR(CheckOutSegments(shape.q_size, remote.out_segments));
     if (remote.line_rows < 0 || remote.line_rows > MostLineRows(max_rows)) {
       return absl::InvalidArgumentError(
           absl::StrCat("cuda_ipc: lines for ", remote.line_rows, " rows (0 to ", MostLineRows(max_rows), ")"));
@@ -209,10 +216,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
       return absl::InvalidArgumentError(
           absl::StrCat("cuda_ipc: packets for ", shape.packet_rows, " rows (0 to ", shape.max_rows, ")"));
     }
-    if (shape.out_segments < 1 || shape.q_size % shape.out_segments != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: attention outputs of ", shape.q_size,
-                                                     " floats in ", shape.out_segments, " equal parts"));
-    }
+    LAMINA_RETURN_IF_ERROR(CheckOutSegments(shape.q_size, shape.out_segments));
     if (shape.line_rows < 0 || shape.line_rows > MostLineRows(shape.max_rows) || shape.qkv_size % 2 != 0 ||
         shape.q_size % 2 != 0) {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: lines for ", shape.line_rows, " rows (0 to ",
