@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "common/cuda/cuda_check.h"
 #include "kernels/cuda/chaining.cuh"
@@ -142,12 +143,25 @@ __global__ void GatherRowsKernel(const float* in, const int32_t* rows, float* ou
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[r * cols + i] = src[i];
 }
 
-__global__ void FillUniformKernel(bf16* out, int64_t count, float scale, uint64_t seed) {
+template <typename T>
+__global__ void FillUniformKernel(T* out, int64_t count, float scale, uint64_t seed) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float u = static_cast<float>(SplitMix64(seed ^ (i * 0x2545f4914f6cdd1dull)) >> 40) * 0x1p-24f;
-    out[i] = __float2bfloat16((2.f * u - 1.f) * scale);
+    if constexpr (std::is_same_v<T, bf16>) {
+      out[i] = __float2bfloat16((2.f * u - 1.f) * scale);
+    } else {
+      out[i] = (2.f * u - 1.f) * scale;
+    }
   }
+}
+
+template <typename T>
+absl::Status LaunchFillUniform(T* out, int64_t count, float scale, uint64_t seed, cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  FillUniformKernel<<<1024, kThreads, 0, stream>>>(out, count, scale, seed);
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -220,10 +234,11 @@ absl::Status GatherRows(const float* in, const int32_t* rows, float* out, int64_
 }
 
 absl::Status FillUniform(bf16* out, int64_t count, float scale, uint64_t seed, cudaStream_t stream) {
-  if (count == 0) return absl::OkStatus();
-  FillUniformKernel<<<1024, kThreads, 0, stream>>>(out, count, scale, seed);
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return LaunchFillUniform(out, count, scale, seed, stream);
+}
+
+absl::Status FillUniform(float* out, int64_t count, float scale, uint64_t seed, cudaStream_t stream) {
+  return LaunchFillUniform(out, count, scale, seed, stream);
 }
 
 }  // namespace lamina::kernels::cuda

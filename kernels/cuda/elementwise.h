@@ -59,8 +59,10 @@ absl::Status GatherRows(const float* in,       // [*, cols]
                         int64_t count, int64_t cols, cudaStream_t stream);
 
 // Fills with uniform values in [-scale, scale) from a counter-based hash of (seed, index), for
-// benchmarks with random weights.
+// benchmarks with random weights or activations (all-zero rows would not do: a division of zero
+// takes the slow path of CUDA's IEEE division, a cost real rows never pay).
 absl::Status FillUniform(bf16* out, int64_t count, float scale, uint64_t seed, cudaStream_t stream);
+absl::Status FillUniform(float* out, int64_t count, float scale, uint64_t seed, cudaStream_t stream);
 
 }  // namespace lamina::kernels::cuda
 

@@ -44,6 +44,7 @@
 #include "compute_node/remote/remote_attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
+#include "kernels/cuda/elementwise.h"
 #include "memory_node/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
 
@@ -310,9 +311,13 @@ double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t 
     cudaSetDevice(0);
     return -1;
   }
-  cudaMemset(k->data(), 0, k->bytes());
-  cudaMemset(v->data(), 0, v->bytes());
-  cudaMemset(qkv->data(), 0, qkv->bytes());
+  // Rows of values as a layer's (not zeros: see kc::FillUniform).
+  if (!kc::FillUniform(k->as<kc::bf16>(), slots * kKv, 1.f, 2, nullptr).ok() ||
+      !kc::FillUniform(v->as<kc::bf16>(), slots * kKv, 1.f, 3, nullptr).ok() ||
+      !kc::FillUniform(qkv->as<float>(), batch * kQkv, 1.f, 1, nullptr).ok()) {
+    cudaSetDevice(0);
+    return -1;
+  }
   int32_t* d_ids = lists->as<int32_t>();
   int32_t* d_begin = d_ids + slots;
   int32_t* d_write = d_begin + batch + 1;
@@ -409,7 +414,9 @@ int Compute(const Options& o, const std::string& address) {
   HopClock clock;
   clock.host.resize(2 * o.layers);
   if (!cuda::EnsureCapacity(&clock.words, clock.host.size() * sizeof(uint64_t)).ok()) return 1;
-  cudaMemset(b.qkv.data(), 0, b.qkv.bytes());
+  // q/k/v rows of values as a layer's: all-zero rows would send the memory node's output
+  // divisions down their slow path, a cost real rows never pay (kc::FillUniform).
+  if (!kernels::cuda::FillUniform(b.qkv.as<float>(), max_batch * kQkv, 1.f, 1, nullptr).ok()) return 1;
   SequenceId next = 1;
   for (int64_t context : o.contexts) {
     std::printf("context %lld: microseconds per layer (the memory node's store and attention included)\n",

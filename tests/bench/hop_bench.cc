@@ -48,6 +48,7 @@
 #include "common/status/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
+#include "kernels/cuda/elementwise.h"
 #include "tests/bench/gpu_timing.h"
 
 namespace lamina::bench {
@@ -131,6 +132,10 @@ absl::StatusOr<Hop> Hop::Create(int64_t batch, int64_t context, int sms) {
   LAMINA_ASSIGN_OR_RETURN(h.out, cuda::DeviceBuffer::CreateZeroed(batch * kQ * sizeof(float)));
   LAMINA_ASSIGN_OR_RETURN(h.k, cuda::DeviceBuffer::CreateZeroed(slots * kKv * sizeof(kc::bf16)));
   LAMINA_ASSIGN_OR_RETURN(h.v, cuda::DeviceBuffer::CreateZeroed(slots * kKv * sizeof(kc::bf16)));
+  // Values as a layer's, not zeros (see kc::FillUniform).
+  LAMINA_RETURN_IF_ERROR(kc::FillUniform(h.qkv.as<float>(), batch * kQkv, 1.f, 1, nullptr));
+  LAMINA_RETURN_IF_ERROR(kc::FillUniform(h.k.as<kc::bf16>(), slots * kKv, 1.f, 2, nullptr));
+  LAMINA_RETURN_IF_ERROR(kc::FillUniform(h.v.as<kc::bf16>(), slots * kKv, 1.f, 3, nullptr));
   std::vector<int32_t> lists(slots + 2 * batch + 1);
   for (int64_t i = 0; i < slots; ++i) lists[i] = static_cast<int32_t>(i);
   for (int64_t s = 0; s <= batch; ++s) lists[slots + s] = static_cast<int32_t>(s * context);
