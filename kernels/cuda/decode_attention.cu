@@ -152,6 +152,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int g = 0; g < kG; ++g) {
         float share[kShare];
+        const float scale = OutputScale(run_sum[g]);
 #pragma unroll
         for (int j = 0; j < kShare; ++j) {
           share[j] = acc[g][j];
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(kThreads)
           for (int other = 1; other * kShare < 8; ++other) {
             if (group == other) share[j] = acc[g][other * kShare + j];
           }
-          share[j] = run_sum[g] > 0.f ? share[j] / run_sum[g] : 0.f;
+          share[j] *= scale;
         }
         float* to = out_packets ? staged + g * kDim + lane * 8 + group * kShare
                                 : out + seq * out_stride + (kv_head * kG + g) * kDim + lane * 8 + group * kShare;

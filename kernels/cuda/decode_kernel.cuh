@@ -236,7 +236,8 @@ __global__ void __launch_bounds__(kTileThreads)
       }
     }
     const int head = kv_head * kG + g;
-    const float first = sum > 0.f ? o[0] / sum : 0.f, second = sum > 0.f ? o[1] / sum : 0.f;
+    const float scale = OutputScale(sum);
+    const float first = o[0] * scale, second = o[1] * scale;
     if (kLinked && splits == 1 && link.out_packets != nullptr) {
       q_polled[idx] = first;  // the query heads are read by now (the barrier above)
       q_polled[idx + 1] = second;
@@ -309,7 +310,7 @@ __global__ void MergeSplitsKernel(const float* __restrict__ partial_out, const f
       sum += weight[s];
       o += weight[s] * partial_out[(row0 + s) * kDim + d];
     }
-    out[seq * out_stride + head * kDim + d] = sum > 0.f ? o / sum : 0.f;
+    out[seq * out_stride + head * kDim + d] = o * OutputScale(sum);
   }
 }
 

@@ -237,9 +237,10 @@ __device__ void MergeSplits(const float* partial_out, const float* partial_lse, 
       }
     }
     if (lane < kLanes) {
+      const float scale = OutputScale(sum);
 #pragma unroll
       for (int i = 0; i < kPer; i += 2) {
-        const float first = sum > 0.f ? o[i] / sum : 0.f, second = sum > 0.f ? o[i + 1] / sum : 0.f;
+        const float first = o[i] * scale, second = o[i + 1] * scale;
         if (staged != nullptr) {
           staged[g * kDim + lane * kPer + i] = first;
           staged[g * kDim + lane * kPer + i + 1] = second;

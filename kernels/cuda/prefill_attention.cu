@@ -106,10 +106,11 @@ __global__ void __launch_bounds__(kWarps * 32) PrefillKernel(
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int t = row0 + warp * kRowsPerWarp + i;
     if (t >= num_tokens) continue;
+    const float scale = OutputScale(run_sum[i]);
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int d = lane + 32 * j;
-      if (d < kDim) out[t * out_stride + head * kDim + d] = run_sum[i] > 0.f ? acc[i][j] / run_sum[i] : 0.f;
+      if (d < kDim) out[t * out_stride + head * kDim + d] = acc[i][j] * scale;
     }
   }
 }
