@@ -72,6 +72,13 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
 // The same, with DecodeBlocksPerSm(shape) and whether deep tiles fit on the current GPU.
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms);
 
+// The plan for a linked launch whose warps or blocks poll their own packets (DecodeLink::packets),
+// from `plan`, PlanDecode's for the same launch: a warp per (sequence, kv head) also from more
+// pairs than half of `num_sms` (PlanDecode's floor is 2 an SM) where the context is at most 4
+// tokens for each pair per SM. Each warp then attends as soon as its own packets are in.
+DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs,
+                            int64_t max_context, int num_sms);
+
 // `plan` for a float8 cache, whose decode is tiled only: a warp-per-head or CUDA-core plan becomes
 // a tiled one of one split (shallow tiles), its block count DecodeBlocks' again.
 DecodePlan Float8Plan(const DecodePlan& plan);

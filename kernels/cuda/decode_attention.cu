@@ -55,6 +55,10 @@ constexpr int64_t kShortMaxContext = 256;
 constexpr int kShortPairsPerSm = 2;
 constexpr int kWarpPairsPerSm = 8;
 constexpr int kWarpTokensPerPairPerSm = 10;
+// A launch that polls its own packets takes a warp per pair also from more pairs than half the SMs,
+// where the context is at most kPolledWarpTokensPerPairPerSm tokens for each pair per SM
+// (PlanPolledDecode).
+constexpr int kPolledWarpTokensPerPairPerSm = 4;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 // A linked warp-per-head launch's dynamic shared memory a warp where its inputs come as packets:
@@ -354,6 +358,24 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
 
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms) {
   return PlanDecode(shape, num_seqs, max_context, num_sms, DecodeBlocksPerSm(shape), DeepTilesFitFor(shape.head_dim));
+}
+
+DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs,
+                            int64_t max_context, int num_sms) {
+  // On two H200s (lamina-bench-data-plane, Llama-3-8B's shape, context 1), PlanDecode's tiled
+  // blocks against a warp each: 12 rows (96 pairs) 10.5 against 9.6 us a layer, 16 rows 10.7-10.8
+  // against 9.9-10.0, 24 rows 10.9-11.2 against 10.6-10.7, 32 rows 13.5-14.0 against 12.2; but 8
+  // rows (64 pairs) 8.4 against 9.2; at context 16, 16 and 24 rows 11.0 against 11.5 and 11.4
+  // against 12.5, 32 rows 13.8-14.3 against 14.0-14.2 (tests/bench/RESULTS.md).
+  const int64_t pairs = num_seqs * shape.num_kv_heads;
+  const int64_t context = std::max<int64_t>(1, max_context);
+  if (plan.warp_per_head || plan.splits != 1 || context > kShortMaxContext ||
+      2 * pairs <= num_sms || context * num_sms > kPolledWarpTokensPerPairPerSm * pairs) {
+    return plan;
+  }
+  DecodePlan warps;
+  warps.warp_per_head = true;
+  return warps;
 }
 
 DecodePlan Float8Plan(const DecodePlan& plan) {

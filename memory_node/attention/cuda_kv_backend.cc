@@ -165,6 +165,11 @@ class CudaKvBackend : public KvBackend {
     const kc::DecodePlan plan = kc::PlanDecode(options_.attention, num_seqs, max_context, num_sms);
     return float8_ ? kc::Float8Plan(plan) : plan;
   }
+  // `plan` (Plan's) for a linked launch that polls its own packets (kc::PlanPolledDecode; float8
+  // caches keep their tiles).
+  kc::DecodePlan PolledPlan(const kc::DecodePlan& plan, int64_t num_seqs, int64_t max_context, int num_sms) const {
+    return float8_ ? plan : kc::PlanPolledDecode(options_.attention, plan, num_seqs, max_context, num_sms);
+  }
 
   // The pool's kernels for one layer, whatever its element type: k/v rows (float, [count,
   // row_stride]) stored at `slots`; decode attention; the same linked.
@@ -437,9 +442,11 @@ class CudaKvLane : public DeviceKvLane {
       // launch (the rule above kMostPacketPollingWaves says which). A warp or block per (sequence,
       // kv head) sends its outputs as packets where the link's rows travel in a part a kv head;
       // else they go into the lane's rows, and from there as packets.
+      // The chunk's share of the GPU (SetStep plans chunks side by side so).
+      const int share = std::max(1, pool_->num_sms() / chunks);
+      plan = pool_->PolledPlan(plan, r.count, max_context_, share);
       const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
-      // A wave of the chunk's share of the GPU (SetStep plans chunks side by side so).
-      const int64_t wave = std::max(1, pool_->num_sms() / chunks) * int64_t{kc::DecodeBlocksPerSm(o.attention)};
+      const int64_t wave = share * int64_t{kc::DecodeBlocksPerSm(o.attention)};  // a wave of that share
       if (plan.warp_per_head || blocks <= kMostPacketPollingWaves * wave || max_context_ >= kLongPacketContext) {
         const ChunkWait& wait = WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count, blocks, kMostPollingBlocks);
         link.packets = hop.packets;

@@ -352,6 +352,32 @@ TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1), 8 * 4);
 }
 
+TEST(DecodePlanTest, PolledPacketsTakeAWarpPerHeadFromMorePairsThanHalfTheSms) {
+  const cpu::AttentionShape llama{32, 8, 128, 0};
+  const auto polled = [&](int64_t seqs, int64_t context) {
+    return cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, seqs, context, 132), seqs, context, 132);
+  };
+  // 16 rows at one token (128 pairs): PlanDecode's tiles, a warp each for packets.
+  EXPECT_FALSE(cuda::PlanDecode(llama, 16, 1, 132).warp_per_head);
+  cuda::DecodePlan plan = polled(16, 1);
+  EXPECT_TRUE(plan.warp_per_head);
+  EXPECT_FALSE(plan.tiled);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.workspace_floats, 0);
+  EXPECT_TRUE(polled(9, 1).warp_per_head);    // 72 pairs: more than 66
+  EXPECT_FALSE(polled(8, 1).warp_per_head);   // 64 pairs: the tiles
+  // At most 4 tokens for each pair an SM.
+  EXPECT_TRUE(polled(32, 7).warp_per_head);  // 256 pairs: up to 7 tokens
+  EXPECT_FALSE(polled(32, 8).warp_per_head);
+  EXPECT_TRUE(polled(16, 3).warp_per_head);  // 128 pairs: up to 3
+  EXPECT_FALSE(polled(16, 4).warp_per_head);
+  // Split contexts, and plans already a warp each, stay as they are.
+  EXPECT_EQ(polled(1, 256).splits, 4);
+  EXPECT_TRUE(polled(64, 1).warp_per_head);
+  EXPECT_FALSE(polled(64, 39).warp_per_head);  // PlanDecode's CUDA-core blocks
+  EXPECT_FALSE(polled(64, 39).tiled);
+}
+
 TEST(DecodePlanTest, TiledSplitsFillTheBlocksTheGpuHoldsAtOnce) {
   const cpu::AttentionShape gqa{32, 8, 128, 0};
   // Shallow tiles (deep ones not fitting), 132 SMs of 2 blocks: batch 16 (128 pairs) in 2 splits

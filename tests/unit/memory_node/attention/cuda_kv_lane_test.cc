@@ -335,13 +335,15 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
   EXPECT_EQ(got, Download<float>((*lane)->step_out(), rows * q));
 }
 
-// A chunk whose q/k/v come as packets (cuda_ipc's larger chunks): polled by the launch's blocks
-// from the start (4 rows: 32 blocks), by them once a wait queued ahead has seen the first packet
-// (32 rows: 256 blocks, past the spin budget), or by the warps of a warp-per-head launch (512
-// rows: a token each to attend to), there too once the first packet is in; the outputs go back as
-// packets, equal to an unlinked chunk's, and no done flag is raised. In a part a kv head, each
-// block or warp sends its own; in one part, the lane sends them after the launch.
-class CudaKvLanePacketsTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+// A chunk whose q/k/v come as packets (cuda_ipc's larger chunks), each sequence attending to
+// `context` tokens (the last its new one): polled by the launch's blocks from the start (4 rows:
+// 32 blocks), by them once a wait queued ahead has seen the first packet (32 rows of 24 tokens: 256
+// blocks, past the spin budget), or by the warps of a warp-per-head launch (32 rows of a token,
+// which PlanDecode gives blocks but kc::PlanPolledDecode a warp each; 512 rows: there too once
+// the first packet is in); the outputs go back as packets, equal to an unlinked chunk's, and no
+// done flag is raised. In a part a kv head, each block or warp sends its own; in one part, the lane
+// sends them after the launch.
+class CudaKvLanePacketsTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
 
 TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPackets) {
   const std::string reason = NoGpuReason();
@@ -349,20 +351,31 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPa
   namespace kc = kernels::cuda;
   const kernels::cpu::AttentionShape shape{8, 8, 16, 0};
   const int64_t q = 128, kv = 128, row = q + 2 * kv;
-  const auto [rows, parts] = GetParam();
+  const auto [rows, parts, context] = GetParam();
   const int64_t in_per_row = kc::PacketsPerRow(row), out_per_row = kc::PacketsPerRow(q, parts);
   const int64_t part_floats = q / parts, per_part = kc::PacketsPerRow(part_floats);
-  auto backend = CreateCudaKvBackend({1, rows, shape}, 0);
+  auto backend = CreateCudaKvBackend({1, rows * context, shape}, 0);
   ASSERT_TRUE(backend.ok()) << backend.status();
   auto lane = (*backend)->NewDeviceLane(1);
   ASSERT_TRUE(lane.ok()) << lane.status();
-  std::vector<int32_t> slots(rows);
+  // Sequence r holds slots [r * context, (r + 1) * context), its new token in the last.
+  std::vector<int32_t> slots(rows * context), write(rows), earlier;
   std::vector<int64_t> begins(rows + 1);
   std::iota(slots.begin(), slots.end(), 0);
-  std::iota(begins.begin(), begins.end(), 0);
-  ASSERT_TRUE((*lane)->SetStep(slots, slots, begins, 1).ok());
+  for (int64_t r = 0; r <= rows; ++r) begins[r] = r * context;
+  for (int64_t r = 0; r < rows; ++r) {
+    write[r] = static_cast<int32_t>((r + 1) * context - 1);
+    for (int64_t t = 0; t + 1 < context; ++t) earlier.push_back(static_cast<int32_t>(r * context + t));
+  }
   std::mt19937 rng(12);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  if (!earlier.empty()) {
+    std::vector<float> k(earlier.size() * kv), v(earlier.size() * kv);
+    for (float& x : k) x = dist(rng);
+    for (float& x : v) x = dist(rng);
+    ASSERT_TRUE((*backend)->Store(0, earlier, k.data(), v.data(), kv).ok());
+  }
+  ASSERT_TRUE((*lane)->SetStep(write, slots, begins, 1).ok());
   std::vector<float> qkv(rows * row);
   for (float& x : qkv) x = dist(rng);
   DeviceBuffer source = Upload(qkv);
@@ -422,9 +435,14 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPa
   EXPECT_EQ(got, Download<float>((*lane)->step_out(), rows * q));
 }
 
-INSTANTIATE_TEST_SUITE_P(RowsAndParts, CudaKvLanePacketsTest,
-                         ::testing::Combine(::testing::Values(int64_t{4}, int64_t{32}, int64_t{512}),
-                                            ::testing::Values(int64_t{8}, int64_t{1})));
+INSTANTIATE_TEST_SUITE_P(
+    RowsPartsAndContexts, CudaKvLanePacketsTest,
+    ::testing::Values(std::make_tuple(int64_t{4}, int64_t{8}, int64_t{1}), std::make_tuple(int64_t{4}, int64_t{1}, int64_t{1}),
+                      std::make_tuple(int64_t{32}, int64_t{8}, int64_t{24}),
+                      std::make_tuple(int64_t{32}, int64_t{1}, int64_t{24}),
+                      std::make_tuple(int64_t{32}, int64_t{8}, int64_t{1}), std::make_tuple(int64_t{32}, int64_t{1}, int64_t{1}),
+                      std::make_tuple(int64_t{512}, int64_t{8}, int64_t{1}),
+                      std::make_tuple(int64_t{512}, int64_t{1}, int64_t{1})));
 
 // Lanes of one GPU whose rows have not come must leave SMs to a lane whose rows have: the compute
 // node may send their rows only once that lane's outputs are back. Llama-3-8B's layer shape, 4
