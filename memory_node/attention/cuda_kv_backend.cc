@@ -54,8 +54,9 @@ constexpr int64_t kMostPollingBlocks = 128;
 // 94.9, 1024 rows 1163 against 1313. Then a warp per head polling (two H200s, against blocks
 // within two waves and the planner's launch behind a poll past them): context 1: 64 rows 17.1
 // against 17.9, 128 rows 22.3 against 30.1, 256 rows 31.0 against 47.0, 1024 rows 103.0 against
-// 172.8; context 256, 1024 rows 367.1 against 387.7. Warps polling where the planner picks blocks
-// (context 1): 1 row 10.8 against 8.0, 16 rows 12.2 against 11.2.
+// 172.8; context 256, 1024 rows 367.1 against 387.7. Where the planner picks blocks, a chunk of
+// packets still takes a warp per head from more pairs than half the SMs at contexts of a few
+// tokens (kc::PlanPolledDecode, which says where warps were measured faster and slower).
 constexpr int64_t kMostPacketPollingWaves = 2;
 constexpr int64_t kLongPacketContext = 256;
 
