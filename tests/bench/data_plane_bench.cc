@@ -18,11 +18,16 @@
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
-//                           [--chunk-rows 128] [--output-parts 8]
+//                           [--chunk-rows 128] [--output-parts 8] [--slice-us 0]
 // --chunk-rows: the fewest rows a chunk of the chunked columns holds (a topology's chunk_rows); by
 // default compute nodes' default.
 // --output-parts: the parts a row of attention outputs travels in as packets (LinkShape::
 // out_segments); by default a part a kv head, as compute nodes send them.
+// --slice-us: in the round trips on the hop clock (the rt columns), the compute end's GPU is busy
+// this long before each layer's send, as a compute node's slices keep it between two layers' hops
+// (its projections and MLP: tens of microseconds a layer and more); the memory end's launch for
+// the layer has then started before the rows leave. 0: the layers back to back, so that the memory
+// end's launch races the rows.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +52,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "memory_node/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
+#include "tests/bench/gpu_timing.h"
 
 namespace lamina {
 namespace {
@@ -61,6 +67,7 @@ struct Options {
   std::vector<int64_t> chunks = {2, 4};  // the chunked cuda_ipc columns: up to this many chunks a layer
   int64_t chunk_rows = kDefaultChunkRows;  // and at least this many rows a chunk
   int64_t output_parts = kKvHeads;
+  int64_t slice_us = 0;  // the compute end's other work before each layer's send, in the round trips
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -223,7 +230,8 @@ struct HopClock {
 };
 
 DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
-                          int64_t layers, int reps, bool queued, cudaStream_t stream, HopClock* clock = nullptr) {
+                          int64_t layers, int reps, bool queued, cudaStream_t stream, HopClock* clock = nullptr,
+                          int64_t slice_us = 0) {
   if (!remote.CanDecodeOnDevice(entries, {kQkv, 0, kQ, kQ + kKv})) {
     std::fprintf(stderr, "the device link did not open\n");
     return {};
@@ -250,6 +258,7 @@ DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry
     if (s.ok()) s = start->Record(stream);
     for (int64_t layer = 0; layer < layers && s.ok(); ++layer) {
       if (layer == warm) s = mid->Record(stream);
+      if (s.ok() && slice_us > 0) s = bench::QueueBusyWait(slice_us * 1000, stream);
       if (s.ok()) s = remote.QueueDeviceDecode(layer, b.qkv.as<float>(), kQkv, b.out.as<float>(), kQ, stream);
     }
     if (s.ok()) s = end->Record(stream);
@@ -417,6 +426,9 @@ int Compute(const Options& o, const std::string& address) {
   // q/k/v rows of values as a layer's: all-zero rows would send the memory node's output
   // divisions down their slow path, a cost real rows never pay (kc::FillUniform).
   if (!kernels::cuda::FillUniform(b.qkv.as<float>(), max_batch * kQkv, 1.f, 1, nullptr).ok()) return 1;
+  // The slice's kernel loaded now: CUDA loads a kernel at its first launch, which would wait behind
+  // a step's queued kernels (held by their gate) and time the step out.
+  if (o.slice_us > 0 && (!bench::QueueBusyWait(0, stream->get()).ok() || !stream->Synchronize().ok())) return 1;
   SequenceId next = 1;
   for (int64_t context : o.contexts) {
     std::printf("context %lld: microseconds per layer (the memory node's store and attention included)\n",
@@ -448,7 +460,8 @@ int Compute(const Options& o, const std::string& address) {
       // clock, so that the clock's stamps are not in the periods.
       double best_round_trip = -1;  // the best cuda_ipc round trip on the hop clock
       const auto round_trip = [&](RemoteAttention& r) {
-        const double us = DeviceMicros(r, entries, b, o.layers, reps, true, stream->get(), &clock).round_trip_us;
+        const double us =
+            DeviceMicros(r, entries, b, o.layers, reps, true, stream->get(), &clock, o.slice_us).round_trip_us;
         if (us > 0 && (best_round_trip < 0 || us < best_round_trip)) best_round_trip = us;
         return us;
       };
@@ -501,7 +514,8 @@ int Compute(const Options& o, const std::string& address) {
       "the N ch columns) hid behind attention; attn alone: the memory node's k/v store and attention for\n"
       "the step with nothing moving (the same kernels, unlinked, on its GPU). rt 1, rt lines, rt pkts: the\n"
       "round trip alone, from the send's start to the outputs in place, on the compute GPU's clock (the\n"
-      "mean of the steady layers; the period above also holds the compute end's turn between layers);\n"
+      "mean of the steady layers; the period above also holds the compute end's turn between layers;\n"
+      "with --slice-us, the compute end busy that long before each send, as a compute node's slices);\n"
       "rt/tgt: the best of them and of the chunked columns' over the target.\n");
   if (clock.step_ns > 0) {
     std::printf("hop clock: every round trip timed was a multiple of %llu ns\n",
@@ -529,6 +543,8 @@ int main(int argc, char** argv) {
       o.chunk_rows = std::stoll(value);
     } else if (flag == "--output-parts") {
       o.output_parts = std::stoll(value);
+    } else if (flag == "--slice-us") {
+      o.slice_us = std::stoll(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;

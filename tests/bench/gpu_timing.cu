@@ -32,7 +32,21 @@ __global__ void ReadKernel(const uint4* __restrict__ data, int64_t words, unsign
   if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads alive
 }
 
+__global__ void BusyWaitKernel(int64_t ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < static_cast<uint64_t>(ns));
+}
+
 }  // namespace
+
+absl::Status QueueBusyWait(int64_t ns, cudaStream_t stream) {
+  BusyWaitKernel<<<1, 1, 0, stream>>>(ns);
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaStream_t stream, int runs) {
   LAMINA_ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create());

@@ -26,6 +26,10 @@ absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& work, cudaS
 absl::StatusOr<double> GraphedMs(const std::function<absl::Status()>& work, cudaStream_t stream, int calls = 20,
                                  int runs = 11);
 
+// Keeps `stream` busy for `ns` nanoseconds on its GPU's clock (one thread spinning): a stand-in
+// for work queued between timed pieces, such as a compute node's slices between two layers' hops.
+absl::Status QueueBusyWait(int64_t ns, cudaStream_t stream);
+
 // Measures BestReadRate on device 0 and prints "<GPU>, <n> SMs: best plain read rate in this run
 // <r> TB/s", the line every GPU benchmark opens with; returns the rate.
 absl::StatusOr<double> ReportReadRate(cudaStream_t stream);

@@ -340,9 +340,10 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
 // 32 blocks), by them once a wait queued ahead has seen the first packet (32 rows of 24 tokens: 256
 // blocks, past the spin budget), or by the warps of a warp-per-head launch (32 rows of a token,
 // which PlanDecode gives blocks but kc::PlanPolledDecode a warp each; 512 rows: there too once
-// the first packet is in); the outputs go back as packets, equal to an unlinked chunk's, and no
-// done flag is raised. In a part a kv head, each block or warp sends its own; in one part, the lane
-// sends them after the launch.
+// the first packet is in, also of 24 tokens and of 100, the new one in a warp's second turn of
+// tokens); the outputs go back as packets, equal to an unlinked chunk's, and no done flag is
+// raised. In a part a kv head, each block or warp sends its own; in one part, the lane sends them
+// after the launch.
 class CudaKvLanePacketsTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
 
 TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPackets) {
@@ -442,7 +443,9 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(int64_t{32}, int64_t{1}, int64_t{24}),
                       std::make_tuple(int64_t{32}, int64_t{8}, int64_t{1}), std::make_tuple(int64_t{32}, int64_t{1}, int64_t{1}),
                       std::make_tuple(int64_t{512}, int64_t{8}, int64_t{1}),
-                      std::make_tuple(int64_t{512}, int64_t{1}, int64_t{1})));
+                      std::make_tuple(int64_t{512}, int64_t{1}, int64_t{1}),
+                      std::make_tuple(int64_t{512}, int64_t{8}, int64_t{24}),
+                      std::make_tuple(int64_t{512}, int64_t{1}, int64_t{100})));
 
 // Lanes of one GPU whose rows have not come must leave SMs to a lane whose rows have: the compute
 // node may send their rows only once that lane's outputs are back. Llama-3-8B's layer shape, 4
