@@ -7,6 +7,7 @@
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/graph.h"
 #include "common/status/status_macros.h"
+#include "kernels/cuda/flags.cuh"
 #include "tests/bench/gpu_timing.h"
 
 namespace lamina::bench {
@@ -33,11 +34,9 @@ __global__ void ReadKernel(const uint4* __restrict__ data, int64_t words, unsign
 }
 
 __global__ void BusyWaitKernel(int64_t ns) {
-  uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < static_cast<uint64_t>(ns));
+  const uint64_t start = kernels::cuda::GlobalTimerNs();
+  while (kernels::cuda::GlobalTimerNs() - start < static_cast<uint64_t>(ns)) {
+  }
 }
 
 }  // namespace
