@@ -32,12 +32,11 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <limits>
 #include <map>
-#include <numeric>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +52,7 @@
 #include "memory_node/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
 #include "tests/bench/gpu_timing.h"
+#include "tests/bench/hop_clock.h"
 
 namespace lamina {
 namespace {
@@ -198,45 +198,14 @@ struct DeviceTiming {
   double round_trip_us = -1;  // steady layers' mean, on the hop clock (-1: not timed)
 };
 
-// The hop clocks' words for `layers` layers ([layers, 2] on GPU 0, see ComputeLinkEnd::SetHopClock),
-// and the greatest common divisor of every round trip they timed, in ns: the clock's step, when
-// it ticks coarser than a nanosecond.
-struct HopClock {
-  cuda::DeviceBuffer words;
-  std::vector<uint64_t> host;
-  uint64_t step_ns = 0;
-
-  void Reset() {
-    for (size_t i = 0; i < host.size(); i += 2) {
-      host[i] = std::numeric_limits<uint64_t>::max();
-      host[i + 1] = 0;
-    }
-    cudaMemcpy(words.data(), host.data(), host.size() * sizeof(uint64_t), cudaMemcpyHostToDevice);
-  }
-  // The round trips of layers [first, layers) summed, in ns, and their count; (0, 0) when a layer
-  // was not timed.
-  std::pair<double, int64_t> Sum(int64_t first) {
-    cudaMemcpy(host.data(), words.data(), host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost);
-    double sum = 0;
-    const int64_t layers = static_cast<int64_t>(host.size() / 2);
-    for (int64_t l = first; l < layers; ++l) {
-      const uint64_t sent = host[2 * l], back = host[2 * l + 1];
-      if (sent == std::numeric_limits<uint64_t>::max() || back < sent) return {0, 0};
-      sum += static_cast<double>(back - sent);
-      step_ns = std::gcd(step_ns, back - sent);
-    }
-    return {sum, layers - first};
-  }
-};
-
 DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
-                          int64_t layers, int reps, bool queued, cudaStream_t stream, HopClock* clock = nullptr,
+                          int64_t layers, int reps, bool queued, cudaStream_t stream, bench::HopClock* clock = nullptr,
                           int64_t slice_us = 0) {
   if (!remote.CanDecodeOnDevice(entries, {kQkv, 0, kQ, kQ + kKv})) {
     std::fprintf(stderr, "the device link did not open\n");
     return {};
   }
-  if (clock != nullptr && !remote.SetHopClock(clock->words.as<uint64_t>()).ok()) clock = nullptr;
+  if (clock != nullptr && !remote.SetHopClock(clock->words()).ok()) clock = nullptr;
   const int64_t warm = std::max<int64_t>(1, layers / 4);
   if (layers <= warm) {
     std::fprintf(stderr, "--layers must be at least 2\n");
@@ -248,8 +217,8 @@ DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry
   double total_ms = 0, steady_ms = 0, round_trip_ns = 0;
   int64_t round_trips = 0;
   for (int rep = -1; rep < reps; ++rep) {
-    if (clock != nullptr) clock->Reset();
-    absl::Status s = remote.BeginDeviceDecode(entries, {});
+    absl::Status s = clock != nullptr ? clock->Reset() : absl::OkStatus();
+    if (s.ok()) s = remote.BeginDeviceDecode(entries, {});
     if (s.ok() && queued) {
       __atomic_store_n(gate, 0, __ATOMIC_RELEASE);
       *gate_error = 0;
@@ -278,9 +247,11 @@ DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry
       total_ms += *end->ElapsedSince(*start);
       steady_ms += *end->ElapsedSince(*mid);
       if (clock != nullptr) {
-        const auto [sum, count] = clock->Sum(warm);
-        round_trip_ns += sum;
-        round_trips += count;
+        const absl::StatusOr<std::pair<double, int64_t>> sum = clock->Sum(warm);
+        if (sum.ok()) {
+          round_trip_ns += sum->first;
+          round_trips += sum->second;
+        }
       }
     }
   }
@@ -420,9 +391,9 @@ int Compute(const Options& o, const std::string& address) {
       !cuda::EnsureCapacity(&b.gate, 2 * sizeof(uint64_t)).ok()) {
     return 1;
   }
-  HopClock clock;
-  clock.host.resize(2 * o.layers);
-  if (!cuda::EnsureCapacity(&clock.words, clock.host.size() * sizeof(uint64_t)).ok()) return 1;
+  absl::StatusOr<bench::HopClock> hop_clock = bench::HopClock::Create(o.layers);
+  if (!hop_clock.ok()) return 1;
+  bench::HopClock& clock = *hop_clock;
   // q/k/v rows of values as a layer's: all-zero rows would send the memory node's output
   // divisions down their slow path, a cost real rows never pay (kc::FillUniform).
   if (!kernels::cuda::FillUniform(b.qkv.as<float>(), max_batch * kQkv, 1.f, 1, nullptr).ok()) return 1;
@@ -517,9 +488,9 @@ int Compute(const Options& o, const std::string& address) {
       "mean of the steady layers; the period above also holds the compute end's turn between layers;\n"
       "with --slice-us, the compute end busy that long before each send, as a compute node's slices);\n"
       "rt/tgt: the best of them and of the chunked columns' over the target.\n");
-  if (clock.step_ns > 0) {
+  if (clock.step_ns() > 0) {
     std::printf("hop clock: every round trip timed was a multiple of %llu ns\n",
-                static_cast<unsigned long long>(clock.step_ns));
+                static_cast<unsigned long long>(clock.step_ns()));
   }
   return 0;
 }

@@ -9,8 +9,11 @@
 //   packets: SendPackets, ReceivePackets, 128-byte packets with one tag (packets.h).
 // Microseconds a layer in the steady state (from the end of the first quarter of the layers to the
 // end), best of 5; ratios against rows; and the target of issue 6 for a round trip, 5 us + the
-// bytes both ways at the peer-copy rate measured in the same run (a layer also holds the compute
-// end's turn between layers, under 1 us, lamina-bench-data-plane). With one GPU both ends share it.
+// bytes both ways at the peer-copy rate measured in the same run. A layer's period also holds the
+// compute end's turn between layers (its receive ending, the next send starting); the rt columns
+// time the round trip alone on the compute GPU's clock, from the send's start to the outputs in
+// place (the hop clock, kernels/cuda/data_plane.h), the steady layers' mean, best of 5, in runs of
+// their own. With one GPU both ends share it.
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-link-echo [--layers 256] [--batches 1,8,16,32,64,128,256,512,1024]
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +32,7 @@
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/packets.h"
 #include "tests/bench/gpu_timing.h"
+#include "tests/bench/hop_clock.h"
 
 namespace lamina::bench {
 namespace {
@@ -42,8 +47,9 @@ enum class Way { kRows, kLines, kPackets };
 // One batch's buffers: the compute end's on GPU 0, the memory end's on `peer`.
 struct Echo {
   static absl::StatusOr<Echo> Create(int64_t batch, int peer);
+  // `clock`: stamps each layer's round trip on the compute end (null: not timed).
   absl::Status Queue(Way way, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
-                     cudaStream_t compute, cudaStream_t memory, uint64_t* gate) const;
+                     cudaStream_t compute, cudaStream_t memory, uint64_t* gate, HopClock* clock) const;
 
   int64_t batch = 0;
   // Compute end (GPU 0).
@@ -94,7 +100,7 @@ absl::StatusOr<Echo> Echo::Create(int64_t batch, int peer) {
 }
 
 absl::Status Echo::Queue(Way way, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
-                         cudaStream_t compute, cudaStream_t memory, uint64_t* gate) const {
+                         cudaStream_t compute, cudaStream_t memory, uint64_t* gate, HopClock* clock) const {
   uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
   LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, compute));
   LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, memory));
@@ -132,30 +138,35 @@ absl::Status Echo::Queue(Way way, int64_t layers, uint32_t* tag, const cuda::Eve
     if (layer == layers / 4) LAMINA_RETURN_IF_ERROR(mid.Record(compute));
     // The compute end: send, then take the outputs back.
     error_word = compute_error.as<uint32_t>();
+    uint64_t* sent_at = clock != nullptr ? clock->sent_at(layer) : nullptr;
+    uint64_t* back_at = clock != nullptr ? clock->back_at(layer) : nullptr;
     switch (way) {
       case Way::kRows:
         LAMINA_RETURN_IF_ERROR(kc::SendRows(qkv.as<float>(), kQkv, nullptr, batch, kQkv, mirror.as<float>(), kQkv,
-                                            ready, value, error_word, compute_arrivals, compute));
+                                            ready, value, error_word, compute_arrivals, compute, sent_at));
         if (batch <= kc::ReceiveRowsMaxCount()) {
           LAMINA_RETURN_IF_ERROR(kc::ReceiveRows(done, value, kTimeoutNs, error_word, 4, received.as<float>(), kQ,
-                                                 nullptr, batch, kQ, out.as<float>(), kQ, compute));
+                                                 nullptr, batch, kQ, out.as<float>(), kQ, compute, back_at));
         } else {
           LAMINA_RETURN_IF_ERROR(kc::WaitFlag(done, value, kTimeoutNs, error_word, 4, compute));
           LAMINA_RETURN_IF_ERROR(
-              kc::ScatterRows(received.as<float>(), kQ, nullptr, batch, kQ, out.as<float>(), kQ, compute));
+              kc::ScatterRows(received.as<float>(), kQ, nullptr, batch, kQ, out.as<float>(), kQ, compute, back_at));
         }
         break;
       case Way::kLines:
         LAMINA_RETURN_IF_ERROR(kc::SendLines(qkv.as<float>(), kQkv, nullptr, batch, kQkv, in_lines.as<kc::Line>(), kQkv,
-                                             line_tag, error_word, compute));
+                                             line_tag, error_word, compute, sent_at));
         LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(out_lines.as<kc::Line>(), kQ, line_tag, kTimeoutNs, error_word, 4,
-                                                nullptr, batch, kQ, out.as<float>(), kQ, compute));
+                                                nullptr, batch, kQ, out.as<float>(), kQ, compute, 0,
+                                                kc::NextKernel::kStartsAtOnce, back_at));
         break;
       case Way::kPackets:
         LAMINA_RETURN_IF_ERROR(kc::SendPackets(qkv.as<float>(), kQkv, nullptr, batch, kQkv,
-                                               in_packets.as<kc::Packet>(), in_per_row, line_tag, error_word, compute));
+                                               in_packets.as<kc::Packet>(), in_per_row, line_tag, error_word, compute,
+                                               sent_at));
         LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(out_packets.as<kc::Packet>(), out_per_row, line_tag, kTimeoutNs,
-                                                  error_word, 4, nullptr, batch, kQ, out.as<float>(), kQ, compute));
+                                                  error_word, 4, nullptr, batch, kQ, out.as<float>(), kQ, compute,
+                                                  back_at));
         break;
     }
   }
@@ -169,10 +180,11 @@ struct Bench {
   int64_t layers;
 };
 
-// Microseconds a layer in the steady state, best of `reps` after a warm-up; checks that no wait
-// gave up and that the last layer's outputs are the q rows sent.
+// Microseconds a layer in the steady state, best of `reps` after a warm-up; with `clock`, the
+// steady layers' mean round trip on the hop clock instead. Checks that no wait gave up and that
+// the last layer's outputs are the q rows sent.
 absl::StatusOr<double> SteadyMicros(const Echo& echo, Way way, const Bench& b, const std::vector<float>& want,
-                                    int reps = 5) {
+                                    HopClock* clock, int reps = 5) {
   LAMINA_ASSIGN_OR_RETURN(cuda::Event mid, cuda::Event::Create());
   LAMINA_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create());
   double best = -1;
@@ -180,7 +192,8 @@ absl::StatusOr<double> SteadyMicros(const Echo& echo, Way way, const Bench& b, c
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemset(echo.out.data(), 0, echo.batch * kQ * sizeof(float)));
     __atomic_store_n(b.gate, 0, __ATOMIC_RELEASE);
     *reinterpret_cast<uint32_t*>(b.gate + 1) = 0;
-    const absl::Status queued = echo.Queue(way, b.layers, b.tag, mid, end, b.compute, b.memory, b.gate);
+    if (clock != nullptr) LAMINA_RETURN_IF_ERROR(clock->Reset());
+    const absl::Status queued = echo.Queue(way, b.layers, b.tag, mid, end, b.compute, b.memory, b.gate, clock);
     __atomic_store_n(b.gate, 1, __ATOMIC_RELEASE);
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(b.compute));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(b.memory));
@@ -201,8 +214,15 @@ absl::StatusOr<double> SteadyMicros(const Echo& echo, Way way, const Bench& b, c
         }
       }
     }
-    LAMINA_ASSIGN_OR_RETURN(const float ms, end.ElapsedSince(mid));
-    const double us = ms * 1e3 / (b.layers - b.layers / 4);
+    double us = 0;
+    if (clock != nullptr) {
+      LAMINA_ASSIGN_OR_RETURN(const auto sum, clock->Sum(b.layers / 4));
+      if (sum.second == 0) return absl::InternalError(absl::StrCat("batch ", echo.batch, ": a layer was not timed"));
+      us = sum.first * 1e-3 / sum.second;
+    } else {
+      LAMINA_ASSIGN_OR_RETURN(const float ms, end.ElapsedSince(mid));
+      us = ms * 1e3 / (b.layers - b.layers / 4);
+    }
     if (rep >= 0 && (best < 0 || us < best)) best = us;
   }
   return best;
@@ -259,35 +279,48 @@ absl::Status Run(const std::vector<std::string>& args) {
               peer == 0 ? " (one GPU: both ends share it)" : "", static_cast<long long>(layers));
   std::printf("baseline: a 256 MiB copy GPU 0 -> GPU %d at %.1f GB/s; Llama-3-8B rows (q/k/v out, q back), float32\n",
               peer, rate);
-  std::printf("us a layer, steady state, best of 5; target = 5 us + both ways' bytes at the copy rate\n\n");
+  std::printf("us a layer, steady state, best of 5; target = 5 us + both ways' bytes at the copy rate;\n"
+              "rt: the round trip alone on the compute GPU's clock (the period less the compute end's turn)\n\n");
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream compute, cuda::Stream::Create());
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(peer));
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream memory, cuda::Stream::Create());
   LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   LAMINA_ASSIGN_OR_RETURN(cuda::PinnedBuffer gate_words, cuda::PinnedBuffer::Create(2 * sizeof(uint64_t)));
+  LAMINA_ASSIGN_OR_RETURN(HopClock clock, HopClock::Create(layers));
   uint32_t tag = 0;
   const Bench bench{compute.get(), memory.get(), gate_words.as<uint64_t>(), &tag, layers};
-  std::printf("%6s | %8s %8s %8s | %8s | %12s %12s %15s\n", "batch", "rows", "lines", "packets", "target",
-              "lines÷rows", "packets÷rows", "packets÷target");
+  std::printf("%6s | %8s %8s %8s | %8s | %12s %12s %15s | %8s %8s %8s | %12s\n", "batch", "rows", "lines", "packets",
+              "target", "lines÷rows", "packets÷rows", "packets÷target", "rt rows", "rt lines", "rt pkts",
+              "rt pkts÷tgt");
+  const auto text = [](double us) { return us < 0 ? std::string("-") : absl::StrCat(absl::SixDigits(us)); };
   for (const int32_t batch : batches) {
     LAMINA_ASSIGN_OR_RETURN(Echo echo, Echo::Create(batch, peer));
     std::vector<float> sent(batch * kQkv);
     for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<float>(i % 1000) * 0.25f - 100.f;
     LAMINA_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(echo.qkv.data(), sent.data(), sent.size() * sizeof(float), cudaMemcpyHostToDevice));
-    auto time = [&](Way way) { return SteadyMicros(echo, way, bench, sent); };
-    LAMINA_ASSIGN_OR_RETURN(const double rows, time(Way::kRows));
-    double lines = -1;
-    if (batch <= kc::ReceiveRowsMaxCount()) {
-      LAMINA_ASSIGN_OR_RETURN(lines, time(Way::kLines));
-    }
-    LAMINA_ASSIGN_OR_RETURN(const double packets, time(Way::kPackets));
+    // A way's period, then its round trip on the hop clock: {period, round trip}, -1 where the way
+    // does not take the batch.
+    auto time = [&](Way way) -> absl::StatusOr<std::pair<double, double>> {
+      if (way == Way::kLines && batch > kc::ReceiveRowsMaxCount()) return std::pair<double, double>{-1, -1};
+      LAMINA_ASSIGN_OR_RETURN(const double period, SteadyMicros(echo, way, bench, sent, nullptr));
+      LAMINA_ASSIGN_OR_RETURN(const double round_trip, SteadyMicros(echo, way, bench, sent, &clock));
+      return std::pair<double, double>{period, round_trip};
+    };
+    LAMINA_ASSIGN_OR_RETURN(const auto rows, time(Way::kRows));
+    LAMINA_ASSIGN_OR_RETURN(const auto lines, time(Way::kLines));
+    LAMINA_ASSIGN_OR_RETURN(const auto packets, time(Way::kPackets));
     const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
     const double target = 5.0 + bytes / (rate * 1e3);
-    const std::string lines_text = lines < 0 ? "-" : absl::StrCat(absl::SixDigits(lines));
-    std::printf("%6d | %8.2f %8s %8.2f | %8.2f | %12s %12.2f %15.2f\n", batch, rows, lines_text.c_str(), packets,
-                target, lines < 0 ? "-" : absl::StrCat(absl::SixDigits(lines / rows)).c_str(), packets / rows,
-                packets / target);
+    std::printf("%6d | %8.2f %8s %8.2f | %8.2f | %12s %12.2f %15.2f | %8.2f %8s %8.2f | %12.2f\n", batch, rows.first,
+                text(lines.first).c_str(), packets.first, target,
+                lines.first < 0 ? "-" : absl::StrCat(absl::SixDigits(lines.first / rows.first)).c_str(),
+                packets.first / rows.first, packets.first / target, rows.second, text(lines.second).c_str(),
+                packets.second, packets.second / target);
+  }
+  if (clock.step_ns() > 0) {
+    std::printf("hop clock: every round trip timed was a multiple of %llu ns\n",
+                static_cast<unsigned long long>(clock.step_ns()));
   }
   return absl::OkStatus();
 }
