@@ -314,7 +314,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     const double target = 5.0 + bytes / (rate * 1e3);
     std::printf("%6d | %8.2f %8s %8.2f | %8.2f | %12s %12.2f %15.2f | %8.2f %8s %8.2f | %12.2f\n", batch, rows.first,
                 text(lines.first).c_str(), packets.first, target,
-                lines.first < 0 ? "-" : absl::StrCat(absl::SixDigits(lines.first / rows.first)).c_str(),
+                text(lines.first < 0 ? -1 : lines.first / rows.first).c_str(),
                 packets.first / rows.first, packets.first / target, rows.second, text(lines.second).c_str(),
                 packets.second, packets.second / target);
   }
