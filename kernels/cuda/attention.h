@@ -56,7 +56,16 @@ struct DecodePlan {
   // Tiled, with four tiles in shared memory (three in flight) and a block alone on its SM, rather
   // than two tiles and two blocks an SM: for launches of at most one block an SM.
   bool deep_tiles = false;
+  // A block per (sequence, kv head) on the CUDA cores whose four warps share out its query heads
+  // (a warp each, or two each at 8 a kv head; 5 to 7 are refused), one split: each warp attends to
+  // its own heads, so that the path from a linked launch's inputs to its outputs is a quarter of a
+  // warp per head's. For the short contexts of a launch that polls its own packets
+  // (PlanPolledDecode). Not with warp_per_head or tiled.
+  bool warp_per_query_head = false;
 };
+
+// Whether a warp_per_query_head plan serves `shape`: 1 to 4, or 8, query heads a kv head.
+bool QueryHeadWarpsServe(const AttentionShape& shape);
 
 // Plans a launch for `num_seqs` sequences whose longest attended context is `max_context`, on
 // `num_sms` SMs: tiled, with splits that take the fewest turns of tiles over the waves of blocks
@@ -75,12 +84,15 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
 // The plan for a linked launch whose warps or blocks poll their own packets (DecodeLink::packets),
 // from `plan`, PlanDecode's for the same launch: a warp per (sequence, kv head) also from more
 // pairs than half of `num_sms` (PlanDecode's floor is 2 an SM) where the context is at most 4
-// tokens for each pair per SM. Each warp then attends as soon as its own packets are in.
+// tokens for each pair per SM. Each warp then attends as soon as its own packets are in. Then, up
+// to 4 pairs an SM in one split, where a warp per query head serves the shape: a warp per query
+// head where the context is at most 16 tokens or the pick so far is a warp per pair.
 DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs,
                             int64_t max_context, int num_sms);
 
-// `plan` for a float8 cache, whose decode is tiled only: a warp-per-head or CUDA-core plan becomes
-// a tiled one of one split (shallow tiles), its block count DecodeBlocks' again.
+// `plan` for a float8 cache, whose decode is tiled only: a warp per head or query head, or a
+// CUDA-core plan, becomes a tiled one of one split (shallow tiles), its block count DecodeBlocks'
+// again.
 DecodePlan Float8Plan(const DecodePlan& plan);
 
 // How many blocks of the tiled decode kernel for `shape` one SM of the current GPU holds at once;
@@ -145,7 +157,7 @@ struct DecodeLink {
   //    giving up as its wait would;
   //  - with `out_lines`, the outputs are written as lines tagged `line_tag`, mirroring `out` from
   //    its start, instead of into `out`. The done flag is raised all the same.
-  // Not with a warp_per_head plan.
+  // Not with a warp_per_head or warp_per_query_head plan.
   const Line* lines = nullptr;
   const float* lines_mirror = nullptr;
   Line* out_lines = nullptr;
@@ -154,8 +166,8 @@ struct DecodeLink {
   //  - with `packets`, the inputs arrive as packets tagged `line_tag`, packet row s mirroring row s
   //    of the floats from `packets_mirror` on (rows of q_stride floats, PacketsPerRow(q_stride)
   //    packets each; kv_stride must equal q_stride), among which q, k and v lie; each block (a
-  //    warp per head: each warp) polls the packets of what it reads, as with lines, instead of
-  //    waiting on `ready` (null then);
+  //    warp per head or per query head: each warp) polls the packets of what it reads, as with
+  //    lines, instead of waiting on `ready` (null then);
   //  - with `out_packets`, the outputs go as packets tagged `line_tag`, row s in num_kv_heads parts
   //    (PacketsPerRow(num_q_heads * head_dim, num_kv_heads) packets a row), each kv head's written
   //    by the block (or warp) that finishes it, instead of into `out`. Nothing is sent once a wait

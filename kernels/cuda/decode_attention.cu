@@ -14,7 +14,10 @@
 // serves four (sequence, kv head) pairs instead, one per warp: at one token a block's fixed costs
 // (barriers, the shared-memory merge, the done flag's arrival) outweigh its attention, and one
 // (sequence, kv head) per block leaves most of the GPU waiting on them. The warp's token groups
-// merge through shuffles.
+// merge through shuffles. A linked launch that polls its own packets at short contexts
+// (warp_per_query_head, PlanPolledDecode) takes a block per (sequence, kv head) whose warps share
+// out its query heads instead: each warp polls its heads and the new token and attends on its own,
+// so the launch's path from a pair's last packet to its outputs is a quarter as long.
 // The linked variant (LinkedDecodeAttention) is the same kernel with its data-plane hop folded in:
 // one thread per block waits for the inputs' flag, the split holding a sequence's new token stores
 // its k/v first, the last split of a (sequence, kv head) to finish merges the splits itself, and
@@ -59,31 +62,56 @@ constexpr int kWarpTokensPerPairPerSm = 10;
 // where the context is at most kPolledWarpTokensPerPairPerSm tokens for each pair per SM
 // (PlanPolledDecode).
 constexpr int kPolledWarpTokensPerPairPerSm = 4;
+// It takes a warp per query head instead up to kQueryHeadWarpPairsPerSm pairs an SM, where the
+// context is at most kQueryHeadWarpMaxContext tokens or a warp per pair was its pick
+// (PlanPolledDecode).
+constexpr int kQueryHeadWarpPairsPerSm = 4;
+constexpr int64_t kQueryHeadWarpMaxContext = 16;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
-// A linked warp-per-head launch's dynamic shared memory a warp where its inputs come as packets:
-// its query heads, then the new token's k and v; its outputs, bound for packets, then replace the
-// query heads.
-template <int kDim, int kG>
-constexpr int kWarpPacketFloats = (kG + 2) * kDim;
+// The query heads a warp of a warp-per-head launch attends to: all kG of its pair's, or, by query
+// head (warp_per_query_head), its share of them, dealt out evenly: one a warp up to kWarpsPerBlock
+// heads (the warps past the last idle), else kG / kWarpsPerBlock (kQueryHeadsSplit).
+template <int kG>
+constexpr bool kQueryHeadsSplit = kG <= kWarpsPerBlock || kG % kWarpsPerBlock == 0;
+template <int kG, bool kByQueryHead>
+constexpr int kWarpHeads = !kByQueryHead ? kG : kG <= kWarpsPerBlock ? 1 : kG / kWarpsPerBlock;
 
-// warp_per_head: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps past
-// the last pair only join the block's barriers. Linked, with packets (DecodeLink::packets), each
-// warp polls its own inputs and, with out_packets, sends its own outputs: a warp attends as soon as
-// its rows are in while the rest travel.
-template <int kDim, int kG, bool kLinked>
+// A linked launch's dynamic shared memory a block where its inputs come as packets. A warp per
+// head: each warp's query heads, then its new token's k and v. By query head: the pair's query
+// heads, then each warp's copy of the new token's k and v. The outputs, bound for packets, replace
+// the query heads.
+template <int kDim, int kG, bool kByQueryHead>
+constexpr int kWarpPacketBlockFloats =
+    kByQueryHead ? (kG + 2 * kWarpsPerBlock) * kDim : kWarpsPerBlock * (kG + 2) * kDim;
+
+// warp_per_head: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps
+// past the last pair only join the block's barriers. Linked, with packets (DecodeLink::packets),
+// each warp polls its own inputs and, with out_packets, sends its own outputs: a warp attends as
+// soon as its rows are in while the rest travel.
+// kByQueryHead (warp_per_query_head): a block per (sequence, kv head), each warp attending to its
+// share of the query heads (kWarpHeads). Linked with packets, each warp polls its heads and the new
+// token, the first stores the token and each attends to it from its own copy (no barrier between
+// the warps until their outputs are staged), and the block sends the pair's outputs.
+template <int kDim, int kG, bool kLinked, bool kByQueryHead>
 __global__ void __launch_bounds__(kThreads)
     WarpDecodeKernel(const float* __restrict__ q, int64_t q_stride, Bf16KvLayer cache,
                      const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin,
                      float* __restrict__ out, int64_t out_stride, int num_kv_heads, int num_seqs, int sliding_window,
                      float q_scale, DecodeLink link) {
+  static_assert(!kByQueryHead || kQueryHeadsSplit<kG>, "the warps share the query heads evenly");
   constexpr int kLanes = kDim / 8;
-  // Linked with packets: kWarpPacketFloats<kDim, kG> a warp.
+  constexpr int kH = kWarpHeads<kG, kByQueryHead>;
+  // Linked with packets: kWarpPacketBlockFloats<kDim, kG, kByQueryHead>.
   extern __shared__ __align__(16) float warp_packets[];
-  const int pair = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  const bool active = pair < num_seqs * num_kv_heads;
-  const int seq = active ? pair / num_kv_heads : 0;
+  const int warp = threadIdx.x / 32;
+  const int pair = kByQueryHead ? blockIdx.x : blockIdx.x * kWarpsPerBlock + warp;
+  const bool in_pairs = pair < num_seqs * num_kv_heads;
+  const int first_head = kByQueryHead ? warp * kH : 0;  // the warp's first of the pair's query heads
+  const bool active = in_pairs && first_head < kG;
+  const int seq = in_pairs ? pair / num_kv_heads : 0;
   const int kv_head = pair % num_kv_heads;
+  const int head = kv_head * kG + first_head;  // the warp's first query head in the row
   const int lane = threadIdx.x % kLanes;
   constexpr int kGroupsPerWarp = 32 / kLanes;
   const int group = threadIdx.x % 32 / kLanes;
@@ -95,44 +123,54 @@ __global__ void __launch_bounds__(kThreads)
   if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
 
   const bool packets = kLinked && link.packets != nullptr;
-  float* staged = warp_packets + threadIdx.x / 32 * kWarpPacketFloats<kDim, kG>;
+  // The pair's query heads (then outputs), and the warp's new token's k and v.
+  float* staged = kByQueryHead ? warp_packets : warp_packets + warp * (kG + 2) * kDim;
+  float* kv = kByQueryHead ? warp_packets + (kG + 2 * warp) * kDim : staged + kG * kDim;
+  float* heads = staged + first_head * kDim;  // the warp's query heads (then outputs)
+  // The warp that stores the new token.
+  const bool stores = active && (!kByQueryHead || warp == 0);
   bool failed = false;  // a wait of the step gave up (packets only)
   if (kLinked) {
-    // No lines here: LinkedDecodeAttention refuses them with a warp-per-head plan.
+    // No lines here: LinkedDecodeAttention refuses them with these plans.
     if (packets) {
       const int rank = threadIdx.x % 32;
       if (active) {
         // Its slot is read before the polls, off the hop's path.
         const int64_t slot = link.write_slots[seq] * slot_stride + kv_head * kDim;
-        float* kv = staged + kG * kDim;
-        failed = SyncOr<32>(PollInputPackets<kDim, kG, 32>(link, q, q_stride, seq, kv_head, staged, kv, true, rank));
-        StorePolledToken<kDim>(cache, slot, kv, rank, 32);
+        failed = SyncOr<32>(
+            PollInputPackets<kDim, kH, 32>(link, q, q_stride, seq, head, kv_head, heads, kv, true, rank));
+        if (stores) StorePolledToken<kDim>(cache, slot, kv, rank, 32);
       }
     } else {
       WaitForInputs(link);
       // Only output packets need it; the load stays in flight while the warp attends.
       failed = link.out_packets != nullptr && ErrorSet(link.error);
-      if (active) StoreNewToken<kDim>(link, cache, seq, kv_head, slot_stride, threadIdx.x % 32, 32);
+      if (stores) StoreNewToken<kDim>(link, cache, seq, kv_head, slot_stride, threadIdx.x % 32, 32);
+      // By query head, the other warps read the token the first stored.
+      if (kByQueryHead) __syncthreads();
     }
     if (link.busy_ns != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *link.busy_start = GlobalTimerNs();
     // The warp's own stores, ordered before its loads by __syncwarp.
     __syncwarp();
   }
   if (active) {
-    float qr[kG][8];
+    float qr[kH][8];
     if (packets) {
-      LoadPolledQuery<kDim, kG>(staged, lane, q_scale, qr);
+      LoadPolledQuery<kDim, kH>(heads, lane, q_scale, qr);
     } else {
-      LoadQuery<kDim, kG>(q, q_stride, seq, kv_head, lane, q_scale, qr);
+      LoadQuery<kDim, kH>(q, q_stride, seq, head, lane, q_scale, qr);
     }
-    float acc[kG][8];
-    float run_max[kG];
-    float run_sum[kG];
-    AttendTokens<kDim, kG>(qr, cache.k, cache.v, slot_ids, slot_stride, static_cast<int64_t>(kv_head) * kDim + lane * 8,
-                           begin, end, group, 0, kGroupsPerWarp, acc, run_max, run_sum);
+    float acc[kH][8];
+    float run_max[kH];
+    float run_sum[kH];
+    // By query head with packets, the new token from the warp's own copy, not the first warp's store.
+    const bool own_token = kByQueryHead && packets;
+    AttendTokens<kDim, kH>(qr, cache.k, cache.v, slot_ids, slot_stride, static_cast<int64_t>(kv_head) * kDim + lane * 8,
+                           begin, end, group, 0, kGroupsPerWarp, acc, run_max, run_sum,
+                           own_token ? kv + lane * 8 : nullptr, own_token ? kv + kDim + lane * 8 : nullptr);
     // Merge the warp's groups pairwise; every group ends with the whole result.
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
+    for (int g = 0; g < kH; ++g) {
 #pragma unroll
       for (int o = kLanes; o < 32; o <<= 1) {
         const float other_max = __shfl_xor_sync(0xffffffffu, run_max[g], o);
@@ -148,13 +186,13 @@ __global__ void __launch_bounds__(kThreads)
     }
     // Each group writes its share of its lane's 8 dims, so that one store of the warp covers a
     // head's outputs contiguously (they may cross NVLink to a peer GPU); bound for packets, into
-    // the warp's shared memory, over its query heads (read by every lane by now).
+    // shared memory, over the warp's query heads (read by every lane by now).
     const bool out_packets = kLinked && link.out_packets != nullptr;
     constexpr int kShare = 8 / kGroupsPerWarp > 0 ? 8 / kGroupsPerWarp : 1;
     if (out_packets) __syncwarp();
     if (group * kShare < 8) {
 #pragma unroll
-      for (int g = 0; g < kG; ++g) {
+      for (int g = 0; g < kH; ++g) {
         float share[kShare];
         const float scale = OutputScale(run_sum[g]);
 #pragma unroll
@@ -166,16 +204,45 @@ __global__ void __launch_bounds__(kThreads)
           }
           share[j] *= scale;
         }
-        float* to = out_packets ? staged + g * kDim + lane * 8 + group * kShare
-                                : out + seq * out_stride + (kv_head * kG + g) * kDim + lane * 8 + group * kShare;
+        float* to = out_packets ? heads + g * kDim + lane * 8 + group * kShare
+                                : out + seq * out_stride + (head + g) * kDim + lane * 8 + group * kShare;
         StoreShare<kShare>(to, share);
       }
     }
-    if (out_packets) {
+    if (out_packets && !kByQueryHead) {
       SendOutputPackets<kDim, kG, 32>(link, staged, seq, kv_head, num_kv_heads, failed, threadIdx.x % 32);
     }
   }
+  if (kByQueryHead && kLinked && link.out_packets != nullptr) {
+    // Every warp's heads staged (the barrier), the block sends the pair's outputs, or nothing where
+    // any warp's wait gave up.
+    failed = SyncOr<kThreads>(failed);
+    SendOutputPackets<kDim, kG, kThreads>(link, staged, seq, kv_head, num_kv_heads, failed, threadIdx.x);
+  }
   if (kLinked) ArriveAndFinish(link, gridDim.x);
+}
+
+// A warp_per_head launch (kByQueryHead: warp_per_query_head) of `blocks` blocks, linked when `link`
+// is set.
+template <int kDim, int kG, bool kByQueryHead>
+absl::Status LaunchWarps(unsigned blocks, const float* q, int64_t q_stride, const Bf16KvLayer& cache,
+                         const int32_t* slot_ids, const int32_t* slot_begin, float* out, int64_t out_stride,
+                         int kv_heads, int seqs, int window, float q_scale, const DecodeLink* link,
+                         cudaStream_t stream) {
+  if (link != nullptr) {
+    const size_t bytes = link->packets != nullptr || link->out_packets != nullptr
+                             ? size_t{kWarpPacketBlockFloats<kDim, kG, kByQueryHead>} * sizeof(float)
+                             : 0;
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(WarpDecodeKernel<kDim, kG, true, kByQueryHead>, dim3(blocks), bytes,
+                                             *link, stream, q, q_stride, cache, slot_ids, slot_begin, out, out_stride,
+                                             kv_heads, seqs, window, q_scale, *link));
+  } else {
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(WarpDecodeKernel<kDim, kG, false, kByQueryHead>, dim3(blocks),
+                                              dim3(kThreads), 0, stream, q, q_stride, cache, slot_ids, slot_begin, out,
+                                              out_stride, kv_heads, seqs, window, q_scale, DecodeLink{}));
+  }
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
 }
 
 // `link` null: plain decode attention (the cache only read); else the linked variant.
@@ -184,7 +251,7 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
                           const Bf16KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
                           int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
                           cudaStream_t stream) {
-  if (!plan.warp_per_head) {
+  if (!plan.warp_per_head && !plan.warp_per_query_head) {
     return LaunchBlockDecode<kDim, kG>(shape, plan, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, num_seqs,
                                        workspace, link, stream);
   }
@@ -193,21 +260,18 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
   const int window = static_cast<int>(shape.sliding_window);
   const unsigned blocks = static_cast<unsigned>(DecodeBlocks(shape, plan, num_seqs));
   const int seqs = static_cast<int>(num_seqs);
-  if (link != nullptr) {
-    const size_t bytes =
-        link->packets != nullptr || link->out_packets != nullptr
-            ? size_t{kWarpsPerBlock} * kWarpPacketFloats<kDim, kG> * sizeof(float)
-            : 0;
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(WarpDecodeKernel<kDim, kG, true>, dim3(blocks), bytes, *link, stream, q,
-                                             q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads, seqs,
-                                             window, q_scale, *link));
-  } else {
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(WarpDecodeKernel<kDim, kG, false>, dim3(blocks), dim3(kThreads), 0,
-                                              stream, q, q_stride, cache, slot_ids, slot_begin, out, out_stride,
-                                              kv_heads, seqs, window, q_scale, DecodeLink{}));
+  if (plan.warp_per_head) {
+    return LaunchWarps<kDim, kG, false>(blocks, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads,
+                                        seqs, window, q_scale, link, stream);
   }
-  LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  if constexpr (kQueryHeadsSplit<kG>) {
+    return LaunchWarps<kDim, kG, true>(blocks, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads,
+                                       seqs, window, q_scale, link, stream);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("decode attention: a warp per query head serves 1 to 4 or 8 query "
+                                                   "heads a kv head, not ",
+                                                   kG));
+  }
 }
 
 absl::Status Dispatch(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
@@ -369,13 +433,26 @@ DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan,
   // against 12.5, 32 rows 13.8-14.3 against 14.0-14.2 (tests/bench/RESULTS.md).
   const int64_t pairs = num_seqs * shape.num_kv_heads;
   const int64_t context = std::max<int64_t>(1, max_context);
-  if (plan.warp_per_head || plan.splits != 1 || context > kShortMaxContext ||
-      2 * pairs <= num_sms || context * num_sms > kPolledWarpTokensPerPairPerSm * pairs) {
-    return plan;
+  DecodePlan polled = plan;
+  if (!plan.warp_per_head && plan.splits == 1 && context <= kShortMaxContext && 2 * pairs > num_sms &&
+      context * num_sms <= kPolledWarpTokensPerPairPerSm * pairs) {
+    polled = DecodePlan{};
+    polled.warp_per_head = true;
   }
-  DecodePlan warps;
-  warps.warp_per_head = true;
-  return warps;
+  // A warp per query head runs a quarter of a warp per head's instructions between its polls and
+  // its sends. On one H200, both ends on it (lamina-bench-hop, packets; Llama-3-8B's shape), us a
+  // layer against the pick above: context 1, 1 to 16 rows 5.9-6.9 against 7.1-8.3 (0.79-0.84),
+  // 32 rows 9.4 against 10.6, 64 rows 10.5 against 11.7 (the echo alone 5.1-6.3, 9.5, 10.7);
+  // context 16, 1 to 32 rows 0.91-0.98, 64 rows 11.9 against 13.9; context 24, 1 to 32 rows
+  // 1.03-1.10 against deep or shallow tiles, but 0.79 against a warp per pair at 64 rows (32
+  // tokens: 0.75); 128 rows (1024 pairs), contexts 1 to 48: 0.98-1.10 against a warp per pair.
+  if (QueryHeadWarpsServe(shape) && polled.splits == 1 && pairs <= int64_t{kQueryHeadWarpPairsPerSm} * num_sms &&
+      (context <= kQueryHeadWarpMaxContext || polled.warp_per_head)) {
+    DecodePlan query_heads;
+    query_heads.warp_per_query_head = true;
+    return query_heads;
+  }
+  return polled;
 }
 
 DecodePlan Float8Plan(const DecodePlan& plan) {
@@ -383,6 +460,7 @@ DecodePlan Float8Plan(const DecodePlan& plan) {
   if (!plan.tiled) {
     tiled.tiled = true;
     tiled.warp_per_head = false;
+    tiled.warp_per_query_head = false;
     tiled.deep_tiles = false;
   }
   return tiled;
@@ -390,7 +468,14 @@ DecodePlan Float8Plan(const DecodePlan& plan) {
 
 int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs) {
   const int64_t pairs = num_seqs * shape.num_kv_heads;
+  if (plan.warp_per_query_head) return pairs;
   return plan.warp_per_head ? (pairs + kWarpsPerBlock - 1) / kWarpsPerBlock : pairs * plan.splits;
+}
+
+bool QueryHeadWarpsServe(const AttentionShape& shape) {
+  if (shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0) return false;
+  const int64_t group = shape.num_q_heads / shape.num_kv_heads;
+  return group >= 1 && (group <= kWarpsPerBlock || group == 2 * kWarpsPerBlock);
 }
 
 absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
@@ -419,8 +504,8 @@ absl::Status CheckDecodeLink(const DecodePlan& plan, int64_t num_seqs, const flo
     return absl::InvalidArgumentError(
         "linked decode attention: k, v, write_slots, error and counters are required, and busy_start with busy_ns");
   }
-  if ((link.lines != nullptr || link.out_lines != nullptr) && plan.warp_per_head) {
-    return absl::InvalidArgumentError("linked decode attention: lines with a warp-per-head plan");
+  if ((link.lines != nullptr || link.out_lines != nullptr) && (plan.warp_per_head || plan.warp_per_query_head)) {
+    return absl::InvalidArgumentError("linked decode attention: lines with a warp-per-head or per-query-head plan");
   }
   if (link.lines != nullptr && (link.lines_mirror == nullptr || link.ready != nullptr || q_stride % 2 != 0 ||
                                 link.kv_stride % 2 != 0 || (q - link.lines_mirror) % 2 != 0 ||

@@ -16,14 +16,14 @@ namespace lamina::kernels::cuda {
 
 constexpr int kCoreUnroll = 4;
 
-// Each lane's 8 dims of the group's kG query heads, pre-scaled. Through L2: with a link the rows
+// Each lane's 8 dims of kG query heads from `head` on, pre-scaled. Through L2: with a link the rows
 // were just written by a peer GPU. Two 16-byte loads a head where the rows allow: scalar loads
 // fetch each 32-byte sector from L2 eight times over. Not at head_dim 32, where ptxas spilled with
 // them (at 6 query heads a kv head).
 template <int kDim, int kG>
-__device__ __forceinline__ void LoadQuery(const float* q, int64_t q_stride, int seq, int kv_head, int lane,
+__device__ __forceinline__ void LoadQuery(const float* q, int64_t q_stride, int seq, int head, int lane,
                                           float q_scale, float (&qr)[kG][8]) {
-  const float* src = q + seq * q_stride + kv_head * kG * kDim + lane * 8;
+  const float* src = q + seq * q_stride + head * kDim + lane * 8;
   if (kDim >= 64 && (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (q_stride & 3) == 0) {
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
@@ -50,13 +50,16 @@ __device__ __forceinline__ void LoadQuery(const float* q, int64_t q_stride, int 
 // `group` counting from the first group of the token range and `stride_groups` groups sharing it.
 // The loop runs while the warp's first group (`warp_first_group`) has tokens, so every lane of a
 // warp takes the same trip count (the shuffles need the whole warp); a group past the end masks
-// its tokens.
+// its tokens. With `new_k` and `new_v` (the lane's 8 dims of the new token's k and v as floats,
+// in shared memory), token hi - 1 is taken from them, rounded to bf16 as its store into the cache
+// rounds it, rather than loaded from the cache.
 template <int kDim, int kG>
 __device__ __forceinline__ void AttendTokens(const float (&qr)[kG][8], const bf16* k_cache, const bf16* v_cache,
                                              const int32_t* __restrict__ slot_ids, int64_t slot_stride,
                                              int64_t head_offset, int lo, int hi, int group, int warp_first_group,
                                              int stride_groups, float (&acc)[kG][8], float (&run_max)[kG],
-                                             float (&run_sum)[kG]) {
+                                             float (&run_sum)[kG], const float* new_k = nullptr,
+                                             const float* new_v = nullptr) {
   constexpr int kLanes = kDim / 8;
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
@@ -72,7 +75,10 @@ __device__ __forceinline__ void AttendTokens(const float (&qr)[kG][8], const bf1
 #pragma unroll
     for (int u = 0; u < kCoreUnroll; ++u) {
       const int t = t0 + u;
-      if (t < hi) {
+      if (new_k != nullptr && t == hi - 1) {
+        kraw[u] = Pack8(new_k);
+        vraw[u] = Pack8(new_v);
+      } else if (t < hi) {
         const int64_t base = static_cast<int64_t>(slot_ids[t]) * slot_stride + head_offset;
         kraw[u] = __ldcs(reinterpret_cast<const uint4*>(k_cache + base));
         vraw[u] = __ldcs(reinterpret_cast<const uint4*>(v_cache + base));

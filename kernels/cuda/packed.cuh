@@ -1,4 +1,4 @@
-// Values packed in 16-byte loads, shared by the CUDA kernels.
+// Values packed in 16-byte loads and stores, shared by the CUDA kernels.
 #ifndef LAMINA_KERNELS_CUDA_PACKED_CUH_
 #define LAMINA_KERNELS_CUDA_PACKED_CUH_
 
@@ -15,6 +15,15 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float* f) {
     f[2 * i] = t.x;
     f[2 * i + 1] = t.y;
   }
+}
+
+// 8 floats as the 8 bf16 of one 16-byte load, each rounded to nearest (as a bf16 store rounds).
+__device__ __forceinline__ uint4 Pack8(const float* f) {
+  uint4 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  return raw;
 }
 
 }  // namespace lamina::kernels::cuda

@@ -428,10 +428,10 @@ class CudaKvLane : public DeviceKvLane {
     // lanes' budget, wait behind a small kernel queued ahead instead.
     kc::DecodePlan plan = side_by_side_plans_[chunk];
     // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
-    // (short contexts for its pairs) runs the tiled blocks the planner would pick otherwise, in one
-    // split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
-    if ((hop.lines != nullptr || hop.out_lines != nullptr) && plan.warp_per_head) {
-      plan.warp_per_head = false;
+    // or query head (short contexts for its pairs) runs the tiled blocks the planner would pick
+    // otherwise, in one split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
+    if ((hop.lines != nullptr || hop.out_lines != nullptr) && (plan.warp_per_head || plan.warp_per_query_head)) {
+      plan.warp_per_head = plan.warp_per_query_head = false;
       plan.tiled = true;
     }
     float* out = hop.out;
@@ -448,7 +448,8 @@ class CudaKvLane : public DeviceKvLane {
       plan = pool_->PolledPlan(plan, r.count, max_context_, share);
       const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
       const int64_t wave = share * int64_t{kc::DecodeBlocksPerSm(o.attention)};  // a wave of that share
-      if (plan.warp_per_head || blocks <= kMostPacketPollingWaves * wave || max_context_ >= kLongPacketContext) {
+      if (plan.warp_per_head || plan.warp_per_query_head || blocks <= kMostPacketPollingWaves * wave ||
+          max_context_ >= kLongPacketContext) {
         const ChunkWait& wait = WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count, blocks, kMostPollingBlocks);
         link.packets = hop.packets;
         link.packets_mirror = hop.packets_mirror;

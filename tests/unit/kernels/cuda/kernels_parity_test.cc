@@ -283,21 +283,31 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
     // and a warp per (sequence, kv head) whatever the context, then the most splits a launch takes
     // (tiled, whole tiles: most of them left empty, which the merge must pass over); tiled ones
     // with deep tiles too.
-    cuda::DecodePlan block_each, tiled_each, deep_each, warp_each, most_splits, most_tiled_splits, most_deep_splits;
+    cuda::DecodePlan block_each, tiled_each, deep_each, warp_each, query_head_warps, most_splits, most_tiled_splits,
+        most_deep_splits;
     tiled_each.tiled = true;
     deep_each = tiled_each;
     deep_each.deep_tiles = true;
     warp_each.warp_per_head = true;
+    query_head_warps.warp_per_query_head = true;
     most_splits.splits = 1024;
     most_splits.workspace_floats = seqs * c.q_heads * most_splits.splits * (c.head_dim + 1);
     most_tiled_splits = most_splits;
     most_tiled_splits.tiled = true;
     most_deep_splits = most_tiled_splits;
     most_deep_splits.deep_tiles = true;
+    std::vector<cuda::DecodePlan> plans = {cuda::PlanDecode(shape, seqs, longest, 1),
+                                           cuda::PlanDecode(shape, seqs, longest, 132),
+                                           block_each,
+                                           tiled_each,
+                                           deep_each,
+                                           warp_each,
+                                           most_splits,
+                                           most_tiled_splits,
+                                           most_deep_splits};
+    if (cuda::QueryHeadWarpsServe(shape)) plans.push_back(query_head_warps);
     for (const float* d_queries : {d_q.as<float>(), d_q_shifted.as<float>() + 1}) {
-      for (const cuda::DecodePlan& plan :
-           {cuda::PlanDecode(shape, seqs, longest, 1), cuda::PlanDecode(shape, seqs, longest, 132), block_each,
-            tiled_each, deep_each, warp_each, most_splits, most_tiled_splits, most_deep_splits}) {
+      for (const cuda::DecodePlan& plan : plans) {
         DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
         DeviceBuffer d_work = *DeviceBuffer::Create(std::max<int64_t>(1, plan.workspace_floats) * sizeof(float));
         ASSERT_TRUE(cuda::DecodeAttention(shape, plan, d_queries, q_stride, d_k.as<bf16>(), d_v.as<bf16>(),
@@ -306,7 +316,8 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
         ExpectNear(Download<float>(d_out, want.size()), want, 2e-4f, 2e-3f,
                    "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
                        std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
-                       (plan.warp_per_head ? " warp per head" : "") + (plan.tiled ? " tiled" : "") +
+                       (plan.warp_per_head ? " warp per head" : "") +
+                       (plan.warp_per_query_head ? " warp per query head" : "") + (plan.tiled ? " tiled" : "") +
                        (plan.deep_tiles ? " deep" : "") +
                        (d_queries == d_q.as<float>() ? "" : " queries not 16-byte aligned"));
       }
@@ -352,15 +363,41 @@ TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1), 8 * 4);
 }
 
-TEST(DecodePlanTest, PolledPacketsTakeAWarpPerHeadFromMorePairsThanHalfTheSms) {
+TEST(DecodePlanTest, AWarpPerQueryHeadServesEvenlySharedHeads) {
+  for (int64_t group : {1, 2, 3, 4, 8}) {
+    EXPECT_TRUE(cuda::QueryHeadWarpsServe({8 * group, 8, 128, 0})) << group << " query heads a kv head";
+  }
+  for (int64_t group : {5, 6, 7}) {
+    EXPECT_FALSE(cuda::QueryHeadWarpsServe({8 * group, 8, 128, 0})) << group << " query heads a kv head";
+  }
+  EXPECT_FALSE(cuda::QueryHeadWarpsServe({12, 8, 128, 0}));  // not a multiple
+  cuda::DecodePlan plan;
+  plan.warp_per_query_head = true;
   const cpu::AttentionShape llama{32, 8, 128, 0};
+  EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 16), 16 * 8);  // a block a (sequence, kv head)
+}
+
+TEST_F(CudaParityTest, AWarpPerQueryHeadRefusesHeadsTheWarpsCannotShareEvenly) {
+  cuda::DecodePlan plan;
+  plan.warp_per_query_head = true;
+  const cpu::AttentionShape shape{12, 2, 64, 0};  // 6 query heads a kv head
+  const absl::Status status = cuda::DecodeAttention(shape, plan, nullptr, 12 * 64, nullptr, nullptr, nullptr, nullptr,
+                                                    nullptr, 12 * 64, 1, nullptr, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("not 6"), std::string::npos) << status.message();
+}
+
+TEST(DecodePlanTest, PolledPacketsTakeAWarpPerHeadFromMorePairsThanHalfTheSms) {
+  // 6 query heads a kv head, which a warp per query head does not serve.
+  const cpu::AttentionShape uneven{48, 8, 128, 0};
   const auto polled = [&](int64_t seqs, int64_t context) {
-    return cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, seqs, context, 132), seqs, context, 132);
+    return cuda::PlanPolledDecode(uneven, cuda::PlanDecode(uneven, seqs, context, 132), seqs, context, 132);
   };
   // 16 rows at one token (128 pairs): PlanDecode's tiles, a warp each for packets.
-  EXPECT_FALSE(cuda::PlanDecode(llama, 16, 1, 132).warp_per_head);
+  EXPECT_FALSE(cuda::PlanDecode(uneven, 16, 1, 132).warp_per_head);
   cuda::DecodePlan plan = polled(16, 1);
   EXPECT_TRUE(plan.warp_per_head);
+  EXPECT_FALSE(plan.warp_per_query_head);
   EXPECT_FALSE(plan.tiled);
   EXPECT_EQ(plan.splits, 1);
   EXPECT_EQ(plan.workspace_floats, 0);
@@ -376,6 +413,38 @@ TEST(DecodePlanTest, PolledPacketsTakeAWarpPerHeadFromMorePairsThanHalfTheSms) {
   EXPECT_TRUE(polled(64, 1).warp_per_head);
   EXPECT_FALSE(polled(64, 39).warp_per_head);  // PlanDecode's CUDA-core blocks
   EXPECT_FALSE(polled(64, 39).tiled);
+}
+
+TEST(DecodePlanTest, PolledPacketsTakeAWarpPerQueryHeadAtShortContexts) {
+  const cpu::AttentionShape llama{32, 8, 128, 0};
+  const auto polled = [&](int64_t seqs, int64_t context) {
+    return cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, seqs, context, 132), seqs, context, 132);
+  };
+  // Up to 16 tokens and 4 pairs an SM (528 of 132 SMs), whatever the pick before.
+  for (const int64_t seqs : {1, 8, 16, 32, 66}) {
+    for (const int64_t context : {1, 16}) {
+      const cuda::DecodePlan plan = polled(seqs, context);
+      EXPECT_TRUE(plan.warp_per_query_head) << seqs << " rows, context " << context;
+      EXPECT_FALSE(plan.warp_per_head || plan.tiled);
+      EXPECT_EQ(plan.splits, 1);
+      EXPECT_EQ(plan.workspace_floats, 0);
+      EXPECT_EQ(cuda::DecodeBlocks(llama, plan, seqs), seqs * 8);
+    }
+  }
+  // Past 16 tokens only where the pick was a warp per pair: 64 rows (512 pairs) up to 38 tokens.
+  EXPECT_TRUE(polled(16, 17).tiled);
+  EXPECT_TRUE(cuda::PlanDecode(llama, 64, 38, 132).warp_per_head);
+  EXPECT_TRUE(polled(64, 38).warp_per_query_head);
+  EXPECT_FALSE(polled(64, 39).warp_per_query_head);  // PlanDecode's CUDA-core blocks
+  EXPECT_FALSE(polled(64, 39).tiled);
+  // Past 4 pairs an SM, a warp per pair.
+  EXPECT_TRUE(polled(67, 1).warp_per_head);  // 536 pairs
+  EXPECT_TRUE(polled(128, 1).warp_per_head);
+  // Split contexts stay as they are.
+  EXPECT_EQ(polled(1, 256).splits, 4);
+  // On a share of the GPU (a memory node's chunks side by side), its SMs count.
+  EXPECT_TRUE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 16, 1, 33), 16, 1, 33).warp_per_query_head);
+  EXPECT_FALSE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 32, 1, 33), 32, 1, 33).warp_per_query_head);
 }
 
 TEST(DecodePlanTest, TiledSplitsFillTheBlocksTheGpuHoldsAtOnce) {

@@ -73,7 +73,7 @@ TEST_F(LinkedDecodeTest, SameOutputsAndPoolAsStoreThenDecode) {
 TEST_F(LinkedDecodeTest, WaitsForRowsThatArriveLater) {
   Build({32, 8, 128, {40, 5}});
   for (const DecodePlan& plan : Plans(shape_, seqs_, longest_)) {
-    SCOPED_TRACE(plan.warp_per_head ? "warp per head" : "splits " + std::to_string(plan.splits));
+    SCOPED_TRACE(Name({32, 8, 128, {}}, plan));
     std::vector<float> want;
     std::vector<uint16_t> want_k;
     Reference(plan, &want, &want_k);
@@ -119,9 +119,10 @@ TEST_F(LinkedDecodeTest, ChainedToAWaitAheadTakesRowsThatArriveLater) {
   for (const DecodePlan& plan : Plans(shape_, seqs_, longest_)) {
     for (const bool lines : {false, true}) {
       for (const bool finds_them : {true, false}) {
-        if (lines && finds_them && plan.warp_per_head) continue;  // lines go a block per (sequence, kv head)
-        SCOPED_TRACE((plan.warp_per_head ? "warp per head" : "splits " + std::to_string(plan.splits)) +
-                     (lines ? ", lines" : ", flag") + (finds_them ? ", found by the launch" : ", after the wait"));
+        // Lines go a block per (sequence, kv head).
+        if (lines && finds_them && (plan.warp_per_head || plan.warp_per_query_head)) continue;
+        SCOPED_TRACE(Name({32, 8, 128, {}}, plan) + (lines ? ", lines" : ", flag") +
+                     (finds_them ? ", found by the launch" : ", after the wait"));
         std::vector<float> want;
         std::vector<uint16_t> want_k;
         Reference(plan, &want, &want_k);

@@ -41,13 +41,15 @@ struct Case {
 inline std::string Name(const Case& c, const DecodePlan& plan) {
   return "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
          std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
-         (plan.warp_per_head ? " warp per head" : "") + (plan.tiled ? " tiled" : "") + (plan.deep_tiles ? " deep" : "");
+         (plan.warp_per_head ? " warp per head" : "") + (plan.warp_per_query_head ? " warp per query head" : "") +
+         (plan.tiled ? " tiled" : "") + (plan.deep_tiles ? " deep" : "");
 }
 
 // The planner's picks for a small and a large GPU, then a block (on the CUDA cores, tiled, tiled
-// in 3 splits, the same with deep tiles) and a warp per (sequence, kv head) whatever the context.
+// in 3 splits, the same with deep tiles) and a warp per (sequence, kv head) whatever the context,
+// and a warp per query head where it serves the shape.
 inline std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, int64_t longest) {
-  DecodePlan block_each, tiled_each, tiled_splits, warp_each;
+  DecodePlan block_each, tiled_each, tiled_splits, warp_each, query_head_warps;
   tiled_each.tiled = true;
   tiled_splits.tiled = true;
   tiled_splits.splits = 3;
@@ -55,14 +57,17 @@ inline std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, 
   DecodePlan deep_each = tiled_each, deep_splits = tiled_splits;
   deep_each.deep_tiles = deep_splits.deep_tiles = true;
   warp_each.warp_per_head = true;
-  return {PlanDecode(shape, seqs, longest, 1),
-          PlanDecode(shape, seqs, longest, 132),
-          block_each,
-          tiled_each,
-          tiled_splits,
-          deep_each,
-          deep_splits,
-          warp_each};
+  query_head_warps.warp_per_query_head = true;
+  std::vector<DecodePlan> plans = {PlanDecode(shape, seqs, longest, 1),
+                                   PlanDecode(shape, seqs, longest, 132),
+                                   block_each,
+                                   tiled_each,
+                                   tiled_splits,
+                                   deep_each,
+                                   deep_splits,
+                                   warp_each};
+  if (QueryHeadWarpsServe(shape)) plans.push_back(query_head_warps);
+  return plans;
 }
 
 // One decode step's inputs: a pool with scattered slots, each sequence's last slot its write slot,
@@ -153,12 +158,15 @@ inline std::vector<DecodePlan> LinePlans(const AttentionShape& shape, int64_t se
   return {one, four, one_tiled, four_tiled, one_deep, four_deep};
 }
 
-// The plans a packet hop goes with: LinePlans' and a warp per (sequence, kv head).
+// The plans a packet hop goes with: LinePlans', a warp per (sequence, kv head) and a warp per
+// query head (where it serves the shape).
 inline std::vector<DecodePlan> PacketPlans(const AttentionShape& shape, int64_t seqs) {
   std::vector<DecodePlan> plans = LinePlans(shape, seqs);
-  DecodePlan warp_each;
+  DecodePlan warp_each, query_head_warps;
   warp_each.warp_per_head = true;
   plans.push_back(warp_each);
+  query_head_warps.warp_per_query_head = true;
+  if (QueryHeadWarpsServe(shape)) plans.push_back(query_head_warps);
   return plans;
 }
 
