@@ -32,9 +32,18 @@
 // against, in the same run, `echo` (the memory end a WaitFlag and a SendRows of the q rows back)
 // and `alone` (the memory end's StoreKv and DecodeAttention queued back to back, no compute end):
 // rows - alone is the data plane's share of a layer on this GPU.
+// A third table, for --packet-batches, times the way memory nodes take hops between GPUs joined by
+// NVLink, packets (packets.h):
+//   compute end: SendPackets (q/k/v out), ReceivePackets (the outputs, a part a kv head);
+//   memory end: LinkedDecodeAttention polling its packets and sending its outputs as packets, under
+//   the planner's plan (`planner`, PlanDecode), a warp per (sequence, kv head) (`warps`), a warp
+//   per query head (`qheads`), and PlanPolledDecode's pick (`polled`, as memory nodes launch);
+//   past 128 blocks the launch is chained to a WaitForFirstPacket, as memory nodes queue it;
+// against `echo`, the memory end a ReceivePackets and a SendPackets of the q rows back.
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-hop [--layers 256] [--contexts 1,1024] [--batches 1,4,16] [--row-batches 64,256,1024]
+//                    [--packet-batches 1,2,4,8,16,32,64]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +58,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/packets.h"
 #include "tests/bench/gpu_timing.h"
 
 namespace lamina::bench {
@@ -66,6 +76,10 @@ constexpr int64_t kMostWaitingBlocks = 16;
 
 enum class MemoryEnd { kFlag, kLines, kAhead, kChained, kEcho };
 enum class RowsEnd { kRows, kEcho, kAlone };
+// The packets path's memory end: the linked launch under `plan`, or the echo where null.
+struct PacketsEnd {
+  const kc::DecodePlan* plan;
+};
 
 // One batch's buffers, all on device 0: `batch` sequences of `context` cached tokens each.
 struct Hop {
@@ -77,6 +91,9 @@ struct Hop {
   // The same for rows behind a flag; with kAlone only the memory end's work, on `attention`.
   absl::Status Queue(RowsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid, const cuda::Event& end,
                      cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const;
+  // The same for packets.
+  absl::Status Queue(PacketsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid,
+                     const cuda::Event& end, cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const;
   // The memory end's link: the new k/v in `mirror`, stored at each sequence's last slot; the
   // inputs' and outputs' ways are the caller's to set.
   kc::DecodeLink Link() const {
@@ -105,6 +122,8 @@ struct Hop {
   cuda::DeviceBuffer qkv;         // the compute end's rows [batch, kQkv]
   cuda::DeviceBuffer in_lines;    // the memory end's q/k/v lines, mirroring `mirror`
   cuda::DeviceBuffer mirror;      // [batch, kQkv]
+  cuda::DeviceBuffer in_packets;   // the memory end's q/k/v packets, mirroring `mirror`
+  cuda::DeviceBuffer out_packets;  // the compute end's output packets, a part a kv head
   cuda::DeviceBuffer out_lines;   // the compute end's output lines, mirroring `out_mirror`
   cuda::DeviceBuffer out_mirror;  // [batch, kQ]
   cuda::DeviceBuffer out;         // the compute end's outputs [batch, kQ]
@@ -127,6 +146,10 @@ absl::StatusOr<Hop> Hop::Create(int64_t batch, int64_t context, int sms) {
   LAMINA_ASSIGN_OR_RETURN(h.qkv, cuda::DeviceBuffer::CreateZeroed(batch * kQkv * sizeof(float)));
   LAMINA_ASSIGN_OR_RETURN(h.in_lines, cuda::DeviceBuffer::CreateZeroed(batch * kQkv / 2 * sizeof(kc::Line)));
   LAMINA_ASSIGN_OR_RETURN(h.mirror, cuda::DeviceBuffer::CreateZeroed(batch * kQkv * sizeof(float)));
+  LAMINA_ASSIGN_OR_RETURN(h.in_packets,
+                          cuda::DeviceBuffer::CreateZeroed(batch * kc::PacketsPerRow(kQkv) * sizeof(kc::Packet)));
+  LAMINA_ASSIGN_OR_RETURN(h.out_packets, cuda::DeviceBuffer::CreateZeroed(
+                                             batch * kc::PacketsPerRow(kQ, kKvHeads) * sizeof(kc::Packet)));
   LAMINA_ASSIGN_OR_RETURN(h.out_lines, cuda::DeviceBuffer::CreateZeroed(batch * kQ / 2 * sizeof(kc::Line)));
   LAMINA_ASSIGN_OR_RETURN(h.out_mirror, cuda::DeviceBuffer::CreateZeroed(batch * kQ * sizeof(float)));
   LAMINA_ASSIGN_OR_RETURN(h.out, cuda::DeviceBuffer::CreateZeroed(batch * kQ * sizeof(float)));
@@ -260,6 +283,49 @@ absl::Status Hop::Queue(RowsEnd memory, int64_t layers, uint32_t* tag, const cud
   return end.Record(timed);
 }
 
+absl::Status Hop::Queue(PacketsEnd memory, int64_t layers, uint32_t* tag, const cuda::Event& mid,
+                        const cuda::Event& end, cudaStream_t compute, cudaStream_t attention, uint64_t* gate) const {
+  uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
+  LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, compute));
+  LAMINA_RETURN_IF_ERROR(kc::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, attention));
+  const int32_t* slot_ids = lists.as<int32_t>();
+  uint32_t* error_word = error.as<uint32_t>();
+  const float* rows = mirror.as<float>();
+  const int64_t in_per_row = kc::PacketsPerRow(kQkv), out_per_row = kc::PacketsPerRow(kQ, kKvHeads);
+  const kc::Packet* in = in_packets.as<kc::Packet>();
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    const uint32_t line_tag = kc::LineTag(++*tag);
+    if (memory.plan == nullptr) {
+      LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(in, in_per_row, line_tag, kTimeoutNs, error_word, 2, nullptr, batch,
+                                                kQkv, mirror.as<float>(), kQkv, attention));
+      LAMINA_RETURN_IF_ERROR(kc::SendPackets(rows, kQkv, nullptr, batch, kQ, out_packets.as<kc::Packet>(),
+                                             out_per_row, line_tag, error_word, attention, nullptr, kKvHeads));
+    } else {
+      kc::DecodeLink link = Link();
+      link.packets = in;
+      link.packets_mirror = rows;
+      link.out_packets = out_packets.as<kc::Packet>();
+      link.line_tag = line_tag;
+      // As memory nodes queue a launch of more blocks than poll at once.
+      if (kc::DecodeBlocks(shape, *memory.plan, batch) > kMostPollingBlocks) {
+        LAMINA_RETURN_IF_ERROR(kc::WaitForFirstPacket(in, line_tag, kTimeoutNs, error_word, 2, attention));
+        link.chained_to_wait = true;
+      }
+      LAMINA_RETURN_IF_ERROR(kc::LinkedDecodeAttention(shape, *memory.plan, rows, kQkv, k.as<kc::bf16>(),
+                                                       v.as<kc::bf16>(), slot_ids, slot_ids + slots,
+                                                       out_mirror.as<float>(), kQ, batch, workspace.as<float>(), link,
+                                                       attention));
+    }
+    if (layer == layers / 4) LAMINA_RETURN_IF_ERROR(mid.Record(compute));
+    LAMINA_RETURN_IF_ERROR(kc::SendPackets(qkv.as<float>(), kQkv, nullptr, batch, kQkv, in_packets.as<kc::Packet>(),
+                                           in_per_row, line_tag, error_word, compute));
+    LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(out_packets.as<kc::Packet>(), out_per_row, line_tag, kTimeoutNs,
+                                              error_word, 4, nullptr, batch, kQ, out.as<float>(), kQ, compute, nullptr,
+                                              kc::kMostPacketPollingBlocks, kKvHeads));
+  }
+  return end.Record(compute);
+}
+
 // Microseconds a layer from the end of the first quarter of the layers to the last, the best of
 // `reps` runs after a warm-up.
 // The streams and words a hop is timed with.
@@ -299,8 +365,49 @@ absl::StatusOr<double> SteadyMicros(const Hop& hop, End memory, const Bench& b, 
   return best;
 }
 
+// A plan's name in the packets table.
+std::string PlanName(const kc::DecodePlan& plan) {
+  if (plan.warp_per_query_head) return "qheads";
+  if (plan.warp_per_head) return "warps";
+  return absl::StrCat(plan.tiled ? (plan.deep_tiles ? "deep" : "tiled") : "cores",
+                      plan.splits > 1 ? absl::StrCat("/", plan.splits) : "");
+}
+
+// The third table: packets, each memory end's launch against the echo.
+absl::Status PacketsTable(const std::vector<int32_t>& contexts, const std::vector<int32_t>& batches, int sms,
+                          const Bench& bench) {
+  std::printf("\nPackets (SendPackets, ReceivePackets; the outputs a part a kv head), us a layer: the memory end's\n"
+              "linked launch polling its packets and sending its outputs, under the planner's plan, a warp per\n"
+              "(sequence, kv head), a warp per query head, and PlanPolledDecode's pick (as memory nodes launch);\n"
+              "echo = a ReceivePackets and a SendPackets of the q rows back instead\n\n");
+  std::printf("%8s %6s | %8s %8s %8s %8s %8s | %8s %8s | %12s %12s %12s\n", "context", "batch", "echo", "planner",
+              "warps", "qheads", "polled", "planner", "polled", "qheads÷warps", "qheads÷plnr", "polled÷echo");
+  for (const int32_t context : contexts) {
+    for (const int32_t batch : batches) {
+      LAMINA_ASSIGN_OR_RETURN(Hop hop, Hop::Create(batch, context, sms));
+      kc::DecodePlan warps, qheads;
+      warps.warp_per_head = true;
+      qheads.warp_per_query_head = true;
+      const kc::DecodePlan planner = hop.row_plan;
+      const kc::DecodePlan polled = kc::PlanPolledDecode(hop.shape, planner, batch, context, sms);
+      auto time = [&](const kc::DecodePlan* plan) { return SteadyMicros(hop, PacketsEnd{plan}, bench); };
+      LAMINA_ASSIGN_OR_RETURN(const double echo, time(nullptr));
+      LAMINA_ASSIGN_OR_RETURN(const double planner_us, time(&planner));
+      LAMINA_ASSIGN_OR_RETURN(const double warps_us, time(&warps));
+      LAMINA_ASSIGN_OR_RETURN(const double qheads_us, time(&qheads));
+      LAMINA_ASSIGN_OR_RETURN(const double polled_us, time(&polled));
+      std::printf("%8d %6d | %8.2f %8.2f %8.2f %8.2f %8.2f | %8s %8s | %12.2f %12.2f %12.2f\n", context, batch, echo,
+                  planner_us, warps_us, qheads_us, polled_us, PlanName(planner).c_str(), PlanName(polled).c_str(),
+                  qheads_us / warps_us, qheads_us / planner_us, polled_us / echo);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const std::vector<std::string>& args) {
-  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"layers", "contexts", "batches", "row-batches"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"layers", "contexts", "batches", "row-batches",
+                                                                       "packet-batches"},
+                                                                {}));
   LAMINA_ASSIGN_OR_RETURN(const int64_t layers, flags.Int("layers", 256));
   if (layers < 8) return absl::InvalidArgumentError(absl::StrCat("--layers ", layers, ": at least 8"));
   LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> contexts,
@@ -309,11 +416,16 @@ absl::Status Run(const std::vector<std::string>& args) {
                           cli::ParseIdList("--batches", flags.String("batches", "1,4,16")));
   LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> row_batches,
                           cli::ParseIdList("--row-batches", flags.String("row-batches", "64,256,1024")));
+  LAMINA_ASSIGN_OR_RETURN(std::vector<int32_t> packet_batches,
+                          cli::ParseIdList("--packet-batches", flags.String("packet-batches", "1,2,4,8,16,32,64")));
   for (const int32_t n : contexts) {
     if (n < 1) return absl::InvalidArgumentError(absl::StrCat("--contexts: ", n, " (at least 1)"));
   }
   for (const int32_t n : row_batches) {
     if (n < 1) return absl::InvalidArgumentError(absl::StrCat("--row-batches: ", n, " (at least 1)"));
+  }
+  for (const int32_t n : packet_batches) {
+    if (n < 1) return absl::InvalidArgumentError(absl::StrCat("--packet-batches: ", n, " (at least 1)"));
   }
   for (const int32_t n : batches) {
     if (n < 1 || n > kc::ReceiveRowsMaxCount()) {
@@ -378,7 +490,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                   hop.RowsWaitInLaunch() ? "launch" : "ahead", rows, echo, alone, rows - alone, rows / (echo + alone));
     }
   }
-  return absl::OkStatus();
+  return PacketsTable(contexts, packet_batches, prop.multiProcessorCount, bench);
 }
 
 }  // namespace
