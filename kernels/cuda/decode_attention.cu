@@ -77,22 +77,20 @@ constexpr bool kQueryHeadsSplit = kG <= kWarpsPerBlock || kG % kWarpsPerBlock ==
 template <int kG, bool kByQueryHead>
 constexpr int kWarpHeads = !kByQueryHead ? kG : kG <= kWarpsPerBlock ? 1 : kG / kWarpsPerBlock;
 
-// A linked launch's dynamic shared memory a block where its inputs come as packets. A warp per
-// head: each warp's query heads, then its new token's k and v. By query head: the pair's query
-// heads, then each warp's copy of the new token's k and v. The outputs, bound for packets, replace
-// the query heads.
+// A linked launch's dynamic shared memory a block where its inputs come as packets: for each warp
+// (a warp per head) or for the block's pair (by query head), the pair's query heads, then the new
+// token's k and v. The outputs, bound for packets, replace the query heads.
 template <int kDim, int kG, bool kByQueryHead>
-constexpr int kWarpPacketBlockFloats =
-    kByQueryHead ? (kG + 2 * kWarpsPerBlock) * kDim : kWarpsPerBlock * (kG + 2) * kDim;
+constexpr int kWarpPacketBlockFloats = (kByQueryHead ? 1 : kWarpsPerBlock) * (kG + 2) * kDim;
 
 // warp_per_head: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps
 // past the last pair only join the block's barriers. Linked, with packets (DecodeLink::packets),
 // each warp polls its own inputs and, with out_packets, sends its own outputs: a warp attends as
 // soon as its rows are in while the rest travel.
 // kByQueryHead (warp_per_query_head): a block per (sequence, kv head), each warp attending to its
-// share of the query heads (kWarpHeads). Linked with packets, each warp polls its heads and the new
-// token, the first stores the token and each attends to it from its own copy (no barrier between
-// the warps until their outputs are staged), and the block sends the pair's outputs.
+// share of the query heads (kWarpHeads). Linked with packets, the block polls the pair's packets
+// once, the first warp stores the new token while every warp attends to it from the polled copy,
+// and the block sends the pair's outputs.
 template <int kDim, int kG, bool kLinked, bool kByQueryHead>
 __global__ void __launch_bounds__(kThreads)
     WarpDecodeKernel(const float* __restrict__ q, int64_t q_stride, Bf16KvLayer cache,
@@ -123,9 +121,9 @@ __global__ void __launch_bounds__(kThreads)
   if (sliding_window > 0 && end - begin > sliding_window) begin = end - sliding_window;
 
   const bool packets = kLinked && link.packets != nullptr;
-  // The pair's query heads (then outputs), and the warp's new token's k and v.
+  // The pair's query heads (then outputs), and the new token's k and v.
   float* staged = kByQueryHead ? warp_packets : warp_packets + warp * (kG + 2) * kDim;
-  float* kv = kByQueryHead ? warp_packets + (kG + 2 * warp) * kDim : staged + kG * kDim;
+  float* kv = staged + kG * kDim;
   float* heads = staged + first_head * kDim;  // the warp's query heads (then outputs)
   // The warp that stores the new token.
   const bool stores = active && (!kByQueryHead || warp == 0);
@@ -133,14 +131,18 @@ __global__ void __launch_bounds__(kThreads)
   if (kLinked) {
     // No lines here: LinkedDecodeAttention refuses them with these plans.
     if (packets) {
-      const int rank = threadIdx.x % 32;
-      if (active) {
-        // Its slot is read before the polls, off the hop's path.
-        const int64_t slot = link.write_slots[seq] * slot_stride + kv_head * kDim;
-        failed = SyncOr<32>(
-            PollInputPackets<kDim, kH, 32>(link, q, q_stride, seq, head, kv_head, heads, kv, true, rank));
-        if (stores) StorePolledToken<kDim>(cache, slot, kv, rank, 32);
+      // Its slot is read before the polls, off the hop's path.
+      const int64_t slot = link.write_slots[seq] * slot_stride + kv_head * kDim;
+      if constexpr (kByQueryHead) {
+        // The block polls once: each warp polling its own heads and the token doubled the polls,
+        // and made the hop 0.3 us slower on two H200s (tests/bench/RESULTS.md).
+        failed = SyncOr<kThreads>(
+            PollInputPackets<kDim, kG, kThreads>(link, q, q_stride, seq, kv_head, staged, kv, true, threadIdx.x));
+      } else if (active) {
+        failed = SyncOr<32>(PollInputPackets<kDim, kG, 32>(link, q, q_stride, seq, kv_head, staged, kv, true,
+                                                           threadIdx.x % 32));
       }
+      if (stores) StorePolledToken<kDim>(cache, slot, kv, threadIdx.x % 32, 32);
     } else {
       WaitForInputs(link);
       // Only output packets need it; the load stays in flight while the warp attends.
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(kThreads)
     float acc[kH][8];
     float run_max[kH];
     float run_sum[kH];
-    // By query head with packets, the new token from the warp's own copy, not the first warp's store.
+    // By query head with packets, the new token as polled, not from the first warp's store.
     const bool own_token = kByQueryHead && packets;
     AttendTokens<kDim, kH>(qr, cache.k, cache.v, slot_ids, slot_stride, static_cast<int64_t>(kv_head) * kDim + lane * 8,
                            begin, end, group, 0, kGroupsPerWarp, acc, run_max, run_sum,

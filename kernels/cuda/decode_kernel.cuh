@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(kTileThreads)
       // Its slot is read before the polls, off the hop's path.
       const int64_t slot =
           !kFloat8 && holds_new_token ? link.write_slots[seq] * slot_stride + kv_head * kDim : 0;
-      failed = SyncOr<kThreads>(PollInputPackets<kDim, kG, kThreads>(
-          link, q, q_stride, seq, kv_head * kG, kv_head, q_polled, kv_polled, holds_new_token, threadIdx.x));
+      failed = SyncOr<kThreads>(PollInputPackets<kDim, kG, kThreads>(link, q, q_stride, seq, kv_head, q_polled,
+                                                                     kv_polled, holds_new_token, threadIdx.x));
       if (holds_new_token) {
         if constexpr (kFloat8) {
           if (threadIdx.x < kDim) {

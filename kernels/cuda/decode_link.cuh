@@ -92,23 +92,23 @@ __device__ bool ReceiveInputLines(const DecodeLink& link, const float* q, int64_
 }
 
 // A (sequence, kv head)'s inputs as packets (DecodeLink::packets), polled by kThreads threads (a
-// block of kTileThreads, or a warp) numbered `rank`: kHeads query heads from `q_head` on (all of
-// the kv head's, or a warp's share of them) into `q_to` (kHeads * kDim floats, shared memory)
-// and, when `with_kv` (the caller holds the new token), the new token's k and v into `kv_to`
-// (2 * kDim floats: k, then v). Eight lanes poll a packet, every warp its packets at once; a packet
-// that two ranges share is polled for each. True when this thread's polls gave up or the step had
-// failed already: the caller's barrier (SyncOr) makes the writes visible and shares that.
-template <int kDim, int kHeads, int kThreads>
-__device__ bool PollInputPackets(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int q_head,
-                                 int kv_head, float* q_to, float* kv_to, bool with_kv, int rank) {
-  constexpr int kQ = kHeads * kDim;
+// block of kTileThreads, or a warp) numbered `rank`: the query heads of its kv head into `q_to`
+// (kG * kDim floats, shared memory) and, when `with_kv` (the caller holds the new token), the new
+// token's k and v into `kv_to` (2 * kDim floats: k, then v). Eight lanes poll a packet, every warp
+// its packets at once; a packet that two ranges share is polled for each. True when this thread's
+// polls gave up or the step had failed already: the caller's barrier (SyncOr) makes the writes
+// visible and shares that.
+template <int kDim, int kG, int kThreads>
+__device__ bool PollInputPackets(const DecodeLink& link, const float* q, int64_t q_stride, int seq, int kv_head,
+                                 float* q_to, float* kv_to, bool with_kv, int rank) {
+  constexpr int kQ = kG * kDim;
   constexpr int kFloats = static_cast<int>(kPacketFloats);
   // The most packets a range of n floats touches: n / 31 + 2.
   constexpr int kMost = kQ / kFloats + 2 + 2 * (kDim / kFloats + 2);
   constexpr int kAtOnce = kThreads / kPacketPieces;  // packets the threads load in one instruction
   constexpr int kRounds = (kMost + kAtOnce - 1) / kAtOnce;
   // Where the block's floats start in their row (packets_mirror's row `seq`).
-  const int q_col = static_cast<int>(q - link.packets_mirror) + q_head * kDim;
+  const int q_col = static_cast<int>(q - link.packets_mirror) + kv_head * kQ;
   const int k_col = static_cast<int>(link.k - link.packets_mirror) + kv_head * kDim;
   const int v_col = static_cast<int>(link.v - link.packets_mirror) + kv_head * kDim;
   const int q_first = q_col / kFloats, q_count = (q_col + kQ - 1) / kFloats - q_first + 1;
