@@ -85,7 +85,7 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
 // from `plan`, PlanDecode's for the same launch: a warp per (sequence, kv head) also from more
 // pairs than half of `num_sms` (PlanDecode's floor is 2 an SM) where the context is at most 4
 // tokens for each pair per SM. Each warp then attends as soon as its own packets are in. Then, up
-// to 4 pairs an SM in one split, where a warp per query head serves the shape: a warp per query
+// to 8 pairs an SM in one split, where a warp per query head serves the shape: a warp per query
 // head where the context is at most 16 tokens or the pick so far is a warp per pair.
 DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs,
                             int64_t max_context, int num_sms);

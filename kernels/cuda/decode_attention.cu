@@ -65,7 +65,7 @@ constexpr int kPolledWarpTokensPerPairPerSm = 4;
 // It takes a warp per query head instead up to kQueryHeadWarpPairsPerSm pairs an SM, where the
 // context is at most kQueryHeadWarpMaxContext tokens or a warp per pair was its pick
 // (PlanPolledDecode).
-constexpr int kQueryHeadWarpPairsPerSm = 4;
+constexpr int kQueryHeadWarpPairsPerSm = 8;
 constexpr int64_t kQueryHeadWarpMaxContext = 16;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
@@ -442,12 +442,13 @@ DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan,
     polled.warp_per_head = true;
   }
   // A warp per query head runs a quarter of a warp per head's instructions between its polls and
-  // its sends. On one H200, both ends on it (lamina-bench-hop, packets; Llama-3-8B's shape), us a
-  // layer against the pick above: context 1, 1 to 16 rows 5.9-6.9 against 7.1-8.3 (0.79-0.84),
-  // 32 rows 9.4 against 10.6, 64 rows 10.5 against 11.7 (the echo alone 5.1-6.3, 9.5, 10.7);
-  // context 16, 1 to 32 rows 0.91-0.98, 64 rows 11.9 against 13.9; context 24, 1 to 32 rows
-  // 1.03-1.10 against deep or shallow tiles, but 0.79 against a warp per pair at 64 rows (32
-  // tokens: 0.75); 128 rows (1024 pairs), contexts 1 to 48: 0.98-1.10 against a warp per pair.
+  // its sends. On two H200s (lamina-bench-data-plane, Llama-3-8B's shape), the round trip against
+  // the pick above, context 1: 1 to 8 rows 5.3-6.0 against 6.6-7.2 us, 16 rows 8.4-8.6 against
+  // 8.8, 32 rows 11.3-11.6 against 11.3, 64 rows 14.9 against 16.0, 96 rows 16.1-16.4 against
+  // 18.2-18.4, 132 rows (1056 pairs) 17.9 against 19.8-20.0; context 16: 1 to 8 rows 6.2-6.9
+  // against 6.6-7.3, 64 rows 15.9-16.0 against 18.0-18.1, 132 rows 20.5-20.8 against 21.9-22.0.
+  // On one H200, both ends on it (lamina-bench-hop, packets), context 24: 1 to 32 rows 0.93-1.02
+  // of deep or shallow tiles' time, but 0.77 of a warp per pair's at 64 rows (tests/bench/RESULTS.md).
   if (QueryHeadWarpsServe(shape) && polled.splits == 1 && pairs <= int64_t{kQueryHeadWarpPairsPerSm} * num_sms &&
       (context <= kQueryHeadWarpMaxContext || polled.warp_per_head)) {
     DecodePlan query_heads;

@@ -420,8 +420,8 @@ TEST(DecodePlanTest, PolledPacketsTakeAWarpPerQueryHeadAtShortContexts) {
   const auto polled = [&](int64_t seqs, int64_t context) {
     return cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, seqs, context, 132), seqs, context, 132);
   };
-  // Up to 16 tokens and 4 pairs an SM (528 of 132 SMs), whatever the pick before.
-  for (const int64_t seqs : {1, 8, 16, 32, 66}) {
+  // Up to 16 tokens and 8 pairs an SM (1056 of 132 SMs), whatever the pick before.
+  for (const int64_t seqs : {1, 8, 16, 32, 66, 132}) {
     for (const int64_t context : {1, 16}) {
       const cuda::DecodePlan plan = polled(seqs, context);
       EXPECT_TRUE(plan.warp_per_query_head) << seqs << " rows, context " << context;
@@ -437,14 +437,15 @@ TEST(DecodePlanTest, PolledPacketsTakeAWarpPerQueryHeadAtShortContexts) {
   EXPECT_TRUE(polled(64, 38).warp_per_query_head);
   EXPECT_FALSE(polled(64, 39).warp_per_query_head);  // PlanDecode's CUDA-core blocks
   EXPECT_FALSE(polled(64, 39).tiled);
-  // Past 4 pairs an SM, a warp per pair.
-  EXPECT_TRUE(polled(67, 1).warp_per_head);  // 536 pairs
-  EXPECT_TRUE(polled(128, 1).warp_per_head);
+  // Past 8 pairs an SM, a warp per pair.
+  EXPECT_TRUE(polled(133, 1).warp_per_head);  // 1064 pairs
+  EXPECT_TRUE(polled(1024, 1).warp_per_head);
   // Split contexts stay as they are.
   EXPECT_EQ(polled(1, 256).splits, 4);
   // On a share of the GPU (a memory node's chunks side by side), its SMs count.
   EXPECT_TRUE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 16, 1, 33), 16, 1, 33).warp_per_query_head);
-  EXPECT_FALSE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 32, 1, 33), 32, 1, 33).warp_per_query_head);
+  EXPECT_TRUE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 33, 1, 33), 33, 1, 33).warp_per_query_head);
+  EXPECT_FALSE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 34, 1, 33), 34, 1, 33).warp_per_query_head);
 }
 
 TEST(DecodePlanTest, TiledSplitsFillTheBlocksTheGpuHoldsAtOnce) {
