@@ -16,8 +16,9 @@
 // (sequence, kv head) per block leaves most of the GPU waiting on them. The warp's token groups
 // merge through shuffles. A linked launch that polls its own packets at short contexts
 // (warp_per_query_head, PlanPolledDecode) takes a block per (sequence, kv head) whose warps share
-// out its query heads instead: each warp polls its heads and the new token and attends on its own,
-// so the launch's path from a pair's last packet to its outputs is a quarter as long.
+// out its query heads instead: the block polls the pair's packets once and each warp attends to
+// its own heads, so the launch's path from a pair's last packet to its outputs is a quarter as
+// long.
 // The linked variant (LinkedDecodeAttention) is the same kernel with its data-plane hop folded in:
 // one thread per block waits for the inputs' flag, the split holding a sequence's new token stores
 // its k/v first, the last split of a (sequence, kv head) to finish merges the splits itself, and
