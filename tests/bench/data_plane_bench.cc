@@ -18,7 +18,7 @@
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
-//                           [--chunk-rows 128] [--output-parts 8] [--slice-us 0]
+//                           [--chunk-rows 128] [--output-parts 8] [--slice-us 0] [--packets-only 0]
 // --chunk-rows: the fewest rows a chunk of the chunked columns holds (a topology's chunk_rows); by
 // default compute nodes' default.
 // --output-parts: the parts a row of attention outputs travels in as packets (LinkShape::
@@ -28,6 +28,12 @@
 // (its projections and MLP: tens of microseconds a layer and more); the memory end's launch for
 // the layer has then started before the rows leave. 0: the layers back to back, so that the memory
 // end's launch races the rows.
+// --packets-only 1: only tcp and cuda_ipc as packets in one chunk (the other columns -1). Each
+// cuda_ipc or nccl column opens a link of its own, and the memory node gives each link a lane
+// whose linked launches share one budget of polling blocks, half the GPU's SMs where there are
+// several lanes (memory_node/attention/spin_budget.h): a launch past it waits behind a kernel
+// queued ahead. With packets alone the memory node serves one lane, as for one compute node, whose
+// budget is all but a few SMs.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,6 +74,7 @@ struct Options {
   int64_t chunk_rows = kDefaultChunkRows;  // and at least this many rows a chunk
   int64_t output_parts = kKvHeads;
   int64_t slice_us = 0;  // the compute end's other work before each layer's send, in the round trips
+  bool packets_only = false;  // only the tcp and packets columns (one link, one memory-node lane)
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -426,7 +433,10 @@ int Compute(const Options& o, const std::string& address) {
       }
       const int reps = batch >= 256 ? 3 : 10;
       const double t_tcp = TcpMicros(over_tcp, entries, b, o.layers, reps);
-      const DeviceTiming paced = DeviceMicros(one_chunk, entries, b, o.layers, reps, false, stream->get());
+      // With --packets-only, only as_packets opens a link.
+      const bool all = !o.packets_only;
+      const DeviceTiming paced =
+          all ? DeviceMicros(one_chunk, entries, b, o.layers, reps, false, stream->get()) : DeviceTiming{};
       // Each cuda_ipc column runs twice: timed by events, then again for its round trip on the hop
       // clock, so that the clock's stamps are not in the periods.
       double best_round_trip = -1;  // the best cuda_ipc round trip on the hop clock
@@ -436,9 +446,10 @@ int Compute(const Options& o, const std::string& address) {
         if (us > 0 && (best_round_trip < 0 || us < best_round_trip)) best_round_trip = us;
         return us;
       };
-      const DeviceTiming one = DeviceMicros(one_chunk, entries, b, o.layers, reps, true, stream->get());
-      const double one_round_trip = round_trip(one_chunk);
-      const bool lines_apply = batch <= kernels::cuda::ReceiveRowsMaxCount();
+      const DeviceTiming one =
+          all ? DeviceMicros(one_chunk, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
+      const double one_round_trip = all ? round_trip(one_chunk) : -1;
+      const bool lines_apply = all && batch <= kernels::cuda::ReceiveRowsMaxCount();
       const DeviceTiming lines =
           lines_apply ? DeviceMicros(as_lines, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
       const double lines_round_trip = lines_apply ? round_trip(as_lines) : -1;
@@ -451,7 +462,8 @@ int Compute(const Options& o, const std::string& address) {
         round_trip(*r);
         if (chunked_us.back() > 0 && (split_us < 0 || chunked_us.back() < split_us)) split_us = chunked_us.back();
       }
-      const DeviceTiming over = DeviceMicros(over_nccl, entries, b, o.layers, reps, true, stream->get());
+      const DeviceTiming over =
+          all ? DeviceMicros(over_nccl, entries, b, o.layers, reps, true, stream->get()) : DeviceTiming{};
       const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
       const double transfer_us = bytes / (rate * 1e9) * 1e6;
       const double target = 5.0 + transfer_us;
@@ -487,7 +499,8 @@ int Compute(const Options& o, const std::string& address) {
       "round trip alone, from the send's start to the outputs in place, on the compute GPU's clock (the\n"
       "mean of the steady layers; the period above also holds the compute end's turn between layers;\n"
       "with --slice-us, the compute end busy that long before each send, as a compute node's slices);\n"
-      "rt/tgt: the best of them and of the chunked columns' over the target.\n");
+      "rt/tgt: the best of them and of the chunked columns' over the target. With --packets-only, the\n"
+      "columns but tcp and ipc pkts are -1, and the memory node serves one lane.\n");
   if (clock.step_ns() > 0) {
     std::printf("hop clock: every round trip timed was a multiple of %llu ns\n",
                 static_cast<unsigned long long>(clock.step_ns()));
@@ -516,11 +529,14 @@ int main(int argc, char** argv) {
       o.output_parts = std::stoll(value);
     } else if (flag == "--slice-us") {
       o.slice_us = std::stoll(value);
+    } else if (flag == "--packets-only") {
+      o.packets_only = std::stoll(value) != 0;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
+  if (o.packets_only) o.chunks.clear();
   int address_pipe[2], stop_pipe[2];
   if (pipe(address_pipe) != 0 || pipe(stop_pipe) != 0) return 1;
   std::fflush(nullptr);
