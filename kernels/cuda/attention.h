@@ -166,8 +166,8 @@ struct DecodeLink {
   //  - with `packets`, the inputs arrive as packets tagged `line_tag`, packet row s mirroring row s
   //    of the floats from `packets_mirror` on (rows of q_stride floats, PacketsPerRow(q_stride)
   //    packets each; kv_stride must equal q_stride), among which q, k and v lie; each block (a
-  //    warp per head or per query head: each warp) polls the packets of what it reads, as with
-  //    lines, instead of waiting on `ready` (null then);
+  //    warp per head: each warp) polls the packets of what it reads, as with lines, instead of
+  //    waiting on `ready` (null then);
   //  - with `out_packets`, the outputs go as packets tagged `line_tag`, row s in num_kv_heads parts
   //    (PacketsPerRow(num_q_heads * head_dim, num_kv_heads) packets a row), each kv head's written
   //    by the block (or warp) that finishes it, instead of into `out`. Nothing is sent once a wait
