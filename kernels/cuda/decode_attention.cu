@@ -73,8 +73,9 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // The query heads a warp of a warp-per-head launch attends to: all kG of its pair's, or, by query
 // head (warp_per_query_head), its share of them, dealt out evenly: one a warp up to kWarpsPerBlock
 // heads (the warps past the last idle), else kG / kWarpsPerBlock (kQueryHeadsSplit).
+constexpr bool QueryHeadsSplit(int64_t group) { return group <= kWarpsPerBlock || group % kWarpsPerBlock == 0; }
 template <int kG>
-constexpr bool kQueryHeadsSplit = kG <= kWarpsPerBlock || kG % kWarpsPerBlock == 0;
+constexpr bool kQueryHeadsSplit = QueryHeadsSplit(kG);
 template <int kG, bool kByQueryHead>
 constexpr int kWarpHeads = !kByQueryHead ? kG : kG <= kWarpsPerBlock ? 1 : kG / kWarpsPerBlock;
 
@@ -479,7 +480,8 @@ int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_
 bool QueryHeadWarpsServe(const AttentionShape& shape) {
   if (shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0) return false;
   const int64_t group = shape.num_q_heads / shape.num_kv_heads;
-  return group >= 1 && (group <= kWarpsPerBlock || group == 2 * kWarpsPerBlock);
+  // DispatchShape's groups (1 to 8) that the warps share evenly.
+  return group >= 1 && group <= 8 && QueryHeadsSplit(group);
 }
 
 absl::Status DecodeAttention(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
