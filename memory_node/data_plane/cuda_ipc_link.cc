@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -224,6 +225,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                                                      shape.q_size, " floats (even numbers)"));
     }
     std::unique_ptr<CudaIpcComputeEnd> end(new CudaIpcComputeEnd(shape, device));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&end->sms_, cudaDevAttrMultiProcessorCount, device));
     LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(shape, shape.q_size, shape.out_segments));
     LAMINA_ASSIGN_OR_RETURN(end->rows_, LinkRows::Create("cuda_ipc", shape.max_rows, device));
     LAMINA_ASSIGN_OR_RETURN(end->offer_, end->local_.Export(shape));
@@ -250,6 +252,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                                                      " offered"));
     }
     shape_.packet_rows = remote_.packet_rows;
+    memory_end_on_this_gpu_ = local_.bus_id == remote_.bus_id;
     if (remote_.out_segments != shape_.out_segments) {
       return absl::InvalidArgumentError(absl::StrCat("cuda_ipc: the memory end took outputs in ",
                                                      remote_.out_segments, " parts a row, not the ",
@@ -349,7 +352,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                                 kc::PacketsPerRow(shape_.q_size, parts), kc::LineTag(FlagValue(shape_, step, layer)),
                                 absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
                                 rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream,
-                                BackAt(layer), kc::kMostPacketPollingBlocks, parts);
+                                BackAt(layer), MostPollingBlocks(), parts);
     }
     if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
       return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
@@ -366,12 +369,26 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                            BackAt(layer));
   }
 
+  // The outputs' packets are polled from the start by up to two blocks an SM of this GPU (a
+  // quarter of its threads), as their hop leaves the memory node as soon as its attention ends.
+  // With ReceivePackets' default of 32 blocks, a hop of 32 rows of Llama-3-8B's outputs or more
+  // waits behind a warp polling the first packet; on two H200s that took 32 rows' round trip to
+  // 1.13-1.14 of the latency target, against 0.99 polled from the start, and 192 to 1024 rows'
+  // 0.01-0.03 over (lamina-bench-data-plane, tests/bench/RESULTS.md). The default where the memory
+  // end's attention runs on this GPU too, so as to leave it SMs.
+  int64_t MostPollingBlocks() const {
+    return memory_end_on_this_gpu_ ? kc::kMostPacketPollingBlocks
+                                   : std::max<int64_t>(kc::kMostPacketPollingBlocks, 2 * sms_);
+  }
+
   // The layer's hop clock words (SetHopClock), or null.
   uint64_t* SentAt(int64_t layer) const { return hop_clock_ != nullptr ? hop_clock_ + 2 * layer : nullptr; }
   uint64_t* BackAt(int64_t layer) const { return hop_clock_ != nullptr ? hop_clock_ + 2 * layer + 1 : nullptr; }
 
   LinkShape shape_;
   int device_;
+  int sms_ = 1;   // the GPU's SMs
+  bool memory_end_on_this_gpu_ = false;
   Local local_;   // receives attention outputs [max_rows, q_size]
   Remote remote_;
   LinkRows rows_;  // the batch row of each row sent
