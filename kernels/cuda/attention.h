@@ -99,6 +99,12 @@ DecodePlan Float8Plan(const DecodePlan& plan);
 // asked of the GPU once per device. 2 without a GPU, 1 for shapes DecodeAttention refuses.
 int DecodeBlocksPerSm(const AttentionShape& shape);
 
+// How many blocks of a linked launch under `plan` that polls its own packets one SM of the current
+// GPU holds at once, for a warp_per_head or warp_per_query_head plan (128 threads and the packets
+// they stage a block: many share an SM); asked of the GPU once per device. 1 for other plans, for
+// shapes DecodeAttention refuses, and without a GPU.
+int PolledBlocksPerSm(const AttentionShape& shape, const DecodePlan& plan);
+
 // The thread blocks of a decode launch under `plan`.
 int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs);
 

@@ -69,6 +69,16 @@ constexpr int kPolledWarpTokensPerPairPerSm = 4;
 constexpr int kQueryHeadWarpPairsPerSm = 8;
 constexpr int64_t kQueryHeadWarpMaxContext = 16;
 constexpr int kWarpsPerBlock = kThreads / 32;
+// The turns of each token group that a warp-per-query-head launch polling packets may load into
+// registers before its polls (LoadEarlyTurns): contexts up to 16 tokens at head_dim 128 (2 groups
+// of 4 tokens a turn). It does where its blocks fit in one wave of the kernel that does so
+// (EarlyTurnsFit): their registers hold it to fewer blocks an SM (4 at head_dim 128 and 4 query
+// heads a kv head, 108 registers a thread). On two H200s (lamina-bench-data-plane, one lane), the
+// early turns took context 16's round trip from 1.13-1.21 of the latency target to 1.01-1.06 at 1
+// to 64 rows, but 96 and 128 rows', past that wave, from 1.02-1.03 to 1.11-1.13
+// (tests/bench/RESULTS.md). Copying the tokens into shared memory instead, or prefetching them into
+// L1, gained half as much or less.
+constexpr int kEarlyTurns = 2;
 
 // The query heads a warp of a warp-per-head launch attends to: all kG of its pair's, or, by query
 // head (warp_per_query_head), its share of them, dealt out evenly: one a warp up to kWarpsPerBlock
@@ -90,16 +100,18 @@ constexpr int kWarpPacketBlockFloats = (kByQueryHead ? 1 : kWarpsPerBlock) * (kG
 // each warp polls its own inputs and, with out_packets, sends its own outputs: a warp attends as
 // soon as its rows are in while the rest travel.
 // kByQueryHead (warp_per_query_head): a block per (sequence, kv head), each warp attending to its
-// share of the query heads (kWarpHeads). Linked with packets, the block polls the pair's packets
-// once, the first warp stores the new token while every warp attends to it from the polled copy,
-// and the block sends the pair's outputs.
-template <int kDim, int kG, bool kLinked, bool kByQueryHead>
+// share of the query heads (kWarpHeads). Linked with packets, each warp loads its first kEarly
+// turns of cached tokens (0 or kEarlyTurns), the block then polls the pair's packets once, the
+// first warp stores the new token while every warp attends to it from the polled copy, and the
+// block sends the pair's outputs.
+template <int kDim, int kG, bool kLinked, bool kByQueryHead, int kEarly = 0>
 __global__ void __launch_bounds__(kThreads)
     WarpDecodeKernel(const float* __restrict__ q, int64_t q_stride, Bf16KvLayer cache,
                      const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin,
                      float* __restrict__ out, int64_t out_stride, int num_kv_heads, int num_seqs, int sliding_window,
                      float q_scale, DecodeLink link) {
   static_assert(!kByQueryHead || kQueryHeadsSplit<kG>, "the warps share the query heads evenly");
+  static_assert(kEarly == 0 || (kLinked && kByQueryHead), "early turns are a linked launch's by query head");
   constexpr int kLanes = kDim / 8;
   constexpr int kH = kWarpHeads<kG, kByQueryHead>;
   // Linked with packets: kWarpPacketBlockFloats<kDim, kG, kByQueryHead>.
@@ -130,12 +142,21 @@ __global__ void __launch_bounds__(kThreads)
   // The warp that stores the new token.
   const bool stores = active && (!kByQueryHead || warp == 0);
   bool failed = false;  // a wait of the step gave up (packets only)
+  // With packets, the first turns of the context's cached tokens, loaded while the packets travel.
+  CoreTurn early[kEarly > 0 ? kEarly : 1];
   if (kLinked) {
     // No lines here: LinkedDecodeAttention refuses them with these plans.
     if (packets) {
       // Its slot is read before the polls, off the hop's path.
       const int64_t slot = link.write_slots[seq] * slot_stride + kv_head * kDim;
       if constexpr (kByQueryHead) {
+        if constexpr (kEarly > 0) {
+          if (active) {
+            LoadEarlyTurns<kDim, kEarly>(cache.k, cache.v, slot_ids, slot_stride,
+                                         static_cast<int64_t>(kv_head) * kDim + lane * 8, begin, end, group,
+                                         kGroupsPerWarp, early);
+          }
+        }
         // The block polls once: each warp polling its own heads and the token doubled the polls,
         // and made the hop 0.3 us slower on two H200s (tests/bench/RESULTS.md).
         failed = SyncOr<kThreads>(
@@ -167,11 +188,16 @@ __global__ void __launch_bounds__(kThreads)
     float acc[kH][8];
     float run_max[kH];
     float run_sum[kH];
-    // By query head with packets, the new token as polled, not from the first warp's store.
-    const bool own_token = kByQueryHead && packets;
-    AttendTokens<kDim, kH>(qr, cache.k, cache.v, slot_ids, slot_stride, static_cast<int64_t>(kv_head) * kDim + lane * 8,
-                           begin, end, group, 0, kGroupsPerWarp, acc, run_max, run_sum,
-                           own_token ? kv + lane * 8 : nullptr, own_token ? kv + kDim + lane * 8 : nullptr);
+    const int64_t head_offset = static_cast<int64_t>(kv_head) * kDim + lane * 8;  // the lane's dims in a slot
+    if (kByQueryHead && packets) {
+      // The new token as polled, not from the first warp's store, and the early turns.
+      AttendTokens<kDim, kH, kEarly>(qr, cache.k, cache.v, slot_ids, slot_stride, head_offset, begin, end, group, 0,
+                                     kGroupsPerWarp, acc, run_max, run_sum, kv + lane * 8, kv + kDim + lane * 8,
+                                     early);
+    } else {
+      AttendTokens<kDim, kH>(qr, cache.k, cache.v, slot_ids, slot_stride, head_offset, begin, end, group, 0,
+                             kGroupsPerWarp, acc, run_max, run_sum);
+    }
     // Merge the warp's groups pairwise; every group ends with the whole result.
 #pragma unroll
     for (int g = 0; g < kH; ++g) {
@@ -226,6 +252,57 @@ __global__ void __launch_bounds__(kThreads)
   if (kLinked) ArriveAndFinish(link, gridDim.x);
 }
 
+// The resident blocks per SM of a linked WarpDecodeKernel<kDim, kG, true, kByQueryHead, kEarly>
+// launch with packets on the current device, asked once per device; 1 where no GPU answers.
+template <int kDim, int kG, bool kByQueryHead, int kEarly = 0>
+int PolledWarpBlocksPerSm() {
+  static std::mutex mutex;
+  static std::map<int, int> known;
+  int device = 0;
+  int blocks = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find(device);
+    if (it != known.end()) return it->second;
+    constexpr size_t kBytes = size_t{kWarpPacketBlockFloats<kDim, kG, kByQueryHead>} * sizeof(float);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, WarpDecodeKernel<kDim, kG, true, kByQueryHead, kEarly>,
+                                                      kThreads, kBytes) == cudaSuccess &&
+        blocks > 0) {
+      known[device] = blocks;
+      return blocks;
+    }
+  }
+  cudaGetLastError();
+  return 1;
+}
+
+// Whether a linked warp-per-query-head launch of `blocks` blocks polling packets fits in one wave
+// of the kernel that loads early turns, on the current device (its SMs asked once per device).
+template <int kDim, int kG>
+bool EarlyTurnsFit(unsigned blocks) {
+  static std::mutex mutex;
+  static std::map<int, int> sms_of;
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = sms_of.find(device);
+    if (it == sms_of.end()) {
+      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+      }
+      it = sms_of.emplace(device, sms).first;
+    }
+    sms = it->second;
+  }
+  return int64_t{blocks} <= int64_t{sms} * PolledWarpBlocksPerSm<kDim, kG, true, kEarlyTurns>();
+}
+
 // A warp_per_head launch (kByQueryHead: warp_per_query_head) of `blocks` blocks, linked when `link`
 // is set.
 template <int kDim, int kG, bool kByQueryHead>
@@ -237,9 +314,15 @@ absl::Status LaunchWarps(unsigned blocks, const float* q, int64_t q_stride, cons
     const size_t bytes = link->packets != nullptr || link->out_packets != nullptr
                              ? size_t{kWarpPacketBlockFloats<kDim, kG, kByQueryHead>} * sizeof(float)
                              : 0;
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(WarpDecodeKernel<kDim, kG, true, kByQueryHead>, dim3(blocks), bytes,
-                                             *link, stream, q, q_stride, cache, slot_ids, slot_begin, out, out_stride,
-                                             kv_heads, seqs, window, q_scale, *link));
+    // By query head with packets, the kernel that loads early turns where its blocks fit one wave.
+    auto* kernel = WarpDecodeKernel<kDim, kG, true, kByQueryHead>;
+    if constexpr (kByQueryHead) {
+      if (link->packets != nullptr && EarlyTurnsFit<kDim, kG>(blocks)) {
+        kernel = WarpDecodeKernel<kDim, kG, true, true, kEarlyTurns>;
+      }
+    }
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(kernel, dim3(blocks), bytes, *link, stream, q, q_stride, cache, slot_ids,
+                                             slot_begin, out, out_stride, kv_heads, seqs, window, q_scale, *link));
   } else {
     LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(WarpDecodeKernel<kDim, kG, false, kByQueryHead>, dim3(blocks),
                                               dim3(kThreads), 0, stream, q, q_stride, cache, slot_ids, slot_begin, out,
@@ -475,6 +558,22 @@ int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_
   const int64_t pairs = num_seqs * shape.num_kv_heads;
   if (plan.warp_per_query_head) return pairs;
   return plan.warp_per_head ? (pairs + kWarpsPerBlock - 1) / kWarpsPerBlock : pairs * plan.splits;
+}
+
+int PolledBlocksPerSm(const AttentionShape& shape, const DecodePlan& plan) {
+  if (!plan.warp_per_head && !plan.warp_per_query_head) return 1;
+  int blocks = 1;
+  // DispatchShape refuses the shapes DecodeAttention does: they keep 1.
+  DispatchShape(shape, [&](auto dim, auto group) {
+    constexpr int kDim = decltype(dim)::value, kG = decltype(group)::value;
+    if (plan.warp_per_head) {
+      blocks = PolledWarpBlocksPerSm<kDim, kG, false>();
+    } else if constexpr (kQueryHeadsSplit<kG>) {
+      blocks = PolledWarpBlocksPerSm<kDim, kG, true>();
+    }
+    return absl::OkStatus();
+  }).IgnoreError();
+  return blocks;
 }
 
 bool QueryHeadWarpsServe(const AttentionShape& shape) {

@@ -32,8 +32,9 @@ namespace kc = kernels::cuda;
 // on a flag, and polling lines or packets, where each block reads its own. On two H200s, 128
 // blocks polling (batch 16, or batch 1 at context 1024 in 16 splits) took 12.6 and 21.0 us a
 // layer where polling ahead in a kernel of its own took 20.6 and 26.4 (lamina-bench-data-plane).
-// Keep them within one wave of the GPU. The lanes of a GPU share a budget of such blocks
-// (spin_budget.h): a launch past it waits behind a kernel of a few blocks instead.
+// Keep them within one wave of the GPU: 128 SMs' worth, counted as the spin budget counts them
+// (spin_budget.h; a lone lane's small blocks by the SMs they fill). The lanes of a GPU share that
+// budget: a launch past it waits behind a kernel of a few blocks instead.
 constexpr int64_t kMostWaitingBlocks = 16;
 constexpr int64_t kMostPollingBlocks = 128;
 
@@ -439,10 +440,11 @@ class CudaKvLane : public DeviceKvLane {
     bool send_packets = false;  // the outputs go as packets from the lane's rows, after the launch
     if (hop.packets != nullptr) {
       // Packets: polled by the launch's warps or blocks (from the start where the launch fits the
-      // spin budget, else once one warp queued ahead has seen the first packet) or ahead of the
-      // launch (the rule above kMostPacketPollingWaves says which). A warp or block per (sequence,
-      // kv head) sends its outputs as packets where the link's rows travel in a part a kv head;
-      // else they go into the lane's rows, and from there as packets.
+      // spin budget, a lone lane's warp plans counted by the SMs their blocks fill, else once one
+      // warp queued ahead has seen the first packet) or ahead of the launch (the rule above
+      // kMostPacketPollingWaves says which). A warp or block per (sequence, kv head) sends its
+      // outputs as packets where the link's rows travel in a part a kv head; else they go into the
+      // lane's rows, and from there as packets.
       // The chunk's share of the GPU (SetStep plans chunks side by side so).
       const int share = std::max(1, pool_->num_sms() / chunks);
       plan = pool_->PolledPlan(plan, r.count, max_context_, share);
@@ -450,7 +452,10 @@ class CudaKvLane : public DeviceKvLane {
       const int64_t wave = share * int64_t{kc::DecodeBlocksPerSm(o.attention)};  // a wave of that share
       if (plan.warp_per_head || plan.warp_per_query_head || blocks <= kMostPacketPollingWaves * wave ||
           max_context_ >= kLongPacketContext) {
-        const ChunkWait& wait = WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count, blocks, kMostPollingBlocks);
+        // Small blocks count by the SMs they fill, unless the sender needs this GPU's SMs too.
+        const int64_t blocks_an_sm = hop.sender_on_this_gpu ? 1 : kc::PolledBlocksPerSm(o.attention, plan);
+        const ChunkWait& wait =
+            WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count, blocks, kMostPollingBlocks, blocks_an_sm);
         link.packets = hop.packets;
         link.packets_mirror = hop.packets_mirror;
         if (!wait.in_launch) {
@@ -534,10 +539,11 @@ class CudaKvLane : public DeviceKvLane {
   // How the chunk's launches wait for their rows this step: chosen at its first layer (the
   // budget's blocks taken then), kept for its other layers. SetStep sized waits_ with plans_.
   const ChunkWait& WaitOf(int chunk, bool waits, bool lines, int64_t rows, int64_t launch_blocks,
-                          int64_t most_in_launch) {
+                          int64_t most_in_launch, int64_t launch_blocks_an_sm = 1) {
     std::optional<ChunkWait>& wait = waits_[chunk];
     if (!wait.has_value()) {
-      wait = ChooseChunkWait(waits, lines, rows, launch_blocks, most_in_launch, pool_->spin_budget());
+      wait = ChooseChunkWait(waits, lines, rows, launch_blocks, most_in_launch, pool_->spin_budget(),
+                             launch_blocks_an_sm);
       spinning_ += wait->spinning;
     }
     return *wait;

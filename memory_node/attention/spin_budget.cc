@@ -8,6 +8,12 @@ std::unique_ptr<SpinBudget> SpinBudget::ForSms(int64_t sms) {
   return std::make_unique<SpinBudget>(std::max<int64_t>(1, sms / 2), std::max<int64_t>(1, sms - kSmsLeftByALoneLane));
 }
 
+int64_t SpinBudget::CountOf(int64_t blocks, int64_t blocks_an_sm) const {
+  if (lanes_.load(std::memory_order_relaxed) > 1 || blocks_an_sm <= 1) return blocks;
+  const int64_t an_sm = blocks_an_sm * kLoneLaneWaves;
+  return (blocks + an_sm - 1) / an_sm;
+}
+
 bool SpinBudget::TryTake(int64_t blocks) {
   const int64_t limit = this->limit();
   int64_t taken = taken_.load(std::memory_order_relaxed);
@@ -18,12 +24,13 @@ bool SpinBudget::TryTake(int64_t blocks) {
 }
 
 ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_blocks, int64_t most_in_launch,
-                          SpinBudget* budget) {
+                          SpinBudget* budget, int64_t launch_blocks_an_sm) {
   ChunkWait wait;
   if (!waits) return wait;
-  if (launch_blocks <= most_in_launch && budget->TryTake(launch_blocks)) {
+  const int64_t counted = budget->CountOf(launch_blocks, launch_blocks_an_sm);
+  if (counted <= most_in_launch && budget->TryTake(counted)) {
     wait.in_launch = true;
-    wait.spinning = launch_blocks;
+    wait.spinning = counted;
     return wait;
   }
   if (!lines) {

@@ -14,6 +14,18 @@
 // but a few: a launch past the budget waits behind a kernel, and that cost a lone lane's 128-block
 // launches 1.4-1.9x a layer when they were launched after that kernel (lamina-bench-hop's "ahead"
 // against "lines", tests/bench/RESULTS.md), and still 1.2-1.9x chained to it ("chained").
+// A lone lane counts a launch's blocks by the SMs they fill over kLoneLaneWaves waves: a launch of
+// small blocks (a warp per head or query head: 128 threads and a few KB of staged packets, several
+// of which share an SM) counts twice as many blocks as an SM holds as one, so that a launch of up
+// to two waves of them polls for itself; the second wave's blocks take the SMs of the first's as
+// those end, in the order the rows arrive. On two H200s, 24 to 128 rows of a warp per query head
+// (192 to 1024 blocks) then took 0.97-1.01 of the latency target, against 1.06-1.24 chained to a
+// kernel ahead; one wave rather than two, 96 and 128 rows took 1.01-1.12 (lamina-bench-data-plane,
+// tests/bench/RESULTS.md). With several lanes each block counts as an SM: the block scheduler
+// spreads a launch's blocks an SM each first, so that even small blocks may keep a deep-tiled
+// block of another lane off every SM they sit on. So does a lone lane whose compute end shares
+// its GPU (cuda_ipc within one GPU): two waves of polling blocks would keep the sender's kernel
+// off every SM until the polls timed out.
 // A lane takes its step's share when it queues the step's first layer and gives it back when the
 // step has ended. Thread-safe.
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
@@ -44,6 +56,11 @@ class SpinBudget {
   void Take(int64_t blocks) { taken_.fetch_add(blocks, std::memory_order_relaxed); }
   void Give(int64_t blocks) { taken_.fetch_sub(blocks, std::memory_order_relaxed); }
 
+  // What a launch of `blocks` blocks, `blocks_an_sm` of which an SM holds at once, counts against
+  // limit(): its SMs' worth over kLoneLaneWaves waves, rounded up, for a lone lane; every block
+  // with several.
+  int64_t CountOf(int64_t blocks, int64_t blocks_an_sm) const;
+
   // The limit for the lanes there are now.
   int64_t limit() const { return lanes_.load(std::memory_order_relaxed) > 1 ? shared_limit_ : lone_limit_; }
   int64_t taken() const { return taken_.load(std::memory_order_relaxed); }
@@ -56,6 +73,8 @@ class SpinBudget {
 
 // The SMs a lone lane leaves free of waiting blocks, for the memory node's other work.
 inline constexpr int64_t kSmsLeftByALoneLane = 4;
+// The waves of small blocks a lone lane counts an SM for (SpinBudget::CountOf).
+inline constexpr int64_t kLoneLaneWaves = 2;
 
 // How a linked chunk waits for its rows, and the blocks that spin meanwhile (taken from the budget).
 struct ChunkWait {
@@ -67,14 +86,15 @@ struct ChunkWait {
 // The most blocks a kernel ahead polls lines with when the budget has no room for a block a row.
 inline constexpr int64_t kFewestPollingBlocks = 4;
 
-// Chooses how a chunk of `rows` rows waits, whose attention launch has `launch_blocks` blocks and
-// may poll for itself up to `most_in_launch` of them (`lines`: its rows arrive as lines, which a
-// kernel ahead polls a block a row; else behind a flag, which one block waits on). The launch polls
-// when it may and its blocks fit the budget; else the kernel ahead does, with a block a row if
-// they fit and at most kFewestPollingBlocks if not. `waits` false (the rows are in place): nothing
-// spins.
+// Chooses how a chunk of `rows` rows waits, whose attention launch has `launch_blocks` blocks,
+// `launch_blocks_an_sm` of which an SM holds at once, and may poll for itself while they count
+// (SpinBudget::CountOf) at most `most_in_launch` (`lines`: its rows arrive as lines, which a kernel
+// ahead polls a block a row; else behind a flag or as packets, which one block waits on). The
+// launch polls when it may and its count fits the budget; else the kernel ahead does, with a block
+// a row if they fit and at most kFewestPollingBlocks if not. `waits` false (the rows are in
+// place): nothing spins.
 ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_blocks, int64_t most_in_launch,
-                          SpinBudget* budget);
+                          SpinBudget* budget, int64_t launch_blocks_an_sm = 1);
 
 }  // namespace lamina
 

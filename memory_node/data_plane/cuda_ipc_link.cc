@@ -414,6 +414,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
     std::unique_ptr<CudaIpcMemoryEnd> end(new CudaIpcMemoryEnd(adopted));
     end->remote_ = std::move(remote);
     LAMINA_ASSIGN_OR_RETURN(end->local_, Local::Create(adopted, adopted.qkv_size, 1));
+    end->sender_on_this_gpu_ = end->local_.bus_id == end->remote_.bus_id;
     LAMINA_ASSIGN_OR_RETURN(std::string answer, end->local_.Export(adopted));
     return std::make_pair(std::unique_ptr<MemoryLinkEnd>(std::move(end)), std::move(answer));
   }
@@ -499,6 +500,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
       hop.out_packets = RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size, shape_.out_segments);
       hop.out_segments = shape_.out_segments;
       hop.line_tag = kc::LineTag(hop.done_value);
+      hop.sender_on_this_gpu = sender_on_this_gpu_;
     }
     return hop;
   }
@@ -517,6 +519,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
   LinkShape shape_;
   Local local_;  // receives q/k/v [max_rows, qkv_size]
   Remote remote_;
+  bool sender_on_this_gpu_ = false;  // the compute end's GPU is this one
 };
 
 }  // namespace

@@ -56,6 +56,66 @@ class LinkedDecodePacketsTest : public linked_decode_test::LinkedDecodeTest {
   DeviceBuffer OutPackets() {
     return Upload(std::vector<Packet>(seqs_ * PacketsPerRow(q_size_, shape_.num_kv_heads), Packet{}));
   }
+
+  // Runs `plan` over the case Build made, with packets in and out, polled from the start or
+  // `chained` behind a WaitForFirstPacket, and checks the outputs and pool against StoreKv +
+  // DecodeAttention's, every output packet tagged `tag`.
+  void ExpectPacketsInAndOut(const DecodePlan& plan, bool chained, uint32_t tag) {
+    std::vector<float> want;
+    std::vector<uint16_t> want_k;
+    Reference(plan, &want, &want_k);
+
+    DeviceBuffer source = std::move(d_qkv_);
+    d_qkv_ = Upload(std::vector<float>(seqs_ * row_, -3.f));  // what the packets mirror
+    DeviceBuffer in_packets = Upload(std::vector<Packet>(seqs_ * PacketsPerRow(row_), Packet{}));
+    DeviceBuffer out_packets = OutPackets();
+    DeviceBuffer k = Upload(pool_), v = Upload(pool_);
+    DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, -1.f));
+    DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
+    DeviceBuffer unused = Upload(std::vector<uint64_t>{0});
+    const int64_t n_counters = LinkedDecodeCounters(shape_, seqs_);
+    DeviceBuffer counters = Upload(std::vector<uint32_t>(n_counters, 0));
+    DeviceBuffer busy = Upload(std::vector<uint64_t>{0, 0, 0});  // busy_ns[2], busy_start
+    DecodeLink link = Link(unused, 1, unused, 1, counters);
+    link.ready = nullptr;
+    link.done = nullptr;
+    link.packets = in_packets.as<Packet>();
+    link.packets_mirror = d_qkv_.as<float>();
+    link.out_packets = out_packets.as<Packet>();
+    link.line_tag = tag;
+    link.busy_ns = busy.as<uint64_t>();
+    link.busy_start = busy.as<uint64_t>() + 2;
+    link.chained_to_wait = chained;
+    auto receiver = lamina::cuda::Stream::Create();
+    auto sender = lamina::cuda::Stream::Create();
+    ASSERT_TRUE(receiver.ok() && sender.ok());
+    if (chained) {
+      ASSERT_TRUE(
+          WaitForFirstPacket(in_packets.as<Packet>(), tag, 5'000'000'000, error_.as<uint32_t>(), 3, receiver->get())
+              .ok());
+    }
+    ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
+                                      d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_,
+                                      seqs_, work.as<float>(), link, receiver->get())
+                    .ok());
+    absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_TRUE(SendPackets(source.as<float>(), row_, nullptr, seqs_, row_, in_packets.as<Packet>(),
+                            PacketsPerRow(row_), tag, nullptr, sender->get())
+                    .ok());
+    ASSERT_TRUE(sender->Synchronize().ok());
+    ASSERT_TRUE(receiver->Synchronize().ok());
+    d_qkv_ = std::move(source);
+
+    EXPECT_EQ(*error_.as<uint32_t>(), 0u);
+    bool tagged = false;
+    EXPECT_EQ(Unpack(out_packets, shape_.num_kv_heads, tag, &tagged), want);
+    EXPECT_TRUE(tagged) << "every output packet carries the hop's tag";
+    EXPECT_EQ(Download<float>(out, 1)[0], -1.f) << "with output packets, out itself is not written";
+    EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
+    const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << "counters left zeroed";
+    EXPECT_GT(Download<uint64_t>(busy, 1)[0], 0u) << "busy time counted";
+  }
 };
 
 // The launch polls from the start, or starts once a WaitForFirstPacket queued ahead has seen the
@@ -73,63 +133,24 @@ TEST_F(LinkedDecodePacketsTest, PacketsInAndOutGiveTheSameOutputsAndPool) {
     for (const DecodePlan& plan : PacketPlans(shape_, seqs_)) {
       for (const bool chained : {false, true}) {
         SCOPED_TRACE(Name(c, plan) + (chained ? ", behind WaitForFirstPacket" : ", polled from the start"));
-        std::vector<float> want;
-        std::vector<uint16_t> want_k;
-        Reference(plan, &want, &want_k);
-
-        DeviceBuffer source = std::move(d_qkv_);
-        d_qkv_ = Upload(std::vector<float>(seqs_ * row_, -3.f));  // what the packets mirror
-        DeviceBuffer in_packets = Upload(std::vector<Packet>(seqs_ * PacketsPerRow(row_), Packet{}));
-        DeviceBuffer out_packets = OutPackets();
-        DeviceBuffer k = Upload(pool_), v = Upload(pool_);
-        DeviceBuffer out = Upload(std::vector<float>(seqs_ * q_size_, -1.f));
-        DeviceBuffer work = Upload(std::vector<float>(std::max<int64_t>(1, plan.workspace_floats)));
-        DeviceBuffer unused = Upload(std::vector<uint64_t>{0});
-        const int64_t n_counters = LinkedDecodeCounters(shape_, seqs_);
-        DeviceBuffer counters = Upload(std::vector<uint32_t>(n_counters, 0));
-        DeviceBuffer busy = Upload(std::vector<uint64_t>{0, 0, 0});  // busy_ns[2], busy_start
-        DecodeLink link = Link(unused, 1, unused, 1, counters);
-        link.ready = nullptr;
-        link.done = nullptr;
-        link.packets = in_packets.as<Packet>();
-        link.packets_mirror = d_qkv_.as<float>();
-        link.out_packets = out_packets.as<Packet>();
-        link.line_tag = tag;
-        link.busy_ns = busy.as<uint64_t>();
-        link.busy_start = busy.as<uint64_t>() + 2;
-        link.chained_to_wait = chained;
-        auto receiver = lamina::cuda::Stream::Create();
-        auto sender = lamina::cuda::Stream::Create();
-        ASSERT_TRUE(receiver.ok() && sender.ok());
-        if (chained) {
-          ASSERT_TRUE(
-              WaitForFirstPacket(in_packets.as<Packet>(), tag, 5'000'000'000, error_.as<uint32_t>(), 3, receiver->get())
-                  .ok());
-        }
-        ASSERT_TRUE(LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, k.as<bf16>(), v.as<bf16>(),
-                                          d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_,
-                                          seqs_, work.as<float>(), link, receiver->get())
-                        .ok());
-        absl::SleepFor(absl::Milliseconds(20));
-        ASSERT_TRUE(SendPackets(source.as<float>(), row_, nullptr, seqs_, row_, in_packets.as<Packet>(),
-                                PacketsPerRow(row_), tag, nullptr, sender->get())
-                        .ok());
-        ASSERT_TRUE(sender->Synchronize().ok());
-        ASSERT_TRUE(receiver->Synchronize().ok());
-        d_qkv_ = std::move(source);
-
-        EXPECT_EQ(*error_.as<uint32_t>(), 0u);
-        bool tagged = false;
-        EXPECT_EQ(Unpack(out_packets, shape_.num_kv_heads, tag, &tagged), want);
-        EXPECT_TRUE(tagged) << "every output packet carries the hop's tag";
-        EXPECT_EQ(Download<float>(out, 1)[0], -1.f) << "with output packets, out itself is not written";
-        EXPECT_EQ(Bits(Download<bf16>(k, pool_.size())), want_k);
-        const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
-        EXPECT_EQ(std::count(left.begin(), left.end(), 0u), n_counters) << "counters left zeroed";
-        EXPECT_GT(Download<uint64_t>(busy, 1)[0], 0u) << "busy time counted";
+        ExpectPacketsInAndOut(plan, chained, tag);
       }
     }
   }
+}
+
+// A warp per query head loads its first turns of cached tokens before its polls where its blocks
+// fit one wave of the kernel that does so, and not past that: 300 sequences of Llama-3's shape are
+// 2,400 blocks, past a wave of any GPU of up to 132 SMs (16 blocks of 128 threads an SM at most).
+// Chained behind a WaitForFirstPacket: polling from the start, blocks past a wave on the sender's
+// GPU would keep its kernel off the SMs (as a memory node sharing its GPU never queues them).
+TEST_F(LinkedDecodePacketsTest, AWarpPerQueryHeadPastOneWaveGivesTheSameOutputs) {
+  Case c{32, 8, 128, {}};
+  for (int s = 0; s < 300; ++s) c.contexts.push_back(1 + s % 20);
+  Build(c);
+  DecodePlan plan;
+  plan.warp_per_query_head = true;
+  ExpectPacketsInAndOut(plan, /*chained=*/true, 61);
 }
 
 // Inputs from rows already in place (no input packets), outputs as packets: what a launch chained

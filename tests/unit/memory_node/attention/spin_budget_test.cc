@@ -66,6 +66,39 @@ TEST(SpinBudgetTest, ALoneLaneTakesAllButAFewSmsAndASecondLaneHalvesTheLimit) {
   EXPECT_FALSE(budget->TryTake(1));
 }
 
+TEST(SpinBudgetTest, ALoneLaneCountsSmallBlocksByTheSmsTheyFillOverTwoWaves) {
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(1);
+  EXPECT_EQ(budget->CountOf(1024, 4), 128) << "1024 blocks, 4 an SM, in two waves";
+  EXPECT_EQ(budget->CountOf(1025, 4), 129);
+  EXPECT_EQ(budget->CountOf(7, 4), 1);
+  EXPECT_EQ(budget->CountOf(100, 1), 100) << "a block an SM counts whole";
+  budget->AddLane();
+  EXPECT_EQ(budget->CountOf(1024, 4), 1024) << "with several lanes every block counts";
+}
+
+TEST(ChooseChunkWaitTest, ALoneLanesLaunchOfSmallBlocksPollsForItselfUpToTwoWaves) {
+  // 128 rows of Llama-3-8B's shape a warp per query head: 1024 blocks, 4 an SM.
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(1);
+  const ChunkWait wait = ChooseChunkWait(true, /*lines=*/false, 128, 1024, /*most_in_launch=*/128, budget.get(),
+                                         /*launch_blocks_an_sm=*/4);
+  EXPECT_TRUE(wait.in_launch);
+  EXPECT_EQ(wait.spinning, 128);
+  EXPECT_EQ(budget->taken(), 128);
+  budget->Give(128);
+  const ChunkWait past = ChooseChunkWait(true, false, 130, 1040, 128, budget.get(), 4);
+  EXPECT_FALSE(past.in_launch) << "130 SMs' worth is past the lone lane's 128";
+  EXPECT_EQ(past.ahead_blocks, 1);
+}
+
+TEST(ChooseChunkWaitTest, SeveralLanesCountSmallBlocksWhole) {
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
+  const ChunkWait wait = ChooseChunkWait(true, false, 16, 128, 128, budget.get(), 4);
+  EXPECT_FALSE(wait.in_launch) << "128 blocks are past the shared 66";
+  const ChunkWait small = ChooseChunkWait(true, false, 8, 64, 128, budget.get(), 4);
+  EXPECT_TRUE(small.in_launch);
+  EXPECT_EQ(small.spinning, 64);
+}
+
 TEST(ChooseChunkWaitTest, ALaunchWithinItsLimitAndTheBudgetPollsForItself) {
   std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
   const ChunkWait wait = ChooseChunkWait(/*waits=*/true, /*lines=*/true, /*rows=*/4, /*launch_blocks=*/64,
