@@ -38,7 +38,8 @@
 //   memory end: LinkedDecodeAttention polling its packets and sending its outputs as packets, under
 //   the planner's plan (`planner`, PlanDecode), a warp per (sequence, kv head) (`warps`), a warp
 //   per query head (`qheads`), and PlanPolledDecode's pick (`polled`, as memory nodes launch);
-//   past 128 blocks the launch is chained to a WaitForFirstPacket, as memory nodes queue it;
+//   past 128 blocks the launch is chained to a WaitForFirstPacket, as memory nodes queue it where
+//   the compute end shares their GPU (spin_budget.h: its sender would find no SM else);
 // against `echo`, the memory end a ReceivePackets and a SendPackets of the q rows back.
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
