@@ -62,7 +62,15 @@ struct DecodePlan {
   // warp per head's. For the short contexts of a launch that polls its own packets
   // (PlanPolledDecode). Not with warp_per_head or tiled.
   bool warp_per_query_head = false;
+  // With warp_per_query_head, the pairs a block serves: 1, 2 or 4 (kMostPairsPerBlock), each with
+  // four warps and barriers of its own, so that a launch of many pairs takes fewer, larger blocks.
+  // For a spin budget that counts each polling block as an SM (memory_node/attention/
+  // spin_budget.h): a launch that would not fit it as a block a pair may fit as fewer blocks.
+  int pairs_per_block = 1;
 };
+
+// The most (sequence, kv head) pairs a block of a warp_per_query_head plan serves.
+inline constexpr int kMostPairsPerBlock = 4;
 
 // Whether a warp_per_query_head plan serves `shape`: 1 to 4, or 8, query heads a kv head.
 bool QueryHeadWarpsServe(const AttentionShape& shape);
@@ -100,9 +108,9 @@ DecodePlan Float8Plan(const DecodePlan& plan);
 int DecodeBlocksPerSm(const AttentionShape& shape);
 
 // How many blocks of a linked launch under `plan` that polls its own packets one SM of the current
-// GPU holds at once, for a warp_per_head or warp_per_query_head plan (128 threads and the packets
-// they stage a block: many share an SM); asked of the GPU once per device. 1 for other plans, for
-// shapes DecodeAttention refuses, and without a GPU.
+// GPU holds at once, for a warp_per_head or warp_per_query_head plan (128 threads a pair and the
+// packets they stage a block: many share an SM, fewer the more pairs a block serves); asked of the
+// GPU once per device. 1 for other plans, for shapes DecodeAttention refuses, and without a GPU.
 int PolledBlocksPerSm(const AttentionShape& shape, const DecodePlan& plan);
 
 // The thread blocks of a decode launch under `plan`.

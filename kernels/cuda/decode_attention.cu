@@ -15,10 +15,11 @@
 // (barriers, the shared-memory merge, the done flag's arrival) outweigh its attention, and one
 // (sequence, kv head) per block leaves most of the GPU waiting on them. The warp's token groups
 // merge through shuffles. A linked launch that polls its own packets at short contexts
-// (warp_per_query_head, PlanPolledDecode) takes a block per (sequence, kv head) whose warps share
-// out its query heads instead: the block polls the pair's packets once and each warp attends to
+// (warp_per_query_head, PlanPolledDecode) takes 128 threads per (sequence, kv head) whose warps
+// share out its query heads instead: they poll the pair's packets once and each warp attends to
 // its own heads, so the launch's path from a pair's last packet to its outputs is a quarter as
-// long.
+// long. A block serves one such pair, or 2 or 4 (DecodePlan::pairs_per_block), each meeting at
+// named barriers of its own: fewer blocks, for a spin budget that counts blocks.
 // The linked variant (LinkedDecodeAttention) is the same kernel with its data-plane hop folded in:
 // one thread per block waits for the inputs' flag, the split holding a sequence's new token stores
 // its k/v first, the last split of a (sequence, kv head) to finish merges the splits itself, and
@@ -99,13 +100,14 @@ constexpr int kWarpPacketBlockFloats = (kByQueryHead ? 1 : kWarpsPerBlock) * (kG
 // past the last pair only join the block's barriers. Linked, with packets (DecodeLink::packets),
 // each warp polls its own inputs and, with out_packets, sends its own outputs: a warp attends as
 // soon as its rows are in while the rest travel.
-// kByQueryHead (warp_per_query_head): a block per (sequence, kv head), each warp attending to its
-// share of the query heads (kWarpHeads). Linked with packets, each warp loads its first kEarly
-// turns of cached tokens (0 or kEarlyTurns), the block then polls the pair's packets once, the
-// first warp stores the new token while every warp attends to it from the polled copy, and the
-// block sends the pair's outputs.
+// kByQueryHead (warp_per_query_head): kThreads threads per (sequence, kv head), each warp attending
+// to its share of the query heads (kWarpHeads); a block of blockDim.x / kThreads such pairs
+// (DecodePlan::pairs_per_block), each with barriers of its own (PairBarrier). Linked with packets,
+// each warp loads its first kEarly turns of cached tokens (0 or kEarlyTurns), the pair's threads
+// then poll its packets once, its first warp stores the new token while every warp attends to it
+// from the polled copy, and they send the pair's outputs.
 template <int kDim, int kG, bool kLinked, bool kByQueryHead, int kEarly = 0>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kByQueryHead ? kThreads * kMostPairsPerBlock : kThreads)
     WarpDecodeKernel(const float* __restrict__ q, int64_t q_stride, Bf16KvLayer cache,
                      const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin,
                      float* __restrict__ out, int64_t out_stride, int num_kv_heads, int num_seqs, int sliding_window,
@@ -114,10 +116,15 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(kEarly == 0 || (kLinked && kByQueryHead), "early turns are a linked launch's by query head");
   constexpr int kLanes = kDim / 8;
   constexpr int kH = kWarpHeads<kG, kByQueryHead>;
-  // Linked with packets: kWarpPacketBlockFloats<kDim, kG, kByQueryHead>.
+  // Linked with packets: kWarpPacketBlockFloats<kDim, kG, kByQueryHead> (by query head, for each
+  // of the block's pairs).
   extern __shared__ __align__(16) float warp_packets[];
-  const int warp = threadIdx.x / 32;
-  const int pair = kByQueryHead ? blockIdx.x : blockIdx.x * kWarpsPerBlock + warp;
+  // By query head: the block's pair the thread serves, and its place among that pair's threads.
+  const int pair_in_block = kByQueryHead ? threadIdx.x / kThreads : 0;
+  const int rank = threadIdx.x % kThreads;
+  const int warp = rank / 32;
+  const int pair =
+      kByQueryHead ? blockIdx.x * (blockDim.x / kThreads) + pair_in_block : blockIdx.x * kWarpsPerBlock + warp;
   const bool in_pairs = pair < num_seqs * num_kv_heads;
   const int first_head = kByQueryHead ? warp * kH : 0;  // the warp's first of the pair's query heads
   const bool active = in_pairs && first_head < kG;
@@ -136,7 +143,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const bool packets = kLinked && link.packets != nullptr;
   // The pair's query heads (then outputs), and the new token's k and v.
-  float* staged = kByQueryHead ? warp_packets : warp_packets + warp * (kG + 2) * kDim;
+  float* staged = warp_packets + (kByQueryHead ? pair_in_block : warp) * (kG + 2) * kDim;
   float* kv = staged + kG * kDim;
   float* heads = staged + first_head * kDim;  // the warp's query heads (then outputs)
   // The warp that stores the new token.
@@ -157,10 +164,14 @@ __global__ void __launch_bounds__(kThreads)
                                          kGroupsPerWarp, early);
           }
         }
-        // The block polls once: each warp polling its own heads and the token doubled the polls,
-        // and made the hop 0.3 us slower on two H200s (tests/bench/RESULTS.md).
-        failed = SyncOr<kThreads>(
-            PollInputPackets<kDim, kG, kThreads>(link, q, q_stride, seq, kv_head, staged, kv, true, threadIdx.x));
+        // The pair's threads poll once: each warp polling its own heads and the token doubled the
+        // polls, and made the hop 0.3 us slower on two H200s (tests/bench/RESULTS.md). Those of a
+        // pair past the last (in a block's last pairs) skip it and the rest of the pair's work.
+        if (in_pairs) {
+          failed = SyncOr<kThreads>(
+              PollInputPackets<kDim, kG, kThreads>(link, q, q_stride, seq, kv_head, staged, kv, true, rank),
+              PairBarrier(pair_in_block));
+        }
       } else if (active) {
         failed = SyncOr<32>(PollInputPackets<kDim, kG, 32>(link, q, q_stride, seq, kv_head, staged, kv, true,
                                                            threadIdx.x % 32));
@@ -243,32 +254,48 @@ __global__ void __launch_bounds__(kThreads)
       SendOutputPackets<kDim, kG, 32>(link, staged, seq, kv_head, num_kv_heads, failed, threadIdx.x % 32);
     }
   }
-  if (kByQueryHead && kLinked && link.out_packets != nullptr) {
-    // Every warp's heads staged (the barrier), the block sends the pair's outputs, or nothing where
-    // any warp's wait gave up.
-    failed = SyncOr<kThreads>(failed);
-    SendOutputPackets<kDim, kG, kThreads>(link, staged, seq, kv_head, num_kv_heads, failed, threadIdx.x);
+  if (kByQueryHead && kLinked && link.out_packets != nullptr && in_pairs) {
+    // Every warp's heads staged (the barrier), the pair's threads send its outputs, or nothing
+    // where any warp's wait gave up.
+    failed = SyncOr<kThreads>(failed, PairBarrier(pair_in_block));
+    SendOutputPackets<kDim, kG, kThreads>(link, staged, seq, kv_head, num_kv_heads, failed, rank,
+                                          PairBarrier(pair_in_block));
   }
   if (kLinked) ArriveAndFinish(link, gridDim.x);
 }
 
+// The threads and dynamic shared memory of a block of a warp_per_head or warp_per_query_head
+// launch (kByQueryHead) serving `pairs_per_block` pairs (by query head), linked with packets when
+// `packets`.
+template <bool kByQueryHead>
+unsigned WarpBlockThreads(int pairs_per_block) {
+  return kByQueryHead ? kThreads * pairs_per_block : kThreads;
+}
+template <int kDim, int kG, bool kByQueryHead>
+size_t WarpBlockBytes(bool packets, int pairs_per_block) {
+  if (!packets) return 0;
+  return size_t{kWarpPacketBlockFloats<kDim, kG, kByQueryHead>} * sizeof(float) * (kByQueryHead ? pairs_per_block : 1);
+}
+
 // The resident blocks per SM of a linked WarpDecodeKernel<kDim, kG, true, kByQueryHead, kEarly>
-// launch with packets on the current device, asked once per device; 1 where no GPU answers.
+// launch with packets, `pairs_per_block` pairs a block (by query head), on the current device,
+// asked once per device and width; 1 where no GPU answers.
 template <int kDim, int kG, bool kByQueryHead, int kEarly = 0>
-int PolledWarpBlocksPerSm() {
+int PolledWarpBlocksPerSm(int pairs_per_block = 1) {
   static std::mutex mutex;
-  static std::map<int, int> known;
+  static std::map<std::pair<int, int>, int> known;
   int device = 0;
   int blocks = 0;
   if (cudaGetDevice(&device) == cudaSuccess) {
     std::lock_guard<std::mutex> lock(mutex);
-    auto it = known.find(device);
+    auto it = known.find({device, pairs_per_block});
     if (it != known.end()) return it->second;
-    constexpr size_t kBytes = size_t{kWarpPacketBlockFloats<kDim, kG, kByQueryHead>} * sizeof(float);
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, WarpDecodeKernel<kDim, kG, true, kByQueryHead, kEarly>,
-                                                      kThreads, kBytes) == cudaSuccess &&
+                                                      WarpBlockThreads<kByQueryHead>(pairs_per_block),
+                                                      WarpBlockBytes<kDim, kG, kByQueryHead>(true, pairs_per_block)) ==
+            cudaSuccess &&
         blocks > 0) {
-      known[device] = blocks;
+      known[{device, pairs_per_block}] = blocks;
       return blocks;
     }
   }
@@ -276,10 +303,11 @@ int PolledWarpBlocksPerSm() {
   return 1;
 }
 
-// Whether a linked warp-per-query-head launch of `blocks` blocks polling packets fits in one wave
-// of the kernel that loads early turns, on the current device (its SMs asked once per device).
+// Whether a linked warp-per-query-head launch of `blocks` blocks of `pairs_per_block` pairs
+// polling packets fits in one wave of the kernel that loads early turns, on the current device
+// (its SMs asked once per device).
 template <int kDim, int kG>
-bool EarlyTurnsFit(unsigned blocks) {
+bool EarlyTurnsFit(unsigned blocks, int pairs_per_block) {
   static std::mutex mutex;
   static std::map<int, int> sms_of;
   int device = 0;
@@ -300,32 +328,33 @@ bool EarlyTurnsFit(unsigned blocks) {
     }
     sms = it->second;
   }
-  return int64_t{blocks} <= int64_t{sms} * PolledWarpBlocksPerSm<kDim, kG, true, kEarlyTurns>();
+  return int64_t{blocks} <= int64_t{sms} * PolledWarpBlocksPerSm<kDim, kG, true, kEarlyTurns>(pairs_per_block);
 }
 
-// A warp_per_head launch (kByQueryHead: warp_per_query_head) of `blocks` blocks, linked when `link`
-// is set.
+// A warp_per_head launch (kByQueryHead: warp_per_query_head, `pairs_per_block` pairs a block) of
+// `blocks` blocks, linked when `link` is set.
 template <int kDim, int kG, bool kByQueryHead>
-absl::Status LaunchWarps(unsigned blocks, const float* q, int64_t q_stride, const Bf16KvLayer& cache,
-                         const int32_t* slot_ids, const int32_t* slot_begin, float* out, int64_t out_stride,
-                         int kv_heads, int seqs, int window, float q_scale, const DecodeLink* link,
+absl::Status LaunchWarps(unsigned blocks, int pairs_per_block, const float* q, int64_t q_stride,
+                         const Bf16KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
+                         int64_t out_stride, int kv_heads, int seqs, int window, float q_scale, const DecodeLink* link,
                          cudaStream_t stream) {
+  const unsigned threads = WarpBlockThreads<kByQueryHead>(pairs_per_block);
   if (link != nullptr) {
-    const size_t bytes = link->packets != nullptr || link->out_packets != nullptr
-                             ? size_t{kWarpPacketBlockFloats<kDim, kG, kByQueryHead>} * sizeof(float)
-                             : 0;
+    const size_t bytes = WarpBlockBytes<kDim, kG, kByQueryHead>(
+        link->packets != nullptr || link->out_packets != nullptr, pairs_per_block);
     // By query head with packets, the kernel that loads early turns where its blocks fit one wave.
     auto* kernel = WarpDecodeKernel<kDim, kG, true, kByQueryHead>;
     if constexpr (kByQueryHead) {
-      if (link->packets != nullptr && EarlyTurnsFit<kDim, kG>(blocks)) {
+      if (link->packets != nullptr && EarlyTurnsFit<kDim, kG>(blocks, pairs_per_block)) {
         kernel = WarpDecodeKernel<kDim, kG, true, true, kEarlyTurns>;
       }
     }
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(kernel, dim3(blocks), bytes, *link, stream, q, q_stride, cache, slot_ids,
-                                             slot_begin, out, out_stride, kv_heads, seqs, window, q_scale, *link));
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(kernel, dim3(blocks), threads, bytes, *link, stream, q, q_stride, cache,
+                                             slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window, q_scale,
+                                             *link));
   } else {
     LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(WarpDecodeKernel<kDim, kG, false, kByQueryHead>, dim3(blocks),
-                                              dim3(kThreads), 0, stream, q, q_stride, cache, slot_ids, slot_begin, out,
+                                              dim3(threads), 0, stream, q, q_stride, cache, slot_ids, slot_begin, out,
                                               out_stride, kv_heads, seqs, window, q_scale, DecodeLink{}));
   }
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -348,12 +377,12 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
   const unsigned blocks = static_cast<unsigned>(DecodeBlocks(shape, plan, num_seqs));
   const int seqs = static_cast<int>(num_seqs);
   if (plan.warp_per_head) {
-    return LaunchWarps<kDim, kG, false>(blocks, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads,
-                                        seqs, window, q_scale, link, stream);
+    return LaunchWarps<kDim, kG, false>(blocks, 1, q, q_stride, cache, slot_ids, slot_begin, out, out_stride,
+                                        kv_heads, seqs, window, q_scale, link, stream);
   }
   if constexpr (kQueryHeadsSplit<kG>) {
-    return LaunchWarps<kDim, kG, true>(blocks, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads,
-                                       seqs, window, q_scale, link, stream);
+    return LaunchWarps<kDim, kG, true>(blocks, plan.pairs_per_block, q, q_stride, cache, slot_ids, slot_begin, out,
+                                       out_stride, kv_heads, seqs, window, q_scale, link, stream);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("decode attention: a warp per query head serves 1 to 4 or 8 query "
                                                    "heads a kv head, not ",
@@ -365,6 +394,11 @@ absl::Status Dispatch(const AttentionShape& shape, const DecodePlan& plan, const
                       const Bf16KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
                       int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
                       cudaStream_t stream) {
+  const int width = plan.pairs_per_block;
+  if (width != 1 && !(plan.warp_per_query_head && (width == 2 || width == kMostPairsPerBlock))) {
+    return absl::InvalidArgumentError(absl::StrCat("decode attention: a plan of ", width,
+                                                   " pairs a block (1, or 2 or 4 with a warp per query head)"));
+  }
   return DispatchShape(shape, [&](auto dim, auto group) {
     return LaunchDecode<decltype(dim)::value, decltype(group)::value>(
         shape, plan, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, num_seqs, workspace, link, stream);
@@ -549,6 +583,7 @@ DecodePlan Float8Plan(const DecodePlan& plan) {
     tiled.tiled = true;
     tiled.warp_per_head = false;
     tiled.warp_per_query_head = false;
+    tiled.pairs_per_block = 1;
     tiled.deep_tiles = false;
   }
   return tiled;
@@ -556,7 +591,7 @@ DecodePlan Float8Plan(const DecodePlan& plan) {
 
 int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs) {
   const int64_t pairs = num_seqs * shape.num_kv_heads;
-  if (plan.warp_per_query_head) return pairs;
+  if (plan.warp_per_query_head) return (pairs + plan.pairs_per_block - 1) / plan.pairs_per_block;
   return plan.warp_per_head ? (pairs + kWarpsPerBlock - 1) / kWarpsPerBlock : pairs * plan.splits;
 }
 
@@ -569,7 +604,7 @@ int PolledBlocksPerSm(const AttentionShape& shape, const DecodePlan& plan) {
     if (plan.warp_per_head) {
       blocks = PolledWarpBlocksPerSm<kDim, kG, false>();
     } else if constexpr (kQueryHeadsSplit<kG>) {
-      blocks = PolledWarpBlocksPerSm<kDim, kG, true>();
+      blocks = PolledWarpBlocksPerSm<kDim, kG, true>(plan.pairs_per_block);
     }
     return absl::OkStatus();
   }).IgnoreError();

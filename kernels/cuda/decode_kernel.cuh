@@ -373,12 +373,12 @@ absl::StatusOr<int> PrepareTiledLaunch() {
 // ahead of it (DecodeLink::chained_to_wait). It never lets the next kernel start early: that would
 // be the next layer's launch, whose blocks would hold SMs while polling for rows not yet sent.
 template <typename... Params, typename... Args>
-cudaError_t LaunchLinked(void (*kernel)(Params...), dim3 grid, size_t shared_bytes, const DecodeLink& link,
-                         cudaStream_t stream, Args&&... args) {
+cudaError_t LaunchLinked(void (*kernel)(Params...), dim3 grid, unsigned threads, size_t shared_bytes,
+                         const DecodeLink& link, cudaStream_t stream, Args&&... args) {
   if (link.chained_to_wait) {
-    return LaunchChained(kernel, grid, dim3(kTileThreads), shared_bytes, stream, std::forward<Args>(args)...);
+    return LaunchChained(kernel, grid, dim3(threads), shared_bytes, stream, std::forward<Args>(args)...);
   }
-  kernel<<<grid, kTileThreads, shared_bytes, stream>>>(std::forward<Args>(args)...);
+  kernel<<<grid, threads, shared_bytes, stream>>>(std::forward<Args>(args)...);
   return cudaGetLastError();
 }
 
@@ -394,9 +394,9 @@ absl::Status LaunchDecodeBlocks(dim3 grid, const DecodeLink* link, const float* 
     if constexpr (kStages > 0) {
       LAMINA_ASSIGN_OR_RETURN(bytes, (PrepareTiledLaunch<kDim, kG, true, kStages, Kv>()));
     }
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(DecodeKernel<kDim, kG, true, kStages, Kv>, grid, bytes, *link, stream, q,
-                                             q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads, window,
-                                             q_scale, partial_out, partial_lse, *link));
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(DecodeKernel<kDim, kG, true, kStages, Kv>, grid, kTileThreads, bytes,
+                                             *link, stream, q, q_stride, cache, slot_ids, slot_begin, out, out_stride,
+                                             kv_heads, window, q_scale, partial_out, partial_lse, *link));
     return absl::OkStatus();
   }
   if constexpr (kStages > 0) {

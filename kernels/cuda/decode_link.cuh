@@ -23,16 +23,31 @@ namespace lamina::kernels::cuda {
 
 // A barrier of kThreads threads (a block of kTileThreads, or a warp: every lane of it calls) that
 // makes their shared-memory writes visible to each other; true when `mine` is true in any of them.
+// With kTileThreads, `barrier` 0 is the block's own; another (1 to 15) is a named barrier that
+// kTileThreads threads of a larger block meet at: a warp_per_query_head block's pair
+// (PairBarrier).
 template <int kThreads>
-__device__ __forceinline__ bool SyncOr(bool mine) {
+__device__ __forceinline__ bool SyncOr(bool mine, int barrier = 0) {
   static_assert(kThreads == 32 || kThreads == kTileThreads, "a warp or a decode block");
   if constexpr (kThreads == 32) {
     __syncwarp();  // orders the warp's shared memory (a vote alone need not)
     return __any_sync(0xffffffffu, mine) != 0;
   } else {
-    return __syncthreads_or(mine) != 0;
+    if (barrier == 0) return __syncthreads_or(mine) != 0;
+    unsigned any;
+    asm volatile(
+        "{\n\t.reg .pred mine, any;\n\tsetp.ne.u32 mine, %1, 0;\n\t"
+        "bar.red.or.pred any, %2, %3, mine;\n\tselp.u32 %0, 1, 0, any;\n\t}"
+        : "=r"(any)
+        : "r"(static_cast<unsigned>(mine)), "r"(barrier), "n"(kThreads)
+        : "memory");
+    return any != 0;
   }
 }
+
+// The named barrier of the `pair_in_block`th pair of a warp_per_query_head block (its kTileThreads
+// threads), for SyncOr: 1 to kMostPairsPerBlock; 0, the block's, is left to the whole block's.
+__device__ __forceinline__ int PairBarrier(int pair_in_block) { return 1 + pair_in_block; }
 
 // Thread 0 of each block waits for the inputs (SpinOnFlag); the barrier then releases the block.
 // With no ready flag, every thread waits for the end of a wait chained ahead (a launch with
@@ -153,15 +168,15 @@ __device__ bool PollInputPackets(const DecodeLink& link, const float* q, int64_t
 // The outputs of a (sequence, kv head), kG * kDim floats in `staged` (shared memory, written by
 // the caller's threads before they call), as their part of the sequence's packet row
 // (DecodeLink::out_packets), unless `failed`; sent by kThreads threads (a block of kTileThreads,
-// or a warp) numbered `rank`, every one of which calls it.
+// or a warp) numbered `rank`, every one of which calls it, meeting first at `barrier` (SyncOr).
 template <int kDim, int kG, int kThreads>
 __device__ void SendOutputPackets(const DecodeLink& link, const float* staged, int seq, int kv_head, int num_kv_heads,
-                                  bool failed, int rank) {
+                                  bool failed, int rank, int barrier = 0) {
   constexpr int kQ = kG * kDim;
   constexpr int kFloats = static_cast<int>(kPacketFloats);
   constexpr int kPackets = (kQ + kFloats - 1) / kFloats;
   constexpr int kAtOnce = kThreads / kPacketPieces;
-  SyncOr<kThreads>(false);
+  SyncOr<kThreads>(false, barrier);
   if (failed) return;
   Packet* part = link.out_packets + (static_cast<int64_t>(seq) * num_kv_heads + kv_head) * kPackets;
   const int piece = rank % kPacketPieces;

@@ -359,6 +359,7 @@ class CudaKvLane : public DeviceKvLane {
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&busy_starts_, chunks * sizeof(uint64_t), stream_.get()));
     LAMINA_RETURN_IF_ERROR(ForkChunkStreams(chunks));
     waits_.assign(chunks, std::nullopt);
+    pairs_per_block_.assign(chunks, 1);
     rows_ = n;
     max_context_ = max_context;
     return absl::OkStatus();
@@ -440,14 +441,19 @@ class CudaKvLane : public DeviceKvLane {
     bool send_packets = false;  // the outputs go as packets from the lane's rows, after the launch
     if (hop.packets != nullptr) {
       // Packets: polled by the launch's warps or blocks (from the start where the launch fits the
-      // spin budget, a lone lane's warp plans counted by the SMs their blocks fill, else once one
-      // warp queued ahead has seen the first packet) or ahead of the launch (the rule above
-      // kMostPacketPollingWaves says which). A warp or block per (sequence, kv head) sends its
-      // outputs as packets where the link's rows travel in a part a kv head; else they go into the
-      // lane's rows, and from there as packets.
+      // spin budget, a lone lane's warp plans counted by the SMs their blocks fill, a warp per
+      // query head in as few pairs a block as fit, else once one warp queued ahead has seen the
+      // first packet) or ahead of the launch (the rule above kMostPacketPollingWaves says which).
+      // A warp or block per (sequence, kv head) sends its outputs as packets where the link's rows
+      // travel in a part a kv head; else they go into the lane's rows, and from there as packets.
       // The chunk's share of the GPU (SetStep plans chunks side by side so).
       const int share = std::max(1, pool_->num_sms() / chunks);
       plan = pool_->PolledPlan(plan, r.count, max_context_, share);
+      // Where the compute end shares the GPU, its kernels need the SMs that larger blocks would
+      // hold; else several lanes' budget, counting each block as an SM, may fit fewer of them.
+      if (plan.warp_per_query_head && !hop.sender_on_this_gpu) {
+        plan.pairs_per_block = PairsPerBlock(chunk, plan, r.count);
+      }
       const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
       const int64_t wave = share * int64_t{kc::DecodeBlocksPerSm(o.attention)};  // a wave of that share
       if (plan.warp_per_head || plan.warp_per_query_head || blocks <= kMostPacketPollingWaves * wave ||
@@ -536,6 +542,20 @@ class CudaKvLane : public DeviceKvLane {
   int max_chunks() const { return std::max(1, static_cast<int>(chunk_streams_.size())); }
   cudaStream_t ChunkStream(int chunk) const { return chunks_ > 1 ? chunk_streams_[chunk].get() : stream_.get(); }
 
+  // The pairs a block of the chunk's warp-per-query-head launches serve this step, `plan` one of
+  // them: chosen at its first layer, before its wait (FewestPairsPerBlock), and kept for the others.
+  int PairsPerBlock(int chunk, const kc::DecodePlan& plan, int64_t rows) {
+    if (!waits_[chunk].has_value()) {
+      const kc::AttentionShape& shape = pool_->options().attention;
+      pairs_per_block_[chunk] = FewestPairsPerBlock(rows * shape.num_kv_heads, kMostPollingBlocks,
+                                                    *pool_->spin_budget(), [&](int width) {
+                                                      kc::DecodePlan wide = plan;
+                                                      wide.pairs_per_block = width;
+                                                      return int64_t{kc::PolledBlocksPerSm(shape, wide)};
+                                                    });
+    }
+    return pairs_per_block_[chunk];
+  }
   // How the chunk's launches wait for their rows this step: chosen at its first layer (the
   // budget's blocks taken then), kept for its other layers. SetStep sized waits_ with plans_.
   const ChunkWait& WaitOf(int chunk, bool waits, bool lines, int64_t rows, int64_t launch_blocks,
@@ -625,6 +645,7 @@ class CudaKvLane : public DeviceKvLane {
   std::vector<kc::DecodePlan> plans_;               // per chunk, run one after another (unlinked)
   std::vector<kc::DecodePlan> side_by_side_plans_;  // per chunk, run side by side (linked)
   std::vector<std::optional<ChunkWait>> waits_;     // per chunk, once its first layer is queued
+  std::vector<int> pairs_per_block_;                // per chunk, with waits_ (PairsPerBlock)
   int64_t spinning_ = 0;                            // the budget's blocks this step holds
   int64_t rows_ = 0;
   int64_t max_context_ = 0;  // the step's longest context

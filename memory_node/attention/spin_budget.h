@@ -26,6 +26,11 @@
 // block of another lane off every SM they sit on. So does a lone lane whose compute end shares
 // its GPU (cuda_ipc within one GPU): two waves of polling blocks would keep the sender's kernel
 // off every SM until the polls timed out.
+// Counted whole, a warp per query head's launch past 8 rows of Llama-3-8B's shape (64 pairs, a
+// block each) is past the shared limit; as blocks of 2 or 4 pairs (FewestPairsPerBlock) it fits up
+// to 32 rows. On two H200s with several lanes, 16 to 32 rows then took 0.99-1.03 of the latency
+// target against 1.22-1.29 behind a kernel ahead; blocks of 4 pairs where a pair a block fits cost
+// 1 row 1.18 against 1.01, hence the fewest (lamina-bench-data-plane, tests/bench/RESULTS.md).
 // A lane takes its step's share when it queues the step's first layer and gives it back when the
 // step has ended. Thread-safe.
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
@@ -34,6 +39,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+
+#include "absl/functional/function_ref.h"
 
 namespace lamina {
 
@@ -64,6 +71,8 @@ class SpinBudget {
   // The limit for the lanes there are now.
   int64_t limit() const { return lanes_.load(std::memory_order_relaxed) > 1 ? shared_limit_ : lone_limit_; }
   int64_t taken() const { return taken_.load(std::memory_order_relaxed); }
+  // What is left of limit() now (a lane taking at once may leave less by its TryTake).
+  int64_t left() const { return limit() - taken(); }
 
  private:
   const int64_t shared_limit_, lone_limit_;
@@ -95,6 +104,16 @@ inline constexpr int64_t kFewestPollingBlocks = 4;
 // place): nothing spins.
 ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_blocks, int64_t most_in_launch,
                           SpinBudget* budget, int64_t launch_blocks_an_sm = 1);
+
+// The (sequence, kv head) pairs a block of a polling warp_per_query_head launch of `pairs` pairs
+// serves (kernels/cuda/attention.h, DecodePlan::pairs_per_block): the fewest of 1, 2 and 4 with
+// which its blocks count (CountOf, `blocks_an_sm(width)` of them an SM) within `most_in_launch` and
+// what is left of the budget now, so that the launch polls for itself (ChooseChunkWait) rather
+// than behind a kernel queued ahead; 1 where none does. With several lanes each block counts as an
+// SM: 16 rows of Llama-3-8B's shape (128 pairs) fit the shared limit of an H200 (66) only as 64
+// blocks of two pairs.
+int FewestPairsPerBlock(int64_t pairs, int64_t most_in_launch, const SpinBudget& budget,
+                        absl::FunctionRef<int64_t(int)> blocks_an_sm);
 
 }  // namespace lamina
 

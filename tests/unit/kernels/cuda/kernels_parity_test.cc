@@ -305,7 +305,12 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
                                            most_splits,
                                            most_tiled_splits,
                                            most_deep_splits};
-    if (cuda::QueryHeadWarpsServe(shape)) plans.push_back(query_head_warps);
+    if (cuda::QueryHeadWarpsServe(shape)) {
+      for (int width : {1, 2, cuda::kMostPairsPerBlock}) {
+        query_head_warps.pairs_per_block = width;
+        plans.push_back(query_head_warps);
+      }
+    }
     for (const float* d_queries : {d_q.as<float>(), d_q_shifted.as<float>() + 1}) {
       for (const cuda::DecodePlan& plan : plans) {
         DeviceBuffer d_out = *DeviceBuffer::Create(want.size() * sizeof(float));
@@ -317,7 +322,9 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
                    "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
                        std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
                        (plan.warp_per_head ? " warp per head" : "") +
-                       (plan.warp_per_query_head ? " warp per query head" : "") + (plan.tiled ? " tiled" : "") +
+                       (plan.warp_per_query_head ? " warp per query head" : "") +
+                       (plan.pairs_per_block > 1 ? ", pairs a block " + std::to_string(plan.pairs_per_block) : "") +
+                       (plan.tiled ? " tiled" : "") +
                        (plan.deep_tiles ? " deep" : "") +
                        (d_queries == d_q.as<float>() ? "" : " queries not 16-byte aligned"));
       }
@@ -375,6 +382,28 @@ TEST(DecodePlanTest, AWarpPerQueryHeadServesEvenlySharedHeads) {
   plan.warp_per_query_head = true;
   const cpu::AttentionShape llama{32, 8, 128, 0};
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 16), 16 * 8);  // a block a (sequence, kv head)
+  plan.pairs_per_block = 2;
+  EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 16), 16 * 8 / 2);
+  plan.pairs_per_block = cuda::kMostPairsPerBlock;
+  EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 32), 32 * 8 / 4);
+  EXPECT_EQ(cuda::DecodeBlocks({4, 1, 128, 0}, plan, 5), 2);  // 5 pairs, the last block part-filled
+}
+
+TEST_F(CudaParityTest, PairsABlockAreOneOrAWarpPerQueryHeadsTwoOrFour) {
+  const cpu::AttentionShape llama{32, 8, 128, 0};
+  cuda::DecodePlan plan;
+  plan.warp_per_query_head = true;
+  plan.pairs_per_block = 3;
+  absl::Status status = cuda::DecodeAttention(llama, plan, nullptr, 32 * 128, nullptr, nullptr, nullptr, nullptr,
+                                              nullptr, 32 * 128, 1, nullptr, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("3 pairs a block"), std::string::npos) << status.message();
+  plan.warp_per_query_head = false;
+  plan.warp_per_head = true;
+  plan.pairs_per_block = 2;
+  status = cuda::DecodeAttention(llama, plan, nullptr, 32 * 128, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                 32 * 128, 1, nullptr, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << "a warp per head takes 1";
 }
 
 TEST_F(CudaParityTest, AWarpPerQueryHeadRefusesHeadsTheWarpsCannotShareEvenly) {

@@ -42,14 +42,29 @@ inline std::string Name(const Case& c, const DecodePlan& plan) {
   return "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
          std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
          (plan.warp_per_head ? " warp per head" : "") + (plan.warp_per_query_head ? " warp per query head" : "") +
+         (plan.pairs_per_block > 1 ? ", " + std::to_string(plan.pairs_per_block) + " pairs a block" : "") +
          (plan.tiled ? " tiled" : "") + (plan.deep_tiles ? " deep" : "");
+}
+
+// The warp-per-query-head plans of every width (DecodePlan::pairs_per_block), where they serve
+// `shape`.
+inline std::vector<DecodePlan> QueryHeadPlans(const AttentionShape& shape) {
+  if (!QueryHeadWarpsServe(shape)) return {};
+  std::vector<DecodePlan> plans;
+  for (int width : {1, 2, kMostPairsPerBlock}) {
+    DecodePlan plan;
+    plan.warp_per_query_head = true;
+    plan.pairs_per_block = width;
+    plans.push_back(plan);
+  }
+  return plans;
 }
 
 // The planner's picks for a small and a large GPU, then a block (on the CUDA cores, tiled, tiled
 // in 3 splits, the same with deep tiles) and a warp per (sequence, kv head) whatever the context,
-// and a warp per query head where it serves the shape.
+// and a warp per query head of each width where it serves the shape.
 inline std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, int64_t longest) {
-  DecodePlan block_each, tiled_each, tiled_splits, warp_each, query_head_warps;
+  DecodePlan block_each, tiled_each, tiled_splits, warp_each;
   tiled_each.tiled = true;
   tiled_splits.tiled = true;
   tiled_splits.splits = 3;
@@ -57,7 +72,6 @@ inline std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, 
   DecodePlan deep_each = tiled_each, deep_splits = tiled_splits;
   deep_each.deep_tiles = deep_splits.deep_tiles = true;
   warp_each.warp_per_head = true;
-  query_head_warps.warp_per_query_head = true;
   std::vector<DecodePlan> plans = {PlanDecode(shape, seqs, longest, 1),
                                    PlanDecode(shape, seqs, longest, 132),
                                    block_each,
@@ -66,7 +80,7 @@ inline std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, 
                                    deep_each,
                                    deep_splits,
                                    warp_each};
-  if (QueryHeadWarpsServe(shape)) plans.push_back(query_head_warps);
+  for (const DecodePlan& plan : QueryHeadPlans(shape)) plans.push_back(plan);
   return plans;
 }
 
@@ -159,14 +173,13 @@ inline std::vector<DecodePlan> LinePlans(const AttentionShape& shape, int64_t se
 }
 
 // The plans a packet hop goes with: LinePlans', a warp per (sequence, kv head) and a warp per
-// query head (where it serves the shape).
+// query head of each width (where it serves the shape).
 inline std::vector<DecodePlan> PacketPlans(const AttentionShape& shape, int64_t seqs) {
   std::vector<DecodePlan> plans = LinePlans(shape, seqs);
-  DecodePlan warp_each, query_head_warps;
+  DecodePlan warp_each;
   warp_each.warp_per_head = true;
   plans.push_back(warp_each);
-  query_head_warps.warp_per_query_head = true;
-  if (QueryHeadWarpsServe(shape)) plans.push_back(query_head_warps);
+  for (const DecodePlan& plan : QueryHeadPlans(shape)) plans.push_back(plan);
   return plans;
 }
 

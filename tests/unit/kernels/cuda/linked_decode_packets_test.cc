@@ -126,6 +126,7 @@ TEST_F(LinkedDecodePacketsTest, PacketsInAndOutGiveTheSameOutputsAndPool) {
       {32, 8, 128, {1, 2048, 33}},  // Llama-3's shape: 17 packets a kv head's outputs
       {8, 4, 32, {257, 3}},         // the demo model's: 3 packets, the last part-filled
       {12, 2, 64, {500, 129}, 100},  // a sliding window; 13 packets
+      {4, 1, 128, {5, 17, 2}},       // 3 pairs: blocks of 2 or 4 pairs with some left idle
   };
   const uint32_t tag = 52;
   for (const Case& c : cases) {
@@ -141,16 +142,21 @@ TEST_F(LinkedDecodePacketsTest, PacketsInAndOutGiveTheSameOutputsAndPool) {
 
 // A warp per query head loads its first turns of cached tokens before its polls where its blocks
 // fit one wave of the kernel that does so, and not past that: 300 sequences of Llama-3's shape are
-// 2,400 blocks, past a wave of any GPU of up to 132 SMs (16 blocks of 128 threads an SM at most).
+// 2,400 blocks, past a wave of any GPU of up to 132 SMs (16 blocks of 128 threads an SM at most),
+// and 600 blocks of 4 pairs (4 of 512 threads an SM at most).
 // Chained behind a WaitForFirstPacket: polling from the start, blocks past a wave on the sender's
 // GPU would keep its kernel off the SMs (as a memory node sharing its GPU never queues them).
 TEST_F(LinkedDecodePacketsTest, AWarpPerQueryHeadPastOneWaveGivesTheSameOutputs) {
   Case c{32, 8, 128, {}};
   for (int s = 0; s < 300; ++s) c.contexts.push_back(1 + s % 20);
   Build(c);
-  DecodePlan plan;
-  plan.warp_per_query_head = true;
-  ExpectPacketsInAndOut(plan, /*chained=*/true, 61);
+  for (int width : {1, kMostPairsPerBlock}) {
+    SCOPED_TRACE(std::to_string(width) + " pairs a block");
+    DecodePlan plan;
+    plan.warp_per_query_head = true;
+    plan.pairs_per_block = width;
+    ExpectPacketsInAndOut(plan, /*chained=*/true, 61);
+  }
 }
 
 // Inputs from rows already in place (no input packets), outputs as packets: what a launch chained

@@ -343,8 +343,10 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
 // the first packet is in, also of 24 tokens and of 100, the new one in a warp's second turn of
 // tokens); the outputs go back as packets, equal to an unlinked chunk's, and no done flag is
 // raised. In a part a kv head, each block or warp sends its own; in one part, the lane sends them
-// after the launch.
-class CudaKvLanePacketsTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+// after the launch. With a second lane on the GPU (idle), whose budget counts each block as an SM,
+// a warp per query head of 16 to 32 rows (128 to 256 pairs) takes blocks of 2 or 4 pairs on a GPU
+// of 132 SMs (FewestPairsPerBlock).
+class CudaKvLanePacketsTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, int>> {};
 
 TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPackets) {
   const std::string reason = NoGpuReason();
@@ -352,13 +354,19 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPa
   namespace kc = kernels::cuda;
   const kernels::cpu::AttentionShape shape{8, 8, 16, 0};
   const int64_t q = 128, kv = 128, row = q + 2 * kv;
-  const auto [rows, parts, context] = GetParam();
+  const auto [rows, parts, context, lanes] = GetParam();
   const int64_t in_per_row = kc::PacketsPerRow(row), out_per_row = kc::PacketsPerRow(q, parts);
   const int64_t part_floats = q / parts, per_part = kc::PacketsPerRow(part_floats);
   auto backend = CreateCudaKvBackend({1, rows * context, shape}, 0);
   ASSERT_TRUE(backend.ok()) << backend.status();
   auto lane = (*backend)->NewDeviceLane(1);
   ASSERT_TRUE(lane.ok()) << lane.status();
+  std::vector<std::unique_ptr<DeviceKvLane>> idle;
+  for (int i = 1; i < lanes; ++i) {
+    auto other = (*backend)->NewDeviceLane(1);
+    ASSERT_TRUE(other.ok()) << other.status();
+    idle.push_back(std::move(*other));
+  }
   // Sequence r holds slots [r * context, (r + 1) * context), its new token in the last.
   std::vector<int32_t> slots(rows * context), write(rows), earlier;
   std::vector<int64_t> begins(rows + 1);
@@ -438,14 +446,19 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPa
 
 INSTANTIATE_TEST_SUITE_P(
     RowsPartsAndContexts, CudaKvLanePacketsTest,
-    ::testing::Values(std::make_tuple(int64_t{4}, int64_t{8}, int64_t{1}), std::make_tuple(int64_t{4}, int64_t{1}, int64_t{1}),
-                      std::make_tuple(int64_t{32}, int64_t{8}, int64_t{24}),
-                      std::make_tuple(int64_t{32}, int64_t{1}, int64_t{24}),
-                      std::make_tuple(int64_t{32}, int64_t{8}, int64_t{1}), std::make_tuple(int64_t{32}, int64_t{1}, int64_t{1}),
-                      std::make_tuple(int64_t{512}, int64_t{8}, int64_t{1}),
-                      std::make_tuple(int64_t{512}, int64_t{1}, int64_t{1}),
-                      std::make_tuple(int64_t{512}, int64_t{8}, int64_t{24}),
-                      std::make_tuple(int64_t{512}, int64_t{1}, int64_t{100})));
+    ::testing::Values(std::make_tuple(int64_t{4}, int64_t{8}, int64_t{1}, 1),
+                      std::make_tuple(int64_t{4}, int64_t{1}, int64_t{1}, 1),
+                      std::make_tuple(int64_t{32}, int64_t{8}, int64_t{24}, 1),
+                      std::make_tuple(int64_t{32}, int64_t{1}, int64_t{24}, 1),
+                      std::make_tuple(int64_t{32}, int64_t{8}, int64_t{1}, 1),
+                      std::make_tuple(int64_t{32}, int64_t{1}, int64_t{1}, 1),
+                      std::make_tuple(int64_t{512}, int64_t{8}, int64_t{1}, 1),
+                      std::make_tuple(int64_t{512}, int64_t{1}, int64_t{1}, 1),
+                      std::make_tuple(int64_t{512}, int64_t{8}, int64_t{24}, 1),
+                      std::make_tuple(int64_t{512}, int64_t{1}, int64_t{100}, 1),
+                      std::make_tuple(int64_t{16}, int64_t{8}, int64_t{1}, 2),
+                      std::make_tuple(int64_t{24}, int64_t{8}, int64_t{16}, 2),
+                      std::make_tuple(int64_t{32}, int64_t{1}, int64_t{1}, 2)));
 
 // Lanes of one GPU whose rows have not come must leave SMs to a lane whose rows have: the compute
 // node may send their rows only once that lane's outputs are back. Llama-3-8B's layer shape, 4

@@ -99,6 +99,27 @@ TEST(ChooseChunkWaitTest, SeveralLanesCountSmallBlocksWhole) {
   EXPECT_EQ(small.spinning, 64);
 }
 
+// Llama-3-8B's shape a warp per query head, its blocks of 1, 2 and 4 pairs held 4, 2 and 1 an SM.
+int64_t QueryHeadBlocksAnSm(int width) { return width == 1 ? 4 : width == 2 ? 2 : 1; }
+
+TEST(FewestPairsPerBlockTest, SeveralLanesTakeTheFewestPairsABlockThatFitWhatIsLeft) {
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
+  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "8 rows: 64 blocks fit 66";
+  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 2) << "16 rows: 64 blocks of 2";
+  EXPECT_EQ(FewestPairsPerBlock(32 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "32 rows: 64 blocks of 4";
+  EXPECT_EQ(FewestPairsPerBlock(64 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "64 rows fit no width: 1";
+  ASSERT_TRUE(budget->TryTake(40));
+  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "26 left: 16 blocks of 4";
+  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "32 blocks of 4 past 26";
+  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 15, *budget, QueryHeadBlocksAnSm), 1) << "past the launch's own limit";
+}
+
+TEST(FewestPairsPerBlockTest, ALoneLaneKeepsAPairABlockWhileItsBlocksFit) {
+  std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(1);
+  EXPECT_EQ(FewestPairsPerBlock(128 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "1024 blocks: 128 SMs' worth";
+  EXPECT_EQ(FewestPairsPerBlock(3, 128, *budget, QueryHeadBlocksAnSm), 1);
+}
+
 TEST(ChooseChunkWaitTest, ALaunchWithinItsLimitAndTheBudgetPollsForItself) {
   std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
   const ChunkWait wait = ChooseChunkWait(/*waits=*/true, /*lines=*/true, /*rows=*/4, /*launch_blocks=*/64,
