@@ -35,6 +35,7 @@
 #include <climits>
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -101,30 +102,33 @@ constexpr int kWarpPacketBlockFloats = (kByQueryHead ? 1 : kWarpsPerBlock) * (kG
 // each warp polls its own inputs and, with out_packets, sends its own outputs: a warp attends as
 // soon as its rows are in while the rest travel.
 // kByQueryHead (warp_per_query_head): kThreads threads per (sequence, kv head), each warp attending
-// to its share of the query heads (kWarpHeads); a block of blockDim.x / kThreads such pairs
-// (DecodePlan::pairs_per_block), each with barriers of its own (PairBarrier). Linked with packets,
-// each warp loads its first kEarly turns of cached tokens (0 or kEarlyTurns), the pair's threads
-// then poll its packets once, its first warp stores the new token while every warp attends to it
-// from the polled copy, and they send the pair's outputs.
-template <int kDim, int kG, bool kLinked, bool kByQueryHead, int kEarly = 0>
-__global__ void __launch_bounds__(kByQueryHead ? kThreads * kMostPairsPerBlock : kThreads)
+// to its share of the query heads (kWarpHeads); a block of kPairs such pairs
+// (DecodePlan::pairs_per_block), each, where there are several, meeting at a named barrier of its
+// own (PairBarrier: constant ids, so that the kernel reserves no more barriers than it uses, which
+// would cost it blocks an SM). Linked with packets, each warp loads its first kEarly turns of cached
+// tokens (0 or kEarlyTurns), the pair's threads then poll its packets once, its first warp stores
+// the new token while every warp attends to it from the polled copy, and they send the pair's
+// outputs.
+template <int kDim, int kG, bool kLinked, bool kByQueryHead, int kEarly = 0, int kPairs = 1>
+__global__ void __launch_bounds__(kThreads * kPairs)
     WarpDecodeKernel(const float* __restrict__ q, int64_t q_stride, Bf16KvLayer cache,
                      const int32_t* __restrict__ slot_ids, const int32_t* __restrict__ slot_begin,
                      float* __restrict__ out, int64_t out_stride, int num_kv_heads, int num_seqs, int sliding_window,
                      float q_scale, DecodeLink link) {
   static_assert(!kByQueryHead || kQueryHeadsSplit<kG>, "the warps share the query heads evenly");
   static_assert(kEarly == 0 || (kLinked && kByQueryHead), "early turns are a linked launch's by query head");
+  static_assert(kPairs == 1 || (kByQueryHead && kPairs <= kMostPairsPerBlock), "pairs a block by query head");
   constexpr int kLanes = kDim / 8;
   constexpr int kH = kWarpHeads<kG, kByQueryHead>;
   // Linked with packets: kWarpPacketBlockFloats<kDim, kG, kByQueryHead> (by query head, for each
   // of the block's pairs).
   extern __shared__ __align__(16) float warp_packets[];
   // By query head: the block's pair the thread serves, and its place among that pair's threads.
-  const int pair_in_block = kByQueryHead ? threadIdx.x / kThreads : 0;
-  const int rank = threadIdx.x % kThreads;
+  const int pair_in_block = kPairs > 1 ? threadIdx.x / kThreads : 0;
+  const int rank = kPairs > 1 ? threadIdx.x % kThreads : threadIdx.x;
+  const int barrier = kPairs > 1 ? PairBarrier(pair_in_block) : 0;  // the pair's (SyncOr)
   const int warp = rank / 32;
-  const int pair =
-      kByQueryHead ? blockIdx.x * (blockDim.x / kThreads) + pair_in_block : blockIdx.x * kWarpsPerBlock + warp;
+  const int pair = kByQueryHead ? blockIdx.x * kPairs + pair_in_block : blockIdx.x * kWarpsPerBlock + warp;
   const bool in_pairs = pair < num_seqs * num_kv_heads;
   const int first_head = kByQueryHead ? warp * kH : 0;  // the warp's first of the pair's query heads
   const bool active = in_pairs && first_head < kG;
@@ -167,10 +171,9 @@ __global__ void __launch_bounds__(kByQueryHead ? kThreads * kMostPairsPerBlock :
         // The pair's threads poll once: each warp polling its own heads and the token doubled the
         // polls, and made the hop 0.3 us slower on two H200s (tests/bench/RESULTS.md). Those of a
         // pair past the last (in a block's last pairs) skip it and the rest of the pair's work.
-        if (in_pairs) {
+        if (kPairs == 1 || in_pairs) {
           failed = SyncOr<kThreads>(
-              PollInputPackets<kDim, kG, kThreads>(link, q, q_stride, seq, kv_head, staged, kv, true, rank),
-              PairBarrier(pair_in_block));
+              PollInputPackets<kDim, kG, kThreads>(link, q, q_stride, seq, kv_head, staged, kv, true, rank), barrier);
         }
       } else if (active) {
         failed = SyncOr<32>(PollInputPackets<kDim, kG, 32>(link, q, q_stride, seq, kv_head, staged, kv, true,
@@ -254,48 +257,40 @@ __global__ void __launch_bounds__(kByQueryHead ? kThreads * kMostPairsPerBlock :
       SendOutputPackets<kDim, kG, 32>(link, staged, seq, kv_head, num_kv_heads, failed, threadIdx.x % 32);
     }
   }
-  if (kByQueryHead && kLinked && link.out_packets != nullptr && in_pairs) {
+  if (kByQueryHead && kLinked && link.out_packets != nullptr && (kPairs == 1 || in_pairs)) {
     // Every warp's heads staged (the barrier), the pair's threads send its outputs, or nothing
     // where any warp's wait gave up.
-    failed = SyncOr<kThreads>(failed, PairBarrier(pair_in_block));
-    SendOutputPackets<kDim, kG, kThreads>(link, staged, seq, kv_head, num_kv_heads, failed, rank,
-                                          PairBarrier(pair_in_block));
+    failed = SyncOr<kThreads>(failed, barrier);
+    SendOutputPackets<kDim, kG, kThreads>(link, staged, seq, kv_head, num_kv_heads, failed, rank, barrier);
   }
   if (kLinked) ArriveAndFinish(link, gridDim.x);
 }
 
-// The threads and dynamic shared memory of a block of a warp_per_head or warp_per_query_head
-// launch (kByQueryHead) serving `pairs_per_block` pairs (by query head), linked with packets when
-// `packets`.
-template <bool kByQueryHead>
-unsigned WarpBlockThreads(int pairs_per_block) {
-  return kByQueryHead ? kThreads * pairs_per_block : kThreads;
-}
-template <int kDim, int kG, bool kByQueryHead>
-size_t WarpBlockBytes(bool packets, int pairs_per_block) {
-  if (!packets) return 0;
-  return size_t{kWarpPacketBlockFloats<kDim, kG, kByQueryHead>} * sizeof(float) * (kByQueryHead ? pairs_per_block : 1);
+// The dynamic shared memory of a block of a linked warp_per_head or warp_per_query_head launch
+// (kByQueryHead) serving kPairs pairs (by query head), with packets when `packets`.
+template <int kDim, int kG, bool kByQueryHead, int kPairs>
+size_t WarpBlockBytes(bool packets) {
+  return packets ? size_t{kWarpPacketBlockFloats<kDim, kG, kByQueryHead>} * sizeof(float) * kPairs : 0;
 }
 
-// The resident blocks per SM of a linked WarpDecodeKernel<kDim, kG, true, kByQueryHead, kEarly>
-// launch with packets, `pairs_per_block` pairs a block (by query head), on the current device,
-// asked once per device and width; 1 where no GPU answers.
-template <int kDim, int kG, bool kByQueryHead, int kEarly = 0>
-int PolledWarpBlocksPerSm(int pairs_per_block = 1) {
+// The resident blocks per SM of a linked WarpDecodeKernel<kDim, kG, true, kByQueryHead, kEarly,
+// kPairs> launch with packets on the current device, asked once per device; 1 where no GPU
+// answers.
+template <int kDim, int kG, bool kByQueryHead, int kEarly = 0, int kPairs = 1>
+int PolledWarpBlocksPerSm() {
   static std::mutex mutex;
-  static std::map<std::pair<int, int>, int> known;
+  static std::map<int, int> known;
   int device = 0;
   int blocks = 0;
   if (cudaGetDevice(&device) == cudaSuccess) {
     std::lock_guard<std::mutex> lock(mutex);
-    auto it = known.find({device, pairs_per_block});
+    auto it = known.find(device);
     if (it != known.end()) return it->second;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, WarpDecodeKernel<kDim, kG, true, kByQueryHead, kEarly>,
-                                                      WarpBlockThreads<kByQueryHead>(pairs_per_block),
-                                                      WarpBlockBytes<kDim, kG, kByQueryHead>(true, pairs_per_block)) ==
-            cudaSuccess &&
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &blocks, WarpDecodeKernel<kDim, kG, true, kByQueryHead, kEarly, kPairs>, kThreads * kPairs,
+            WarpBlockBytes<kDim, kG, kByQueryHead, kPairs>(true)) == cudaSuccess &&
         blocks > 0) {
-      known[{device, pairs_per_block}] = blocks;
+      known[device] = blocks;
       return blocks;
     }
   }
@@ -303,11 +298,11 @@ int PolledWarpBlocksPerSm(int pairs_per_block = 1) {
   return 1;
 }
 
-// Whether a linked warp-per-query-head launch of `blocks` blocks of `pairs_per_block` pairs
-// polling packets fits in one wave of the kernel that loads early turns, on the current device
-// (its SMs asked once per device).
-template <int kDim, int kG>
-bool EarlyTurnsFit(unsigned blocks, int pairs_per_block) {
+// Whether a linked warp-per-query-head launch of `blocks` blocks of kPairs pairs polling packets
+// fits in one wave of the kernel that loads early turns, on the current device (its SMs asked once
+// per device).
+template <int kDim, int kG, int kPairs>
+bool EarlyTurnsFit(unsigned blocks) {
   static std::mutex mutex;
   static std::map<int, int> sms_of;
   int device = 0;
@@ -328,37 +323,49 @@ bool EarlyTurnsFit(unsigned blocks, int pairs_per_block) {
     }
     sms = it->second;
   }
-  return int64_t{blocks} <= int64_t{sms} * PolledWarpBlocksPerSm<kDim, kG, true, kEarlyTurns>(pairs_per_block);
+  return int64_t{blocks} <= int64_t{sms} * PolledWarpBlocksPerSm<kDim, kG, true, kEarlyTurns, kPairs>();
 }
 
-// A warp_per_head launch (kByQueryHead: warp_per_query_head, `pairs_per_block` pairs a block) of
-// `blocks` blocks, linked when `link` is set.
-template <int kDim, int kG, bool kByQueryHead>
-absl::Status LaunchWarps(unsigned blocks, int pairs_per_block, const float* q, int64_t q_stride,
-                         const Bf16KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
-                         int64_t out_stride, int kv_heads, int seqs, int window, float q_scale, const DecodeLink* link,
+// A warp_per_head launch (kByQueryHead: warp_per_query_head, kPairs pairs a block) of `blocks`
+// blocks, linked when `link` is set.
+template <int kDim, int kG, bool kByQueryHead, int kPairs = 1>
+absl::Status LaunchWarps(unsigned blocks, const float* q, int64_t q_stride, const Bf16KvLayer& cache,
+                         const int32_t* slot_ids, const int32_t* slot_begin, float* out, int64_t out_stride,
+                         int kv_heads, int seqs, int window, float q_scale, const DecodeLink* link,
                          cudaStream_t stream) {
-  const unsigned threads = WarpBlockThreads<kByQueryHead>(pairs_per_block);
+  constexpr unsigned kBlockThreads = kThreads * kPairs;
   if (link != nullptr) {
-    const size_t bytes = WarpBlockBytes<kDim, kG, kByQueryHead>(
-        link->packets != nullptr || link->out_packets != nullptr, pairs_per_block);
+    const size_t bytes =
+        WarpBlockBytes<kDim, kG, kByQueryHead, kPairs>(link->packets != nullptr || link->out_packets != nullptr);
     // By query head with packets, the kernel that loads early turns where its blocks fit one wave.
-    auto* kernel = WarpDecodeKernel<kDim, kG, true, kByQueryHead>;
+    auto* kernel = WarpDecodeKernel<kDim, kG, true, kByQueryHead, 0, kPairs>;
     if constexpr (kByQueryHead) {
-      if (link->packets != nullptr && EarlyTurnsFit<kDim, kG>(blocks, pairs_per_block)) {
-        kernel = WarpDecodeKernel<kDim, kG, true, true, kEarlyTurns>;
+      if (link->packets != nullptr && EarlyTurnsFit<kDim, kG, kPairs>(blocks)) {
+        kernel = WarpDecodeKernel<kDim, kG, true, true, kEarlyTurns, kPairs>;
       }
     }
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(kernel, dim3(blocks), threads, bytes, *link, stream, q, q_stride, cache,
-                                             slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window, q_scale,
-                                             *link));
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchLinked(kernel, dim3(blocks), kBlockThreads, bytes, *link, stream, q, q_stride,
+                                             cache, slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window,
+                                             q_scale, *link));
   } else {
-    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(WarpDecodeKernel<kDim, kG, false, kByQueryHead>, dim3(blocks),
-                                              dim3(threads), 0, stream, q, q_stride, cache, slot_ids, slot_begin, out,
-                                              out_stride, kv_heads, seqs, window, q_scale, DecodeLink{}));
+    LAMINA_CUDA_RETURN_IF_ERROR(LaunchChained(WarpDecodeKernel<kDim, kG, false, kByQueryHead, 0, kPairs>,
+                                              dim3(blocks), dim3(kBlockThreads), 0, stream, q, q_stride, cache,
+                                              slot_ids, slot_begin, out, out_stride, kv_heads, seqs, window, q_scale,
+                                              DecodeLink{}));
   }
   LAMINA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
+}
+
+// Calls `f` with kPairs, std::integral_constant<int, ...>, for `pairs_per_block` (1, 2 or
+// kMostPairsPerBlock; Dispatch refuses others).
+template <typename F>
+auto WithPairsPerBlock(int pairs_per_block, const F& f) {
+  switch (pairs_per_block) {
+    case 2: return f(std::integral_constant<int, 2>{});
+    case kMostPairsPerBlock: return f(std::integral_constant<int, kMostPairsPerBlock>{});
+    default: return f(std::integral_constant<int, 1>{});
+  }
 }
 
 // `link` null: plain decode attention (the cache only read); else the linked variant.
@@ -377,12 +384,15 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
   const unsigned blocks = static_cast<unsigned>(DecodeBlocks(shape, plan, num_seqs));
   const int seqs = static_cast<int>(num_seqs);
   if (plan.warp_per_head) {
-    return LaunchWarps<kDim, kG, false>(blocks, 1, q, q_stride, cache, slot_ids, slot_begin, out, out_stride,
-                                        kv_heads, seqs, window, q_scale, link, stream);
+    return LaunchWarps<kDim, kG, false>(blocks, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads,
+                                        seqs, window, q_scale, link, stream);
   }
   if constexpr (kQueryHeadsSplit<kG>) {
-    return LaunchWarps<kDim, kG, true>(blocks, plan.pairs_per_block, q, q_stride, cache, slot_ids, slot_begin, out,
-                                       out_stride, kv_heads, seqs, window, q_scale, link, stream);
+    return WithPairsPerBlock(plan.pairs_per_block, [&](auto pairs) {
+      return LaunchWarps<kDim, kG, true, decltype(pairs)::value>(blocks, q, q_stride, cache, slot_ids, slot_begin,
+                                                                 out, out_stride, kv_heads, seqs, window, q_scale,
+                                                                 link, stream);
+    });
   } else {
     return absl::InvalidArgumentError(absl::StrCat("decode attention: a warp per query head serves 1 to 4 or 8 query "
                                                    "heads a kv head, not ",
@@ -604,7 +614,9 @@ int PolledBlocksPerSm(const AttentionShape& shape, const DecodePlan& plan) {
     if (plan.warp_per_head) {
       blocks = PolledWarpBlocksPerSm<kDim, kG, false>();
     } else if constexpr (kQueryHeadsSplit<kG>) {
-      blocks = PolledWarpBlocksPerSm<kDim, kG, true>(plan.pairs_per_block);
+      blocks = WithPairsPerBlock(plan.pairs_per_block, [](auto pairs) {
+        return PolledWarpBlocksPerSm<kDim, kG, true, 0, decltype(pairs)::value>();
+      });
     }
     return absl::OkStatus();
   }).IgnoreError();

@@ -21,9 +21,22 @@
 
 namespace lamina::kernels::cuda {
 
+// Named barrier kId (1 to 15) of kThreads threads of a block, as __syncthreads_or.
+template <int kId, int kThreads>
+__device__ __forceinline__ bool NamedSyncOr(bool mine) {
+  unsigned any;
+  asm volatile(
+      "{\n\t.reg .pred mine, any;\n\tsetp.ne.u32 mine, %1, 0;\n\t"
+      "bar.red.or.pred any, %2, %3, mine;\n\tselp.u32 %0, 1, 0, any;\n\t}"
+      : "=r"(any)
+      : "r"(static_cast<unsigned>(mine)), "n"(kId), "n"(kThreads)
+      : "memory");
+  return any != 0;
+}
+
 // A barrier of kThreads threads (a block of kTileThreads, or a warp: every lane of it calls) that
 // makes their shared-memory writes visible to each other; true when `mine` is true in any of them.
-// With kTileThreads, `barrier` 0 is the block's own; another (1 to 15) is a named barrier that
+// With kTileThreads, `barrier` 0 is the block's own; 1 to kMostPairsPerBlock a named barrier that
 // kTileThreads threads of a larger block meet at: a warp_per_query_head block's pair
 // (PairBarrier).
 template <int kThreads>
@@ -33,20 +46,19 @@ __device__ __forceinline__ bool SyncOr(bool mine, int barrier = 0) {
     __syncwarp();  // orders the warp's shared memory (a vote alone need not)
     return __any_sync(0xffffffffu, mine) != 0;
   } else {
-    if (barrier == 0) return __syncthreads_or(mine) != 0;
-    unsigned any;
-    asm volatile(
-        "{\n\t.reg .pred mine, any;\n\tsetp.ne.u32 mine, %1, 0;\n\t"
-        "bar.red.or.pred any, %2, %3, mine;\n\tselp.u32 %0, 1, 0, any;\n\t}"
-        : "=r"(any)
-        : "r"(static_cast<unsigned>(mine)), "r"(barrier), "n"(kThreads)
-        : "memory");
-    return any != 0;
+    // Each id a constant: a barrier id in a register makes the kernel reserve all 16.
+    switch (barrier) {
+      case 0: return __syncthreads_or(mine) != 0;
+      case 1: return NamedSyncOr<1, kThreads>(mine);
+      case 2: return NamedSyncOr<2, kThreads>(mine);
+      case 3: return NamedSyncOr<3, kThreads>(mine);
+      default: return NamedSyncOr<4, kThreads>(mine);
+    }
   }
 }
 
-// The named barrier of the `pair_in_block`th pair of a warp_per_query_head block (its kTileThreads
-// threads), for SyncOr: 1 to kMostPairsPerBlock; 0, the block's, is left to the whole block's.
+// The named barrier of the `pair_in_block`th pair of a warp_per_query_head block of several (its
+// kTileThreads threads), for SyncOr: 1 to kMostPairsPerBlock (0, the block's, is the whole block's).
 __device__ __forceinline__ int PairBarrier(int pair_in_block) { return 1 + pair_in_block; }
 
 // Thread 0 of each block waits for the inputs (SpinOnFlag); the barrier then releases the block.
