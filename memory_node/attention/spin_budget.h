@@ -28,7 +28,7 @@
 // off every SM until the polls timed out.
 // Counted whole, a warp per query head's launch past 8 rows of Llama-3-8B's shape (64 pairs, a
 // block each) is past the shared limit; as blocks of 2 or 4 pairs (FewestPairsPerBlock) it fits up
-// to 32 rows. On two H200s with several lanes, 16 to 32 rows then took 0.99-1.03 of the latency
+// to 32 rows. On two H200s with several lanes, 16 to 32 rows then took 0.99-1.04 of the latency
 // target against 1.22-1.29 behind a kernel ahead; blocks of 4 pairs where a pair a block fits cost
 // 1 row 1.18 against 1.01, hence the fewest (lamina-bench-data-plane, tests/bench/RESULTS.md).
 // A lane takes its step's share when it queues the step's first layer and gives it back when the
