@@ -299,31 +299,28 @@ int PolledWarpBlocksPerSm() {
 }
 
 // Whether a linked warp-per-query-head launch of `blocks` blocks of kPairs pairs polling packets
-// fits in one wave of the kernel that loads early turns, on the current device (its SMs asked once
-// per device).
+// fits in one wave of the kernel that loads early turns, on the current device (the wave's blocks
+// asked once per device: this runs for every layer's launch).
 template <int kDim, int kG, int kPairs>
 bool EarlyTurnsFit(unsigned blocks) {
   static std::mutex mutex;
-  static std::map<int, int> sms_of;
+  static std::map<int, int64_t> wave_of;
   int device = 0;
-  int sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = sms_of.find(device);
-    if (it == sms_of.end()) {
-      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-      }
-      it = sms_of.emplace(device, sms).first;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = wave_of.find(device);
+  if (it == wave_of.end()) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
     }
-    sms = it->second;
+    it = wave_of.emplace(device, int64_t{sms} * PolledWarpBlocksPerSm<kDim, kG, true, kEarlyTurns, kPairs>()).first;
   }
-  return int64_t{blocks} <= int64_t{sms} * PolledWarpBlocksPerSm<kDim, kG, true, kEarlyTurns, kPairs>();
+  return int64_t{blocks} <= it->second;
 }
 
 // A warp_per_head launch (kByQueryHead: warp_per_query_head, kPairs pairs a block) of `blocks`
