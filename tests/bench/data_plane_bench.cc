@@ -19,6 +19,7 @@
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
 //                           [--chunk-rows 128] [--output-parts 8] [--slice-us 0] [--packets-only 0]
+//                           [--lanes 1]
 // --chunk-rows: the fewest rows a chunk of the chunked columns holds (a topology's chunk_rows); by
 // default compute nodes' default.
 // --output-parts: the parts a row of attention outputs travels in as packets (LinkShape::
@@ -34,6 +35,8 @@
 // several lanes (memory_node/attention/spin_budget.h): a launch past it waits behind a kernel
 // queued ahead. With packets alone the memory node serves one lane, as for one compute node, whose
 // budget is all but a few SMs.
+// --lanes N (N > 1): instead of the table, N links stepping alone and then all at once, as the
+// batches of several compute nodes (LanesAtOnce).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +49,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/cuda/device_buffer.h"
@@ -75,6 +79,7 @@ struct Options {
   int64_t output_parts = kKvHeads;
   int64_t slice_us = 0;  // the compute end's other work before each layer's send, in the round trips
   bool packets_only = false;  // only the tcp and packets columns (one link, one memory-node lane)
+  int64_t lanes = 1;          // past 1: the lanes-at-once table instead (LanesAtOnce)
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -91,8 +96,8 @@ int GpuCount() {
 // The memory node: serves until its parent closes `stop`.
 int MemoryNode(const Options& o, int address_out, int stop) {
   const int device = GpuCount() > 1 ? 1 : 0;
-  int64_t slots = 0;
-  for (int64_t b : o.batches) slots = std::max(slots, b);
+  int64_t slots = 0;  // the most sequences at once: the largest batch on each lane
+  for (int64_t b : o.batches) slots = std::max(slots, b * std::max<int64_t>(1, o.lanes));
   int64_t context = 0;
   for (int64_t c : o.contexts) context = std::max(context, c);
   auto executor = AttentionExecutor::Create({o.layers, slots * context + 16, {kQHeads, kKvHeads, kHeadDim, 0}, device});
@@ -205,70 +210,119 @@ struct DeviceTiming {
   double round_trip_us = -1;  // steady layers' mean, on the hop clock (-1: not timed)
 };
 
-DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
-                          int64_t layers, int reps, bool queued, cudaStream_t stream, bench::HopClock* clock = nullptr,
-                          int64_t slice_us = 0) {
-  if (!remote.CanDecodeOnDevice(entries, {kQkv, 0, kQ, kQ + kKv})) {
-    std::fprintf(stderr, "the device link did not open\n");
-    return {};
+// One link's step in DeviceMicros: its sequences, rows and stream, and its hop clock (or null).
+struct LaneStep {
+  RemoteAttention* remote;
+  const std::vector<DecodeEntry>* entries;
+  const Buffers* b;
+  cudaStream_t stream;
+  bench::HopClock* clock = nullptr;
+};
+
+// Several links' steps at once, each on its stream, their layers queued in turn, as two batches in
+// flight take turns on a compute node's GPU; queued, one gate (`gate`) holds every stream. A
+// timing per lane (all -1 when a step failed).
+std::vector<DeviceTiming> DeviceMicros(std::vector<LaneStep> lanes, int64_t layers, int reps, bool queued,
+                                       uint64_t* gate, int64_t slice_us = 0) {
+  const std::vector<DeviceTiming> failed(lanes.size());
+  for (LaneStep& lane : lanes) {
+    if (!lane.remote->CanDecodeOnDevice(*lane.entries, {kQkv, 0, kQ, kQ + kKv})) {
+      std::fprintf(stderr, "the device link did not open\n");
+      return failed;
+    }
+    if (lane.clock != nullptr && !lane.remote->SetHopClock(lane.clock->words()).ok()) lane.clock = nullptr;
   }
-  if (clock != nullptr && !remote.SetHopClock(clock->words()).ok()) clock = nullptr;
   const int64_t warm = std::max<int64_t>(1, layers / 4);
   if (layers <= warm) {
     std::fprintf(stderr, "--layers must be at least 2\n");
-    return {};
+    return failed;
   }
-  uint64_t* gate = b.gate.as<uint64_t>();
   uint32_t* gate_error = reinterpret_cast<uint32_t*>(gate + 1);
-  auto start = cuda::Event::Create(), mid = cuda::Event::Create(), end = cuda::Event::Create();
-  double total_ms = 0, steady_ms = 0, round_trip_ns = 0;
-  int64_t round_trips = 0;
+  struct Sums {
+    cuda::Event start, mid, end;
+    double total_ms = 0, steady_ms = 0, round_trip_ns = 0;
+    int64_t round_trips = 0;
+  };
+  std::vector<Sums> sums;
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    auto start = cuda::Event::Create(), mid = cuda::Event::Create(), end = cuda::Event::Create();
+    if (!start.ok() || !mid.ok() || !end.ok()) return failed;
+    sums.push_back({std::move(*start), std::move(*mid), std::move(*end)});
+  }
   for (int rep = -1; rep < reps; ++rep) {
-    absl::Status s = clock != nullptr ? clock->Reset() : absl::OkStatus();
-    if (s.ok()) s = remote.BeginDeviceDecode(entries, {});
-    if (s.ok() && queued) {
+    absl::Status s;
+    if (queued) {
       __atomic_store_n(gate, 0, __ATOMIC_RELEASE);
       *gate_error = 0;
-      s = kernels::cuda::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, stream);
     }
-    if (s.ok()) s = start->Record(stream);
+    for (size_t i = 0; i < lanes.size() && s.ok(); ++i) {
+      const LaneStep& lane = lanes[i];
+      if (lane.clock != nullptr) s = lane.clock->Reset();
+      if (s.ok()) s = lane.remote->BeginDeviceDecode(*lane.entries, {});
+      if (s.ok() && queued) s = kernels::cuda::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, lane.stream);
+      if (s.ok()) s = sums[i].start.Record(lane.stream);
+    }
     for (int64_t layer = 0; layer < layers && s.ok(); ++layer) {
-      if (layer == warm) s = mid->Record(stream);
-      if (s.ok() && slice_us > 0) s = bench::QueueBusyWait(slice_us * 1000, stream);
-      if (s.ok()) s = remote.QueueDeviceDecode(layer, b.qkv.as<float>(), kQkv, b.out.as<float>(), kQ, stream);
-    }
-    if (s.ok()) s = end->Record(stream);
-    if (queued) {
-      // The memory node queues its side after it answers kBeginDecode: a launch or two a layer.
-      absl::SleepFor(absl::Milliseconds(1) + absl::Microseconds(50) * layers);
-      __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
-    }
-    cudaStreamSynchronize(stream);
-    absl::Status e = remote.EndDeviceDecode();
-    if (s.ok() && queued && *gate_error != 0) s = absl::DeadlineExceededError("the gate was not seen");
-    if (!s.ok() || !e.ok()) {
-      std::fprintf(stderr, "device step: %s\n", std::string((s.ok() ? e : s).message()).c_str());
-      return {};
-    }
-    if (rep >= 0) {
-      total_ms += *end->ElapsedSince(*start);
-      steady_ms += *end->ElapsedSince(*mid);
-      if (clock != nullptr) {
-        const absl::StatusOr<std::pair<double, int64_t>> sum = clock->Sum(warm);
-        if (sum.ok()) {
-          round_trip_ns += sum->first;
-          round_trips += sum->second;
+      for (size_t i = 0; i < lanes.size() && s.ok(); ++i) {
+        const LaneStep& lane = lanes[i];
+        if (layer == warm) s = sums[i].mid.Record(lane.stream);
+        if (s.ok() && slice_us > 0) s = bench::QueueBusyWait(slice_us * 1000, lane.stream);
+        if (s.ok()) {
+          s = lane.remote->QueueDeviceDecode(layer, lane.b->qkv.as<float>(), kQkv, lane.b->out.as<float>(), kQ,
+                                             lane.stream);
         }
       }
     }
+    for (size_t i = 0; i < lanes.size() && s.ok(); ++i) s = sums[i].end.Record(lanes[i].stream);
+    if (queued) {
+      // The memory node queues its side after it answers kBeginDecode: a launch or two a layer.
+      absl::SleepFor(absl::Milliseconds(1) + absl::Microseconds(50) * layers * static_cast<int64_t>(lanes.size()));
+      __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+    }
+    for (const LaneStep& lane : lanes) cudaStreamSynchronize(lane.stream);
+    for (const LaneStep& lane : lanes) {
+      const absl::Status e = lane.remote->EndDeviceDecode();
+      if (s.ok()) s = e;
+    }
+    if (s.ok() && queued && *gate_error != 0) s = absl::DeadlineExceededError("the gate was not seen");
+    if (!s.ok()) {
+      std::fprintf(stderr, "device step: %s\n", std::string(s.message()).c_str());
+      return failed;
+    }
+    for (size_t i = 0; rep >= 0 && i < lanes.size(); ++i) {
+      Sums& sum = sums[i];
+      sum.total_ms += *sum.end.ElapsedSince(sum.start);
+      sum.steady_ms += *sum.end.ElapsedSince(sum.mid);
+      if (lanes[i].clock == nullptr) continue;
+      const absl::StatusOr<std::pair<double, int64_t>> trips = lanes[i].clock->Sum(warm);
+      if (trips.ok()) {
+        sum.round_trip_ns += trips->first;
+        sum.round_trips += trips->second;
+      }
+    }
   }
-  if (clock != nullptr) remote.SetHopClock(nullptr).IgnoreError();
-  DeviceTiming t;
-  if (round_trips == static_cast<int64_t>(reps) * (layers - warm)) t.round_trip_us = round_trip_ns * 1e-3 / round_trips;
-  t.per_layer_us = total_ms * 1e3 / (reps * layers);
-  t.steady_us = steady_ms * 1e3 / (reps * (layers - warm));
-  t.start_us = (total_ms - steady_ms) * 1e3 / reps - warm * t.steady_us;
-  return t;
+  std::vector<DeviceTiming> timings;
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    if (lanes[i].clock != nullptr) lanes[i].remote->SetHopClock(nullptr).IgnoreError();
+    const Sums& sum = sums[i];
+    DeviceTiming t;
+    if (sum.round_trips == static_cast<int64_t>(reps) * (layers - warm)) {
+      t.round_trip_us = sum.round_trip_ns * 1e-3 / sum.round_trips;
+    }
+    t.per_layer_us = sum.total_ms * 1e3 / (reps * layers);
+    t.steady_us = sum.steady_ms * 1e3 / (reps * (layers - warm));
+    t.start_us = (sum.total_ms - sum.steady_ms) * 1e3 / reps - warm * t.steady_us;
+    timings.push_back(t);
+  }
+  return timings;
+}
+
+// One link's step alone.
+DeviceTiming DeviceMicros(RemoteAttention& remote, const std::vector<DecodeEntry>& entries, const Buffers& b,
+                          int64_t layers, int reps, bool queued, cudaStream_t stream, bench::HopClock* clock = nullptr,
+                          int64_t slice_us = 0) {
+  return DeviceMicros({{&remote, &entries, &b, stream, clock}}, layers, reps, queued, b.gate.as<uint64_t>(),
+                      slice_us)[0];
 }
 
 // The memory node's own work for the same step with nothing moving: its k/v store and attention
@@ -336,6 +390,95 @@ double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t 
   return best;
 }
 
+// --lanes N: N links as compute nodes open them (rows as lines up to kDefaultLineRows, packets
+// past them, chunks of at least --chunk-rows), on N streams of GPU 0, each stepping through its own
+// batch: first each alone, then all at once, as the batches of a rotating cluster's compute nodes
+// do; the memory node serves a lane a link, which share its budget of polling blocks
+// (memory_node/attention/spin_budget.h). Prints each lane's round trip on its hop clock.
+int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, double rate) {
+  const AttentionWireShape shape{o.layers, kQ, kKv, o.output_parts};
+  int64_t max_batch = 0;
+  for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
+  RemoteAttention over_tcp(tcp, {{"m", address}}, shape);  // reserves and frees the sequences
+  struct Lane {
+    std::unique_ptr<RemoteAttention> remote;
+    Buffers b;
+    cuda::Stream stream;
+    bench::HopClock clock;
+    std::vector<DecodeEntry> entries;
+  };
+  std::vector<Lane> lanes;
+  for (int64_t i = 0; i < o.lanes; ++i) {
+    auto remote = std::make_unique<RemoteAttention>(tcp, std::map<std::string, std::string>{{"m", address}}, shape);
+    remote->set_line_rows(kDefaultLineRows);
+    remote->set_packet_rows(kDefaultPacketRows);
+    remote->EnableDeviceLinks(0, max_batch, {{"m", {"cuda_ipc"}}}, kMaxDataPlaneChunks, o.chunk_rows);
+    absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create();
+    absl::StatusOr<bench::HopClock> clock = bench::HopClock::Create(o.layers);
+    if (!stream.ok() || !clock.ok()) return 1;
+    Lane lane{std::move(remote), Buffers{}, std::move(*stream), std::move(*clock), {}};
+    if (!cuda::EnsureCapacity(&lane.b.qkv, max_batch * kQkv * sizeof(float)).ok() ||
+        !cuda::EnsureCapacity(&lane.b.out, max_batch * kQ * sizeof(float)).ok() ||
+        !cuda::EnsureCapacity(&lane.b.gate, 2 * sizeof(uint64_t)).ok() ||
+        !kernels::cuda::FillUniform(lane.b.qkv.as<float>(), max_batch * kQkv, 1.f, 1 + i, nullptr).ok()) {
+      return 1;
+    }
+    lanes.push_back(std::move(lane));
+  }
+  uint64_t* gate = lanes[0].b.gate.as<uint64_t>();
+  SequenceId next = 1;
+  for (int64_t context : o.contexts) {
+    std::printf("context %lld: the round trip on each lane's hop clock, us (lane 0, 1, ...)\n",
+                static_cast<long long>(context));
+    std::printf("%6s %8s %22s %22s %10s %10s\n", "batch", "target", "each alone", "all at once", "alone/tgt",
+                "once/tgt");
+    for (int64_t batch : o.batches) {
+      std::vector<Reservation> reservations;
+      std::vector<LaneStep> steps;
+      for (Lane& lane : lanes) {
+        lane.entries.clear();
+        for (int64_t i = 0; i < batch; ++i, ++next) {
+          lane.entries.push_back({next, static_cast<int32_t>(context - 1)});
+          reservations.push_back({next, static_cast<int32_t>(context)});
+          over_tcp.Assign(next, "m").IgnoreError();
+          lane.remote->Assign(next, "m").IgnoreError();
+        }
+        steps.push_back({lane.remote.get(), &lane.entries, &lane.b, lane.stream.get(), &lane.clock});
+      }
+      if (!over_tcp.Reserve(reservations).ok()) {
+        std::fprintf(stderr, "reserve failed at batch %lld\n", static_cast<long long>(batch));
+        return 1;
+      }
+      const int reps = batch >= 256 ? 3 : 10;
+      std::string alone, together;
+      double worst_alone = 0, worst_together = 0;
+      for (const LaneStep& step : steps) {
+        const double us = DeviceMicros({step}, o.layers, reps, true, gate, o.slice_us)[0].round_trip_us;
+        absl::StrAppend(&alone, alone.empty() ? "" : " ", absl::StrFormat("%.1f", us));
+        worst_alone = us < 0 || worst_alone < 0 ? -1 : std::max(worst_alone, us);
+      }
+      for (const DeviceTiming& t : DeviceMicros(steps, o.layers, reps, true, gate, o.slice_us)) {
+        absl::StrAppend(&together, together.empty() ? "" : " ", absl::StrFormat("%.1f", t.round_trip_us));
+        worst_together = t.round_trip_us < 0 || worst_together < 0 ? -1 : std::max(worst_together, t.round_trip_us);
+      }
+      const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
+      const double target = 5.0 + bytes / (rate * 1e9) * 1e6;
+      std::printf("%6lld %8.1f %22s %22s %10.2f %10.2f\n", static_cast<long long>(batch), target, alone.c_str(),
+                  together.c_str(), worst_alone / target, worst_together / target);
+      std::fflush(stdout);
+      for (const Lane& lane : lanes) {
+        for (const DecodeEntry& e : lane.entries) over_tcp.Free(e.seq);
+      }
+    }
+    std::printf("\n");
+  }
+  std::printf(
+      "each alone: a lane's step with the other links open and idle; all at once: every lane's step\n"
+      "queued together, their layers in turn. alone/tgt, once/tgt: the slowest lane's round trip over\n"
+      "the target, 5 us + both ways' bytes at the link rate (-1: a round trip was not timed).\n");
+  return 0;
+}
+
 int Compute(const Options& o, const std::string& address) {
   const int gpus = GpuCount();
   if (gpus < 2) {
@@ -364,6 +507,7 @@ int Compute(const Options& o, const std::string& address) {
               peer, sm_rate, same_bytes_rate > 0 ? sm_rate / same_bytes_rate : 0.0, same_bytes_rate,
               rate > 0 ? sm_rate / rate : 0.0);
   std::unique_ptr<Transport> tcp = MakeTcpTransport();
+  if (o.lanes > 1) return LanesAtOnce(o, tcp.get(), address, rate);
   const AttentionWireShape shape{o.layers, kQ, kKv, o.output_parts};
   int64_t max_batch = 0;
   for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
@@ -531,6 +675,8 @@ int main(int argc, char** argv) {
       o.slice_us = std::stoll(value);
     } else if (flag == "--packets-only") {
       o.packets_only = std::stoll(value) != 0;
+    } else if (flag == "--lanes") {
+      o.lanes = std::stoll(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
