@@ -176,19 +176,14 @@ struct Remote {
   }
 };
 
-// Where the link has packets, lines take chunks of up to this many rows (line_rows, if fewer), and
-// packets the larger ones: with each attention block polling and sending its own packets, packets
-// were as fast or faster from 3 rows on. On two H200s (lamina-bench-data-plane, one chunk, us a
-// layer, lines against packets): context 1: 2 rows 7.8 / 8.4, 4 rows 8.1 / 8.7, 8 rows 8.7 / 9.1,
-// 16 rows 13.5 / 11.5; context 256: 2 rows 12.2 / 12.8, 4 rows 16.0 / 15.1, 8 rows 18.1 / 16.5;
-// context 1024: 2 rows 17.2 / 16.8, 4 rows 20.9 / 20.2, 8 rows 26.5 / 24.5. Without packets (GPUs
-// not joined by NVLink), lines take chunks of up to line_rows.
-constexpr int64_t kLineRowsBesidePackets = 2;
-
-// The most rows a decode chunk that travels as lines has.
-int64_t LineRows(const LinkShape& shape) {
-  return shape.packet_rows > 0 ? std::min(shape.line_rows, kLineRowsBesidePackets) : shape.line_rows;
-}
+// The most rows a decode chunk that travels as lines has: none where the link has packets, and
+// line_rows where it has not (GPUs not joined by NVLink). Lines took chunks of up to 2 rows beside
+// packets while they were the faster; since each attention block polls and sends its own packets,
+// packets are faster at 1 and 2 rows too. On two H200s (lamina-bench-data-plane, one chunk, us a
+// layer, lines against packets; the round trip in brackets): context 1, 1 row 7.3 / 6.0 (6.2 /
+// 5.1), 2 rows 7.3 / 6.4 (6.4 / 5.3); context 16, 1 row 7.4 / 6.6; context 1024, 1 row 15.3 /
+// 14.4, 2 rows 16.3 / 15.2; only context 256 went the other way, 1 row 11.2 / 11.6.
+int64_t LineRows(const LinkShape& shape) { return shape.packet_rows > 0 ? 0 : shape.line_rows; }
 
 // Whether a decode chunk of `rows` rows travels as lines.
 bool AsLines(const LinkShape& shape, int64_t rows) { return rows >= 1 && rows <= LineRows(shape); }

@@ -390,8 +390,8 @@ double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t 
   return best;
 }
 
-// --lanes N: N links as compute nodes open them (rows as lines up to kDefaultLineRows, packets
-// past them, chunks of at least --chunk-rows), on N streams of GPU 0, each stepping through its own
+// --lanes N: N links as compute nodes open them (packets where the GPUs are joined by NVLink,
+// chunks of at least --chunk-rows), on N streams of GPU 0, each stepping through its own
 // batch: first each alone, then all at once, as the batches of a rotating cluster's compute nodes
 // do; the memory node serves a lane a link, which share its budget of polling blocks
 // (memory_node/attention/spin_budget.h). Prints each lane's round trip on its hop clock.
@@ -630,8 +630,8 @@ int Compute(const Options& o, const std::string& address) {
   std::printf(
       "Per layer, in the steady state (the last three quarters of the layers). ipc paced: cuda_ipc in\n"
       "one chunk, the compute stream running as the host queues it; ipc 1 and N ch (a layer in one\n"
-      "chunk of rows behind a flag, or up to N of at least 32 rows, up to 32 rows as lines and more\n"
-      "as packets where the GPUs are joined by NVLink, as compute nodes send them), ipc lines (one chunk as\n"
+      "chunk of rows behind a flag, or up to N of at least 32 rows, as packets where the GPUs are\n"
+      "joined by NVLink and else up to 32 rows as lines, as compute nodes send them), ipc lines (one chunk as\n"
       "lines, up to 32 rows; -1 above), ipc pkts (one chunk as packets, where the GPUs are joined by\n"
       "NVLink; rows behind a flag elsewhere), nccl and attn alone: queued, the stream held until\n"
       "both ends have queued the whole step, so the GPUs' time alone. start: what a queued step's first\n"

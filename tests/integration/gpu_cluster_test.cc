@@ -66,9 +66,8 @@ TEST_P(GpuClusterTest, GoldenPromptsAndThirtyTwoConcurrentRequestsOnGpuNodes) {
   if (!skip.empty()) GTEST_SKIP() << skip;
   // Over cuda_ipc the 16 or so rows a memory node gets of the 32 requests travel in chunks of 4
   // (communication-attention overlap), the golden prompts alone in one; where the two GPUs are
-  // joined by NVLink (or are one), chunks of up to 2 rows as lines and larger ones as packets that
-  // each attention block polls and sends itself; else chunks of up to 4 rows as lines, a chunk of
-  // 5 to 7 behind a flag.
+  // joined by NVLink (or are one), every chunk as packets that each attention block polls and sends
+  // itself; else chunks of up to 4 rows as lines, a chunk of 5 to 7 behind a flag.
   if (GetParam() == "cuda_ipc") {
     options.chunk_rows = 4;
     options.line_rows = 4;

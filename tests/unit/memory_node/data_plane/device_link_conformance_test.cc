@@ -43,8 +43,8 @@ int PeerGpu() { return GpuNames().size() > 1 ? 1 : 0; }
 // The suite's parameter: a transport, or cuda_ipc with packets ("cuda_ipc+packets").
 std::string TransportOf(const std::string& param) { return param == "cuda_ipc+packets" ? "cuda_ipc" : param; }
 
-// Rows of q 8, k 4 and v 4 floats; cuda_ipc sends chunks of up to 2 rows as lines, and with
-// packets larger chunks as packets (where the two GPUs are joined by NVLink or are one), the
+// Rows of q 8, k 4 and v 4 floats; cuda_ipc sends chunks of up to 2 rows as lines, or with
+// packets every chunk as packets (where the two GPUs are joined by NVLink or are one), the
 // outputs in two parts a row.
 LinkShape Shape(int64_t layers, int64_t max_rows, int max_chunks, absl::Duration timeout, const std::string& param) {
   LinkShape shape{layers, 16, 8, max_rows, max_chunks, timeout, TransportOf(param) == "cuda_ipc" ? 2 : 0};
@@ -192,8 +192,8 @@ TEST_P(DeviceLinkConformanceTest, StepsOfPickedRowsArriveWholeAndInOrderAndOutpu
   };
   const std::vector<Case> cases = {
       {{5, 0, 7}, 1},                                 // one chunk behind a flag or as packets (lines take at most 2 rows)
-      {{1}, 1},                                       // one row: lines over cuda_ipc
-      {{11, 2, 9, 4, 6, 3, 8}, 3},                    // chunks of 3, 2 and 2 rows: a flag or packets, then lines
+      {{1}, 1},                                       // one row: lines over cuda_ipc, or packets
+      {{11, 2, 9, 4, 6, 3, 8}, 3},                    // chunks of 3, 2 and 2 rows: a flag, then lines; or packets
       {{10, 3}, 2},                                   // a row a chunk
       {{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, 3},    // every row, backwards, 4 a chunk
   };
@@ -276,7 +276,7 @@ TEST_P(DeviceLinkConformanceTest, AbortEndsTheComputeEndsWaitsAtOnce) {
   if (IsSkipped() || HasFatalFailure()) return;
   const auto qkv = LayerBuffers(2, [](int64_t) { return std::vector<float>(4 * 16, 1.f); });
   const auto out = LayerBuffers(2, [](int64_t) { return std::vector<float>(4 * 8, 0.f); });
-  ASSERT_TRUE(compute_->SetRows({1, 3}).ok());  // as lines over cuda_ipc
+  ASSERT_TRUE(compute_->SetRows({1, 3}).ok());  // as lines over cuda_ipc, or packets
   QueueStep(1, 1, qkv, 16, out, 8);
   if (HasFatalFailure()) return;
   absl::SleepFor(absl::Milliseconds(200));
