@@ -6,9 +6,10 @@
 //
 // For each batch: tcp (the host path, with the compute node's device-host copies), cuda_ipc in one
 // chunk of rows behind a flag, cuda_ipc as lines (up to 32 rows), cuda_ipc in one chunk as
-// packets (kernels/cuda/packets.h), cuda_ipc in chunks (communication-attention overlap), and nccl. The baseline, measured in the
-// same run, is the peer-copy rate from GPU 0 to the memory node's GPU: the target for cuda_ipc is
-// 5 us + bytes / that rate, and at batch 1024 at least 80% of it. At a context where attention
+// packets (kernels/cuda/packets.h), cuda_ipc in chunks (communication-attention overlap), and
+// nccl. The baseline, measured in the same run, is the peer-copy rate from GPU 0 to the memory
+// node's GPU: the target for cuda_ipc is 5 us + bytes / that rate, and at batch 1024 at least 80%
+// of it. At a context where attention
 // takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
 // Times are per layer in the steady state of a step, with the GPUs' work queued ahead (see
 // DeviceMicros). A layer's period there is its round trip plus the compute end's turn between
@@ -426,6 +427,11 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
     lanes.push_back(std::move(lane));
   }
   uint64_t* gate = lanes[0].b.gate.as<uint64_t>();
+  // The slice's kernel loaded now, as in Compute: loaded at its first launch, it would wait behind
+  // the step's kernels held by their gate.
+  if (o.slice_us > 0 && (!bench::QueueBusyWait(0, lanes[0].stream.get()).ok() || !lanes[0].stream.Synchronize().ok())) {
+    return 1;
+  }
   SequenceId next = 1;
   for (int64_t context : o.contexts) {
     std::printf("context %lld: the round trip on each lane's hop clock, us (lane 0, 1, ...)\n",
