@@ -56,9 +56,9 @@ struct LinkShape {
   // the receiver polls, instead of rows behind a flag; 0: never. The compute end's choice (at most
   // kernels::cuda::ReceiveRowsMaxCount()), carried in its offer.
   int64_t line_rows = 0;
-  // cuda_ipc: a decode chunk of more than line_rows and at most packet_rows rows travels as packets
-  // (kernels/cuda/packets.h), which the receiver polls, instead of rows behind a flag; 0: never.
-  // Where the link has packets, packets take every chunk and lines none.
+  // cuda_ipc: a decode chunk of at most packet_rows rows travels as packets (kernels/cuda/
+  // packets.h), which the receiver polls, instead of lines or rows behind a flag; 0: never. Where
+  // the link has packets, lines take no chunk.
   // Packets need the two GPUs joined by NVLink (or to be one GPU): the memory end answers 0 where
   // it cannot tell that they are. The compute end's choice, carried in its offer.
   int64_t packet_rows = 0;
