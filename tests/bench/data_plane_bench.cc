@@ -20,7 +20,7 @@
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
 //                           [--chunk-rows 128] [--output-parts 8] [--slice-us 0] [--packets-only 0]
-//                           [--lanes 1]
+//                           [--lanes 1] [--stagger-ns 0]
 // --chunk-rows: the fewest rows a chunk of the chunked columns holds (a topology's chunk_rows); by
 // default compute nodes' default.
 // --output-parts: the parts a row of attention outputs travels in as packets (LinkShape::
@@ -37,7 +37,8 @@
 // queued ahead. With packets alone the memory node serves one lane, as for one compute node, whose
 // budget is all but a few SMs.
 // --lanes N (N > 1): instead of the table, N links stepping alone and then all at once, as the
-// batches of several compute nodes (LanesAtOnce).
+// batches of several compute nodes (LanesAtOnce); --stagger-ns M: once more with lane i's work
+// starting i * M ns after the gate.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,6 +82,7 @@ struct Options {
   int64_t slice_us = 0;  // the compute end's other work before each layer's send, in the round trips
   bool packets_only = false;  // only the tcp and packets columns (one link, one memory-node lane)
   int64_t lanes = 1;          // past 1: the lanes-at-once table instead (LanesAtOnce)
+  int64_t stagger_ns = 0;     // LanesAtOnce: also at once with lane i starting i * this later
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -218,6 +220,7 @@ struct LaneStep {
   const Buffers* b;
   cudaStream_t stream;
   bench::HopClock* clock = nullptr;
+  int64_t start_after_ns = 0;  // queued, the lane's GPU work starts this long after the gate opens
 };
 
 // Several links' steps at once, each on its stream, their layers queued in turn, as two batches in
@@ -261,6 +264,7 @@ std::vector<DeviceTiming> DeviceMicros(std::vector<LaneStep> lanes, int64_t laye
       if (lane.clock != nullptr) s = lane.clock->Reset();
       if (s.ok()) s = lane.remote->BeginDeviceDecode(*lane.entries, {});
       if (s.ok() && queued) s = kernels::cuda::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, lane.stream);
+      if (s.ok() && queued && lane.start_after_ns > 0) s = bench::QueueBusyWait(lane.start_after_ns, lane.stream);
       if (s.ok()) s = sums[i].start.Record(lane.stream);
     }
     for (int64_t layer = 0; layer < layers && s.ok(); ++layer) {
@@ -429,15 +433,18 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
   uint64_t* gate = lanes[0].b.gate.as<uint64_t>();
   // The slice's kernel loaded now, as in Compute: loaded at its first launch, it would wait behind
   // the step's kernels held by their gate.
-  if (o.slice_us > 0 && (!bench::QueueBusyWait(0, lanes[0].stream.get()).ok() || !lanes[0].stream.Synchronize().ok())) {
+  if ((o.slice_us > 0 || o.stagger_ns > 0) &&
+      (!bench::QueueBusyWait(0, lanes[0].stream.get()).ok() || !lanes[0].stream.Synchronize().ok())) {
     return 1;
   }
   SequenceId next = 1;
   for (int64_t context : o.contexts) {
     std::printf("context %lld: the round trip on each lane's hop clock, us (lane 0, 1, ...)\n",
                 static_cast<long long>(context));
-    std::printf("%6s %8s %22s %22s %10s %10s\n", "batch", "target", "each alone", "all at once", "alone/tgt",
+    std::printf("%6s %8s %22s %22s %10s %10s", "batch", "target", "each alone", "all at once", "alone/tgt",
                 "once/tgt");
+    if (o.stagger_ns > 0) std::printf(" %22s %10s", "staggered", "stag/tgt");
+    std::printf("\n");
     for (int64_t batch : o.batches) {
       std::vector<Reservation> reservations;
       std::vector<LaneStep> steps;
@@ -456,21 +463,34 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
         return 1;
       }
       const int reps = batch >= 256 ? 3 : 10;
-      std::string alone, together;
-      double worst_alone = 0, worst_together = 0;
+      // Each lane's round trips, and the slowest (-1 where one was not timed).
+      struct Trips {
+        std::string text;
+        double worst = 0;
+        void Add(double us) {
+          absl::StrAppend(&text, text.empty() ? "" : " ", absl::StrFormat("%.1f", us));
+          worst = us < 0 || worst < 0 ? -1 : std::max(worst, us);
+        }
+      };
+      Trips alone, together, staggered;
       for (const LaneStep& step : steps) {
-        const double us = DeviceMicros({step}, o.layers, reps, true, gate, o.slice_us)[0].round_trip_us;
-        absl::StrAppend(&alone, alone.empty() ? "" : " ", absl::StrFormat("%.1f", us));
-        worst_alone = us < 0 || worst_alone < 0 ? -1 : std::max(worst_alone, us);
+        alone.Add(DeviceMicros({step}, o.layers, reps, true, gate, o.slice_us)[0].round_trip_us);
       }
       for (const DeviceTiming& t : DeviceMicros(steps, o.layers, reps, true, gate, o.slice_us)) {
-        absl::StrAppend(&together, together.empty() ? "" : " ", absl::StrFormat("%.1f", t.round_trip_us));
-        worst_together = t.round_trip_us < 0 || worst_together < 0 ? -1 : std::max(worst_together, t.round_trip_us);
+        together.Add(t.round_trip_us);
+      }
+      if (o.stagger_ns > 0) {
+        for (size_t i = 0; i < steps.size(); ++i) steps[i].start_after_ns = static_cast<int64_t>(i) * o.stagger_ns;
+        for (const DeviceTiming& t : DeviceMicros(steps, o.layers, reps, true, gate, o.slice_us)) {
+          staggered.Add(t.round_trip_us);
+        }
       }
       const double bytes = static_cast<double>(batch) * (kQkv + kQ) * sizeof(float);
       const double target = 5.0 + bytes / (rate * 1e9) * 1e6;
-      std::printf("%6lld %8.1f %22s %22s %10.2f %10.2f\n", static_cast<long long>(batch), target, alone.c_str(),
-                  together.c_str(), worst_alone / target, worst_together / target);
+      std::printf("%6lld %8.1f %22s %22s %10.2f %10.2f", static_cast<long long>(batch), target, alone.text.c_str(),
+                  together.text.c_str(), alone.worst / target, together.worst / target);
+      if (o.stagger_ns > 0) std::printf(" %22s %10.2f", staggered.text.c_str(), staggered.worst / target);
+      std::printf("\n");
       std::fflush(stdout);
       for (const Lane& lane : lanes) {
         for (const DecodeEntry& e : lane.entries) over_tcp.Free(e.seq);
@@ -481,7 +501,9 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
   std::printf(
       "each alone: a lane's step with the other links open and idle; all at once: every lane's step\n"
       "queued together, their layers in turn. alone/tgt, once/tgt: the slowest lane's round trip over\n"
-      "the target, 5 us + both ways' bytes at the link rate (-1: a round trip was not timed).\n");
+      "the target, 5 us + both ways' bytes at the link rate (-1: a round trip was not timed). With\n"
+      "--stagger-ns N, staggered: all at once again, lane i's GPU work starting i * N ns after the\n"
+      "others' (a rotating cluster's batches take turns rather than meet at every hop).\n");
   return 0;
 }
 
@@ -683,6 +705,8 @@ int main(int argc, char** argv) {
       o.packets_only = std::stoll(value) != 0;
     } else if (flag == "--lanes") {
       o.lanes = std::stoll(value);
+    } else if (flag == "--stagger-ns") {
+      o.stagger_ns = std::stoll(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
