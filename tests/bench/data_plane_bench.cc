@@ -9,13 +9,12 @@
 // packets (kernels/cuda/packets.h), cuda_ipc in chunks (communication-attention overlap), and
 // nccl. The baseline, measured in the same run, is the peer-copy rate from GPU 0 to the memory
 // node's GPU: the target for cuda_ipc is 5 us + bytes / that rate, and at batch 1024 at least 80%
-// of it. At a context where attention
-// takes time, the share of the transfer hidden by chunking is (one chunk - chunked) / transfer.
-// Times are per layer in the steady state of a step, with the GPUs' work queued ahead (see
-// DeviceMicros). A layer's period there is its round trip plus the compute end's turn between
-// layers (its receive ending, the next layer's send starting), which in a compute node lies among
-// its slices' kernels; the round trip itself, from the send's start to the outputs in place, is
-// timed on the compute GPU's clock (the link's hop clock) for cuda_ipc.
+// of it. At a context where attention takes time, the share of the transfer hidden by chunking
+// is (one chunk - chunked) / transfer. Times are per layer in the steady state of a step, with
+// the GPUs' work queued ahead (see DeviceMicros). A layer's period there is its round trip plus the
+// compute end's turn between layers (its receive ending, the next layer's send starting), which in
+// a compute node lies among its slices' kernels; the round trip itself, from the send's start to
+// the outputs in place, is timed on the compute GPU's clock (the link's hop clock) for cuda_ipc.
 // Llama-3-8B's layer shape (32 q heads, 8 kv heads, head_dim 128), float32 rows.
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
