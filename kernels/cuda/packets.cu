@@ -38,7 +38,7 @@ int PolledRounds(int64_t total) { return total <= kFourRoundsMostPackets ? 4 : 1
 // packets each, `per_row` in all.
 __global__ void SendPacketsKernel(const float* src, int64_t src_stride, const int32_t* rows, int total, int part_cols,
                                   int per_part, int per_row, Packet* dst, int64_t dst_stride, uint32_t tag,
-                                  const uint32_t* error, uint64_t* sent_at) {
+                                  const uint32_t* error, uint64_t* sent_at, bool receive_starts_early) {
   WaitForPreviousKernel();
   if (threadIdx.x == 0) StampSent(sent_at);
   const bool failed = ErrorSet(error);
@@ -56,6 +56,9 @@ __global__ void SendPacketsKernel(const float* src, int64_t src_stride, const in
   StorePacketPiece(dst + row * dst_stride + (p - row * per_row), piece,
                    make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
                               piece == kPacketPieces - 1 ? tag : __float_as_uint(v[3])));
+  // Once stored, not at once: a receive's blocks polling beside the send slowed it (1 row, alone,
+  // 5.3 us against 5.2).
+  if (receive_starts_early) LetNextKernelStart();
 }
 
 // Thread 0 polls the tag of the hop's first packet, then lets the kernel after it (a
@@ -134,7 +137,7 @@ absl::Status CheckShape(const char* what, int64_t count, int64_t cols, int64_t s
 
 absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
-                         uint64_t* sent_at, int64_t segments) {
+                         uint64_t* sent_at, int64_t segments, bool receive_starts_early) {
   LAMINA_RETURN_IF_ERROR(CheckShape("SendPackets", count, cols, dst_stride, segments));
   const int64_t part_cols = cols / segments, per_row = PacketsPerRow(cols, segments), total = count * per_row;
   if (total == 0) return absl::OkStatus();
@@ -142,14 +145,14 @@ absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* ro
   LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(
       SendPacketsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream, /*early=*/true, src, src_stride,
       rows, static_cast<int>(total), static_cast<int>(part_cols), static_cast<int>(PacketsPerRow(part_cols)),
-      static_cast<int>(per_row), dst, dst_stride, tag, error, sent_at));
+      static_cast<int>(per_row), dst, dst_stride, tag, error, sent_at, receive_starts_early));
   return absl::OkStatus();
 }
 
 absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                             uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
                             int64_t dst_stride, cudaStream_t stream, uint64_t* back_at, int64_t most_polling_blocks,
-                            int64_t segments) {
+                            int64_t segments, bool starts_with_send) {
   LAMINA_RETURN_IF_ERROR(CheckShape("ReceivePackets", count, cols, src_stride, segments));
   const int64_t part_cols = cols / segments, per_row = PacketsPerRow(cols, segments), total = count * per_row;
   if (total == 0) return absl::OkStatus();
@@ -157,11 +160,12 @@ absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag,
   const int64_t blocks = ReceivePacketsBlocks(count, cols, segments);
   const bool two_stages = blocks > most_polling_blocks;
   if (two_stages) LAMINA_RETURN_IF_ERROR(WaitForFirstPacket(src, tag, timeout_ns, error, code, stream));
-  // Behind the wait, its blocks start once the first packet is in (the wait's trigger).
+  // Behind the wait, its blocks start once the first packet is in (the wait's trigger); behind a
+  // send that lets it, once the send's blocks have stored their packets.
   LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(
       rounds == 4 ? ReceivePacketsKernel<4> : ReceivePacketsKernel<16>, dim3(static_cast<unsigned>(blocks)),
-      dim3(kThreads), stream, /*early=*/two_stages, src, src_stride, tag, timeout_ns, error, code, rows,
-      static_cast<int>(total), static_cast<int>(part_cols), static_cast<int>(PacketsPerRow(part_cols)),
+      dim3(kThreads), stream, /*early=*/two_stages || starts_with_send, src, src_stride, tag, timeout_ns, error, code,
+      rows, static_cast<int>(total), static_cast<int>(part_cols), static_cast<int>(PacketsPerRow(part_cols)),
       static_cast<int>(per_row), dst, dst_stride, back_at, two_stages));
   return absl::OkStatus();
 }

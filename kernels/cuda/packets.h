@@ -54,9 +54,11 @@ inline int64_t PacketsPerRow(int64_t cols, int64_t segments = 1) {
 // them. Nothing is written when *error != 0 (error may be null). `dst` may be a peer GPU's
 // memory. A programmatic dependent launch: its blocks may start while the kernel before it on
 // `stream` ends, and read nothing until it has. `sent_at`: as SendRows' hop clock (data_plane.h).
+// With `receive_starts_early`, a ReceivePackets queued right after it with `starts_with_send`
+// starts as soon as the send's blocks have stored their packets, before the send has ended.
 absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* rows, int64_t count, int64_t cols,
                          Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
-                         uint64_t* sent_at = nullptr, int64_t segments = 1);
+                         uint64_t* sent_at = nullptr, int64_t segments = 1, bool receive_starts_early = false);
 
 // Polls the packets of `count` rows of `cols` floats in `segments` parts in `src` (rows
 // `src_stride` packets apart) until each is tagged `tag`, and writes row i into dst row
@@ -69,10 +71,18 @@ absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* ro
 // hop (chaining.h) may then place its blocks at once, and waits for its end before reading. Any
 // other kernel queued after it starts once it has ended. `back_at`: as ReceiveRows' hop clock
 // (data_plane.h).
+// `starts_with_send` (ignored for a hop polled in two stages): queued right after the SendPackets
+// of the same exchange, with its `receive_starts_early`, on the same stream, the blocks start
+// polling once the send's packets are stored, while the send ends, so that the GPU's turn from one
+// launch to the next is not on the hop's path (on two H200s the receive's first block started
+// about 3 us after the send's, 4 to 5.5 where another stream's kernel ran beside them, and the
+// packets came back at 4.2: tests/bench/RESULTS.md). By then the send has passed its wait for the
+// kernel before it, so everything queued before the send has ended.
 absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                             uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
                             int64_t dst_stride, cudaStream_t stream, uint64_t* back_at = nullptr,
-                            int64_t most_polling_blocks = kMostPacketPollingBlocks, int64_t segments = 1);
+                            int64_t most_polling_blocks = kMostPacketPollingBlocks, int64_t segments = 1,
+                            bool starts_with_send = false);
 
 // The blocks that poll a hop of `count` rows of `cols` floats in `segments` parts (each 256
 // threads).

@@ -276,7 +276,8 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
       return kc::SendPackets(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                              RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.qkv_size),
                              kc::PacketsPerRow(shape_.qkv_size), kc::LineTag(FlagValue(shape_, step, layer)),
-                             local_.error.get(), stream, SentAt(layer));
+                             local_.error.get(), stream, SentAt(layer), /*segments=*/1,
+                             ReceiveStartsWithSend(chunks, r.count));
     }
     return kc::SendRows(qkv, qkv_stride, rows_.device_rows() + r.first, r.count, shape_.qkv_size,
                         remote_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size,
@@ -347,7 +348,7 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
                                 kc::PacketsPerRow(shape_.q_size, parts), kc::LineTag(FlagValue(shape_, step, layer)),
                                 absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
                                 rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream,
-                                BackAt(layer), MostPollingBlocks(), parts);
+                                BackAt(layer), MostPollingBlocks(), parts, ReceiveStartsWithSend(chunks, r.count));
     }
     if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
       return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
@@ -375,6 +376,15 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     return memory_end_on_this_gpu_ ? kc::kMostPacketPollingBlocks
                                    : std::max<int64_t>(kc::kMostPacketPollingBlocks, 2 * sms_);
   }
+
+  // Whether a chunk of `rows` rows as packets, the layer's only one, has its receive start with
+  // its send (ReceivePackets' starts_with_send, where it polls from the start): the GPU's turn
+  // from the send's launch to the receive's then leaves the round trip, which matters where
+  // another stream's kernels run beside them (a compute node's other batches). On two H200s, a
+  // lane's round trip beside another stream's busy-waits, before and after: 2 rows 7.4 against
+  // 5.3 us, 16 rows 8.6 against 6.7, 64 rows 12.5 against 12.1; alone, 2 rows 5.4 against 5.2 and
+  // 64 rows 11.9 against 11.8-12.1 (tests/bench/RESULTS.md).
+  bool ReceiveStartsWithSend(int chunks, int64_t rows) const { return chunks == 1 && AsPackets(shape_, rows); }
 
   // The layer's hop clock words (SetHopClock), or null.
   uint64_t* SentAt(int64_t layer) const { return hop_clock_ != nullptr ? hop_clock_ + 2 * layer : nullptr; }

@@ -59,8 +59,9 @@ class LinkedDecodePacketsTest : public linked_decode_test::LinkedDecodeTest {
 
   // Runs `plan` over the case Build made, with packets in and out, polled from the start or
   // `chained` behind a WaitForFirstPacket, and checks the outputs and pool against StoreKv +
-  // DecodeAttention's, every output packet tagged `tag`.
-  void ExpectPacketsInAndOut(const DecodePlan& plan, bool chained, uint32_t tag) {
+  // DecodeAttention's, every output packet tagged `tag`. The packets are sent 20 ms after the
+  // launch, or before it when `sent_first`.
+  void ExpectPacketsInAndOut(const DecodePlan& plan, bool chained, uint32_t tag, bool sent_first = false) {
     std::vector<float> want;
     std::vector<uint16_t> want_k;
     Reference(plan, &want, &want_k);
@@ -89,6 +90,14 @@ class LinkedDecodePacketsTest : public linked_decode_test::LinkedDecodeTest {
     auto receiver = lamina::cuda::Stream::Create();
     auto sender = lamina::cuda::Stream::Create();
     ASSERT_TRUE(receiver.ok() && sender.ok());
+    const auto send = [&] {
+      return SendPackets(source.as<float>(), row_, nullptr, seqs_, row_, in_packets.as<Packet>(), PacketsPerRow(row_),
+                         tag, nullptr, sender->get());
+    };
+    if (sent_first) {
+      ASSERT_TRUE(send().ok());
+      ASSERT_TRUE(sender->Synchronize().ok());
+    }
     if (chained) {
       ASSERT_TRUE(
           WaitForFirstPacket(in_packets.as<Packet>(), tag, 5'000'000'000, error_.as<uint32_t>(), 3, receiver->get())
@@ -98,11 +107,11 @@ class LinkedDecodePacketsTest : public linked_decode_test::LinkedDecodeTest {
                                       d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_,
                                       seqs_, work.as<float>(), link, receiver->get())
                     .ok());
-    absl::SleepFor(absl::Milliseconds(20));
-    ASSERT_TRUE(SendPackets(source.as<float>(), row_, nullptr, seqs_, row_, in_packets.as<Packet>(),
-                            PacketsPerRow(row_), tag, nullptr, sender->get())
-                    .ok());
-    ASSERT_TRUE(sender->Synchronize().ok());
+    if (!sent_first) {
+      absl::SleepFor(absl::Milliseconds(20));
+      ASSERT_TRUE(send().ok());
+      ASSERT_TRUE(sender->Synchronize().ok());
+    }
     ASSERT_TRUE(receiver->Synchronize().ok());
     d_qkv_ = std::move(source);
 
@@ -145,7 +154,10 @@ TEST_F(LinkedDecodePacketsTest, PacketsInAndOutGiveTheSameOutputsAndPool) {
 // 2,400 blocks, past a wave of any GPU of up to 132 SMs (16 blocks of 128 threads an SM at most),
 // and 600 blocks of 4 pairs (4 of 512 threads an SM at most).
 // Chained behind a WaitForFirstPacket: polling from the start, blocks past a wave on the sender's
-// GPU would keep its kernel off the SMs (as a memory node sharing its GPU never queues them).
+// GPU would keep its kernel off the SMs (as a memory node sharing its GPU never queues them). The
+// packets are sent before the launch: sent after it, once the wait has seen the first packet the
+// launch's blocks may take every SM the send's blocks leave while the send still has blocks to
+// place, and spin until the wait gives up (as it did on an H200).
 TEST_F(LinkedDecodePacketsTest, AWarpPerQueryHeadPastOneWaveGivesTheSameOutputs) {
   Case c{32, 8, 128, {}};
   for (int s = 0; s < 300; ++s) c.contexts.push_back(1 + s % 20);
@@ -155,7 +167,7 @@ TEST_F(LinkedDecodePacketsTest, AWarpPerQueryHeadPastOneWaveGivesTheSameOutputs)
     DecodePlan plan;
     plan.warp_per_query_head = true;
     plan.pairs_per_block = width;
-    ExpectPacketsInAndOut(plan, /*chained=*/true, 61);
+    ExpectPacketsInAndOut(plan, /*chained=*/true, 61, /*sent_first=*/true);
   }
 }
 

@@ -1,7 +1,8 @@
 // Packets (kernels/cuda/packets.h) on one GPU, the two ends on two streams: rows land in their
-// places whatever their width, stride, count and parts, a receiver polling the packets of the hop before
-// does not take them, a failed step sends nothing and its polls give up, and bad shapes are
-// refused. Across two GPUs they run in lamina-bench-link-echo. Skips without a GPU.
+// places whatever their width, stride, count and parts, a receiver polling the packets of the hop
+// before does not take them, a receive started with its send gets the hop back, a failed step
+// sends nothing and its polls give up, and bad shapes are refused. Across two GPUs they run in
+// lamina-bench-link-echo. Skips without a GPU.
 #include "kernels/cuda/packets.h"
 
 #include <algorithm>
@@ -90,6 +91,56 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(int64_t{4096}, int64_t{4096}, 300, int64_t{1}),
                       std::make_tuple(int64_t{6144}, int64_t{6150}, 400, int64_t{1}),
                       std::make_tuple(int64_t{4096}, int64_t{4096}, 500, int64_t{8})));
+
+// A compute end's exchange on one stream, its receive launched to start with its send
+// (receive_starts_early, starts_with_send), against an echo on another stream that sends back the
+// first 4096 floats of each q/k/v row in a part a kv head, as a memory node's outputs: twice, so
+// that the second receive, started early, must not take the first hop's packets.
+TEST_F(PacketsTest, AReceiveThatStartsWithItsSendGetsTheHopBack) {
+  const int64_t in_cols = 6144, out_cols = 4096, parts = 8, n = 3, out_rows = 5;
+  const int64_t in_per_row = PacketsPerRow(in_cols), out_per_row = PacketsPerRow(out_cols, parts);
+  ASSERT_LE(ReceivePacketsBlocks(n, out_cols, parts), kMostPacketPollingBlocks);  // polled from the start
+  const std::vector<int32_t> dest = {4, 0, 2};
+  auto d_dest = Upload(dest);
+  auto d_in = Upload(std::vector<Packet>(n * in_per_row, Packet{}));
+  auto d_back = Upload(std::vector<Packet>(n * out_per_row, Packet{}));
+  auto d_mid = Upload(std::vector<float>(n * in_cols, 0.f));
+  auto exchange = lamina::cuda::Stream::Create();
+  auto echo = lamina::cuda::Stream::Create();
+  ASSERT_TRUE(exchange.ok() && echo.ok());
+  uint32_t* error = error_.as<uint32_t>();
+  for (uint32_t tag : {7u, 8u}) {
+    SCOPED_TRACE("tag " + std::to_string(tag));
+    std::vector<float> src(n * in_cols);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 977) * 0.25f + static_cast<float>(tag);
+    auto d_src = Upload(src);
+    auto d_out = Upload(std::vector<float>(out_rows * out_cols, -1.f));
+    ASSERT_TRUE(ReceivePackets(d_in.as<Packet>(), in_per_row, tag, 5'000'000'000, error, 1, nullptr, n, in_cols,
+                               d_mid.as<float>(), in_cols, echo->get())
+                    .ok());
+    ASSERT_TRUE(SendPackets(d_mid.as<float>(), in_cols, nullptr, n, out_cols, d_back.as<Packet>(), out_per_row, tag,
+                            error, echo->get(), nullptr, parts)
+                    .ok());
+    ASSERT_TRUE(SendPackets(d_src.as<float>(), in_cols, nullptr, n, in_cols, d_in.as<Packet>(), in_per_row, tag, error,
+                            exchange->get(), nullptr, 1, /*receive_starts_early=*/true)
+                    .ok());
+    ASSERT_TRUE(ReceivePackets(d_back.as<Packet>(), out_per_row, tag, 5'000'000'000, error, 2, d_dest.as<int32_t>(), n,
+                               out_cols, d_out.as<float>(), out_cols, exchange->get(), nullptr,
+                               kMostPacketPollingBlocks, parts, /*starts_with_send=*/true)
+                    .ok());
+    ASSERT_TRUE(exchange->Synchronize().ok());
+    ASSERT_TRUE(echo->Synchronize().ok());
+    ASSERT_EQ(*error, 0u);
+    const std::vector<float> out = Download<float>(d_out, out_rows * out_cols);
+    for (int64_t r = 0; r < out_rows; ++r) {
+      const auto at = std::find(dest.begin(), dest.end(), r);
+      for (int64_t c = 0; c < out_cols; ++c) {
+        const float want = at == dest.end() ? -1.f : src[(at - dest.begin()) * in_cols + c];
+        ASSERT_EQ(out[r * out_cols + c], want) << "row " << r << ", col " << c;
+      }
+    }
+  }
+}
 
 TEST_F(PacketsTest, PacketsOfAFailedStepAreNotSentAndTheirPollsGiveUp) {
   const int64_t cols = 100, n = 2, per_row = PacketsPerRow(cols);
