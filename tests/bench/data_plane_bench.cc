@@ -19,7 +19,7 @@
 //
 //   lamina-bench-data-plane [--layers 8] [--contexts 1,256] [--batches 1,8,64,256,1024] [--chunks 2,4]
 //                           [--chunk-rows 128] [--output-parts 8] [--slice-us 0] [--packets-only 0]
-//                           [--lanes 1] [--stagger-ns 0]
+//                           [--lanes 1] [--stagger-ns 0] [--beside-ns 0]
 // --chunk-rows: the fewest rows a chunk of the chunked columns holds (a topology's chunk_rows); by
 // default compute nodes' default.
 // --output-parts: the parts a row of attention outputs travels in as packets (LinkShape::
@@ -37,7 +37,9 @@
 // budget is all but a few SMs.
 // --lanes N (N > 1): instead of the table, N links stepping alone and then all at once, as the
 // batches of several compute nodes (LanesAtOnce); --stagger-ns M: once more with lane i's work
-// starting i * M ns after the gate.
+// starting i * M ns after the gate; --beside-ns M: once more lane 0 alone on the link, with the
+// other lanes' streams busy-waiting M ns a layer beside it (another batch's slices on the compute
+// GPU, no hop).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,6 +84,7 @@ struct Options {
   bool packets_only = false;  // only the tcp and packets columns (one link, one memory-node lane)
   int64_t lanes = 1;          // past 1: the lanes-at-once table instead (LanesAtOnce)
   int64_t stagger_ns = 0;     // LanesAtOnce: also at once with lane i starting i * this later
+  int64_t beside_ns = 0;      // LanesAtOnce: also lane 0 beside this long a busy wait a layer on the others
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -220,15 +223,18 @@ struct LaneStep {
   cudaStream_t stream;
   bench::HopClock* clock = nullptr;
   int64_t start_after_ns = 0;  // queued, the lane's GPU work starts this long after the gate opens
+  int64_t busy_ns = 0;         // with `remote` null: a busy wait this long a layer instead of a hop
 };
 
 // Several links' steps at once, each on its stream, their layers queued in turn, as two batches in
-// flight take turns on a compute node's GPU; queued, one gate (`gate`) holds every stream. A
-// timing per lane (all -1 when a step failed).
+// flight take turns on a compute node's GPU; queued, one gate (`gate`) holds every stream. A lane
+// with no link (`remote` null) busy-waits instead of each hop. A timing per lane (all -1 when a
+// step failed).
 std::vector<DeviceTiming> DeviceMicros(std::vector<LaneStep> lanes, int64_t layers, int reps, bool queued,
                                        uint64_t* gate, int64_t slice_us = 0) {
   const std::vector<DeviceTiming> failed(lanes.size());
   for (LaneStep& lane : lanes) {
+    if (lane.remote == nullptr) continue;
     if (!lane.remote->CanDecodeOnDevice(*lane.entries, {kQkv, 0, kQ, kQ + kKv})) {
       std::fprintf(stderr, "the device link did not open\n");
       return failed;
@@ -261,7 +267,7 @@ std::vector<DeviceTiming> DeviceMicros(std::vector<LaneStep> lanes, int64_t laye
     for (size_t i = 0; i < lanes.size() && s.ok(); ++i) {
       const LaneStep& lane = lanes[i];
       if (lane.clock != nullptr) s = lane.clock->Reset();
-      if (s.ok()) s = lane.remote->BeginDeviceDecode(*lane.entries, {});
+      if (s.ok() && lane.remote != nullptr) s = lane.remote->BeginDeviceDecode(*lane.entries, {});
       if (s.ok() && queued) s = kernels::cuda::WaitFlag(gate, 1, 5'000'000'000, gate_error, 1, lane.stream);
       if (s.ok() && queued && lane.start_after_ns > 0) s = bench::QueueBusyWait(lane.start_after_ns, lane.stream);
       if (s.ok()) s = sums[i].start.Record(lane.stream);
@@ -271,7 +277,9 @@ std::vector<DeviceTiming> DeviceMicros(std::vector<LaneStep> lanes, int64_t laye
         const LaneStep& lane = lanes[i];
         if (layer == warm) s = sums[i].mid.Record(lane.stream);
         if (s.ok() && slice_us > 0) s = bench::QueueBusyWait(slice_us * 1000, lane.stream);
-        if (s.ok()) {
+        if (s.ok() && lane.remote == nullptr) {
+          s = bench::QueueBusyWait(lane.busy_ns, lane.stream);
+        } else if (s.ok()) {
           s = lane.remote->QueueDeviceDecode(layer, lane.b->qkv.as<float>(), kQkv, lane.b->out.as<float>(), kQ,
                                              lane.stream);
         }
@@ -285,6 +293,7 @@ std::vector<DeviceTiming> DeviceMicros(std::vector<LaneStep> lanes, int64_t laye
     }
     for (const LaneStep& lane : lanes) cudaStreamSynchronize(lane.stream);
     for (const LaneStep& lane : lanes) {
+      if (lane.remote == nullptr) continue;
       const absl::Status e = lane.remote->EndDeviceDecode();
       if (s.ok()) s = e;
     }
@@ -307,7 +316,7 @@ std::vector<DeviceTiming> DeviceMicros(std::vector<LaneStep> lanes, int64_t laye
   }
   std::vector<DeviceTiming> timings;
   for (size_t i = 0; i < lanes.size(); ++i) {
-    if (lanes[i].clock != nullptr) lanes[i].remote->SetHopClock(nullptr).IgnoreError();
+    if (lanes[i].clock != nullptr && lanes[i].remote != nullptr) lanes[i].remote->SetHopClock(nullptr).IgnoreError();
     const Sums& sum = sums[i];
     DeviceTiming t;
     if (sum.round_trips == static_cast<int64_t>(reps) * (layers - warm)) {
@@ -432,7 +441,7 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
   uint64_t* gate = lanes[0].b.gate.as<uint64_t>();
   // The slice's kernel loaded now, as in Compute: loaded at its first launch, it would wait behind
   // the step's kernels held by their gate.
-  if ((o.slice_us > 0 || o.stagger_ns > 0) &&
+  if ((o.slice_us > 0 || o.stagger_ns > 0 || o.beside_ns > 0) &&
       (!bench::QueueBusyWait(0, lanes[0].stream.get()).ok() || !lanes[0].stream.Synchronize().ok())) {
     return 1;
   }
@@ -443,6 +452,7 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
     std::printf("%6s %8s %22s %22s %10s %10s", "batch", "target", "each alone", "all at once", "alone/tgt",
                 "once/tgt");
     if (o.stagger_ns > 0) std::printf(" %22s %10s", "staggered", "stag/tgt");
+    if (o.beside_ns > 0) std::printf(" %8s %10s", "beside", "bes/tgt");
     std::printf("\n");
     for (int64_t batch : o.batches) {
       std::vector<Reservation> reservations;
@@ -478,6 +488,14 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
       for (const DeviceTiming& t : DeviceMicros(steps, o.layers, reps, true, gate, o.slice_us)) {
         together.Add(t.round_trip_us);
       }
+      Trips beside;
+      if (o.beside_ns > 0) {
+        std::vector<LaneStep> busy = steps;
+        for (size_t i = 1; i < busy.size(); ++i) {
+          busy[i] = {nullptr, nullptr, nullptr, steps[i].stream, nullptr, 0, o.beside_ns};
+        }
+        beside.Add(DeviceMicros(busy, o.layers, reps, true, gate, o.slice_us)[0].round_trip_us);
+      }
       if (o.stagger_ns > 0) {
         for (size_t i = 0; i < steps.size(); ++i) steps[i].start_after_ns = static_cast<int64_t>(i) * o.stagger_ns;
         for (const DeviceTiming& t : DeviceMicros(steps, o.layers, reps, true, gate, o.slice_us)) {
@@ -489,6 +507,7 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
       std::printf("%6lld %8.1f %22s %22s %10.2f %10.2f", static_cast<long long>(batch), target, alone.text.c_str(),
                   together.text.c_str(), alone.worst / target, together.worst / target);
       if (o.stagger_ns > 0) std::printf(" %22s %10.2f", staggered.text.c_str(), staggered.worst / target);
+      if (o.beside_ns > 0) std::printf(" %8s %10.2f", beside.text.c_str(), beside.worst / target);
       std::printf("\n");
       std::fflush(stdout);
       for (const Lane& lane : lanes) {
@@ -502,7 +521,8 @@ int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, do
       "queued together, their layers in turn. alone/tgt, once/tgt: the slowest lane's round trip over\n"
       "the target, 5 us + both ways' bytes at the link rate (-1: a round trip was not timed). With\n"
       "--stagger-ns N, staggered: all at once again, lane i's GPU work starting i * N ns after the\n"
-      "others' (a rotating cluster's batches take turns rather than meet at every hop).\n");
+      "others' (a rotating cluster's batches take turns rather than meet at every hop). With\n"
+      "--beside-ns N, beside: lane 0's step with the other lanes' streams busy-waiting N ns a layer.\n");
   return 0;
 }
 
@@ -706,6 +726,8 @@ int main(int argc, char** argv) {
       o.lanes = std::stoll(value);
     } else if (flag == "--stagger-ns") {
       o.stagger_ns = std::stoll(value);
+    } else if (flag == "--beside-ns") {
+      o.beside_ns = std::stoll(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
