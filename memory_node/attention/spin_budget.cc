@@ -50,8 +50,10 @@ ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_b
 int FewestPairsPerBlock(int64_t pairs, int64_t most_in_launch, const SpinBudget& budget,
                         absl::FunctionRef<int64_t(int)> blocks_an_sm) {
   const int64_t room = std::min(most_in_launch, budget.left());
-  for (int width : {1, 2, 4}) {
-    if (budget.CountOf((pairs + width - 1) / width, blocks_an_sm(width)) <= room) return width;
+  for (const int64_t within : {std::min(room, budget.share()), room}) {
+    for (int width : {1, 2, 4}) {
+      if (budget.CountOf((pairs + width - 1) / width, blocks_an_sm(width)) <= within) return width;
+    }
   }
   return 1;
 }

@@ -36,6 +36,7 @@
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
 #define LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -73,6 +74,8 @@ class SpinBudget {
   int64_t taken() const { return taken_.load(std::memory_order_relaxed); }
   // What is left of limit() now (a lane taking at once may leave less by its TryTake).
   int64_t left() const { return limit() - taken(); }
+  // A lane's share of limit(): the limit over the lanes there are now (all of it for one).
+  int64_t share() const { return limit() / std::max<int64_t>(1, lanes_.load(std::memory_order_relaxed)); }
 
  private:
   const int64_t shared_limit_, lone_limit_;
@@ -108,10 +111,17 @@ ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_b
 // The (sequence, kv head) pairs a block of a polling warp_per_query_head launch of `pairs` pairs
 // serves (kernels/cuda/attention.h, DecodePlan::pairs_per_block): the fewest of 1, 2 and 4 with
 // which its blocks count (CountOf, `blocks_an_sm(width)` of them an SM) within `most_in_launch` and
-// what is left of the budget now, so that the launch polls for itself (ChooseChunkWait) rather
-// than behind a kernel queued ahead; 1 where none does. With several lanes each block counts as an
-// SM: 16 rows of Llama-3-8B's shape (128 pairs) fit the shared limit of an H200 (66) only as 64
-// blocks of two pairs.
+// the lane's share of the budget (SpinBudget::share), else within what is left of it now, so that
+// the launch polls for itself (ChooseChunkWait) rather than behind a kernel queued ahead; 1 where
+// none does. With several lanes each block counts as an SM: 16 rows of Llama-3-8B's shape (128
+// pairs) fit the shared limit of an H200 (66) as 64 blocks of two pairs, and a share of two lanes
+// (33) as 32 blocks of four. Within the share first, so that a lane that queues its step first
+// leaves the others room for theirs: taking what was left, the first of two lanes stepping at once
+// kept 64 blocks at 8 to 16 rows, and the other's launches waited behind a kernel ahead (on two
+// H200s, at once with 20 us of compute before each send, the slower lane 1.29-1.33 of the latency
+// target against 1.07-1.11 with shares); a lane that steps while the others idle pays for the
+// wider blocks (6 to 16 rows, 0.99-1.02 against 1.02-1.08; with the lanes of lamina-bench-data-
+// plane's full table open, 4 and 6 rows 1.00-1.01 against 1.11-1.12: tests/bench/RESULTS.md).
 int FewestPairsPerBlock(int64_t pairs, int64_t most_in_launch, const SpinBudget& budget,
                         absl::FunctionRef<int64_t(int)> blocks_an_sm);
 

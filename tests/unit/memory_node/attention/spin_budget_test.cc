@@ -102,12 +102,19 @@ TEST(ChooseChunkWaitTest, SeveralLanesCountSmallBlocksWhole) {
 // Llama-3-8B's shape a warp per query head, its blocks of 1, 2 and 4 pairs held 4, 2 and 1 an SM.
 int64_t QueryHeadBlocksAnSm(int width) { return width == 1 ? 4 : width == 2 ? 2 : 1; }
 
-TEST(FewestPairsPerBlockTest, SeveralLanesTakeTheFewestPairsABlockThatFitWhatIsLeft) {
+TEST(FewestPairsPerBlockTest, SeveralLanesTakeTheFewestPairsABlockThatFitTheirShareElseWhatIsLeft) {
   std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
-  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "8 rows: 64 blocks fit 66";
-  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 2) << "16 rows: 64 blocks of 2";
-  EXPECT_EQ(FewestPairsPerBlock(32 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "32 rows: 64 blocks of 4";
+  EXPECT_EQ(budget->share(), 33);
+  EXPECT_EQ(FewestPairsPerBlock(4 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "4 rows: 32 blocks fit 33";
+  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, *budget, QueryHeadBlocksAnSm), 2) << "8 rows: 32 blocks of 2";
+  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "16 rows: 32 blocks of 4";
+  EXPECT_EQ(FewestPairsPerBlock(32 * 8, 128, *budget, QueryHeadBlocksAnSm), 4)
+      << "32 rows: past the share at any width, 64 blocks of 4 fit what is left";
   EXPECT_EQ(FewestPairsPerBlock(64 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "64 rows fit no width: 1";
+  // Two lanes stepping at once both fit at 16 rows, whichever queues first.
+  ASSERT_TRUE(budget->TryTake(32));
+  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "32 blocks of 4 in the 34 left";
+  budget->Give(32);
   ASSERT_TRUE(budget->TryTake(40));
   EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "26 left: 16 blocks of 4";
   EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "32 blocks of 4 past 26";
