@@ -253,7 +253,7 @@ class CudaKvLane : public DeviceKvLane {
     if (max_chunks < 1) return absl::InvalidArgumentError(absl::StrCat("a lane of ", max_chunks, " chunks a step"));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool->device()));
     std::unique_ptr<CudaKvLane> lane(new CudaKvLane(pool));
-    pool->spin_budget()->AddLane();
+    lane->budget_lane_ = pool->spin_budget()->AddLane();
     LAMINA_ASSIGN_OR_RETURN(lane->stream_, cuda::Stream::Create());
     // Not mid-run: a stream made then may wait for every spinning wait on the GPU (kv_backend.h).
     for (int c = 0; max_chunks > 1 && c < max_chunks; ++c) {
@@ -270,7 +270,7 @@ class CudaKvLane : public DeviceKvLane {
 
   ~CudaKvLane() override {
     GiveBackSpinning();
-    pool_->spin_budget()->RemoveLane();
+    pool_->spin_budget()->RemoveLane(budget_lane_);
   }
 
   CUstream_st* stream() const override { return stream_.get(); }
@@ -305,6 +305,7 @@ class CudaKvLane : public DeviceKvLane {
     }
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
     LAMINA_RETURN_IF_ERROR(Synchronize());  // the staging below may still feed the last step
+    step_share_ = pool_->spin_budget()->BeginStep(budget_lane_);
     const KvBackendOptions& o = pool_->options();
     const int64_t n = static_cast<int64_t>(write_slots.size());
     const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
@@ -368,6 +369,7 @@ class CudaKvLane : public DeviceKvLane {
   absl::Status SetStoreSlots(absl::Span<const int32_t> slots) override {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
     LAMINA_RETURN_IF_ERROR(Synchronize());  // the staging below may still feed the last step
+    step_share_ = pool_->spin_budget()->BeginStep(budget_lane_);
     const size_t bytes = std::max<size_t>(1, slots.size()) * sizeof(int32_t);
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, bytes, &retired_));
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&lists_, bytes, stream_.get()));
@@ -547,7 +549,7 @@ class CudaKvLane : public DeviceKvLane {
   int PairsPerBlock(int chunk, const kc::DecodePlan& plan, int64_t rows) {
     if (!waits_[chunk].has_value()) {
       const kc::AttentionShape& shape = pool_->options().attention;
-      pairs_per_block_[chunk] = FewestPairsPerBlock(rows * shape.num_kv_heads, kMostPollingBlocks,
+      pairs_per_block_[chunk] = FewestPairsPerBlock(rows * shape.num_kv_heads, kMostPollingBlocks, step_share_,
                                                     *pool_->spin_budget(), [&](int width) {
                                                       kc::DecodePlan wide = plan;
                                                       wide.pairs_per_block = width;
@@ -588,6 +590,7 @@ class CudaKvLane : public DeviceKvLane {
   }
   void GiveBackSpinning() {
     pool_->spin_budget()->Give(spinning_);
+    pool_->spin_budget()->EndStep(budget_lane_);
     spinning_ = 0;
     waits_.assign(waits_.size(), std::nullopt);
   }
@@ -647,6 +650,8 @@ class CudaKvLane : public DeviceKvLane {
   std::vector<std::optional<ChunkWait>> waits_;     // per chunk, once its first layer is queued
   std::vector<int> pairs_per_block_;                // per chunk, with waits_ (PairsPerBlock)
   int64_t spinning_ = 0;                            // the budget's blocks this step holds
+  int budget_lane_ = 0;                             // the lane's id in the budget
+  int64_t step_share_ = 0;                          // its share of the budget this step (BeginStep)
   int64_t rows_ = 0;
   int64_t max_context_ = 0;  // the step's longest context
 };

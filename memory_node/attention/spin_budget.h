@@ -31,15 +31,17 @@
 // to 32 rows. On two H200s with several lanes, 16 to 32 rows then took 0.99-1.04 of the latency
 // target against 1.22-1.29 behind a kernel ahead; blocks of 4 pairs where a pair a block fits cost
 // 1 row 1.18 against 1.01, hence the fewest (lamina-bench-data-plane, tests/bench/RESULTS.md).
-// A lane takes its step's share when it queues the step's first layer and gives it back when the
-// step has ended. Thread-safe.
+// A lane takes its step's blocks when it queues the step's first layer and gives them back when
+// the step has ended. Thread-safe.
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
 #define LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "absl/functional/function_ref.h"
 
@@ -54,9 +56,18 @@ class SpinBudget {
   SpinBudget(const SpinBudget&) = delete;
   SpinBudget& operator=(const SpinBudget&) = delete;
 
-  // A lane is created on the GPU, or goes.
-  void AddLane() { lanes_.fetch_add(1, std::memory_order_relaxed); }
-  void RemoveLane() { lanes_.fetch_sub(1, std::memory_order_relaxed); }
+  // A lane is created on the GPU (the id it steps under returned), or goes.
+  int AddLane();
+  void RemoveLane(int lane);
+
+  // `lane` begins a step (its first layer not yet queued), or has ended one. BeginStep returns the
+  // lane's share of limit() for the step: the limit over the lanes stepping, which are `lane`,
+  // those with a step open, and those that began a step since `lane` began its last (or, before
+  // its first, since it was added). A lane whose steps alternate with others' counts them all; a
+  // lane that steps while the others idle (a memory node serving one batch of several it holds)
+  // has the whole limit from its second step on.
+  int64_t BeginStep(int lane);
+  void EndStep(int lane);
 
   // Takes `blocks` if they fit in what is left of limit(); else takes nothing and returns false.
   bool TryTake(int64_t blocks);
@@ -74,13 +85,22 @@ class SpinBudget {
   int64_t taken() const { return taken_.load(std::memory_order_relaxed); }
   // What is left of limit() now (a lane taking at once may leave less by its TryTake).
   int64_t left() const { return limit() - taken(); }
-  // A lane's share of limit(): the limit over the lanes there are now (all of it for one).
-  int64_t share() const { return limit() / std::max<int64_t>(1, lanes_.load(std::memory_order_relaxed)); }
 
  private:
+  // A lane's steps: whether one is open, and the count of steps begun on the GPU when it began its
+  // last (when it was added, before its first).
+  struct LaneSteps {
+    bool open = false;
+    uint64_t began = 0;
+  };
+
   const int64_t shared_limit_, lone_limit_;
   std::atomic<int64_t> lanes_{0};
   std::atomic<int64_t> taken_{0};
+  std::mutex mu_;  // guards the three below: taken once a step and lane, not a layer
+  std::map<int, LaneSteps> steps_;
+  uint64_t steps_begun_ = 0;
+  int next_lane_ = 0;
 };
 
 // The SMs a lone lane leaves free of waiting blocks, for the memory node's other work.
@@ -111,18 +131,20 @@ ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_b
 // The (sequence, kv head) pairs a block of a polling warp_per_query_head launch of `pairs` pairs
 // serves (kernels/cuda/attention.h, DecodePlan::pairs_per_block): the fewest of 1, 2 and 4 with
 // which its blocks count (CountOf, `blocks_an_sm(width)` of them an SM) within `most_in_launch` and
-// the lane's share of the budget (SpinBudget::share), else within what is left of it now, so that
-// the launch polls for itself (ChooseChunkWait) rather than behind a kernel queued ahead; 1 where
-// none does. With several lanes each block counts as an SM: 16 rows of Llama-3-8B's shape (128
-// pairs) fit the shared limit of an H200 (66) as 64 blocks of two pairs, and a share of two lanes
-// (33) as 32 blocks of four. Within the share first, so that a lane that queues its step first
-// leaves the others room for theirs: taking what was left, the first of two lanes stepping at once
-// kept 64 blocks at 8 to 16 rows, and the other's launches waited behind a kernel ahead (on two
-// H200s, at once with 20 us of compute before each send, the slower lane 1.29-1.33 of the latency
-// target against 1.07-1.11 with shares); a lane that steps while the others idle pays for the
-// wider blocks (6 to 16 rows, 0.99-1.02 against 1.02-1.08; with the lanes of lamina-bench-data-
-// plane's full table open, 4 and 6 rows 1.00-1.01 against 1.11-1.12: tests/bench/RESULTS.md).
-int FewestPairsPerBlock(int64_t pairs, int64_t most_in_launch, const SpinBudget& budget,
+// the lane's `share` of the budget for the step (SpinBudget::BeginStep), else within what is left of
+// it now, so that the launch polls for itself (ChooseChunkWait) rather than behind a kernel queued
+// ahead; 1 where none does. With several lanes each block counts as an SM: 16 rows of Llama-3-8B's
+// shape (128 pairs) fit the shared limit of an H200 (66) as 64 blocks of two pairs, and a share of
+// two lanes (33) as 32 blocks of four. Within the share first, so that a lane that queues its step
+// first leaves the others room for theirs: taking what was left, the first of two lanes stepping at
+// once kept 64 blocks at 8 to 16 rows, and the other's launches waited behind a kernel ahead (on
+// two H200s, at once with 20 us of compute before each send, the slower lane 1.29-1.33 of the
+// latency target against 1.07-1.11 with shares). A share counts only the lanes stepping: counting
+// every lane open, a lane stepping while the others idled paid for blocks wider than it needed (6
+// to 16 rows 1.02-1.07 of the target against 0.98-1.01 counting the lanes stepping; 2 to 6 rows
+// with a lane per column of lamina-bench-data-plane's table open, 1.04-1.12 against 0.99-1.01:
+// tests/bench/RESULTS.md).
+int FewestPairsPerBlock(int64_t pairs, int64_t most_in_launch, int64_t share, const SpinBudget& budget,
                         absl::FunctionRef<int64_t(int)> blocks_an_sm);
 
 }  // namespace lamina

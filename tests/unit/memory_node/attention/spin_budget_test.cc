@@ -55,13 +55,13 @@ TEST(SpinBudgetTest, ALoneLaneTakesAllButAFewSmsAndASecondLaneHalvesTheLimit) {
   std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(1);
   EXPECT_EQ(budget->limit(), 132 - kSmsLeftByALoneLane);
   EXPECT_TRUE(budget->TryTake(128));
-  budget->AddLane();
+  const int second = budget->AddLane();
   EXPECT_EQ(budget->limit(), 66);
   EXPECT_FALSE(budget->TryTake(1)) << "the lone lane's 128 are past the shared limit";
   budget->Give(128);
   EXPECT_TRUE(budget->TryTake(66));
   EXPECT_FALSE(budget->TryTake(1));
-  budget->RemoveLane();
+  budget->RemoveLane(second);
   EXPECT_TRUE(budget->TryTake(62)) << "alone again";
   EXPECT_FALSE(budget->TryTake(1));
 }
@@ -102,29 +102,51 @@ TEST(ChooseChunkWaitTest, SeveralLanesCountSmallBlocksWhole) {
 // Llama-3-8B's shape a warp per query head, its blocks of 1, 2 and 4 pairs held 4, 2 and 1 an SM.
 int64_t QueryHeadBlocksAnSm(int width) { return width == 1 ? 4 : width == 2 ? 2 : 1; }
 
+TEST(SpinBudgetTest, AStepSharesTheLimitAmongTheLanesStepping) {
+  std::unique_ptr<SpinBudget> budget = SpinBudget::ForSms(132);
+  const int a = budget->AddLane(), b = budget->AddLane(), idle = budget->AddLane();
+  EXPECT_EQ(budget->BeginStep(a), 66) << "no other lane has stepped since a was added";
+  EXPECT_EQ(budget->BeginStep(b), 33) << "a's step is open";
+  budget->EndStep(a);
+  budget->EndStep(b);
+  EXPECT_EQ(budget->BeginStep(a), 33) << "b began a step since a's last";
+  budget->EndStep(a);
+  EXPECT_EQ(budget->BeginStep(b), 33) << "a began one since b's last";
+  budget->EndStep(b);
+  // b idles from here: a steps alone from its second step on, and idle never counted.
+  EXPECT_EQ(budget->BeginStep(a), 33) << "b's step began since a's last";
+  budget->EndStep(a);
+  EXPECT_EQ(budget->BeginStep(a), 66);
+  budget->EndStep(a);
+  EXPECT_EQ(budget->BeginStep(idle), 66 / 3) << "a and b stepped since idle was added";
+  EXPECT_EQ(budget->BeginStep(b), 66 / 3) << "a began since b's last, idle's step is open";
+  budget->RemoveLane(idle);
+  budget->EndStep(b);
+  EXPECT_EQ(budget->BeginStep(a), 33) << "b began since a's last; idle is gone";
+}
+
 TEST(FewestPairsPerBlockTest, SeveralLanesTakeTheFewestPairsABlockThatFitTheirShareElseWhatIsLeft) {
   std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(2);
-  EXPECT_EQ(budget->share(), 33);
-  EXPECT_EQ(FewestPairsPerBlock(4 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "4 rows: 32 blocks fit 33";
-  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, *budget, QueryHeadBlocksAnSm), 2) << "8 rows: 32 blocks of 2";
-  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "16 rows: 32 blocks of 4";
-  EXPECT_EQ(FewestPairsPerBlock(32 * 8, 128, *budget, QueryHeadBlocksAnSm), 4)
+  EXPECT_EQ(FewestPairsPerBlock(4 * 8, 128, 33, *budget, QueryHeadBlocksAnSm), 1) << "4 rows: 32 blocks fit 33";
+  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, 33, *budget, QueryHeadBlocksAnSm), 2) << "8 rows: 32 blocks of 2";
+  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, 33, *budget, QueryHeadBlocksAnSm), 4) << "16 rows: 32 blocks of 4";
+  EXPECT_EQ(FewestPairsPerBlock(32 * 8, 128, 33, *budget, QueryHeadBlocksAnSm), 4)
       << "32 rows: past the share at any width, 64 blocks of 4 fit what is left";
-  EXPECT_EQ(FewestPairsPerBlock(64 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "64 rows fit no width: 1";
+  EXPECT_EQ(FewestPairsPerBlock(64 * 8, 128, 33, *budget, QueryHeadBlocksAnSm), 1) << "64 rows fit no width: 1";
   // Two lanes stepping at once both fit at 16 rows, whichever queues first.
   ASSERT_TRUE(budget->TryTake(32));
-  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "32 blocks of 4 in the 34 left";
+  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, 33, *budget, QueryHeadBlocksAnSm), 4) << "32 blocks of 4 in the 34 left";
   budget->Give(32);
   ASSERT_TRUE(budget->TryTake(40));
-  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, *budget, QueryHeadBlocksAnSm), 4) << "26 left: 16 blocks of 4";
-  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "32 blocks of 4 past 26";
-  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 15, *budget, QueryHeadBlocksAnSm), 1) << "past the launch's own limit";
+  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 128, 33, *budget, QueryHeadBlocksAnSm), 4) << "26 left: 16 blocks of 4";
+  EXPECT_EQ(FewestPairsPerBlock(16 * 8, 128, 33, *budget, QueryHeadBlocksAnSm), 1) << "32 blocks of 4 past 26";
+  EXPECT_EQ(FewestPairsPerBlock(8 * 8, 15, 33, *budget, QueryHeadBlocksAnSm), 1) << "past the launch's own limit";
 }
 
 TEST(FewestPairsPerBlockTest, ALoneLaneKeepsAPairABlockWhileItsBlocksFit) {
   std::unique_ptr<SpinBudget> budget = BudgetOf132Sms(1);
-  EXPECT_EQ(FewestPairsPerBlock(128 * 8, 128, *budget, QueryHeadBlocksAnSm), 1) << "1024 blocks: 128 SMs' worth";
-  EXPECT_EQ(FewestPairsPerBlock(3, 128, *budget, QueryHeadBlocksAnSm), 1);
+  EXPECT_EQ(FewestPairsPerBlock(128 * 8, 128, 128, *budget, QueryHeadBlocksAnSm), 1) << "1024 blocks: 128 SMs' worth";
+  EXPECT_EQ(FewestPairsPerBlock(3, 128, 128, *budget, QueryHeadBlocksAnSm), 1);
 }
 
 TEST(ChooseChunkWaitTest, ALaunchWithinItsLimitAndTheBudgetPollsForItself) {
