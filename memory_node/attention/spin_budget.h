@@ -36,7 +36,6 @@
 #ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
 #define LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
