@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 struct CUstream_st;
@@ -42,6 +43,7 @@ struct QkvLayout {
 };
 
 class DeviceDecode;
+class LocalDeviceDecode;
 
 class AttentionService {
  public:
@@ -71,6 +73,8 @@ class AttentionService {
 
   // The device-side decode of a service whose memory nodes are reached GPU to GPU; null otherwise.
   virtual DeviceDecode* device_decode() { return nullptr; }
+  // Attention on the compute node's own GPU in its own process (a local KV pool); null otherwise.
+  virtual LocalDeviceDecode* local_device_decode() { return nullptr; }
 };
 
 // Decode steps whose exchanges run on the GPUs: q/k/v are read from, and attention outputs written
@@ -127,6 +131,32 @@ class DeviceDecode {
     return absl::UnimplementedError("no device-side store");
   }
   virtual absl::Status EndDeviceStore() { return absl::UnimplementedError("no device-side store"); }
+};
+
+// Attention on the compute node's own GPU, in its own process (a local KV pool): a decode step's
+// layers are queued on the engine's stream with no host work between them, so that the whole step
+// can be one CUDA graph. A decode step, after Reserve: Holds, BeginStep, then per layer QueueLayer
+// between the slices. A prefill, after Reserve: HoldsPrompts, BeginStore, then per layer
+// QueueStore. Errors as for Decode; a failed call changes nothing.
+class LocalDeviceDecode {
+ public:
+  virtual ~LocalDeviceDecode() = default;
+  // Whether every entry's (or prompt's) sequence is in the local pool.
+  virtual bool Holds(absl::Span<const DecodeEntry> entries) = 0;
+  virtual bool HoldsPrompts(absl::Span<const DeviceDecode::PromptRows> prompts) = 0;
+  // Validates the step as Decode does and queues the upload of its tables on `stream`, for
+  // `padded_rows` rows (rows past the entries' read and write nothing of theirs). Returns the key of
+  // what a captured QueueLayer holds: a graph captured under another key must not be replayed.
+  virtual absl::StatusOr<uint64_t> BeginStep(absl::Span<const DecodeEntry> entries, int64_t padded_rows,
+                                             CUstream_st* stream) = 0;
+  // Layer `layer` on `stream`: each row's new k/v (rows of `qkv` in `layout`, device memory) stored,
+  // then its attention into `out` [padded_rows, out_stride]. Host work: none (capturable).
+  virtual absl::Status QueueLayer(int64_t layer, const float* qkv, const QkvLayout& layout, float* out,
+                                  int64_t out_stride, CUstream_st* stream) = 0;
+  // The prompts' positions [0, count) are stored from rows [first_row, first_row + count) of the
+  // prefill batch, layer by layer.
+  virtual absl::Status BeginStore(absl::Span<const DeviceDecode::PromptRows> prompts, CUstream_st* stream) = 0;
+  virtual absl::Status QueueStore(int64_t layer, const float* qkv, const QkvLayout& layout, CUstream_st* stream) = 0;
 };
 
 }  // namespace lamina

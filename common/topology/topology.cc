@@ -57,6 +57,16 @@ absl::StatusOr<std::vector<std::string>> ParseTransports(const Fields& f, const 
   return names;
 }
 
+// A node's `kv_dtype` ("auto" by default), checked against its device.
+absl::Status ParseKvDtype(const Fields& f, NodeSpec* spec) {
+  const std::string default_kv_dtype = "auto";
+  LAMINA_ASSIGN_OR_RETURN(spec->kv_dtype, f.String("kv_dtype", &default_kv_dtype));
+  // The model's config only chooses what "auto" means, which is never refused.
+  const absl::Status kv_dtype = ChooseKvDtype(spec->kv_dtype, ModelConfig{}, spec->device != "cpu").status();
+  if (!kv_dtype.ok()) return f.Error(f.Get("kv_dtype"), "kv_dtype", std::string(kv_dtype.message()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& path, int index) {
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
@@ -94,11 +104,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     spec.data_port = static_cast<int>(data_port);
     LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
     LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
-    const std::string default_kv_dtype = "auto";
-    LAMINA_ASSIGN_OR_RETURN(spec.kv_dtype, f.String("kv_dtype", &default_kv_dtype));
-    // The model's config only chooses what "auto" means, which is never refused.
-    const absl::Status kv_dtype = ChooseKvDtype(spec.kv_dtype, ModelConfig{}, spec.device != "cpu").status();
-    if (!kv_dtype.ok()) return f.Error(f.Get("kv_dtype"), "kv_dtype", std::string(kv_dtype.message()));
+    LAMINA_RETURN_IF_ERROR(ParseKvDtype(f, &spec));
     for (const char* field : {"gpu_busy_timing", "chunk_rows", "line_rows", "packet_rows"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only compute nodes have this field");
     }
@@ -110,9 +116,13 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     // Compute nodes: where the previous replica hands batches over under rotational pipelining.
     LAMINA_ASSIGN_OR_RETURN(int64_t data_port, f.Integer("data_port", &zero, 1, 65535));
     spec.data_port = static_cast<int>(data_port);
-    for (const char* field : {"kv_capacity_tokens", "transport", "kv_dtype"}) {
-      if (f.Has(field)) return f.Error(f.Get(field), field, "only memory nodes have this field");
+    // A pool of its own (local attention), optional.
+    LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", &zero, 1, int64_t{1} << 40));
+    if (f.Has("kv_dtype") && !f.Has("kv_capacity_tokens")) {
+      return f.Error(f.Get("kv_dtype"), "kv_dtype", "a compute node's kv_dtype needs its kv_capacity_tokens");
     }
+    LAMINA_RETURN_IF_ERROR(ParseKvDtype(f, &spec));
+    if (f.Has("transport")) return f.Error(f.Get("transport"), "transport", "only memory nodes have this field");
   }
   return spec;
 }
@@ -126,8 +136,19 @@ const NodeSpec* Topology::Find(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<const NodeSpec*> Topology::KvNodes() const {
+  std::vector<const NodeSpec*> out;
+  for (const NodeSpec& node : nodes) {
+    if (node.holds_kv()) out.push_back(&node);
+  }
+  return out;
+}
+
 std::vector<const NodeSpec*> Topology::BatchComputeNodes() const {
   const std::vector<const NodeSpec*> computes = NodesOf(NodeKind::kCompute);
+  // With no memory nodes every layer's attention runs on the compute node's own device: a second
+  // batch there would only take turns with the first.
+  if (pipelining == "auto" && computes.size() == 1 && NodesOf(NodeKind::kMemory).empty()) return {computes[0]};
   if (pipelining == "fixed" || (pipelining == "auto" && computes.size() > 1)) return computes;
   if (pipelining == "rotational" && computes.size() > 1) {
     std::vector<const NodeSpec*> first_slices;  // batch j starts on replica j mod R
@@ -144,7 +165,7 @@ int Topology::RotationReplicas() const {
 }
 
 bool Topology::SecondBatchOnDemand() const {
-  return pipelining == "auto" && NodesOf(NodeKind::kCompute).size() == 1;
+  return pipelining == "auto" && NodesOf(NodeKind::kCompute).size() == 1 && !NodesOf(NodeKind::kMemory).empty();
 }
 
 int Topology::BatchesOn(const std::string& compute_node) const {
@@ -241,7 +262,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     if (top.Has("scheduler")) {
       Fields s(top.Get("scheduler"), path, "scheduler",
                {"max_batch", "max_tokens_per_iteration", "heartbeat_interval_ms", "heartbeat_timeout_ms",
-                "prefix_caching", "step_timeout_ms", "rotational_above", "stagger", "chunked_prefill"});
+                "prefix_caching", "step_timeout_ms", "rotational_above", "stagger", "chunked_prefill", "placement"});
       LAMINA_RETURN_IF_ERROR(s.CheckShape());
       const int64_t batch = t.max_batch, tokens = t.max_tokens_per_iteration, interval = t.heartbeat_interval_ms,
                     timeout = t.heartbeat_timeout_ms;
@@ -262,6 +283,12 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       const int64_t rotational_above = t.rotational_above;
       LAMINA_ASSIGN_OR_RETURN(int64_t v6, s.Integer("rotational_above", &rotational_above, 0, 1 << 24));
       t.rotational_above = static_cast<int>(v6);
+      const std::string local_first = "local_first";
+      LAMINA_ASSIGN_OR_RETURN(t.placement, s.String("placement", &local_first));
+      if (t.placement != "local_first" && t.placement != "offload_first") {
+        return s.Error(s.Get("placement"), "placement",
+                       absl::StrCat("expected 'local_first' or 'offload_first', got '", t.placement, "'"));
+      }
       if (t.heartbeat_timeout_ms <= t.heartbeat_interval_ms) {
         return s.Error(s.Get("heartbeat_timeout_ms"), "heartbeat_timeout_ms", "must be longer than heartbeat_interval_ms");
       }
@@ -317,7 +344,23 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       }
     }
     if (t.NodesOf(NodeKind::kMemory).empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: expected at least one memory node"));
+      for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
+        if (!node->holds_kv()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ":", node->line, ": nodes '", node->name, "': no memory node holds its sequences' KV caches; "
+              "give it a pool of its own (kv_capacity_tokens) or add a memory node"));
+        }
+      }
+    }
+    if (t.RotationReplicas() > 0) {
+      for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
+        if (node->holds_kv()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ":", node->line, ": nodes '", node->name, "'.kv_capacity_tokens: 'rotational' pipelining over ",
+              computes, " compute nodes runs each batch's layers on every one of them, so its KV caches live on "
+              "memory nodes; a pool of the compute node's own cannot serve them"));
+        }
+      }
     }
 
     if (top.Has("prices")) {

@@ -50,9 +50,10 @@ struct NodeSpec {
   // Memory nodes: how compute nodes reach the data plane's decode steps, in order of preference,
   // as written (tcp, cuda_ipc, nccl, rdma, auto); TransportsBetween gives a compute node's list.
   std::vector<std::string> transports = {"tcp"};
-  int64_t kv_capacity_tokens = 0;   // memory nodes
-  // Memory nodes: the KV pool's element type, "auto", "float32" or "bfloat16"
-  // (kv_dtype.h).
+  // Memory nodes: the KV pool's size in token slots. Compute nodes (optional, 0 = none): a pool of
+  // their own on their device, attended in their own process (local attention).
+  int64_t kv_capacity_tokens = 0;
+  // The KV pool's element type, "auto", "float32", "bfloat16" or "float8_e4m3" (kv_dtype.h).
   std::string kv_dtype = "auto";
   int threads = 0;                  // CPU threads for kernels; 0 = one per core
   // Compute nodes on a GPU: busy time measured on the device (CUDA events between the slices and
@@ -73,6 +74,8 @@ struct NodeSpec {
   std::string price_kind;
   int line = 0;                     // where the node is defined, for messages
 
+  // A node that holds KV caches: a memory node, or a compute node with a pool of its own.
+  bool holds_kv() const { return kv_capacity_tokens > 0; }
   std::string grpc_address() const { return host + ":" + std::to_string(port); }
   std::string data_address() const { return host + ":" + std::to_string(data_port); }
 };
@@ -113,6 +116,11 @@ struct Topology {
   // take their slices in turn. Off by default: with two batches on one H200 it gained nothing
   // measurable (deploy/experiments/results/README.md, h200x2-stagger).
   bool stagger = false;
+  // Where the coordinator places a new sequence when its batch's compute node has a pool of its own
+  // and memory nodes have room too: `local_first` (the default: the compute node's pool while it
+  // has room, so that no step pays a round trip it need not), or `offload_first` (memory nodes
+  // first, the local pool when they are full).
+  std::string placement = "local_first";
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour
 
@@ -122,6 +130,8 @@ struct Topology {
   }
   // nullptr when absent.
   const NodeSpec* Find(const std::string& name) const;
+  // The nodes that hold KV caches: memory nodes and compute nodes with a pool of their own.
+  std::vector<const NodeSpec*> KvNodes() const;
   std::vector<const NodeSpec*> NodesOf(NodeKind kind) const;
   // The compute node of each batch in flight, in the order the coordinator drives them (under
   // rotation over several compute nodes, the one running the batch's first slice).

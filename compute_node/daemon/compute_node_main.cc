@@ -1,6 +1,9 @@
 // lamina-compute-node: holds the model weights and runs the model slices, prefill and sampling
 // for the coordinator's iteration plans, reaching the memory nodes of the topology over the data
-// plane. Registers with the coordinator and sends heartbeats. Stops cleanly on SIGINT or SIGTERM.
+// plane. With `kv_capacity_tokens` on its topology entry it also holds a KV pool of its own on its
+// device and attends the sequences placed there itself (local attention), serving
+// lamina.v1.MemoryNode for that pool. Registers with the coordinator and sends heartbeats. Stops
+// cleanly on SIGINT or SIGTERM.
 //
 //   lamina-compute-node --topology FILE --name NODE
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
@@ -24,7 +28,11 @@
 #include "common/threading/thread_pool.h"
 #include "common/topology/topology.h"
 #include "compute_node/daemon/step_service.h"
+#include "common/topology/kv_dtype.h"
 #include "compute_node/engine/device_engine.h"
+#include "compute_node/local/local_pool.h"
+#include "compute_node/local/placed_attention.h"
+#include "memory_node/daemon/kv_pool_service.h"
 #include "grpcpp/grpcpp.h"
 
 namespace lamina {
@@ -60,9 +68,26 @@ absl::Status Run(const std::vector<std::string>& args) {
   }
   std::unique_ptr<Transport> transport = MakeTcpTransport();
   ThreadPool pool(spec->threads);
+  // A pool of its own: attended here, shared by the lanes.
+  std::unique_ptr<LocalPool> local_pool;
+  std::unique_ptr<KvPoolService> pool_service;
+  DType kv_dtype = DType::kF32;
+  if (spec->holds_kv()) {
+    LAMINA_ASSIGN_OR_RETURN(kv_dtype, ChooseKvDtype(spec->kv_dtype, config, device.is_cuda));
+    LAMINA_ASSIGN_OR_RETURN(local_pool,
+                            LocalPool::Create({config.num_layers,
+                                               spec->kv_capacity_tokens,
+                                               {config.num_q_heads, config.num_kv_heads, config.head_dim,
+                                                config.sliding_window},
+                                               device.is_cuda ? device.index : -1,
+                                               kv_dtype},
+                                              &pool));
+    pool_service = std::make_unique<KvPoolService>(local_pool->executor(), local_pool->mu());
+  }
   // One lane (engine and data-plane connections) per batch the topology runs on this node.
   const int num_lanes = std::max(1, topology.BatchesOn(spec->name));
-  std::vector<std::unique_ptr<RemoteAttention>> attentions;
+  std::vector<std::unique_ptr<RemoteAttention>> remotes;
+  std::vector<std::unique_ptr<PlacedAttention>> attentions;
   std::vector<std::unique_ptr<ComputeEngine>> engines;
   std::vector<StepLane> lanes;
   // A step with more rows than its links hold takes the host path.
@@ -70,17 +95,23 @@ absl::Status Run(const std::vector<std::string>& args) {
   // Device links open before this node registers, so that no step is under way anywhere yet.
   const absl::Time links_deadline = absl::Now() + absl::Seconds(60);
   for (int i = 0; i < num_lanes; ++i) {
-    attentions.push_back(std::make_unique<RemoteAttention>(
-        transport.get(), memory_nodes,
-        AttentionWireShape{config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads},
-        absl::Seconds(5)));
-    if (device.is_cuda) {
-      attentions.back()->EnableDeviceLinks(device.index, link_rows, device_transports, kMaxDataPlaneChunks,
-                                           spec->chunk_rows);
-      attentions.back()->set_line_rows(spec->line_rows);
-      attentions.back()->set_packet_rows(spec->packet_rows);
-      attentions.back()->OpenDeviceLinks(links_deadline);
+    RemoteAttention* remote = nullptr;
+    if (!memory_nodes.empty()) {
+      remotes.push_back(std::make_unique<RemoteAttention>(
+          transport.get(), memory_nodes,
+          AttentionWireShape{config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads},
+          absl::Seconds(5)));
+      remote = remotes.back().get();
+      if (device.is_cuda) {
+        remote->EnableDeviceLinks(device.index, link_rows, device_transports, kMaxDataPlaneChunks, spec->chunk_rows);
+        remote->set_line_rows(spec->line_rows);
+        remote->set_packet_rows(spec->packet_rows);
+        remote->OpenDeviceLinks(links_deadline);
+      }
     }
+    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<PlacedAttention> placed,
+                            PlacedAttention::Create(local_pool.get(), spec->name, remote));
+    attentions.push_back(std::move(placed));
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool));
     engines.push_back(std::move(engine));
     lanes.push_back({engines.back().get(), attentions.back().get()});
@@ -117,14 +148,31 @@ absl::Status Run(const std::vector<std::string>& args) {
     }
   }
   StepService service(lanes, relay_ptrs, spec->gpu_busy_timing);
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
+  std::vector<grpc::Service*> services = {&service};
+  if (pool_service != nullptr) services.push_back(pool_service.get());
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), services));
 
   lamina::v1::RegisterRequest registration;
   registration.set_name(spec->name);
   registration.set_role(lamina::v1::NODE_ROLE_COMPUTE);
   registration.set_grpc_address(spec->grpc_address());
   registration.set_pid(::getpid());
+  registration.set_kv_capacity_slots(spec->kv_capacity_tokens);
+  // As a memory node reports its pool (memory_node_main.cc): a heartbeat waits at most 20 ms for
+  // the pool's lock, else repeats the last counts.
+  struct { int64_t free_slots, sequences, shared_slots; } counts{spec->kv_capacity_tokens, 0, 0};
   NodeAgent agent(topology.coordinator_address(), registration, [&](lamina::v1::HeartbeatRequest* heartbeat) {
+    if (local_pool != nullptr) {
+      std::unique_lock<std::mutex> lock(*local_pool->mu(), std::defer_lock);
+      for (int tries = 0; tries < 20 && !lock.try_lock(); ++tries) absl::SleepFor(absl::Milliseconds(1));
+      if (lock.owns_lock()) {
+        const AttentionExecutor* e = local_pool->executor();
+        counts = {e->num_free_slots(), e->num_sequences(), e->num_shared_slots()};
+      }
+      heartbeat->set_kv_free_slots(counts.free_slots);
+      heartbeat->set_num_sequences(counts.sequences);
+      heartbeat->set_kv_shared_slots(counts.shared_slots);
+    }
     const BusyMeter::Snapshot busy = service.busy().Read();
     const BusyMeter::Snapshot trips = service.RoundTrips();
     lamina::v1::NodeLoad* load = heartbeat->mutable_load();
@@ -136,11 +184,17 @@ absl::Status Run(const std::vector<std::string>& args) {
     load->set_round_trips(trips.count);
   });
 
-  std::fprintf(stderr, "%s: %s, %lld layers%s on %s, gRPC on %s, %zu memory nodes, %d lane%s%s\n", spec->name.c_str(),
-               config.architecture.c_str(), static_cast<long long>(config.num_layers),
+  const std::string own_pool =
+      local_pool == nullptr
+          ? ""
+          : absl::StrFormat(", its own KV pool of %lld slots in %s (%.1f MB)",
+                            static_cast<long long>(spec->kv_capacity_tokens), KvDtypeName(kv_dtype),
+                            spec->kv_capacity_tokens * KvBytesPerToken(kv_dtype, config) / 1e6);
+  std::fprintf(stderr, "%s: %s, %lld layers%s on %s, gRPC on %s%s, %zu memory nodes, %d lane%s%s\n",
+               spec->name.c_str(), config.architecture.c_str(), static_cast<long long>(config.num_layers),
                topology.random_weights ? " (random weights)" : "", spec->device.c_str(),
-               spec->grpc_address().c_str(), memory_nodes.size(), num_lanes, num_lanes == 1 ? "" : "s",
-               inbox ? absl::StrCat(", hand-overs on ", inbox->address()).c_str() : "");
+               spec->grpc_address().c_str(), own_pool.c_str(), memory_nodes.size(), num_lanes,
+               num_lanes == 1 ? "" : "s", inbox ? absl::StrCat(", hand-overs on ", inbox->address()).c_str() : "");
   ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();
 }

@@ -104,7 +104,7 @@ absl::StatusOr<SliceRelay*> StepService::RelayFor(const lamina::v1::StepPlan& pl
 lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, int lane_index) {
   Lane& lane = lanes_[lane_index];
   ComputeEngine* engine = lane.parts.engine;
-  RemoteAttention* attention = lane.parts.attention;
+  PlacedAttention* attention = lane.parts.attention;
   ScopedBusy timed(&busy_);
   ScopedActive active(&computing_);
   // Its device work may spin on other nodes: no link's memory is freed meanwhile.
@@ -245,7 +245,7 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
 }
 
 void StepService::Abandon(const lamina::v1::StepPlan& plan, int lane) {
-  RemoteAttention* attention = lanes_[lane].parts.attention;
+  PlacedAttention* attention = lanes_[lane].parts.attention;
   std::lock_guard<std::mutex> lock(sampling_mu_);
   auto forget = [&](int64_t seq) {
     attention->Free(seq);

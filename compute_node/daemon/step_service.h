@@ -1,7 +1,7 @@
 // lamina.v1.ComputeNode: runs the coordinator's iteration plans. For each plan: prefill the new
-// sequences, decode the running ones (both through a ComputeEngine, reaching memory nodes through
-// RemoteAttention), drawing one token per sequence with its own sampling parameters (on the GPU
-// when the engine runs there).
+// sequences, decode the running ones (both through a ComputeEngine, whose attention runs on the
+// node's own pool or on memory nodes as each sequence was placed: PlacedAttention), drawing one
+// token per sequence with its own sampling parameters (on the GPU when the engine runs there).
 // A failed step samples nothing and names the memory nodes that could not be reached, so the
 // coordinator can drop their sequences and send the plan again without them.
 // Lanes: the node keeps one engine and one set of data-plane connections per batch the topology
@@ -25,7 +25,7 @@
 #include "common/metrics/busy_meter.h"
 #include "common/metrics/interval_union.h"
 #include "compute_node/engine/compute_engine.h"
-#include "compute_node/remote/remote_attention.h"
+#include "compute_node/local/placed_attention.h"
 #include "compute_node/rotation/slice_relay.h"
 #include "compute_node/sampling/penalties.h"
 #include "compute_node/sampling/sampler.h"
@@ -33,10 +33,10 @@
 
 namespace lamina {
 
-// One engine and its data-plane connections; owned by the caller.
+// One engine and its attention (local pool, data-plane connections); owned by the caller.
 struct StepLane {
   ComputeEngine* engine;
-  RemoteAttention* attention;
+  PlacedAttention* attention;
 };
 
 class StepService final : public lamina::v1::ComputeNode::Service {

@@ -113,7 +113,14 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
     const int64_t first = rows.empty() ? 0 : rows.back().first_row + rows.back().count;
     rows.push_back({p.seq, first, static_cast<int64_t>(p.tokens.size())});
   }
-  const bool on_device = device != nullptr && !layers.empty() && device->CanStoreOnDevice(rows);
+  // Every prompt in this node's own pool on its GPU: stored from the device, layer by layer.
+  LocalDeviceDecode* local = b.device_batch().stream != nullptr && handoff_ == nullptr
+                                 ? attention_->local_device_decode()
+                                 : nullptr;
+  const bool local_store = local != nullptr && local->HoldsPrompts(rows);
+  if (local_store) LAMINA_RETURN_IF_ERROR(local->BeginStore(rows, b.device_batch().stream));
+  const bool on_device =
+      !local_store && device != nullptr && !layers.empty() && device->CanStoreOnDevice(rows);
   if (on_device && !Owns(0)) {
     // The memory nodes begin this node's layers now, before slice 0's node (which reserves) has
     // handed the batch over; reserving again changes nothing.
@@ -122,7 +129,7 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
     LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
   }
   if (on_device) LAMINA_RETURN_IF_ERROR(device->BeginDeviceStore(rows, layers));
-  if (device != nullptr && !layers.empty() && !on_device && !host_stores_noted_) {
+  if (device != nullptr && !layers.empty() && !on_device && !local_store && !host_stores_noted_) {
     host_stores_noted_ = true;
     std::fprintf(stderr, "prefills store their k/v on the memory nodes through host memory: not every device link "
                          "carries them\n");
@@ -131,6 +138,10 @@ absl::Status ComputeEngine::RunPrefill(absl::Span<const PrefillSequence> prompts
   // slices run; the stores are finished, whatever happened, before the prefill returns.
   absl::Status ran = RunSlices(b, tokens, positions, [&](int64_t layer) -> absl::Status {
     for (const DeviceDecode::PromptRows& p : rows) LAMINA_RETURN_IF_ERROR(b.PrefillAttention(p.first_row, p.count));
+    if (local_store) {
+      const SliceBackend::DeviceBatch batch = b.device_batch();
+      return local->QueueStore(layer, batch.qkv, qkv, batch.stream);
+    }
     return Exchange(b, [&]() -> absl::Status {
       if (on_device) {
         const SliceBackend::DeviceBatch batch = b.device_batch();
@@ -292,6 +303,17 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
     tokens.push_back(t.token);
   }
   const QkvLayout qkv = b.qkv_layout();
+  // Every sequence in this node's own pool on its GPU: the whole step on the device, attention
+  // included (one CUDA graph per batch bucket).
+  LocalDeviceDecode* local = handoff_ == nullptr && b.device_batch().stream != nullptr
+                                 ? attention_->local_device_decode()
+                                 : nullptr;
+  if (local != nullptr && local->Holds(entries_)) {
+    std::vector<Reservation> reservations;
+    for (const DecodeToken& t : batch) reservations.push_back({t.seq, t.position + 1});
+    LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
+    return DecodeLocally(b, local, tokens, positions, last);
+  }
   DeviceDecode* device = attention_->device_decode();
   const bool on_device = device != nullptr && device->CanDecodeOnDevice(entries_, qkv) && b.SetAttentionOnDevice(true);
   if (!on_device) b.SetAttentionOnDevice(false);
@@ -314,6 +336,19 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
       return attention_->Decode(layer, entries_, qkv_rows, qkv, b.HostAttnOut(), c.q_size());
     });
   }, last);
+}
+
+absl::Status ComputeEngine::DecodeLocally(SliceBackend& b, LocalDeviceDecode* local, absl::Span<const int32_t> tokens,
+                                          absl::Span<const int32_t> positions, LastSlice last) {
+  LAMINA_ASSIGN_OR_RETURN(const int64_t rows, b.BeginLocalStep(tokens, positions));
+  const SliceBackend::DeviceBatch batch = b.device_batch();  // sized by BeginLocalStep
+  LAMINA_ASSIGN_OR_RETURN(const uint64_t key, local->BeginStep(entries_, rows, batch.stream));
+  const QkvLayout layout = b.qkv_layout();
+  const int64_t q_size = config().q_size();
+  LAMINA_RETURN_IF_ERROR(b.RunLocalStep(key, [&](int64_t layer) {
+    return local->QueueLayer(layer, batch.qkv, layout, batch.attn_out, q_size, batch.stream);
+  }));
+  return last(b);
 }
 
 absl::Status ComputeEngine::DecodeRotatingOnDevice(SliceBackend& b, DeviceDecode* device,

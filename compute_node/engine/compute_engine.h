@@ -100,6 +100,10 @@ class ComputeEngine {
   absl::Status DecodeThen(absl::Span<const DecodeToken> batch, LastSlice last);
   // The rest of a decode step (after RunFirst) with the exchanges queued on the GPU.
   absl::Status DecodeOnDevice(SliceBackend& b, DeviceDecode* device, LastSlice last);
+  // The rest of a decode step (after Reserve) whose sequences are all in this node's own pool on
+  // its GPU: the whole step queued on the device, one graph per batch bucket.
+  absl::Status DecodeLocally(SliceBackend& b, LocalDeviceDecode* local, absl::Span<const int32_t> tokens,
+                             absl::Span<const int32_t> positions, LastSlice last);
   // A rotating batch's decode step with the exchanges queued on the GPU: the memory nodes begin
   // the layers this node owns, and RunSlices queues them.
   absl::Status DecodeRotatingOnDevice(SliceBackend& b, DeviceDecode* device, absl::Span<const int32_t> tokens,

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/attention/attention_service.h"
@@ -101,6 +102,23 @@ class SliceBackend {
   virtual void set_device_busy(IntervalUnion* busy) {}
   virtual absl::Status BeginExchange() { return absl::OkStatus(); }
   virtual absl::Status EndExchange() { return absl::OkStatus(); }
+
+  // A decode step whose attention runs on this backend's device, queued on device_batch().stream
+  // by `attention(layer)` between the slices (a local KV pool on the same GPU). BeginLocalStep
+  // stages the batch and returns the rows the step runs over: the batch, or the graph bucket it is
+  // padded to (padding rows compute on token 0 at position 0 and are never read). RunLocalStep then
+  // runs every slice with the layers' attention, up to the logits of every row, as one CUDA graph
+  // per (rows, attention_key) where the backend captures graphs, else eagerly; RunLast or
+  // RunLastAndSample follow. `attention_key` must change whenever what `attention` queues would.
+  // Unimplemented by backends without a device stream.
+  using LayerAttention = absl::FunctionRef<absl::Status(int64_t layer)>;
+  virtual absl::StatusOr<int64_t> BeginLocalStep(absl::Span<const int32_t> tokens,
+                                                 absl::Span<const int32_t> positions) {
+    return absl::UnimplementedError("this backend runs no device-side steps");
+  }
+  virtual absl::Status RunLocalStep(uint64_t attention_key, LayerAttention attention) {
+    return absl::UnimplementedError("this backend runs no device-side steps");
+  }
 
   // Causal attention over the batch rows [first_row, first_row + count), which hold one prompt
   // from position 0, into the attention output the next slice reads.

@@ -44,7 +44,7 @@ absl::Status Membership::Register(const lamina::v1::RegisterRequest& request) {
   m.last_heard = absl::Now();
   m.load.Clear();  // a restarted node counts from zero again
   m.pid = request.pid();
-  if (memory) {
+  if (m.spec.holds_kv()) {  // a memory node, or a compute node with a pool of its own
     m.kv_capacity_slots = request.kv_capacity_slots();
     m.kv_free_slots = request.kv_capacity_slots();
     m.num_sequences = 0;
@@ -59,7 +59,7 @@ bool Membership::Heartbeat(const lamina::v1::HeartbeatRequest& request) {
   MemberInfo& m = it->second;
   m.last_heard = absl::Now();
   m.load = request.load();
-  if (m.spec.kind == NodeKind::kMemory) {
+  if (m.spec.holds_kv()) {
     m.kv_free_slots = request.kv_free_slots();
     m.num_sequences = request.num_sequences();
     m.kv_shared_slots = request.kv_shared_slots();

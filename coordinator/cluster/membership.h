@@ -1,5 +1,6 @@
 // The coordinator's view of the cluster: the nodes the topology names, whether each has
-// registered and is still heard from, and what the memory nodes last reported. A node silent for
+// registered and is still heard from, and what the nodes holding KV caches (memory nodes, and
+// compute nodes with a pool of their own) last reported. A node silent for
 // the heartbeat timeout, or reported unreachable by the compute node, is declared dead once; the
 // `on_death` callback then runs (on the monitor thread or the caller's, outside the lock). A dead
 // node that registers again comes back.

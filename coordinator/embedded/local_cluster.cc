@@ -10,7 +10,8 @@
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/sampling/penalties.h"
 #include "coordinator/sequence/text_stream.h"
-#include "memory_node/attention/attention_executor.h"
+#include "compute_node/local/local_pool.h"
+#include "compute_node/local/placed_attention.h"
 
 namespace lamina {
 
@@ -73,14 +74,17 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     slots += prompt + req.n * std::min<int64_t>(req.max_tokens, c.max_position_embeddings - prompt);
   }
   const DeviceSpec& device = weights_->device();
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<AttentionExecutor> memory_node,
-                          AttentionExecutor::Create({c.num_layers,
-                                                     slots,
-                                                     {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window},
-                                                     device.is_cuda ? device.index : -1,
-                                                     kv_dtype_},
-                                                    pool_));
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine_owner, weights_->MakeEngine(memory_node.get(), pool_));
+  // The engine's own pool, attended in this process (on a GPU, each decode step one CUDA graph).
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<LocalPool> kv_pool,
+                          LocalPool::Create({c.num_layers,
+                                             slots,
+                                             {c.num_q_heads, c.num_kv_heads, c.head_dim, c.sliding_window},
+                                             device.is_cuda ? device.index : -1,
+                                             kv_dtype_},
+                                            pool_));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<PlacedAttention> attention,
+                          PlacedAttention::Create(kv_pool.get(), "local", nullptr));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine_owner, weights_->MakeEngine(attention.get(), pool_));
   ComputeEngine& engine = *engine_owner;
 
   // One sample of one request: a sequence of its own.
@@ -109,7 +113,7 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
     if (finish != FinishReason::kNone && !stopped) text += a.text->Finish();
     on_token({a.request, a.sample, token, finish, a.sampling.wants_logprobs() ? &logprobs : nullptr, text});
     if (finish == FinishReason::kNone) return true;
-    memory_node->Free(a.seq);
+    attention->Free(a.seq);
     return false;
   };
 
@@ -143,7 +147,9 @@ absl::Status LocalCluster::Generate(absl::Span<const GenerationRequest> requests
   LAMINA_RETURN_IF_ERROR(engine.Prefill(prompts, draws, tokens.data(), logprobs.data()));
   for (const Active& a : samples) {
     if (a.sample > 0) {
-      LAMINA_RETURN_IF_ERROR(memory_node->Fork(static_cast<SequenceId>(a.request), a.seq, a.next_position));
+      LAMINA_RETURN_IF_ERROR(kv_pool->With([&](AttentionExecutor& e) {
+        return e.Fork(static_cast<SequenceId>(a.request), a.seq, a.next_position);
+      }));
     }
   }
   std::vector<Active> active;

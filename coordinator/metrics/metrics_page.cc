@@ -65,7 +65,10 @@ void NodeMetrics(const MetricsPageInputs& in, PrometheusText& out) {
     }
   };
   auto registered = [](const MemberInfo& node) { return node.registered; };
-  auto memory = [](const MemberInfo& node) { return node.registered && node.spec.kind == NodeKind::kMemory; };
+  // Memory nodes, and compute nodes with a pool of their own.
+  auto memory = [](const MemberInfo& node) {
+    return node.registered && (node.spec.kind == NodeKind::kMemory || node.spec.holds_kv());
+  };
   auto compute = [](const MemberInfo& node) { return node.registered && node.spec.kind == NodeKind::kCompute; };
 
   out.Family("lamina_node_up", kGauge, "1 while the node is registered and not declared dead.");
@@ -77,7 +80,7 @@ void NodeMetrics(const MetricsPageInputs& in, PrometheusText& out) {
       "lamina_node_heartbeat_age_seconds", kGauge, "Seconds since the node's last heartbeat.",
       [&](const MemberInfo& node) { return absl::ToDoubleSeconds(in.now - node.last_heard); }, registered);
   each(
-      "lamina_kv_slots_capacity", kGauge, "Token slots of a memory node's KV pool.",
+      "lamina_kv_slots_capacity", kGauge, "Token slots of a node's KV pool.",
       [](const MemberInfo& node) { return node.kv_capacity_slots; }, memory);
   each(
       "lamina_kv_slots_used", kGauge, "Token slots in use.",
@@ -86,7 +89,7 @@ void NodeMetrics(const MetricsPageInputs& in, PrometheusText& out) {
       "lamina_kv_slots_shared", kGauge, "Token slots held by more than one sequence.",
       [](const MemberInfo& node) { return node.kv_shared_slots; }, memory);
   each(
-      "lamina_node_sequences", kGauge, "Sequences a memory node holds.",
+      "lamina_node_sequences", kGauge, "Sequences a node's KV pool holds.",
       [](const MemberInfo& node) { return node.num_sequences; }, memory);
   each(
       "lamina_node_uptime_seconds", kGauge, "Seconds on the node's clock since it started, as last reported.",

@@ -16,9 +16,10 @@
 namespace lamina {
 namespace {
 
-std::map<std::string, std::string> MemoryGrpcAddresses(const Topology& topology) {
+// Every node holding KV caches serves lamina.v1.MemoryNode (frees and forks) on its gRPC port.
+std::map<std::string, std::string> KvGrpcAddresses(const Topology& topology) {
   std::map<std::string, std::string> out;
-  for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) out[node->name] = node->grpc_address();
+  for (const NodeSpec* node : topology.KvNodes()) out[node->name] = node->grpc_address();
   return out;
 }
 
@@ -37,7 +38,7 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
       config_(config),
       tokenizer_(tokenizer),
       membership_(membership),
-      memory_(MemoryGrpcAddresses(topology)),
+      memory_(KvGrpcAddresses(topology)),
       policy_(policy ? std::move(policy) : std::make_unique<FifoPolicy>()) {
   const std::vector<const NodeSpec*> first_nodes = topology.BatchComputeNodes();
   for (size_t j = 0; j < first_nodes.size(); ++j) {
@@ -131,7 +132,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Enqueue(GenerationSpec
   bool compute_alive = false;
   for (const MemberInfo& m : membership_->Snapshot()) {
     if (!m.alive()) continue;
-    if (m.spec.kind == NodeKind::kMemory) largest = std::max(largest, m.kv_capacity_slots);
+    if (m.spec.holds_kv()) largest = std::max(largest, m.kv_capacity_slots);
     if (m.spec.kind == NodeKind::kCompute) compute_alive = true;
   }
   if (!compute_alive || largest == 0) {
@@ -143,7 +144,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Enqueue(GenerationSpec
   if (need > largest) {
     return absl::ResourceExhaustedError(absl::StrCat("the request needs ", need, " KV slots (prompt ", n, " + ", spec.n,
                                                      " x max_tokens ", spec.stop.max_tokens,
-                                                     "); the largest memory node has ", largest));
+                                                     "); the largest KV pool has ", largest));
   }
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -302,7 +303,7 @@ void Scheduler::FreeOrphans() {
 
 void Scheduler::EndDeadAndCancelled() {
   for (const MemberInfo& m : membership_->Snapshot()) {
-    if (m.spec.kind != NodeKind::kMemory || !m.dead) continue;
+    if (!m.spec.holds_kv() || !m.dead) continue;
     const std::vector<SequenceId> cached = prefix_cache_.DropNode(m.spec.name);
     std::vector<int64_t>& orphans = orphaned_[m.spec.name];
     orphans.insert(orphans.end(), cached.begin(), cached.end());
@@ -383,8 +384,9 @@ void Scheduler::Admit() {
     const GenerationSpec& candidate_spec = queued_specs_[candidate.id];
     const std::vector<int32_t>& prompt = candidate_spec.prompt;
     const int64_t need_now = static_cast<int64_t>(prompt.size()) + candidate_spec.n;
+    int best_rank = 0;
     for (const MemberInfo& m : members) {
-      if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
+      if (!MayHold(m)) continue;
       largest = std::max(largest, m.kv_capacity_slots);
       const int64_t room = m.kv_capacity_slots - use[m.spec.name];  // cached prefixes give way
       if (room < need_now) continue;
@@ -393,8 +395,11 @@ void Scheduler::Admit() {
         auto hit = prefix_cache_.Longest(m.spec.name, prompt);
         if (hit) match = hit->length;
       }
-      if (match > best_match || (match == best_match && room > best_room)) {
+      const int rank = PlacementRank(m, room, candidate.kv_slots_needed);
+      if (best == nullptr || rank < best_rank ||
+          (rank == best_rank && (match > best_match || (match == best_match && room > best_room)))) {
         best = &m;
+        best_rank = rank;
         best_match = match;
         best_room = room;
       }
@@ -402,7 +407,7 @@ void Scheduler::Admit() {
     if (best == nullptr) {
       if (candidate.kv_slots_needed <= largest) return;  // it fits once running requests finish: wait
       end_waiting(*pick, absl::ResourceExhaustedError(absl::StrCat("the request needs ", candidate.kv_slots_needed,
-                                                                   " KV slots; the largest live memory node has ",
+                                                                   " KV slots; the largest live KV pool has ",
                                                                    largest)));
       continue;
     }
@@ -491,6 +496,19 @@ lamina::v1::StepPlan Scheduler::BuildPlan() {
   return plan;
 }
 
+bool Scheduler::MayHold(const MemberInfo& m) const {
+  if (!m.alive() || !m.spec.holds_kv()) return false;
+  return m.spec.kind == NodeKind::kMemory || batch_->Uses(m.spec.name);
+}
+
+int Scheduler::PlacementRank(const MemberInfo& m, int64_t room, int64_t whole_need) const {
+  const bool local = m.spec.kind == NodeKind::kCompute;
+  // A local pool that cannot hold the request to its end comes last: it would be preempted there
+  // as it grows, where a memory node may hold it whole.
+  if (local && room < whole_need) return 2;
+  return local == (topology_.placement == "local_first") ? 0 : 1;
+}
+
 int64_t Scheduler::PrefillLength(const Sequence& seq) {
   return static_cast<int64_t>(seq.request->spec.prompt.size() + (seq.resume ? seq.output.size() : 0));
 }
@@ -524,7 +542,7 @@ bool Scheduler::OtherBatchesUse(const std::string& node) const {
 
 void Scheduler::PreemptWhereFull() {
   for (const MemberInfo& m : membership_->Snapshot()) {
-    if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
+    if (!MayHold(m)) continue;
     const std::string& node = m.spec.name;
     while (NodeUse(node) + prefix_cache_.CachedSlots(node) > m.kv_capacity_slots) {
       if (std::optional<SequenceId> victim = prefix_cache_.EvictOldest(node)) {
@@ -576,11 +594,14 @@ bool Scheduler::ResumePreempted() {
     for (const Sequence& seq : samples) need += Footprint(seq) + 1;
     std::optional<MemberInfo> best;
     int64_t best_room = -1;
+    int best_rank = 0;
     for (const MemberInfo& m : membership_->Snapshot()) {
-      if (m.spec.kind != NodeKind::kMemory || !m.alive()) continue;
+      if (!MayHold(m)) continue;
       const int64_t room = m.kv_capacity_slots - NodeUse(m.spec.name);  // cached prefixes give way
-      if (room >= need && room > best_room) {
+      const int rank = PlacementRank(m, room, SlotsNeeded(samples[0].request->spec, config_));
+      if (room >= need && (!best || rank < best_rank || (rank == best_rank && room > best_room))) {
         best = m;
+        best_rank = rank;
         best_room = room;
       }
     }

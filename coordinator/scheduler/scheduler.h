@@ -189,6 +189,12 @@ class Scheduler {
   std::vector<Sequence> ForkSamples(Sequence& first);
   // After a prefill: keep the prompt's whole blocks on its memory node for later prompts.
   void CachePrompt(const Sequence& seq);
+  // Whether a sequence of the current batch may live on `m`: a live memory node, or the batch's own
+  // compute node when it has a pool of its own.
+  bool MayHold(const MemberInfo& m) const;
+  // Where the topology's placement puts `m`, with `room` slots left, among the nodes that may hold
+  // a request of `whole_need` slots at its end: 0 first.
+  int PlacementRank(const MemberInfo& m, int64_t room, int64_t whole_need) const;
   // Evicts cached prefixes on `node`, least recently used first, until `need` more slots fit.
   void MakeRoom(const std::string& node, int64_t capacity, int64_t need);
   // Slots a sequence holds once the next step has run. Shared slots count for every holder, so

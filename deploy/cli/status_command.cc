@@ -44,10 +44,13 @@ absl::Status Status(const std::vector<std::string>& args) {
               "BUSY", "RTT/LAYER", "LAST HEARD");
   for (const auto& n : s.nodes()) {
     const bool memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;
-    std::string kv = memory ? absl::StrFormat("%d / %d (%d)", n.kv_used_slots(), n.kv_capacity_slots(), n.kv_free_slots())
-                            : "-";
-    if (memory && n.kv_shared_slots() > 0) kv += absl::StrFormat(", %d shared", n.kv_shared_slots());
-    std::string seqs = memory ? absl::StrFormat("%d", n.num_sequences()) : "-";
+    // Memory nodes, and compute nodes with a pool of their own, hold KV caches.
+    const bool holds_kv = n.kv_capacity_slots() > 0;
+    std::string kv = holds_kv ? absl::StrFormat("%d / %d (%d)", n.kv_used_slots(), n.kv_capacity_slots(),
+                                                n.kv_free_slots())
+                              : "-";
+    if (holds_kv && n.kv_shared_slots() > 0) kv += absl::StrFormat(", %d shared", n.kv_shared_slots());
+    std::string seqs = holds_kv ? absl::StrFormat("%d", n.num_sequences()) : "-";
     std::string heard = n.last_heartbeat_ms() < 0 ? "never" : absl::StrFormat("%.1f s ago", n.last_heartbeat_ms() / 1000.0);
     // Since the node started: the share of its time spent working, and its mean round trip.
     const auto& load = n.load();

@@ -196,6 +196,26 @@ absl::StatusOr<std::vector<int64_t>> AttentionExecutor::TransferRows(absl::Span<
 
 absl::Status AttentionExecutor::PrepareDeviceStore(absl::Span<const StorePiece> pieces, DeviceKvLane* lane) {
   std::vector<int32_t> slots;
+  LAMINA_RETURN_IF_ERROR(StoreSlots(pieces, &slots));
+  return lane->SetStoreSlots(slots);
+}
+
+absl::Status AttentionExecutor::PrepareLocalStep(absl::Span<const DecodeEntry> entries, int64_t padded_rows,
+                                                 LocalKvStep* step, CUstream_st* stream) {
+  LAMINA_RETURN_IF_ERROR(CheckDecode(0, entries));
+  GatherContexts(entries, &device_slot_ids_, &device_slot_begin_);
+  return step->SetStep(write_slots_, device_slot_ids_, device_slot_begin_, padded_rows, !MayLink(entries), stream);
+}
+
+absl::Status AttentionExecutor::PrepareLocalStore(absl::Span<const StorePiece> pieces, LocalKvStep* step,
+                                                  CUstream_st* stream) {
+  std::vector<int32_t> slots;
+  LAMINA_RETURN_IF_ERROR(StoreSlots(pieces, &slots));
+  return step->SetStoreSlots(slots, stream);
+}
+
+absl::Status AttentionExecutor::StoreSlots(absl::Span<const StorePiece> pieces, std::vector<int32_t>* slots) const {
+  slots->clear();
   for (const StorePiece& piece : pieces) {
     LAMINA_ASSIGN_OR_RETURN(const std::vector<SlotId>* seq_slots, SlotsOf(piece.seq));
     if (piece.count < 1 || piece.first_position < 0 ||
@@ -204,10 +224,10 @@ absl::Status AttentionExecutor::PrepareDeviceStore(absl::Span<const StorePiece> 
                                                      ", ", piece.first_position + piece.count, ") are not reserved"));
     }
     LAMINA_RETURN_IF_ERROR(CheckWritable(piece.seq, *seq_slots, piece.first_position, piece.count));
-    slots.insert(slots.end(), seq_slots->begin() + piece.first_position,
-                 seq_slots->begin() + piece.first_position + piece.count);
+    slots->insert(slots->end(), seq_slots->begin() + piece.first_position,
+                  seq_slots->begin() + piece.first_position + piece.count);
   }
-  return lane->SetStoreSlots(slots);
+  return absl::OkStatus();
 }
 
 absl::Status AttentionExecutor::QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,

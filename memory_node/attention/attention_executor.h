@@ -99,6 +99,16 @@ class AttentionExecutor : public AttentionService {
   static absl::Status QueueDeviceStore(uint64_t step, const AttentionExecutorOptions& options,
                                        absl::Span<const int64_t> transfers, absl::Span<const int64_t> layers,
                                        DeviceKvLane* lane, MemoryLinkEnd* link);
+  // Local attention on the pool's own GPU (a compute node's pool, attended in its process): each
+  // caller keeps a LocalKvStep of its own (FailedPrecondition on the CPU). PrepareLocalStep
+  // validates `entries` as Decode does and readies `step` for them, padded to `padded_rows` rows,
+  // its upload queued on `stream`; PrepareLocalStore validates a prefill's pieces as StoreKv does
+  // and readies `step` to store their rows, back to back. The step's queued work then touches
+  // nothing of the executor.
+  absl::StatusOr<std::unique_ptr<LocalKvStep>> NewLocalStep() { return backend_->NewLocalStep(); }
+  absl::Status PrepareLocalStep(absl::Span<const DecodeEntry> entries, int64_t padded_rows, LocalKvStep* step,
+                                CUstream_st* stream);
+  absl::Status PrepareLocalStore(absl::Span<const StorePiece> pieces, LocalKvStep* step, CUstream_st* stream);
   // Waits for the lane's queued step; its outcome (DeadlineExceeded when q/k/v stopped coming).
   static absl::Status FinishDeviceDecode(DeviceKvLane* lane, MemoryLinkEnd* link);
   // The GPU the pool lives on; -1 on the CPU.
@@ -120,6 +130,8 @@ class AttentionExecutor : public AttentionService {
   // The slots each (checked) entry attends to: entry i's are slot_ids[slot_begin[i] .. slot_begin[i + 1]).
   void GatherContexts(absl::Span<const DecodeEntry> entries, std::vector<int32_t>* slot_ids,
                       std::vector<int64_t>* slot_begin) const;
+  // The slots the pieces' positions hold, back to back, once each is checked reserved and writable.
+  absl::Status StoreSlots(absl::Span<const StorePiece> pieces, std::vector<int32_t>* slots) const;
   // Slots `reservations` still need beyond what their sequences hold.
   int64_t SlotsNeeded(absl::Span<const Reservation> reservations) const;
 

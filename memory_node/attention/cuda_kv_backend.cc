@@ -74,9 +74,9 @@ class CudaKvBackend : public KvBackend {
     std::unique_ptr<CudaKvBackend> b(new CudaKvBackend(options, device));
     // Values first (bf16, or float8 codes), then float8's scales.
     const int64_t value_bytes = b->float8_ ? 1 : static_cast<int64_t>(sizeof(bf16));
-    b->scales_offset_ = 2 * options.num_layers * options.num_slots * b->kv_size_ * value_bytes;
+    b->scales_offset_ = 2 * options.num_layers * b->layer_slots_ * b->kv_size_ * value_bytes;
     const int64_t scale_bytes =
-        b->float8_ ? 2 * options.num_layers * options.num_slots * options.attention.num_kv_heads * sizeof(float) : 0;
+        b->float8_ ? 2 * options.num_layers * b->layer_slots_ * options.attention.num_kv_heads * sizeof(float) : 0;
     absl::StatusOr<cuda::DeviceBuffer> pool = cuda::DeviceBuffer::Create(b->scales_offset_ + scale_bytes);
     if (!pool.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat("KV pool of ", options.num_slots, " slots does not fit on cuda:",
@@ -155,6 +155,9 @@ class CudaKvBackend : public KvBackend {
 
   int device() const override { return device_; }
   absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane(int max_chunks) override;
+  absl::StatusOr<std::unique_ptr<LocalKvStep>> NewLocalStep() override;
+  // The slot past the pool's own, which no sequence holds.
+  int32_t scratch_slot() const { return static_cast<int32_t>(options_.num_slots); }
 
   // What a lane reads of the pool.
   const KvBackendOptions& options() const { return options_; }
@@ -209,16 +212,17 @@ class CudaKvBackend : public KvBackend {
       : options_(options),
         device_(device),
         float8_(options.kv_dtype == DType::kF8E4M3),
-        kv_size_(options.attention.num_kv_heads * options.attention.head_dim) {}
+        kv_size_(options.attention.num_kv_heads * options.attention.head_dim),
+        layer_slots_(options.num_slots + 1) {}
   cudaStream_t stream() const { return stream_.get(); }
 
-  bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * options_.num_slots * kv_size_; }
-  bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * options_.num_slots * kv_size_; }
+  bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * layer_slots_ * kv_size_; }
+  bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * layer_slots_ * kv_size_; }
   kc::Float8KvLayer Float8Layer(int64_t layer) const {
     uint8_t* codes = pool_.as<uint8_t>();
     float* scales = reinterpret_cast<float*>(codes + scales_offset_);
-    const int64_t layer_codes = options_.num_slots * kv_size_;
-    const int64_t layer_scales = options_.num_slots * options_.attention.num_kv_heads;
+    const int64_t layer_codes = layer_slots_ * kv_size_;
+    const int64_t layer_scales = layer_slots_ * options_.attention.num_kv_heads;
     return {codes + 2 * layer * layer_codes, codes + (2 * layer + 1) * layer_codes, scales + 2 * layer * layer_scales,
             scales + (2 * layer + 1) * layer_scales};
   }
@@ -227,11 +231,14 @@ class CudaKvBackend : public KvBackend {
   int device_;
   bool float8_;  // the pool's element type: float8 codes and scales, else bf16
   int64_t kv_size_;
+  // Slots a layer holds: the pool's, then one scratch slot that a local step's padding rows write
+  // and read (scratch_slot()).
+  int64_t layer_slots_;
   int64_t scales_offset_ = 0;  // float8: bytes into pool_ where the scales start
   int num_sms_ = 0;
   std::unique_ptr<SpinBudget> spin_budget_;  // shared by the lanes: blocks waiting for rows
-  // bf16 [layers][K, V][num_slots, kv_heads, head_dim]; float8: the same of uint8 codes, then
-  // float [layers][K, V][num_slots, kv_heads] scales.
+  // bf16 [layers][K, V][num_slots + 1, kv_heads, head_dim]; float8: the same of uint8 codes, then
+  // float [layers][K, V][num_slots + 1, kv_heads] scales.
   cuda::DeviceBuffer pool_;
   cuda::Stream stream_;
   // Staging, grown on demand and reused.
@@ -655,6 +662,162 @@ class CudaKvLane : public DeviceKvLane {
   int64_t rows_ = 0;
   int64_t max_context_ = 0;  // the step's longest context
 };
+
+// The smallest power of two at least `context`: a local step plans its attention for that longest
+// context, so that a plan (and the graphs holding it) lasts while contexts grow. Any plan serves
+// shorter contexts: its splits cut each sequence's own context.
+int64_t PlannedContext(int64_t context) {
+  int64_t planned = 1;
+  while (planned < context) planned *= 2;
+  return planned;
+}
+
+// A caller's local steps on the pool's GPU: the tables live in device buffers that only grow (each
+// growth a new generation, which graph_key() tells), uploaded from pinned staging on the caller's
+// stream.
+class CudaLocalStep : public LocalKvStep {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaLocalStep>> Create(const CudaKvBackend* pool) {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool->device()));
+    std::unique_ptr<CudaLocalStep> step(new CudaLocalStep(pool));
+    LAMINA_ASSIGN_OR_RETURN(step->pool_writes_, cuda::Event::CreateForOrdering());
+    LAMINA_ASSIGN_OR_RETURN(step->uploaded_, cuda::Event::CreateForOrdering());
+    LAMINA_ASSIGN_OR_RETURN(step->fence_, cuda::DeviceBuffer::CreateZeroed(sizeof(uint32_t)));
+    return step;
+  }
+
+  absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
+                       absl::Span<const int64_t> slot_begin, int64_t padded_rows, bool repeats,
+                       CUstream_st* stream) override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
+    const int64_t n = static_cast<int64_t>(write_slots.size());
+    const int64_t padded = std::max<int64_t>(padded_rows, n);
+    if (padded == 0) return absl::InvalidArgumentError("a local step of no rows");
+    const int64_t ids = static_cast<int64_t>(slot_ids.size()) + (padded - n);
+    // [write slots: padded][slot begins: padded + 1][slot ids: ids]
+    const int64_t entries = 2 * padded + 1 + ids;
+    LAMINA_RETURN_IF_ERROR(StagingFree());
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, entries * sizeof(int32_t), &retired_));
+    LAMINA_RETURN_IF_ERROR(Grow(&tables_, entries * sizeof(int32_t), stream));
+    int32_t* h = host_.as<int32_t>();
+    const int32_t scratch = pool_->scratch_slot();
+    int32_t* begin = h + padded;
+    int32_t* id = begin + padded + 1;
+    int64_t max_context = 1;
+    for (int64_t s = 0; s < padded; ++s) h[s] = s < n ? write_slots[s] : scratch;
+    std::copy(slot_ids.begin(), slot_ids.end(), id);
+    for (int64_t s = 0; s <= n; ++s) {
+      begin[s] = static_cast<int32_t>(slot_begin[s]);
+      if (s > 0) max_context = std::max(max_context, slot_begin[s] - slot_begin[s - 1]);
+    }
+    for (int64_t s = n; s < padded; ++s) {  // a padding row attends to the scratch slot alone
+      id[begin[s]] = scratch;
+      begin[s + 1] = begin[s] + 1;
+    }
+    plan_ = pool_->Plan(padded, PlannedContext(max_context), pool_->num_sms());
+    LAMINA_RETURN_IF_ERROR(
+        Grow(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float), stream));
+    // After the pool's host-path writes (prompts stored through host memory) that the step reads.
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, pool_writes_.get(), 0));
+    LAMINA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(tables_.data(), h, entries * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_.get(), stream));
+    write_slots_ = tables_.as<int32_t>();
+    slot_begin_ = write_slots_ + padded;
+    slot_ids_ = slot_begin_ + padded + 1;
+    rows_ = padded;
+    repeats_ = repeats;
+    return absl::OkStatus();
+  }
+
+  uint64_t graph_key() const override {
+    // Everything a captured layer bakes in: the tables' and workspace's generation, the rows, the
+    // plan and whether stores are fenced from the attention.
+    uint64_t key = generation_;
+    for (const int64_t part : {rows_, int64_t{plan_.splits}, int64_t{plan_.warp_per_head}, int64_t{plan_.tiled},
+                               int64_t{plan_.deep_tiles}, int64_t{plan_.warp_per_query_head},
+                               int64_t{plan_.pairs_per_block}, int64_t{repeats_}}) {
+      key = key * 1000003u + static_cast<uint64_t>(part);
+    }
+    return key;
+  }
+
+  absl::Status QueueLayer(int64_t layer, const float* qkv, const QkvLayout& layout, float* out, int64_t out_stride,
+                          CUstream_st* stream) override {
+    if (rows_ == 0) return absl::FailedPreconditionError("a local step's layer queued before its SetStep");
+    LAMINA_RETURN_IF_ERROR(pool_->StoreRows(layer, qkv + layout.k_offset, qkv + layout.v_offset, layout.row_stride,
+                                            write_slots_, rows_, stream));
+    if (repeats_) {
+      // Work that is not a chained kernel: the attention below may not start before the stores
+      // are done (kernels/cuda/attention.h: a tiled plan reads all but each context's last token
+      // early).
+      LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(fence_.data(), 0, sizeof(uint32_t), stream));
+    }
+    return pool_->Decode(layer, plan_, qkv + layout.q_offset, layout.row_stride, slot_ids_, slot_begin_, out,
+                         out_stride, rows_, workspace_.as<float>(), stream);
+  }
+
+  absl::Status SetStoreSlots(absl::Span<const int32_t> slots, CUstream_st* stream) override {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
+    store_count_ = static_cast<int64_t>(slots.size());
+    if (store_count_ == 0) return absl::OkStatus();
+    LAMINA_RETURN_IF_ERROR(StagingFree());
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, slots.size() * sizeof(int32_t), &retired_));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&store_slots_, slots.size() * sizeof(int32_t), stream));
+    std::copy(slots.begin(), slots.end(), host_.as<int32_t>());
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, pool_writes_.get(), 0));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(store_slots_.data(), host_.data(), slots.size() * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, stream));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_.get(), stream));
+    return absl::OkStatus();
+  }
+
+  absl::Status QueueStore(int64_t layer, const float* qkv, const QkvLayout& layout, CUstream_st* stream) override {
+    if (store_count_ == 0) return absl::OkStatus();
+    return pool_->StoreRows(layer, qkv + layout.k_offset, qkv + layout.v_offset, layout.row_stride,
+                            store_slots_.as<int32_t>(), store_count_, stream);
+  }
+
+ private:
+  explicit CudaLocalStep(const CudaKvBackend* pool) : pool_(pool) {}
+
+  // The last upload from the pinned staging has been read.
+  absl::Status StagingFree() {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_.get()));
+    return absl::OkStatus();
+  }
+  // Grows a buffer that captured graphs point into: a new generation when it moves.
+  absl::Status Grow(cuda::DeviceBuffer* buffer, size_t bytes, CUstream_st* stream) {
+    if (buffer->bytes() >= bytes) return absl::OkStatus();
+    ++generation_;
+    return cuda::EnsureCapacityOnStream(buffer, std::max(bytes, 2 * buffer->bytes()), stream);
+  }
+
+  const CudaKvBackend* pool_;
+  cuda::Event pool_writes_;  // the pool's host-path writes so far
+  cuda::Event uploaded_;     // the latest upload from host_
+  cuda::PinnedBuffer host_;  // int32 staging of the tables or store slots
+  std::vector<cuda::PinnedBuffer> retired_;
+  cuda::DeviceBuffer tables_;       // int32 [write slots][slot begins][slot ids]
+  cuda::DeviceBuffer workspace_;    // float [plan_.workspace_floats]
+  cuda::DeviceBuffer store_slots_;  // int32 [store_count_]
+  cuda::DeviceBuffer fence_;        // a word that repeats_ steps clear between stores and attention
+  uint64_t generation_ = 0;
+  int32_t* write_slots_ = nullptr;
+  int32_t* slot_begin_ = nullptr;
+  int32_t* slot_ids_ = nullptr;
+  int64_t rows_ = 0;
+  bool repeats_ = false;
+  kc::DecodePlan plan_;
+  int64_t store_count_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<LocalKvStep>> CudaKvBackend::NewLocalStep() {
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaLocalStep> step, CudaLocalStep::Create(this));
+  return std::unique_ptr<LocalKvStep>(std::move(step));
+}
 
 absl::StatusOr<std::unique_ptr<DeviceKvLane>> CudaKvBackend::NewDeviceLane(int max_chunks) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaKvLane> lane, CudaKvLane::Create(this, max_chunks));

@@ -75,6 +75,34 @@ class DeviceKvLane {
   virtual absl::StatusOr<absl::Duration> TakeBusy() = 0;
 };
 
+// A compute node's own pool on its GPU (local attention): a decode step's attention queued on the
+// caller's stream, with no host wait and no host work per layer, so that it can be captured into
+// the step's CUDA graph. Each caller (a compute node's lane) has its own: the step's tables are its.
+// Thread-compatible; QueueLayer and QueueStore touch nothing of the pool's bookkeeping.
+class LocalKvStep {
+ public:
+  virtual ~LocalKvStep() = default;
+  // The step's tables, for `padded_rows` (>= write_slots.size()) rows: row s writes its new k/v at
+  // write_slots[s] and attends to slot_ids[slot_begin[s] .. slot_begin[s + 1]); rows past the
+  // last write and read a scratch slot of the pool's own. Their upload is queued on `stream`,
+  // after the pool's host-path writes. `repeats`: some sequence has several rows, each attending
+  // over the ones before it, so each layer's stores finish before its attention starts.
+  virtual absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
+                               absl::Span<const int64_t> slot_begin, int64_t padded_rows, bool repeats,
+                               CUstream_st* stream) = 0;
+  // What a QueueLayer captured into a graph holds of the tables (their plan and addresses): a graph
+  // captured under another key must not be replayed after this SetStep.
+  virtual uint64_t graph_key() const = 0;
+  // Layer `layer` of the step: each row's k/v (rows of `qkv` in `layout`, device memory) stored at
+  // its write slot, then its attention into row s of `out` [padded_rows, out_stride].
+  virtual absl::Status QueueLayer(int64_t layer, const float* qkv, const QkvLayout& layout, float* out,
+                                  int64_t out_stride, CUstream_st* stream) = 0;
+  // A prefill's k/v: row r of the following QueueStore calls goes to slots[r]; upload queued on
+  // `stream`.
+  virtual absl::Status SetStoreSlots(absl::Span<const int32_t> slots, CUstream_st* stream) = 0;
+  virtual absl::Status QueueStore(int64_t layer, const float* qkv, const QkvLayout& layout, CUstream_st* stream) = 0;
+};
+
 class KvBackend {
  public:
   virtual ~KvBackend() = default;
@@ -87,6 +115,11 @@ class KvBackend {
   // (a memory node under rotation over two compute GPUs stalled so at 512 requests in flight).
   virtual absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane(int max_chunks) {
     return absl::FailedPreconditionError("the KV pool is on the CPU: no device-side decode");
+  }
+
+  // A new caller of local attention on the pool's GPU; FailedPrecondition on the CPU.
+  virtual absl::StatusOr<std::unique_ptr<LocalKvStep>> NewLocalStep() {
+    return absl::FailedPreconditionError("the KV pool is on the CPU: no local device steps");
   }
 
   // Writes one layer's k and v rows (heads first, `row_stride` floats apart) at `slots`.

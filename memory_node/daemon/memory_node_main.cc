@@ -27,38 +27,11 @@
 #include "grpcpp/grpcpp.h"
 #include "lamina/v1/node.grpc.pb.h"
 #include "memory_node/attention/attention_executor.h"
+#include "memory_node/daemon/kv_pool_service.h"
 #include "memory_node/data_plane/attention_server.h"
 
 namespace lamina {
 namespace {
-
-class MemoryNodeService final : public lamina::v1::MemoryNode::Service {
- public:
-  MemoryNodeService(AttentionExecutor* executor, std::mutex* mu) : executor_(executor), mu_(mu) {}
-
-  grpc::Status FreeSequences(grpc::ServerContext*, const lamina::v1::FreeSequencesRequest* request,
-                             lamina::v1::FreeSequencesResponse* response) override {
-    std::lock_guard<std::mutex> lock(*mu_);
-    for (int64_t seq : request->seq_ids()) executor_->Free(seq);
-    response->set_kv_free_slots(executor_->num_free_slots());
-    response->set_num_sequences(executor_->num_sequences());
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ForkSequence(grpc::ServerContext*, const lamina::v1::ForkSequenceRequest* request,
-                            lamina::v1::ForkSequenceResponse* response) override {
-    std::lock_guard<std::mutex> lock(*mu_);
-    absl::Status status =
-        executor_->Fork(request->from_seq_id(), request->to_seq_id(), request->length() > 0 ? request->length() : -1);
-    if (!status.ok()) return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-    response->set_kv_free_slots(executor_->num_free_slots());
-    return grpc::Status::OK;
-  }
-
- private:
-  AttentionExecutor* executor_;
-  std::mutex* mu_;
-};
 
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology", "name"}, {}));
@@ -89,7 +62,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                               {config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads},
                               executor.get(), &executor_mu, executor.get()));
 
-  MemoryNodeService service(executor.get(), &executor_mu);
+  KvPoolService service(executor.get(), &executor_mu);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
   lamina::v1::RegisterRequest registration;

@@ -2,12 +2,12 @@
 //   1. The per-layer round trip of decode attention over the tcp data plane (RemoteAttention ->
 //      loopback -> AttentionServer -> executor) against calling the same executor in process,
 //      at several batch sizes, for the demo model's layer shape.
-//   2. The tokens/s of a real cluster (`lamina up`, separate processes) against single-process
-//      mode on the same prompts.
+//   2. The tokens/s of real clusters (`lamina up`, separate processes) against single-process
+//      mode on the same prompts: offloaded to two memory nodes, and with local attention.
 //   3. Chunked prefill against whole prompts (`scheduler.chunked_prefill`), on clusters with a
 //      small token budget: the gaps between the tokens of requests decoding while long prompts
 //      arrive, the long prompts' time to first token, and the tokens/s of all.
-// Usage: lamina-bench-cluster [--requests N] [--tokens N] [--budget TOKENS]
+// Usage: lamina-bench-cluster [--requests N] [--tokens N] [--prompt-tokens N] [--budget TOKENS]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -103,14 +103,49 @@ void RoundTrips(const ModelConfig& c) {
   }
 }
 
-void Throughput(int num_requests, int tokens) {
+// Tokens/s of `requests` sent at once to a cluster started with `options`; 0 when it fails.
+double ClusterTokensPerSecond(const testing::ClusterOptions& options, const std::vector<GenerationRequest>& requests) {
+  auto cluster = testing::ClusterHarness::Start(options);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(cluster.status().message()).c_str());
+    return 0;
+  }
+  std::vector<std::thread> threads;
+  std::vector<int64_t> counts(requests.size(), 0);
+  const auto start = Clock::now();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] {
+      lamina::v1::GenerateRequest r;
+      for (int32_t id : requests[i].prompt) r.mutable_token_ids()->add_ids(id);
+      r.set_max_tokens(requests[i].max_tokens);
+      r.set_ignore_eos(true);
+      (*cluster)->client().Generate(r, [&](const lamina::v1::GenerateResponse& resp) { counts[i] += resp.token_ids_size(); }).IgnoreError();
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double seconds = Seconds(start);
+  int64_t generated = 0;
+  for (int64_t n : counts) generated += n;
+  return generated / seconds;
+}
+
+// Single-process mode against clusters on the same prompts (`prompt_tokens` tokens each, or the
+// demo's short sentences with 0): one compute node with two memory nodes, and one compute node
+// attending in its own pool (local attention).
+void Throughput(int num_requests, int tokens, int prompt_tokens) {
   auto local = LocalCluster::Load(testing::ModelDir("lamina-demo-6m"));
   if (!local.ok()) return;
   const std::vector<std::string> texts = {"Attention offloading", "The memory devices", "FlashAttention",
                                           "In this paper, we"};
   std::vector<GenerationRequest> requests(num_requests);
   for (int i = 0; i < num_requests; ++i) {
-    requests[i].prompt = (*local)->tokenizer().EncodePrompt(texts[i % texts.size()]);
+    if (prompt_tokens > 0) {
+      for (int t = 0; t < prompt_tokens; ++t) {
+        requests[i].prompt.push_back(static_cast<int32_t>((i * 7919 + t * 31 + 1) % (*local)->config().vocab_size));
+      }
+    } else {
+      requests[i].prompt = (*local)->tokenizer().EncodePrompt(texts[i % texts.size()]);
+    }
     requests[i].max_tokens = tokens;
     requests[i].ignore_eos = true;
   }
@@ -118,33 +153,22 @@ void Throughput(int num_requests, int tokens) {
   int64_t generated = 0;
   if (!(*local)->Generate(requests, [&](const TokenEvent&) { ++generated; }).ok()) return;
   const double local_tps = generated / Seconds(start);
+  local->reset();  // its threads would compete with the clusters'
 
-  auto cluster = testing::ClusterHarness::Start({});
-  if (!cluster.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(cluster.status().message()).c_str());
-    return;
-  }
-  std::vector<std::thread> threads;
-  std::vector<int64_t> counts(num_requests, 0);
-  start = Clock::now();
-  for (int i = 0; i < num_requests; ++i) {
-    threads.emplace_back([&, i] {
-      lamina::v1::GenerateRequest r;
-      for (int32_t id : requests[i].prompt) r.mutable_token_ids()->add_ids(id);
-      r.set_max_tokens(tokens);
-      r.set_ignore_eos(true);
-      (*cluster)->client().Generate(r, [&](const lamina::v1::GenerateResponse& resp) { counts[i] += resp.token_ids_size(); }).IgnoreError();
-    });
-  }
-  for (auto& t : threads) t.join();
-  const double cluster_seconds = Seconds(start);
-  int64_t cluster_generated = 0;
-  for (int64_t n : counts) cluster_generated += n;
-  const double cluster_tps = cluster_generated / cluster_seconds;
-  std::printf("\n%d requests x %d tokens, demo model\n", num_requests, tokens);
-  std::printf("%-40s %10.0f tokens/s\n", "single process (in-process attention)", local_tps);
-  std::printf("%-40s %10.0f tokens/s  (%.2fx single process)\n", "cluster: 1 compute + 2 memory processes", cluster_tps,
-              cluster_tps / local_tps);
+  testing::ClusterOptions offloaded;
+  testing::ClusterOptions own_pool;
+  own_pool.memory_nodes = 0;
+  own_pool.compute_kv_capacity_tokens = 2 * num_requests * (std::max(prompt_tokens, 16) + tokens);
+  offloaded.kv_capacity_tokens = own_pool.compute_kv_capacity_tokens;
+  const double offloaded_tps = ClusterTokensPerSecond(offloaded, requests);
+  const double own_pool_tps = ClusterTokensPerSecond(own_pool, requests);
+  std::printf("\n%d requests x %d tokens, prompts of %s, demo model\n", num_requests, tokens,
+              prompt_tokens > 0 ? absl::StrCat(prompt_tokens, " tokens").c_str() : "a few words");
+  std::printf("%-52s %10.0f tokens/s\n", "single process (in-process attention)", local_tps);
+  std::printf("%-52s %10.0f tokens/s  (%.2fx single process)\n", "cluster: 1 compute + 2 memory processes",
+              offloaded_tps, offloaded_tps / local_tps);
+  std::printf("%-52s %10.0f tokens/s  (%.2fx single process)\n", "cluster: 1 compute process, local attention",
+              own_pool_tps, own_pool_tps / local_tps);
 }
 
 // What one run of the mixed load came to.
@@ -272,11 +296,12 @@ void ChunkedPrefill(int budget) {
 }
 
 int Main(int argc, char** argv) {
-  int requests = 16, tokens = 64, budget = 64;
+  int requests = 16, tokens = 64, budget = 64, prompt_tokens = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--requests") == 0) requests = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--budget") == 0) budget = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--prompt-tokens") == 0) prompt_tokens = std::atoi(argv[i + 1]);
   }
   std::printf("lamina-bench-cluster; command: ");
   for (int i = 0; i < argc; ++i) std::printf("%s ", argv[i]);
@@ -284,7 +309,7 @@ int Main(int argc, char** argv) {
   auto config = LoadModelConfig(testing::ModelDir("lamina-demo-6m"));
   if (!config.ok()) return 1;
   RoundTrips(*config);
-  Throughput(requests, tokens);
+  Throughput(requests, tokens, prompt_tokens);
   ChunkedPrefill(budget);
   return 0;
 }

@@ -77,7 +77,8 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
                   "\n  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: 1500\n  prefix_caching: ",
                   options.prefix_caching ? "true" : "false", "\n  stagger: ", options.stagger ? "true" : "false",
                   "\n  max_tokens_per_iteration: ", options.max_tokens_per_iteration,
-                  "\n  chunked_prefill: ", options.chunked_prefill ? "true" : "false", "\nnodes:\n");
+                  "\n  chunked_prefill: ", options.chunked_prefill ? "true" : "false",
+                  options.placement.empty() ? "" : "\n  placement: " + options.placement, "\nnodes:\n");
   for (int i = 0; i < options.compute_nodes; ++i) {
     const std::string device = i < static_cast<int>(options.compute_devices.size()) ? options.compute_devices[i]
                                                                                     : options.device;
@@ -85,6 +86,9 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
                     "\n    port: ", FreePort(), "\n    data_port: ", FreePort(), "\n");
     if (options.chunk_rows) absl::StrAppend(&yaml, "    chunk_rows: ", *options.chunk_rows, "\n");
     if (options.line_rows) absl::StrAppend(&yaml, "    line_rows: ", *options.line_rows, "\n");
+    if (options.compute_kv_capacity_tokens > 0) {
+      absl::StrAppend(&yaml, "    kv_capacity_tokens: ", options.compute_kv_capacity_tokens, "\n");
+    }
   }
   for (int i = 0; i < options.memory_nodes; ++i) {
     const std::string device = i < static_cast<int>(options.memory_devices.size()) ? options.memory_devices[i]

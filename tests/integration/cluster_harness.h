@@ -35,6 +35,8 @@ struct ClusterOptions {
   int max_tokens_per_iteration = 4096;         // and its `scheduler.max_tokens_per_iteration`
   bool chunked_prefill = true;                 // and its `scheduler.chunked_prefill`
   int compute_nodes = 1;
+  int64_t compute_kv_capacity_tokens = 0;  // > 0: each compute node's own pool (local attention)
+  std::string placement;                   // set: the topology's `scheduler.placement`
   std::optional<int64_t> chunk_rows;  // set: the compute nodes' `chunk_rows`
   std::optional<int64_t> line_rows;   // set: the compute nodes' `line_rows`
   bool http = false;                  // the coordinator serves OpenAI's HTTP API (`http_port`)

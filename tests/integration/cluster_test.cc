@@ -777,7 +777,9 @@ nodes:
       {"    kv_capacity_tokens: 1024", "    kv_capacity_tokens: 1024\n    kv_dtype: float32\n    device: cuda:0",
        "topology.yaml:13: nodes[1].kv_dtype: float32 is for the CPU; a GPU's KV pool is bfloat16 or float8_e4m3"},
       {"    role: compute", "    role: compute\n    kv_dtype: bfloat16",
-       "topology.yaml:7: nodes[0].kv_dtype: only memory nodes have this field"},
+       "topology.yaml:7: nodes[0].kv_dtype: a compute node's kv_dtype needs its kv_capacity_tokens"},
+      {"    role: compute", "    role: compute\n    transport: tcp",
+       "topology.yaml:7: nodes[0].transport: only memory nodes have this field"},
   };
   for (const Case& c : cases) {
     std::string yaml = good;

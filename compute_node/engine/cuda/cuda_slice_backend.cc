@@ -116,6 +116,7 @@ absl::Status CudaSliceBackend::Reserve(int64_t tokens) {
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attn_out_.data(), 0, attn_out_.bytes(), stream()));
   capacity_ = n;
   graphs_.clear();  // they hold the old buffers' addresses
+  step_graphs_.clear();
   return absl::OkStatus();
 }
 
@@ -127,7 +128,75 @@ absl::Status CudaSliceBackend::QueuePositions(absl::Span<const int32_t> position
 
 void CudaSliceBackend::BeginPass(int64_t rows) {
   tokens_in_batch_ = padded_ = rows;
-  graphed_ = attn_out_on_host_ = qkv_staged_ = false;
+  graphed_ = attn_out_on_host_ = qkv_staged_ = logits_ready_ = false;
+}
+
+absl::StatusOr<int64_t> CudaSliceBackend::BeginLocalStep(absl::Span<const int32_t> tokens,
+                                                         absl::Span<const int32_t> positions) {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  if (busy_ != nullptr) {
+    clock_.Clear();
+    LAMINA_RETURN_IF_ERROR(clock_.Mark(true, stream()));
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t bucket = use_graphs_ ? GraphBucket(n) : 0;
+  // Room for every bucket at once, so that a larger batch does not move the buffers that the
+  // smaller buckets' graphs use.
+  LAMINA_RETURN_IF_ERROR(Reserve(bucket > 0 ? kLargestBucket : n));
+  // The staging buffers may still feed an abandoned batch's copies.
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  const int64_t rows = bucket > 0 ? bucket : n;
+  int32_t* host_tokens = host_tokens_.as<int32_t>();
+  int32_t* host_positions = host_positions_.as<int32_t>();
+  std::copy(tokens.begin(), tokens.end(), host_tokens);
+  std::copy(positions.begin(), positions.end(), host_positions);
+  std::fill(host_tokens + n, host_tokens + rows, 0);
+  std::fill(host_positions + n, host_positions + rows, 0);
+  BeginPass(n);
+  padded_ = rows;
+  graphed_ = bucket > 0;
+  return rows;
+}
+
+absl::Status CudaSliceBackend::RunLocalStep(uint64_t attention_key, LayerAttention attention) {
+  LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const ModelConfig& c = config();
+  auto step = [&]() -> absl::Status {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens_.data(), host_tokens_.data(), padded_ * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, stream()));
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(positions_.data(), host_positions_.data(),
+                                                padded_ * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
+    LAMINA_RETURN_IF_ERROR(EmbedAndProject());
+    for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+      LAMINA_RETURN_IF_ERROR(attention(layer));
+      if (layer + 1 < c.num_layers) LAMINA_RETURN_IF_ERROR(Middle(layer + 1));
+    }
+    return LogitsForAllRows();
+  };
+  if (!graphed_) {
+    LAMINA_RETURN_IF_ERROR(step());
+    logits_ready_ = true;
+    return absl::OkStatus();
+  }
+  const auto key = std::make_pair(padded_, attention_key);
+  if (auto it = step_graphs_.find(key); it != step_graphs_.end()) {
+    LAMINA_RETURN_IF_ERROR(it->second.Launch(stream()));
+    logits_ready_ = true;
+    return absl::OkStatus();
+  }
+  // The first run is eager (see RunGraphed), then the step is captured for next time.
+  LAMINA_RETURN_IF_ERROR(step());
+  logits_ready_ = true;
+  absl::StatusOr<cuda::Graph> graph = cuda::Graph::Capture(stream(), step);
+  if (!graph.ok()) {
+    std::fprintf(stderr, "CUDA graph capture failed, decoding without graphs from now on: %s\n",
+                 std::string(graph.status().message()).c_str());
+    use_graphs_ = false;
+    return absl::OkStatus();
+  }
+  if (step_graphs_.size() >= kMostStepGraphs) step_graphs_.clear();
+  step_graphs_.emplace(key, *std::move(graph));
+  return absl::OkStatus();
 }
 
 absl::Status CudaSliceBackend::SetBatch(absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions) {
@@ -263,7 +332,7 @@ absl::Status CudaSliceBackend::RunFirst(absl::Span<const int32_t> tokens, absl::
   tokens_in_batch_ = n;
   padded_ = bucket;
   graphed_ = true;
-  attn_out_on_host_ = false;
+  attn_out_on_host_ = logits_ready_ = false;
   LAMINA_RETURN_IF_ERROR(RunGraphed(0, [&]() -> absl::Status {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens_.data(), host_tokens_.data(), bucket * sizeof(int32_t),
                                                 cudaMemcpyHostToDevice, stream()));
@@ -303,6 +372,11 @@ absl::Status CudaSliceBackend::RunMiddle(int64_t slice) {
 absl::Status CudaSliceBackend::RunLastSlice(absl::Span<const int64_t> rows, std::vector<int32_t>* logits_rows) {
   const ModelConfig& c = config();
   logits_rows->clear();
+  if (logits_ready_) {  // RunLocalStep computed every row's; rows[i] is read in place
+    logits_ready_ = false;
+    logits_rows->assign(rows.begin(), rows.end());
+    return absl::OkStatus();
+  }
   if (graphed_ && (attn_out_on_host_ || attention_on_device_)) {
     // Logits for every padded row; rows[i] is read in place.
     const bool upload = attn_out_on_host_;

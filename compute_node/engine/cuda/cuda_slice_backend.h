@@ -73,6 +73,12 @@ class CudaSliceBackend : public SliceBackend {
     return {qkv_.as<float>(), attn_out_.as<float>(), stream(), residual_.as<float>()};
   }
 
+  // A whole decode step with attention on this GPU (SliceBackend::BeginLocalStep): with `graphs`,
+  // one graph per (bucket, attention key), at most kMostStepGraphs kept.
+  absl::StatusOr<int64_t> BeginLocalStep(absl::Span<const int32_t> tokens,
+                                         absl::Span<const int32_t> positions) override;
+  absl::Status RunLocalStep(uint64_t attention_key, LayerAttention attention) override;
+
   // Device-side steps, queued on stream() without synchronising.
   // Copies the batch's tokens and positions in (from pageable memory: synchronous for the host).
   absl::Status SetBatch(absl::Span<const int32_t> tokens, absl::Span<const int32_t> positions);
@@ -133,6 +139,11 @@ class CudaSliceBackend : public SliceBackend {
   bool attention_on_device_ = false;  // SetAttentionOnDevice
   // (bucket, slice, attention on device): with the host copies or without.
   std::map<std::tuple<int64_t, int64_t, bool>, cuda::Graph> graphs_;
+  // Whole local steps: (bucket, attention key). Keys of tables that moved are never used again, so
+  // past kMostStepGraphs the map starts afresh.
+  static constexpr size_t kMostStepGraphs = 64;
+  std::map<std::pair<int64_t, uint64_t>, cuda::Graph> step_graphs_;
+  bool logits_ready_ = false;  // RunLocalStep left every row's logits in logits_
   // Device activations.
   cuda::DeviceBuffer tokens_;      // int32 [capacity]
   cuda::DeviceBuffer positions_;   // int32 [capacity]

@@ -331,6 +331,73 @@ TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
               "nodes[0].data_port: 127.0.0.1:50165 is used twice in this topology");
 }
 
+// The demo topology with compute-0 given a pool of its own and the memory nodes taken away.
+std::string ComputeNodeAlone(const std::string& pool_lines) {
+  const std::string original = Original();
+  const std::string with_pool = WithComputeLine(original, pool_lines);
+  return with_pool.substr(0, with_pool.find("  - name: memory-0")) + "prices:\n  cpu: 0.05\n";
+}
+
+TEST(TopologyTest, AComputeNodeMayHoldAPoolOfItsOwnAndThenNeedsNoMemoryNode) {
+  auto alone = ParseTopology(ComputeNodeAlone("kv_capacity_tokens: 4096"), kPath);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  const NodeSpec* compute = alone->Find("compute-0");
+  EXPECT_TRUE(compute->holds_kv());
+  EXPECT_EQ(compute->kv_capacity_tokens, 4096);
+  EXPECT_EQ(compute->kv_dtype, "auto");
+  ASSERT_EQ(alone->KvNodes().size(), 1u);
+  EXPECT_EQ(alone->KvNodes()[0]->name, "compute-0");
+  EXPECT_EQ(alone->placement, "local_first");
+  // `auto` runs one batch: with every layer's attention on the compute node's own device, a
+  // second batch would only take turns with the first.
+  auto automatic = ParseTopology(absl::StrReplaceAll(ComputeNodeAlone("kv_capacity_tokens: 4096"),
+                                                     {{"pipelining: none\n", ""}}),
+                                 kPath);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->BatchesOn("compute-0"), 1);
+  EXPECT_FALSE(automatic->SecondBatchOnDemand());
+
+  auto bf16 = ParseTopology(ComputeNodeAlone("kv_capacity_tokens: 4096\n    kv_dtype: bfloat16"), kPath);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->Find("compute-0")->kv_dtype, "bfloat16");
+
+  // Beside memory nodes: all three hold KV caches.
+  auto hybrid = ParseTopology(WithComputeLine(Original(), "kv_capacity_tokens: 512"), kPath);
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+  EXPECT_EQ(hybrid->KvNodes().size(), 3u);
+  EXPECT_FALSE(ParseTopology(Original(), kPath)->Find("compute-0")->holds_kv());
+
+  ExpectError(ComputeNodeAlone("threads: 2"),
+              "nodes 'compute-0': no memory node holds its sequences' KV caches; give it a pool of its own "
+              "(kv_capacity_tokens) or add a memory node");
+  ExpectError(ComputeNodeAlone("kv_dtype: bfloat16"),
+              "nodes[0].kv_dtype: a compute node's kv_dtype needs its kv_capacity_tokens");
+  ExpectError(ComputeNodeAlone("kv_capacity_tokens: 4096\n    kv_dtype: fp4"), "nodes[0].kv_dtype: expected auto");
+  ExpectError(ComputeNodeAlone("kv_capacity_tokens: 0"), "nodes[0].kv_capacity_tokens: expected an integer from 1");
+  ExpectError(ComputeNodeAlone("transport: tcp"), "nodes[0].transport: only memory nodes have this field");
+}
+
+TEST(TopologyTest, PlacementIsASchedulerChoiceLocalFirstByDefault) {
+  const std::string hybrid = WithComputeLine(Original(), "kv_capacity_tokens: 512");
+  auto offload = ParseTopology(
+      absl::StrReplaceAll(hybrid, {{"  max_batch: 64\n", "  max_batch: 64\n  placement: offload_first\n"}}), kPath);
+  ASSERT_TRUE(offload.ok()) << offload.status();
+  EXPECT_EQ(offload->placement, "offload_first");
+  ExpectError(absl::StrReplaceAll(hybrid, {{"  max_batch: 64\n", "  max_batch: 64\n  placement: anywhere\n"}}),
+              "scheduler.placement: expected 'local_first' or 'offload_first', got 'anywhere'");
+}
+
+TEST(TopologyTest, RotationOverSeveralComputeNodesKeepsKvOnMemoryNodes) {
+  // Each batch's layers run on every compute node in turn: a pool of one of them cannot serve it.
+  const std::string second_compute =
+      "nodes:\n  - name: compute-1\n    role: compute\n    host: 127.0.0.1\n    port: 50165\n    data_port: 50166\n"
+      "    device: cpu\n\n";
+  const std::string rotating = absl::StrReplaceAll(
+      WithComputeLine(Original(), "data_port: 50167\n    kv_capacity_tokens: 512"),
+      {{"nodes:\n", second_compute}, {"pipelining: none", "pipelining: rotational"}});
+  ExpectError(rotating, "nodes 'compute-0'.kv_capacity_tokens: 'rotational' pipelining over 2 compute nodes");
+}
+
 TEST(TopologyTest, EveryBundledTopologyLoads) {
   int loaded = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(LAMINA_SOURCE_DIR) + "/deploy/topologies")) {

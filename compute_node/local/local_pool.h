@@ -1,0 +1,48 @@
+// A compute node's own KV pool (`kv_capacity_tokens` on its topology entry): the memory node's
+// AttentionExecutor on the compute node's device, shared by the node's lanes and by the
+// lamina.v1.MemoryNode service the coordinator frees and forks through.
+// Thread-safe: every use of the executor holds the pool's lock (With).
+#ifndef LAMINA_COMPUTE_NODE_LOCAL_LOCAL_POOL_H_
+#define LAMINA_COMPUTE_NODE_LOCAL_LOCAL_POOL_H_
+
+#include <memory>
+#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "common/threading/thread_pool.h"
+#include "memory_node/attention/attention_executor.h"
+
+namespace lamina {
+
+class LocalPool {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalPool>> Create(const AttentionExecutorOptions& options,
+                                                           ThreadPool* pool = &ThreadPool::Default());
+
+  // Runs `f(AttentionExecutor&)` holding the pool's lock; returns what it returns.
+  template <typename F>
+  auto With(F&& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return f(*executor_);
+  }
+  // The GPU the pool lives on; -1 on the CPU.
+  int device() const { return device_; }
+  const AttentionExecutorOptions& options() const { return options_; }
+  // The executor and its lock, for a service that takes both (memory_node/daemon/kv_pool_service.h).
+  AttentionExecutor* executor() { return executor_.get(); }
+  std::mutex* mu() { return &mu_; }
+
+ private:
+  LocalPool(const AttentionExecutorOptions& options, std::unique_ptr<AttentionExecutor> executor)
+      : options_(options), device_(options.cuda_device), executor_(std::move(executor)) {}
+
+  const AttentionExecutorOptions options_;
+  const int device_;
+  std::mutex mu_;
+  std::unique_ptr<AttentionExecutor> executor_ ABSL_PT_GUARDED_BY(mu_);
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_COMPUTE_NODE_LOCAL_LOCAL_POOL_H_

@@ -1,0 +1,31 @@
+// lamina.v1.MemoryNode over a KV pool: the coordinator's frees and forks of the sequences it placed
+// there. Served by memory nodes, and by compute nodes for a pool of their own.
+// Thread-safe: every call holds the pool's lock.
+#ifndef LAMINA_MEMORY_NODE_DAEMON_KV_POOL_SERVICE_H_
+#define LAMINA_MEMORY_NODE_DAEMON_KV_POOL_SERVICE_H_
+
+#include <mutex>
+
+#include "lamina/v1/node.grpc.pb.h"
+#include "memory_node/attention/attention_executor.h"
+
+namespace lamina {
+
+class KvPoolService final : public lamina::v1::MemoryNode::Service {
+ public:
+  // `executor` is used only while holding `mu`; both must outlive the service.
+  KvPoolService(AttentionExecutor* executor, std::mutex* mu) : executor_(executor), mu_(mu) {}
+
+  grpc::Status FreeSequences(grpc::ServerContext*, const lamina::v1::FreeSequencesRequest* request,
+                             lamina::v1::FreeSequencesResponse* response) override;
+  grpc::Status ForkSequence(grpc::ServerContext*, const lamina::v1::ForkSequenceRequest* request,
+                            lamina::v1::ForkSequenceResponse* response) override;
+
+ private:
+  AttentionExecutor* executor_;
+  std::mutex* mu_;
+};
+
+}  // namespace lamina
+
+#endif  // LAMINA_MEMORY_NODE_DAEMON_KV_POOL_SERVICE_H_
