@@ -86,6 +86,7 @@ BenchReport MakeReport(const WorkloadSpec& spec, const std::vector<RequestRecord
     NodeFigures f;
     f.name = n.name();
     f.memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;
+    f.holds_kv = n.kv_capacity_slots() > 0;
     auto it = earlier.find(n.name());
     if (it != earlier.end()) {
       const auto& a = it->second->load();
@@ -98,7 +99,7 @@ BenchReport MakeReport(const WorkloadSpec& spec, const std::vector<RequestRecord
         r.compute_ms_per_iteration = 1e3 * (b.busy_seconds() - a.busy_seconds()) / (b.busy_count() - a.busy_count());
       }
     }
-    if (f.memory) {
+    if (f.holds_kv) {
       int count = 0;
       for (const auto& sample : samples) {
         for (const auto& s : sample.nodes()) {
@@ -152,7 +153,7 @@ std::string FormatReport(const BenchReport& r) {
   absl::StrAppendFormat(&out, "%-14s %-8s %6s %14s\n", "node", "role", "busy", "KV mean/peak");
   for (const NodeFigures& n : r.nodes) {
     const std::string kv =
-        n.memory ? absl::StrFormat("%.0f%% / %.0f%%", 100 * n.kv_occupancy_mean, 100 * n.kv_occupancy_peak) : "-";
+        n.holds_kv ? absl::StrFormat("%.0f%% / %.0f%%", 100 * n.kv_occupancy_mean, 100 * n.kv_occupancy_peak) : "-";
     absl::StrAppendFormat(&out, "%-14s %-8s %5.0f%% %14s\n", n.name, n.memory ? "memory" : "compute",
                           100 * n.busy_fraction, kv);
   }
@@ -166,7 +167,7 @@ nlohmann::json ReportToJson(const BenchReport& r) {
   nlohmann::json nodes = nlohmann::json::array();
   for (const NodeFigures& n : r.nodes) {
     nlohmann::json node{{"name", n.name}, {"role", n.memory ? "memory" : "compute"}, {"busy_fraction", n.busy_fraction}};
-    if (n.memory) {
+    if (n.holds_kv) {
       node["kv_occupancy_mean"] = n.kv_occupancy_mean;
       node["kv_occupancy_peak"] = n.kv_occupancy_peak;
     }

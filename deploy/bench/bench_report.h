@@ -25,8 +25,9 @@ Percentiles Summarize(std::vector<double> values);
 struct NodeFigures {
   std::string name;
   bool memory = false;
+  bool holds_kv = false;         // a memory node, or a compute node with a pool of its own
   double busy_fraction = 0;      // Δbusy ÷ Δclock over the run, on the node's clock
-  double kv_occupancy_mean = 0;  // memory nodes: used ÷ capacity, sampled during the run
+  double kv_occupancy_mean = 0;  // nodes holding KV: used ÷ capacity, sampled during the run
   double kv_occupancy_peak = 0;
 };
 

@@ -26,9 +26,10 @@ absl::StatusOr<planner::Design> DesignOf(const Topology& topology, const PriceTa
   const NodeSpec* compute = topology.NodesOf(NodeKind::kCompute).front();
   LAMINA_ASSIGN_OR_RETURN(design.compute, table.Find(compute->price_kind));
   std::set<std::tuple<std::string, std::string, std::string>> devices;
-  for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) {
+  for (const NodeSpec* node : topology.KvNodes()) {  // memory nodes and compute nodes' own pools
     design.kv_capacity_tokens += node->kv_capacity_tokens;
-    if (node->host == compute->host && node->device == compute->device && node->price_kind == compute->price_kind) {
+    if (node->kind == NodeKind::kCompute ||
+        (node->host == compute->host && node->device == compute->device && node->price_kind == compute->price_kind)) {
       continue;
     }
     LAMINA_ASSIGN_OR_RETURN(design.memory, table.Find(node->price_kind));
@@ -43,10 +44,11 @@ absl::StatusOr<planner::Design> DesignOf(const Topology& topology, const PriceTa
   return design;
 }
 
-// The KV pool's dtype on the topology's first memory node (the planner models one for all).
+// The KV pool's dtype on the topology's first node holding KV caches (the planner models one for
+// all).
 absl::StatusOr<DType> KvDtypeOf(const Topology& topology, const ModelConfig& config) {
-  const NodeSpec* memory = topology.NodesOf(NodeKind::kMemory).front();
-  return ChooseKvDtype(memory->kv_dtype, config, memory->device != "cpu");
+  const NodeSpec* pool = topology.KvNodes().front();
+  return ChooseKvDtype(pool->kv_dtype, config, pool->device != "cpu");
 }
 
 double MeanContext(const ExperimentSpec& spec, int64_t context) {

@@ -698,7 +698,7 @@ class CudaLocalStep : public LocalKvStep {
     const int64_t entries = 2 * padded + 1 + ids;
     LAMINA_RETURN_IF_ERROR(StagingFree());
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, entries * sizeof(int32_t), &retired_));
-    LAMINA_RETURN_IF_ERROR(Grow(&tables_, entries * sizeof(int32_t), stream));
+    LAMINA_RETURN_IF_ERROR(Grow(&tables_, entries * sizeof(int32_t)));
     int32_t* h = host_.as<int32_t>();
     const int32_t scratch = pool_->scratch_slot();
     int32_t* begin = h + padded;
@@ -715,8 +715,7 @@ class CudaLocalStep : public LocalKvStep {
       begin[s + 1] = begin[s] + 1;
     }
     plan_ = pool_->Plan(padded, PlannedContext(max_context), pool_->num_sms());
-    LAMINA_RETURN_IF_ERROR(
-        Grow(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float), stream));
+    LAMINA_RETURN_IF_ERROR(Grow(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float)));
     // After the pool's host-path writes (prompts stored through host memory) that the step reads.
     LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, pool_writes_.get(), 0));
@@ -764,7 +763,7 @@ class CudaLocalStep : public LocalKvStep {
     if (store_count_ == 0) return absl::OkStatus();
     LAMINA_RETURN_IF_ERROR(StagingFree());
     LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, slots.size() * sizeof(int32_t), &retired_));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&store_slots_, slots.size() * sizeof(int32_t), stream));
+    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&store_slots_, slots.size() * sizeof(int32_t)));
     std::copy(slots.begin(), slots.end(), host_.as<int32_t>());
     LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
     LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, pool_writes_.get(), 0));
@@ -788,11 +787,12 @@ class CudaLocalStep : public LocalKvStep {
     LAMINA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_.get()));
     return absl::OkStatus();
   }
-  // Grows a buffer that captured graphs point into: a new generation when it moves.
-  absl::Status Grow(cuda::DeviceBuffer* buffer, size_t bytes, CUstream_st* stream) {
+  // Grows a buffer that captured graphs point into: a new generation when it moves. Not ordered on
+  // the caller's stream, which may be gone before this step (its buffers) is.
+  absl::Status Grow(cuda::DeviceBuffer* buffer, size_t bytes) {
     if (buffer->bytes() >= bytes) return absl::OkStatus();
     ++generation_;
-    return cuda::EnsureCapacityOnStream(buffer, std::max(bytes, 2 * buffer->bytes()), stream);
+    return cuda::EnsureCapacity(buffer, std::max(bytes, 2 * buffer->bytes()));
   }
 
   const CudaKvBackend* pool_;

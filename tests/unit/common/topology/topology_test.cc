@@ -24,6 +24,12 @@ std::string WithComputeLine(const std::string& topology, const std::string& line
                                          "    device: cpu\n    " + line + "\n\n  - name: memory-0"}});
 }
 
+// The demo topology without compute-0's own pool.
+std::string WithoutComputePool() {
+  return absl::StrReplaceAll(Original(), {{"    kv_capacity_tokens: 8192\n    device: cpu\n\n  - name: memory-0",
+                                           "    device: cpu\n\n  - name: memory-0"}});
+}
+
 absl::Status Parse(const std::string& text) { return ParseTopology(text, kPath).status(); }
 
 TEST(TopologyTest, TheDemoTopologyLoads) {
@@ -35,7 +41,7 @@ TEST(TopologyTest, TheDemoTopologyLoads) {
   ASSERT_EQ(t->NodesOf(NodeKind::kMemory).size(), 2u);
   EXPECT_EQ(t->Find("memory-1")->data_address(), "127.0.0.1:50182");
   EXPECT_EQ(t->Find("memory-1")->kv_capacity_tokens, 8192);
-  EXPECT_EQ(t->Find("memory-1")->line, 31);
+  EXPECT_EQ(t->Find("memory-1")->line, 32);
   EXPECT_NE(t->model_dir.find("deploy/models/lamina-demo-6m"), std::string::npos);
   EXPECT_EQ(t->prices.at("cpu"), 0.05);
 }
@@ -50,18 +56,18 @@ TEST(TopologyTest, ErrorsNameTheLineAndTheField) {
   const std::string original = Original();
   ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
                                               "    kv_capacity_tokens: 8192\n    colour: blue\n\n  - name: memory-1"}}),
-              "local-cpu.yaml:30: nodes[1].colour: unknown field");
+              "local-cpu.yaml:31: nodes[1].colour: unknown field");
   ExpectError(absl::StrReplaceAll(original, {{"port: 50171", "port: lots"}}),
-              "local-cpu.yaml:26: nodes[1].port: expected an integer from 1 to 65535, got 'lots'");
+              "local-cpu.yaml:27: nodes[1].port: expected an integer from 1 to 65535, got 'lots'");
   ExpectError(absl::StrReplaceAll(original, {{"name: memory-1", "name: memory-0"}}),
-              "local-cpu.yaml:31: nodes[2].name: duplicate node name 'memory-0'");
+              "local-cpu.yaml:32: nodes[2].name: duplicate node name 'memory-0'");
   ExpectError(absl::StrReplaceAll(original, {{"data_port: 50182", "data_port: 50172"}}),
-              "local-cpu.yaml:31: nodes[2].data_port: 127.0.0.1:50172 is used twice");
+              "local-cpu.yaml:32: nodes[2].data_port: 127.0.0.1:50172 is used twice");
   ExpectError(absl::StrReplaceAll(original, {{"model: ../models/lamina-demo-6m", "model: ../models/nope"}}),
               "local-cpu.yaml:3: model: '../models/nope'");
   ExpectError(absl::StrReplaceAll(original, {{"role: memory\n    host: 127.0.0.1\n    port: 50181",
                                               "role: storage\n    host: 127.0.0.1\n    port: 50181"}}),
-              "local-cpu.yaml:32: nodes[2].role: expected 'compute' or 'memory', got 'storage'");
+              "local-cpu.yaml:33: nodes[2].role: expected 'compute' or 'memory', got 'storage'");
   ExpectError(absl::StrReplaceAll(original, {{"max_batch: 64", "max_batch: [1, 2]"}}),
               "local-cpu.yaml:11: scheduler.max_batch: expected an integer");
   ExpectError(absl::StrReplaceAll(original, {{"pipelining: none", "pipelining: sideways"}}),
@@ -271,7 +277,7 @@ TEST(TopologyTest, ADecodeStepSendsItsDecodesAndABudgetOfContinuingPromptTokensA
 }
 
 TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
-  const std::string original = Original();
+  const std::string original = WithoutComputePool();  // rotation over two compute nodes refuses pools
   auto none = ParseTopology(original, kPath);
   ASSERT_TRUE(none.ok()) << none.status();
   ASSERT_EQ(none->BatchComputeNodes().size(), 1u);
@@ -331,10 +337,10 @@ TEST(TopologyTest, PipeliningPlacesItsBatchesOnComputeNodes) {
               "nodes[0].data_port: 127.0.0.1:50165 is used twice in this topology");
 }
 
-// The demo topology with compute-0 given a pool of its own and the memory nodes taken away.
+// The demo topology with compute-0 given `pool_lines` instead of its pool and the memory nodes
+// taken away.
 std::string ComputeNodeAlone(const std::string& pool_lines) {
-  const std::string original = Original();
-  const std::string with_pool = WithComputeLine(original, pool_lines);
+  const std::string with_pool = WithComputeLine(WithoutComputePool(), pool_lines);
   return with_pool.substr(0, with_pool.find("  - name: memory-0")) + "prices:\n  cpu: 0.05\n";
 }
 
@@ -361,11 +367,12 @@ TEST(TopologyTest, AComputeNodeMayHoldAPoolOfItsOwnAndThenNeedsNoMemoryNode) {
   ASSERT_TRUE(bf16.ok()) << bf16.status();
   EXPECT_EQ(bf16->Find("compute-0")->kv_dtype, "bfloat16");
 
-  // Beside memory nodes: all three hold KV caches.
-  auto hybrid = ParseTopology(WithComputeLine(Original(), "kv_capacity_tokens: 512"), kPath);
+  // Beside memory nodes (the demo): all three hold KV caches.
+  auto hybrid = ParseTopology(Original(), kPath);
   ASSERT_TRUE(hybrid.ok()) << hybrid.status();
   EXPECT_EQ(hybrid->KvNodes().size(), 3u);
-  EXPECT_FALSE(ParseTopology(Original(), kPath)->Find("compute-0")->holds_kv());
+  EXPECT_EQ(hybrid->Find("compute-0")->kv_capacity_tokens, 8192);
+  EXPECT_FALSE(ParseTopology(WithoutComputePool(), kPath)->Find("compute-0")->holds_kv());
 
   ExpectError(ComputeNodeAlone("threads: 2"),
               "nodes 'compute-0': no memory node holds its sequences' KV caches; give it a pool of its own "
@@ -378,7 +385,7 @@ TEST(TopologyTest, AComputeNodeMayHoldAPoolOfItsOwnAndThenNeedsNoMemoryNode) {
 }
 
 TEST(TopologyTest, PlacementIsASchedulerChoiceLocalFirstByDefault) {
-  const std::string hybrid = WithComputeLine(Original(), "kv_capacity_tokens: 512");
+  const std::string hybrid = Original();
   auto offload = ParseTopology(
       absl::StrReplaceAll(hybrid, {{"  max_batch: 64\n", "  max_batch: 64\n  placement: offload_first\n"}}), kPath);
   ASSERT_TRUE(offload.ok()) << offload.status();
@@ -393,7 +400,7 @@ TEST(TopologyTest, RotationOverSeveralComputeNodesKeepsKvOnMemoryNodes) {
       "nodes:\n  - name: compute-1\n    role: compute\n    host: 127.0.0.1\n    port: 50165\n    data_port: 50166\n"
       "    device: cpu\n\n";
   const std::string rotating = absl::StrReplaceAll(
-      WithComputeLine(Original(), "data_port: 50167\n    kv_capacity_tokens: 512"),
+      WithComputeLine(Original(), "data_port: 50167"),
       {{"nodes:\n", second_compute}, {"pipelining: none", "pipelining: rotational"}});
   ExpectError(rotating, "nodes 'compute-0'.kv_capacity_tokens: 'rotational' pipelining over 2 compute nodes");
 }
@@ -424,7 +431,7 @@ TEST(TopologyTest, PortInUseIsReportedWithItsLine) {
   absl::Status status = CheckPortsFree(*t);
   ::close(fd);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(status.message().find("local-cpu.yaml:31: nodes 'memory-1' data_port: port " +
+  EXPECT_NE(status.message().find("local-cpu.yaml:32: nodes 'memory-1' data_port: port " +
                                   std::to_string(t->nodes[2].data_port) + " is already in use"),
             std::string::npos)
       << status;
