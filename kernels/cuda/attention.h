@@ -233,13 +233,22 @@ absl::Status LinkedDecodeAttention(const AttentionShape& shape, const DecodePlan
                                    float* out, int64_t out_stride,  // [num_seqs, out_stride]
                                    int64_t num_seqs, float* workspace, const DecodeLink& link, cudaStream_t stream);
 
-// Causal self-attention over one prompt: query t attends to keys 0..t.
+// Causal self-attention over one prompt: query t attends to keys 0..t (the last `sliding_window`
+// of them when set). On the tensor cores: q, k and v rounded to bf16 (as the KV cache holds k and
+// v), products and softmax in float32. Rows must be 16-byte aligned (strides a multiple of 4
+// floats) and out's 8-byte aligned, else InvalidArgument.
 absl::Status PrefillAttention(const AttentionShape& shape,
                               const float* q, int64_t q_stride,  // [tokens, q_stride]
                               const float* k, const float* v,    // [tokens, kv_stride]
                               int64_t kv_stride,
                               float* out, int64_t out_stride,    // [tokens, out_stride]
                               int64_t num_tokens, cudaStream_t stream);
+
+// The same in float32 on the CUDA cores (no alignment needed): the reference the benchmarks and
+// tests compare the tensor-core kernel with.
+absl::Status PrefillAttentionOnCudaCores(const AttentionShape& shape, const float* q, int64_t q_stride,
+                                         const float* k, const float* v, int64_t kv_stride, float* out,
+                                         int64_t out_stride, int64_t num_tokens, cudaStream_t stream);
 
 // Writes k and v rows (float32, heads first) into the cache at the given slots, as bf16.
 absl::Status StoreKv(const float* k, const float* v, int64_t row_stride,  // [count, row_stride]

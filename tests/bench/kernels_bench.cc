@@ -7,7 +7,8 @@
 //  - decode attention at short contexts: a warp per (sequence, kv head) against a block each;
 //  - each compute-slice GEMM of a Llama-3-8B-shaped model: our cuBLASLt path (bf16 in, fp32 out,
 //    epilogue plans) against one plain cublasGemmEx call with the same types.
-//   lamina-bench-kernels [--sdpa sdpa.csv] [--out results.csv] [--only attention|float8|short|gemm]
+//   - causal prefill attention on the tensor cores against the float32 CUDA-core kernel;
+//   lamina-bench-kernels [--sdpa sdpa.csv] [--out results.csv] [--only attention|float8|short|gemm|prefill]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -369,11 +370,43 @@ absl::Status BenchGemms(double read_rate, FILE* csv, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+// Causal prefill attention of one prompt, 32 query heads and 8 kv heads of 128 (Llama-3-8B), on
+// the tensor cores against the float32 CUDA-core kernel, in the same run; TFLOP/s counts the
+// causal half of 4 x tokens^2 x head_dim per head.
+absl::Status BenchPrefill(FILE* csv, cudaStream_t stream) {
+  const kc::AttentionShape shape{32, 8, 128, 0};
+  const int64_t q_size = 32 * 128, kv_size = 8 * 128, stride = q_size + 2 * kv_size;
+  std::printf("\nPrefill attention of one prompt, 32/8 heads of 128: tensor cores against the CUDA cores\n");
+  std::printf("%8s %14s %14s %10s %12s\n", "tokens", "CUDA cores ms", "tensor ms", "speed-up", "TFLOP/s");
+  for (int64_t tokens : {512, 2048, 8192}) {
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer qkv, cuda::DeviceBuffer::Create(tokens * stride * sizeof(float)));
+    LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer out, cuda::DeviceBuffer::Create(tokens * q_size * sizeof(float)));
+    LAMINA_RETURN_IF_ERROR(kc::FillUniform(qkv.as<float>(), tokens * stride, 1.f, 5, stream));
+    const float* base = qkv.as<float>();
+    double ms[2];
+    for (int tensor = 0; tensor < 2; ++tensor) {
+      LAMINA_ASSIGN_OR_RETURN(ms[tensor], MedianMs([&] {
+        return tensor ? kc::PrefillAttention(shape, base, stride, base + q_size, base + q_size + kv_size, stride,
+                                             out.as<float>(), q_size, tokens, stream)
+                      : kc::PrefillAttentionOnCudaCores(shape, base, stride, base + q_size, base + q_size + kv_size,
+                                                        stride, out.as<float>(), q_size, tokens, stream);
+      }, stream, 10));
+    }
+    const double flops = 4.0 * tokens * tokens / 2 * 128 * 32;
+    std::printf("%8lld %14.3f %14.3f %9.2fx %12.1f\n", static_cast<long long>(tokens), ms[0], ms[1], ms[0] / ms[1],
+                flops / (ms[1] * 1e-3) / 1e12);
+    if (csv) std::fprintf(csv, "prefill,%lld,%.4f,%.4f,%.3f\n", static_cast<long long>(tokens), ms[0], ms[1], ms[0] / ms[1]);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"sdpa", "out", "only"}, {}));
   const std::string only = flags.String("only", "");
-  if (!only.empty() && only != "attention" && only != "float8" && only != "short" && only != "gemm") {
-    return absl::InvalidArgumentError(absl::StrCat("--only ", only, ": expected attention, float8, short or gemm"));
+  if (!only.empty() && only != "attention" && only != "float8" && only != "short" && only != "gemm" &&
+      only != "prefill") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--only ", only, ": expected attention, float8, short, gemm or prefill"));
   }
   auto runs = [&only](const char* part) { return only.empty() || only == part; };
   LAMINA_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
@@ -389,6 +422,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (status.ok() && runs("float8")) status = BenchFloat8(read_rate, csv, stream.get());
   if (status.ok() && runs("short")) status = BenchShortContexts(csv, stream.get());
   if (status.ok() && runs("gemm")) status = BenchGemms(read_rate, csv, stream.get());
+  if (status.ok() && runs("prefill")) status = BenchPrefill(csv, stream.get());
   if (csv) std::fclose(csv);
   return status;
 }
