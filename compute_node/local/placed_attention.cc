@@ -70,32 +70,38 @@ absl::Status PlacedAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
     return local_->With([&](AttentionExecutor& e) { return e.Decode(layer, entries, qkv, layout, out, out_stride); });
   }
   if (local_rows_.empty()) return remote_->Decode(layer, entries, qkv, layout, out, out_stride);
-  LAMINA_RETURN_IF_ERROR(DecodeRows(false, layer, entries, remote_rows_, qkv, layout, out, out_stride));
-  return DecodeRows(true, layer, entries, local_rows_, qkv, layout, out, out_stride);
+  // The remote rows leave first; the local ones are attended while the memory nodes work on theirs.
+  Gather(entries, remote_rows_, qkv, layout, &remote_part_);
+  const absl::Status sent = remote_->SendDecode(layer, remote_part_.entries, remote_part_.qkv.data(), layout);
+  Gather(entries, local_rows_, qkv, layout, &local_part_);
+  local_part_.out.resize(local_rows_.size() * out_stride);
+  const absl::Status local = local_->With([&](AttentionExecutor& e) {
+    return e.Decode(layer, local_part_.entries, local_part_.qkv.data(), layout, local_part_.out.data(), out_stride);
+  });
+  remote_part_.out.resize(remote_rows_.size() * out_stride);
+  const absl::Status gathered = remote_->GatherDecode(remote_part_.out.data(), out_stride);
+  LAMINA_RETURN_IF_ERROR(sent);
+  LAMINA_RETURN_IF_ERROR(gathered);
+  LAMINA_RETURN_IF_ERROR(local);
+  Scatter(local_part_, local_rows_, out, out_stride);
+  Scatter(remote_part_, remote_rows_, out, out_stride);
+  return absl::OkStatus();
 }
 
-absl::Status PlacedAttention::DecodeRows(bool local, int64_t layer,
-                                         absl::Span<const DecodeEntry> entries, const std::vector<size_t>& rows,
-                                         const float* qkv, const QkvLayout& layout, float* out, int64_t out_stride) {
-  const int64_t n = static_cast<int64_t>(rows.size());
-  part_entries_.clear();
-  part_qkv_.resize(n * layout.row_stride);
-  part_out_.resize(n * out_stride);
-  for (int64_t i = 0; i < n; ++i) {
-    part_entries_.push_back(entries[rows[i]]);
-    std::copy_n(qkv + rows[i] * layout.row_stride, layout.row_stride, part_qkv_.data() + i * layout.row_stride);
+void PlacedAttention::Gather(absl::Span<const DecodeEntry> entries, const std::vector<size_t>& rows, const float* qkv,
+                             const QkvLayout& layout, Part* part) {
+  part->entries.clear();
+  part->qkv.resize(rows.size() * layout.row_stride);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    part->entries.push_back(entries[rows[i]]);
+    std::copy_n(qkv + rows[i] * layout.row_stride, layout.row_stride, part->qkv.data() + i * layout.row_stride);
   }
-  if (local) {
-    LAMINA_RETURN_IF_ERROR(local_->With([&](AttentionExecutor& e) {
-      return e.Decode(layer, part_entries_, part_qkv_.data(), layout, part_out_.data(), out_stride);
-    }));
-  } else {
-    LAMINA_RETURN_IF_ERROR(remote_->Decode(layer, part_entries_, part_qkv_.data(), layout, part_out_.data(), out_stride));
+}
+
+void PlacedAttention::Scatter(const Part& part, const std::vector<size_t>& rows, float* out, int64_t out_stride) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(part.out.data() + i * out_stride, out_stride, out + rows[i] * out_stride);
   }
-  for (int64_t i = 0; i < n; ++i) {
-    std::copy_n(part_out_.data() + i * out_stride, out_stride, out + rows[i] * out_stride);
-  }
-  return absl::OkStatus();
 }
 
 void PlacedAttention::Free(SequenceId seq) {

@@ -3,7 +3,8 @@
 // as the coordinator placed it. A step's calls are split by place; a step whose sequences are all
 // local runs on the local pool alone (on a GPU as LocalDeviceDecode, the whole step one CUDA
 // graph), one whose sequences are all remote goes as RemoteAttention sends it (device links
-// included), and a step mixing both goes through host memory, the remote rows first.
+// included), and a step mixing both goes through host memory: each layer's remote rows leave
+// first, and the local ones are attended while the memory nodes work on theirs.
 // Thread-compatible: one step at a time (lanes each have their own; the pool is shared, locked).
 #ifndef LAMINA_COMPUTE_NODE_LOCAL_PLACED_ATTENTION_H_
 #define LAMINA_COMPUTE_NODE_LOCAL_PLACED_ATTENTION_H_
@@ -81,10 +82,14 @@ class PlacedAttention : public AttentionService, public DeviceDecode, public Loc
   PlacedAttention(LocalPool* local, std::string local_name, RemoteAttention* remote)
       : local_(local), local_name_(std::move(local_name)), remote_(remote) {}
   bool IsLocal(SequenceId seq) const { return local_ != nullptr && !remote_seqs_.contains(seq); }
-  // Decode for the rows `rows` of a mixed step, gathered into scratch and scattered back.
-  absl::Status DecodeRows(bool local, int64_t layer, absl::Span<const DecodeEntry> entries,
-                          const std::vector<size_t>& rows, const float* qkv, const QkvLayout& layout, float* out,
-                          int64_t out_stride);
+  // One side's rows of a mixed step: their entries, q/k/v and outputs, gathered apart.
+  struct Part {
+    std::vector<DecodeEntry> entries;
+    std::vector<float> qkv, out;
+  };
+  static void Gather(absl::Span<const DecodeEntry> entries, const std::vector<size_t>& rows, const float* qkv,
+                     const QkvLayout& layout, Part* part);
+  static void Scatter(const Part& part, const std::vector<size_t>& rows, float* out, int64_t out_stride);
 
   LocalPool* local_;
   std::string local_name_;
@@ -92,10 +97,9 @@ class PlacedAttention : public AttentionService, public DeviceDecode, public Loc
   std::unique_ptr<LocalKvStep> step_;  // on a GPU pool: this lane's tables
   absl::flat_hash_set<SequenceId> remote_seqs_;
   BusyMeter no_round_trips_;
-  // A mixed step's scratch: each side's entries, rows, gathered q/k/v and outputs.
-  std::vector<DecodeEntry> part_entries_;
+  // A mixed step's scratch: which rows are on each side, and each side's part.
   std::vector<size_t> local_rows_, remote_rows_;
-  std::vector<float> part_qkv_, part_out_;
+  Part local_part_, remote_part_;
 };
 
 }  // namespace lamina

@@ -221,9 +221,17 @@ absl::Status RemoteAttention::StoreKv(int64_t layer, SequenceId seq, int32_t fir
 
 absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
                                      const QkvLayout& layout, float* out, int64_t out_stride) {
-  ScopedBusy timed(&round_trips_);
-  ScopedPause waiting(computing_);
+  const absl::Status sent = SendDecode(layer, entries, qkv, layout);
+  const absl::Status gathered = GatherDecode(out, out_stride);
+  return sent.ok() ? gathered : sent;
+}
+
+absl::Status RemoteAttention::SendDecode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
+                                         const QkvLayout& layout) {
+  decode_sent_at_ = absl::Now();
+  decode_error_ = absl::OkStatus();
   ++next_tag_;
+  for (auto& [name, node] : nodes_) node.sent = false;
   LAMINA_RETURN_IF_ERROR(SplitByNode(entries));
   for (auto& [name, node] : nodes_) {
     if (node.rows.empty() || node.link_error.empty()) continue;
@@ -231,7 +239,6 @@ absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
     return absl::FailedPreconditionError(absl::StrCat("memory node '", name, "': no transport the topology allows ",
                                                       "opened (", node.link_error, ")"));
   }
-  absl::Status first_error;
   for (auto& [name, node] : nodes_) {
     if (node.rows.empty()) continue;
     node.send.clear();
@@ -245,8 +252,14 @@ absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
       w.PutBytes(row + layout.v_offset, shape_.kv_size * sizeof(float));
     }
     absl::Status status = SendTo(&node, ap::kDecode, {});
-    if (!status.ok() && first_error.ok()) first_error = status;
+    if (!status.ok() && decode_error_.ok()) decode_error_ = status;
   }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteAttention::GatherDecode(float* out, int64_t out_stride) {
+  ScopedPause waiting(computing_);
+  absl::Status first_error = decode_error_;
   // Every node works on its part at once; gather the outputs in turn.
   for (auto& [name, node] : nodes_) {
     if (!node.sent) continue;
@@ -265,6 +278,7 @@ absl::Status RemoteAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
                   shape_.q_size * sizeof(float));
     }
   }
+  round_trips_.Add(absl::Now() - decode_sent_at_);
   return first_error;
 }
 

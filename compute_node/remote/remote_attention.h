@@ -92,6 +92,13 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::Status StoreKv(int64_t layer, SequenceId seq, int32_t first_position, int64_t count, const float* k,
                        const float* v, int64_t row_stride) override;
   absl::Status FlushStores() override;
+  // Decode in two halves, so that the caller can work while the memory nodes attend: SendDecode
+  // sends each node its rows; GatherDecode (once after each SendDecode, even a failed one) waits
+  // for the outputs and writes them to `out` [entries, out_stride]. The first error of either,
+  // with failed nodes reported as for Decode.
+  absl::Status SendDecode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
+                          const QkvLayout& layout);
+  absl::Status GatherDecode(float* out, int64_t out_stride);
   absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv, const QkvLayout& layout,
                       float* out, int64_t out_stride) override;
   void Free(SequenceId seq) override;
@@ -191,6 +198,8 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   uint64_t next_tag_ = 1;
   BusyMeter round_trips_;
   BusyUnion* computing_ = nullptr;
+  absl::Time decode_sent_at_;   // SendDecode's start
+  absl::Status decode_error_;   // the first send's error, for GatherDecode
   // Device-side data planes.
   int device_ = -1;
   int64_t max_rows_ = 0;

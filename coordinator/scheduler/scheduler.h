@@ -22,10 +22,11 @@
 //   2. resumes the batch's preempted requests, then admits queued ones in the order its
 //      AdmissionPolicy picks (FIFO by default) while the batch limit, the batch's equal share of
 //      the sequences running or waiting, the per-iteration token budget (with chunked prefill,
-//      while any of it is left) and a memory node's free slots (counting every batch's sequences)
-//      allow (the node
-//      holding the longest cached prefix of the prompt, else the one with the most room); a
-//      request that could never fit was refused when submitted,
+//      while any of it is left) and a pool's free slots (counting every batch's sequences) allow.
+//      A pool is a memory node's, or the batch's own compute node's (local attention); the
+//      topology's placement ranks them (PlacementRank), then the one holding the longest cached
+//      prefix of the prompt, then the one with the most room, wins; a request that could never
+//      fit was refused when submitted,
 //   3. when a memory node would run dry in the step, evicts cached prefixes there and then
 //      preempts the batch's youngest request there (slots freed now, tokens kept, recomputed
 //      later: the output is the same), down to its last one, or to none while another batch
