@@ -6,10 +6,12 @@
 
 namespace lamina {
 
-NodeAgent::NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report)
+NodeAgent::NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report,
+                     std::function<void()> on_new_coordinator)
     : stub_(lamina::v1::Cluster::NewStub(CreateControlChannel(coordinator_address))),
       registration_(std::move(registration)),
-      report_(std::move(report)) {
+      report_(std::move(report)),
+      on_new_coordinator_(std::move(on_new_coordinator)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -41,6 +43,9 @@ void NodeAgent::Loop() {
       if (stub_->Register(&context, registration_, &response).ok()) {
         registered = true;
         if (response.heartbeat_interval_ms() > 0) interval_ms = response.heartbeat_interval_ms();
+        const uint64_t epoch = response.coordinator_epoch();
+        if (epoch_ != 0 && epoch != epoch_ && on_new_coordinator_) on_new_coordinator_();
+        epoch_ = epoch;
       }
       continue;  // the do-while sleeps, then heartbeats
     }

@@ -1,6 +1,7 @@
 // Keeps a node known to the coordinator: registers (retrying until the coordinator answers), then
 // sends a heartbeat every interval the coordinator asked for; registers again when the coordinator
-// answers that it does not know the node (it restarted, or declared the node dead).
+// answers that it does not know the node (it restarted, or declared the node dead), and says when
+// the coordinator is a new one.
 // Thread-safe; runs on its own thread until destroyed.
 #ifndef LAMINA_COMMON_RPC_NODE_AGENT_H_
 #define LAMINA_COMMON_RPC_NODE_AGENT_H_
@@ -22,7 +23,11 @@ class NodeAgent {
   // `report` fills a heartbeat's load figures (called on the agent's thread).
   using Report = std::function<void(lamina::v1::HeartbeatRequest*)>;
 
-  NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report);
+  // `on_new_coordinator` (may be empty) runs on the agent's thread when the node registers with a
+  // coordinator other than the one it registered with before (one that restarted): the node drops
+  // what it held for the old one's requests.
+  NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report,
+            std::function<void()> on_new_coordinator = nullptr);
   ~NodeAgent();
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
@@ -34,6 +39,8 @@ class NodeAgent {
   std::unique_ptr<lamina::v1::Cluster::Stub> stub_;
   lamina::v1::RegisterRequest registration_;
   Report report_;
+  std::function<void()> on_new_coordinator_;
+  uint64_t epoch_ = 0;  // the coordinator's last registered with; 0: none yet
   std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

@@ -262,7 +262,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     if (top.Has("scheduler")) {
       Fields s(top.Get("scheduler"), path, "scheduler",
                {"max_batch", "max_tokens_per_iteration", "heartbeat_interval_ms", "heartbeat_timeout_ms",
-                "prefix_caching", "step_timeout_ms", "rotational_above", "stagger", "chunked_prefill", "placement"});
+                "prefix_caching", "step_timeout_ms", "rotational_above", "stagger", "chunked_prefill", "placement",
+                "max_migrations", "shutdown_grace_s"});
       LAMINA_RETURN_IF_ERROR(s.CheckShape());
       const int64_t batch = t.max_batch, tokens = t.max_tokens_per_iteration, interval = t.heartbeat_interval_ms,
                     timeout = t.heartbeat_timeout_ms;
@@ -283,6 +284,11 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       const int64_t rotational_above = t.rotational_above;
       LAMINA_ASSIGN_OR_RETURN(int64_t v6, s.Integer("rotational_above", &rotational_above, 0, 1 << 24));
       t.rotational_above = static_cast<int>(v6);
+      const int64_t max_migrations = t.max_migrations, grace = t.shutdown_grace_s;
+      LAMINA_ASSIGN_OR_RETURN(int64_t v7, s.Integer("max_migrations", &max_migrations, 0, 1000));
+      LAMINA_ASSIGN_OR_RETURN(int64_t v8, s.Integer("shutdown_grace_s", &grace, 0, 86400));
+      t.max_migrations = static_cast<int>(v7);
+      t.shutdown_grace_s = static_cast<int>(v8);
       const std::string local_first = "local_first";
       LAMINA_ASSIGN_OR_RETURN(t.placement, s.String("placement", &local_first));
       if (t.placement != "local_first" && t.placement != "offload_first") {

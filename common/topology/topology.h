@@ -102,6 +102,12 @@ struct Topology {
   int heartbeat_timeout_ms = 3000;
   bool prefix_caching = true;  // keep prompt prefixes on memory nodes for reuse
   int step_timeout_ms = 30000;  // a step running longer is aborted (its batch ends UNAVAILABLE)
+  // A request whose node fails (its KV pool's, or its batch's compute node) is recomputed on the
+  // surviving pools, at most this many times; past that it ends with UNAVAILABLE.
+  int max_migrations = 3;
+  // On SIGTERM the coordinator stops admitting and lets requests in flight finish for this long
+  // before it stops.
+  int shutdown_grace_s = 30;
   // Batches in flight (the paper's staggered pipelining): `none`, one batch on the one compute
   // node; `fixed`, one batch per compute node; `rotational`, with one compute node two batches
   // alternating on it, and over R > 1 compute nodes R + 1 batches, slice k of batch j running on

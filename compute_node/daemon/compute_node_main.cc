@@ -182,6 +182,10 @@ absl::Status Run(const std::vector<std::string>& args) {
     load->set_busy_count(busy.count);
     load->set_round_trip_seconds(trips.busy_seconds);
     load->set_round_trips(trips.count);
+  }, [&] {
+    std::fprintf(stderr, "%s: a new coordinator: forgetting the last one's sequences\n", spec->name.c_str());
+    service.ForgetSequences();
+    if (local_pool != nullptr) local_pool->With([](AttentionExecutor& e) { e.FreeAll(); });
   });
 
   const std::string own_pool =

@@ -50,6 +50,11 @@ StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> r
   for (SliceRelay* relay : relays_) relay->set_compute_meter(&computing_);
 }
 
+void StepService::ForgetSequences() {
+  std::lock_guard<std::mutex> lock(sampling_mu_);
+  sampling_.clear();
+}
+
 double StepService::ComputingSeconds() const {
   const BusyMeter::Snapshot device = device_computing_.Read();
   return device.count > 0 ? device.busy_seconds : computing_.Read().busy_seconds;

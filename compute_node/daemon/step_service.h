@@ -54,6 +54,8 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   lamina::v1::StepResult RunPlan(const lamina::v1::StepPlan& plan, int lane = 0);
   // Frees every sequence of a plan whose result the coordinator will never read.
   void Abandon(const lamina::v1::StepPlan& plan, int lane);
+  // Drops every sequence's sampling state (a new coordinator knows none of them).
+  void ForgetSequences();
   // Plans run (count) and time spent running them, summed over lanes.
   const BusyMeter& busy() const { return busy_; }
   // Seconds computing, what is left idle showing the pipeline's bubbles: while at least one lane

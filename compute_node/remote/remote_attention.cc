@@ -161,8 +161,13 @@ absl::Status RemoteAttention::AwaitTagged(Node* node, uint64_t tag, const uint8_
   if (parsed.ok()) parsed = r.GetString(&message);
   if (!parsed.ok()) return Failed(node, parsed);
   if (code != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(code),
-                        absl::StrCat("memory node '", node->name, "': ", message));
+    // The node's state no longer matches the coordinator's (a node restarted and lost its
+    // sequences, say): reported failed like an unreachable one, so that only its sequences move,
+    // but its connection stays.
+    const absl::Status error(static_cast<absl::StatusCode>(code),
+                             absl::StrCat("memory node '", node->name, "': ", message));
+    failed_.emplace(node->name, std::string(error.message()));
+    return error;
   }
   *size = r.remaining();
   return r.GetBytes(*size, data);

@@ -1,14 +1,26 @@
 #include "coordinator/api/cluster_service.h"
 
+#include <random>
+
 #include "coordinator/api/generation_service.h"
 
 namespace lamina {
+
+ClusterService::ClusterService(std::string model_name, int heartbeat_interval_ms, Membership* membership,
+                               Scheduler* scheduler)
+    : model_name_(std::move(model_name)),
+      heartbeat_interval_ms_(heartbeat_interval_ms),
+      // Never 0, which a node takes for "no coordinator yet".
+      epoch_(std::random_device()() * uint64_t{4294967296} + std::random_device()() + 1),
+      membership_(membership),
+      scheduler_(scheduler) {}
 
 grpc::Status ClusterService::Register(grpc::ServerContext*, const lamina::v1::RegisterRequest* request,
                                       lamina::v1::RegisterResponse* response) {
   absl::Status status = membership_->Register(*request);
   if (!status.ok()) return ToGrpc(status);
   response->set_heartbeat_interval_ms(heartbeat_interval_ms_);
+  response->set_coordinator_epoch(epoch_);
   return grpc::Status::OK;
 }
 

@@ -13,9 +13,7 @@ namespace lamina {
 
 class ClusterService final : public lamina::v1::Cluster::Service {
  public:
-  ClusterService(std::string model_name, int heartbeat_interval_ms, Membership* membership, Scheduler* scheduler)
-      : model_name_(std::move(model_name)), heartbeat_interval_ms_(heartbeat_interval_ms), membership_(membership),
-        scheduler_(scheduler) {}
+  ClusterService(std::string model_name, int heartbeat_interval_ms, Membership* membership, Scheduler* scheduler);
 
   grpc::Status Register(grpc::ServerContext*, const lamina::v1::RegisterRequest* request,
                         lamina::v1::RegisterResponse* response) override;
@@ -27,6 +25,7 @@ class ClusterService final : public lamina::v1::Cluster::Service {
  private:
   std::string model_name_;
   int heartbeat_interval_ms_;
+  const uint64_t epoch_;  // this coordinator's (RegisterResponse.coordinator_epoch)
   Membership* membership_;
   Scheduler* scheduler_;
 };

@@ -79,8 +79,10 @@ grpc::Status GenerationService::ListModels(grpc::ServerContext*, const lamina::v
 grpc::Status GenerationService::Health(grpc::ServerContext*, const lamina::v1::HealthRequest*,
                                        lamina::v1::HealthResponse* response) {
   std::string why;
-  const bool serving = membership_->AllAlive(&why);
-  response->set_status(serving ? lamina::v1::HealthResponse::SERVING : lamina::v1::HealthResponse::NOT_SERVING);
+  const bool all_alive = membership_->AllAlive(&why);
+  response->set_status(all_alive               ? lamina::v1::HealthResponse::SERVING
+                       : membership_->CanServe() ? lamina::v1::HealthResponse::DEGRADED
+                                                 : lamina::v1::HealthResponse::NOT_SERVING);
   response->set_detail(why);
   return grpc::Status::OK;
 }

@@ -110,6 +110,15 @@ bool Membership::AllAlive(std::string* why) const {
   return problems.empty();
 }
 
+bool Membership::CanServe() const {
+  bool memory_alive = false;
+  for (const MemberInfo& m : Snapshot()) memory_alive |= m.alive() && m.spec.kind == NodeKind::kMemory;
+  for (const MemberInfo& m : Snapshot()) {
+    if (m.alive() && m.spec.kind == NodeKind::kCompute && (memory_alive || m.spec.holds_kv())) return true;
+  }
+  return false;
+}
+
 void Membership::Monitor() {
   for (;;) {
     std::vector<std::pair<std::string, std::string>> deaths;

@@ -59,6 +59,9 @@ class Membership {
   std::vector<MemberInfo> Snapshot() const;
   // True when every node of the topology is alive; otherwise `why` says which are not.
   bool AllAlive(std::string* why) const;
+  // Whether requests can still be served: a live compute node with a live KV pool it can use (a
+  // memory node, or its own).
+  bool CanServe() const;
 
  private:
   void Monitor();

@@ -1,7 +1,8 @@
 // lamina-coordinator: serves the client API (lamina.v1.Generation) and cluster membership
 // (lamina.v1.Cluster) on the topology's coordinator port, OpenAI's HTTP API on its http_port when
-// it has one, and drives the nodes. Stops cleanly on SIGINT or SIGTERM (requests in flight end
-// with UNAVAILABLE, or their HTTP connections close).
+// it has one, and drives the nodes. On SIGINT or SIGTERM it drains: admits nothing more, lets the
+// requests in flight finish for up to scheduler.shutdown_grace_s, then stops (requests still
+// running end with UNAVAILABLE).
 //
 //   lamina-coordinator --topology FILE
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "common/flags/flags.h"
 #include "common/http/http_server.h"
 #include "common/rpc/daemon.h"
+#include "common/rpc/signals.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/topology/topology.h"
@@ -60,7 +62,13 @@ absl::Status Run(const std::vector<std::string>& args) {
                                                     }));
     std::fprintf(stderr, "coordinator: OpenAI-compatible HTTP API on http://%s/v1\n", http->address().c_str());
   }
-  ServeUntilSignal(server.get(), absl::Seconds(2));
+  WaitForTerminationSignal();
+  std::fprintf(stderr, "coordinator: draining: no new requests; waiting up to %d s for those in flight\n",
+               topology.shutdown_grace_s);
+  const bool drained = scheduler.Drain(absl::Seconds(topology.shutdown_grace_s));
+  std::fprintf(stderr, "coordinator: %s\n",
+               drained ? "every request in flight finished; stopping" : "the grace period is over; stopping");
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   http.reset();       // hangs up open HTTP requests, which cancels them
   membership.Stop();  // no death callback may reach the scheduler while it is destroyed
   return absl::OkStatus();

@@ -32,6 +32,11 @@ void CoordinatorMetrics(const MetricsPageInputs& in, PrometheusText& out) {
              s.prefilled_tokens);
   out.Single("lamina_generation_tokens_total", kCounter, "Tokens generated.", m.generated_tokens);
   out.Single("lamina_preemptions_total", kCounter, "Samples preempted when a memory node ran dry.", s.preemptions);
+  out.Single("lamina_migrations_total", kCounter,
+             "Requests moved off a failed node and recomputed on a surviving pool.", m.migrations);
+  out.Single("lamina_migrations_refused_total", kCounter,
+             "Requests a failed node ended because they had moved scheduler.max_migrations times.",
+             m.migrations_refused);
   out.Single("lamina_iterations_total", kCounter, "Iterations (steps) that succeeded.", s.iterations);
   out.Single("lamina_iteration_seconds_total", kCounter, "Wall time of all iterations, plan sent to result read.",
              s.iteration_seconds);

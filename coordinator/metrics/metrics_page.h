@@ -14,7 +14,8 @@
 //   lamina_prompt_tokens_cached_total                of those, shared from the prefix cache
 //   lamina_prefill_tokens_total                      tokens prefilled (recomputation after preemption too)
 //   lamina_generation_tokens_total                   tokens generated
-//   lamina_preemptions_total, lamina_iterations_total, lamina_iteration_seconds_total,
+//   lamina_preemptions_total, lamina_migrations_total, lamina_migrations_refused_total,
+//   lamina_iterations_total, lamina_iteration_seconds_total,
 //   lamina_decoded_sequences_total                   the batching loop's work (ClusterStatus's fields)
 // Histograms (_bucket, _sum, _count): lamina_request_queue_time_seconds,
 //   lamina_time_to_first_token_seconds, lamina_inter_token_latency_seconds,

@@ -69,4 +69,9 @@ ServingMetrics::Snapshot ServingMetrics::Read() const {
   return now_;
 }
 
+void ServingMetrics::Migration(bool moved) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(moved ? now_.migrations : now_.migrations_refused);
+}
+
 }  // namespace lamina

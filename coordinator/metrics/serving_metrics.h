@@ -37,6 +37,9 @@ class ServingMetrics {
     // refusals at submission among them; and samples finished well, by finish reason ("stop",
     // "length", ...).
     std::map<std::string, int64_t> requests, samples;
+    // Requests moved off a failed node to be recomputed elsewhere, and those refused a move (past
+    // scheduler.max_migrations).
+    int64_t migrations = 0, migrations_refused = 0;
   };
 
   // A request left the queue for a batch, `cached` of its `prompt` tokens shared from the prefix cache.
@@ -49,6 +52,9 @@ class ServingMetrics {
   void RequestEnded(absl::StatusCode code, absl::Duration since_submitted, int64_t prompt, int64_t generated);
   // A request refused when submitted (never queued).
   void Refused(absl::StatusCode code);
+  // A request's node failed: it moved to be recomputed elsewhere (`moved`), or it was past its
+  // limit of moves.
+  void Migration(bool moved);
 
   Snapshot Read() const;
 

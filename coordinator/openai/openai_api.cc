@@ -202,6 +202,8 @@ void OpenAiApi::Handle(const HttpRequest& request, HttpResponder& responder) {
     if (!get) return wrong_method("GET");
     std::string why;
     if (membership_->AllAlive(&why)) return SendJson(responder, 200, {{"status", "serving"}});
+    // Some node down: serving on the survivors (200), or not at all (503).
+    if (membership_->CanServe()) return SendJson(responder, 200, {{"status", "degraded"}, {"detail", why}});
     return SendJson(responder, 503, {{"status", "not serving"}, {"detail", why}});
   }
   if (path == "/metrics") {

@@ -148,12 +148,38 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Enqueue(GenerationSpec
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+  if (stopping_ || draining_) return absl::UnavailableError("the coordinator is shutting down");
   auto handle = std::make_shared<RequestHandle>(next_id_++);
   queued_specs_[handle->id()] = std::move(spec);
   queue_.push_back(handle);
   wake_.notify_all();
   return handle;
+}
+
+bool Scheduler::Drain(absl::Duration grace) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    // Not admitted yet: they end now, and a client may send them elsewhere.
+    for (auto& handle : queue_) EndQueued(*handle, absl::UnavailableError("the coordinator is shutting down"));
+    queue_.clear();
+  }
+  wake_.notify_all();
+  const absl::Time deadline = absl::Now() + grace;
+  uint64_t first_pass;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first_pass = passes_;
+  }
+  for (;;) {
+    {
+      // Counted by a whole pass of the loop begun since draining started.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (passes_ >= first_pass + 2 && in_flight_ == 0) return true;
+    }
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 void Scheduler::OnNodeDeath(const std::string& node) {
@@ -309,18 +335,51 @@ void Scheduler::EndDeadAndCancelled() {
     orphans.insert(orphans.end(), cached.begin(), cached.end());
   }
   FreeOrphans();
-  std::vector<Sequence> keep;
+  std::vector<Sequence> keep, lost;
   for (Sequence& seq : batch_->running) {
-    if (!membership_->IsAlive(seq.request->memory_node)) {
-      Finish(seq, FinishReason::kNone,
-             absl::UnavailableError(absl::StrCat("memory node '", seq.request->memory_node, "' holding this request died")));
-    } else if (seq.request->handle->cancelled()) {
+    if (seq.request->handle->cancelled()) {
       Finish(seq, FinishReason::kNone, absl::CancelledError("cancelled by the client"));
+    } else if (!membership_->IsAlive(seq.request->memory_node)) {
+      lost.push_back(std::move(seq));  // its KV cache died with the node: recomputed elsewhere
     } else {
       keep.push_back(std::move(seq));
     }
   }
   batch_->running = std::move(keep);
+  Migrate(std::move(lost), batch_, absl::StrCat("its KV pool's node died"));
+}
+
+void Scheduler::Migrate(std::vector<Sequence> sequences, Batch* to, const std::string& why) {
+  // A request's samples move together, in the order they were admitted.
+  std::map<uint64_t, std::vector<Sequence>> by_request;
+  for (Sequence& seq : sequences) by_request[seq.request->admitted].push_back(std::move(seq));
+  for (auto it = by_request.rbegin(); it != by_request.rend(); ++it) {
+    std::vector<Sequence>& samples = it->second;
+    RequestState& request = *samples[0].request;
+    const std::string node = request.memory_node;
+    std::vector<int64_t> ids;
+    for (const Sequence& seq : samples) ids.push_back(seq.seq_id);
+    FreeSlots(node, ids);  // a dead node's are kept for when it registers again
+    if (request.migrations >= topology_.max_migrations) {
+      metrics_.Migration(false);
+      const absl::Status error = absl::UnavailableError(
+          absl::StrCat("node '", node, "' holding this request failed (", why, ") and it was moved ",
+                       request.migrations, " times already, the limit (scheduler.max_migrations)"));
+      for (Sequence& seq : samples) Finish(seq, FinishReason::kNone, error, {}, /*slots_freed=*/true);
+      continue;
+    }
+    ++request.migrations;
+    metrics_.Migration(true);
+    std::fprintf(stderr, "coordinator: request %llu moves off '%s' (%s): recomputed on a surviving pool\n",
+                 static_cast<unsigned long long>(request.handle->id()), node.c_str(), why.c_str());
+    for (Sequence& seq : samples) {
+      seq.prefilled = false;
+      seq.resume = !seq.output.empty();
+      seq.start_position = 0;
+      seq.chunk = 0;
+    }
+    to->preempted.push_front(std::move(samples));  // before requests preempted for room
+  }
 }
 
 void Scheduler::Admit() {
@@ -593,10 +652,11 @@ bool Scheduler::ResumePreempted() {
     int64_t need = 0;
     for (const Sequence& seq : samples) need += Footprint(seq) + 1;
     std::optional<MemberInfo> best;
-    int64_t best_room = -1;
+    int64_t best_room = -1, largest = 0;
     int best_rank = 0;
     for (const MemberInfo& m : membership_->Snapshot()) {
       if (!MayHold(m)) continue;
+      largest = std::max(largest, m.kv_capacity_slots);
       const int64_t room = m.kv_capacity_slots - NodeUse(m.spec.name);  // cached prefixes give way
       const int rank = PlacementRank(m, room, SlotsNeeded(samples[0].request->spec, config_));
       if (room >= need && (!best || rank < best_rank || (rank == best_rank && room > best_room))) {
@@ -604,6 +664,15 @@ bool Scheduler::ResumePreempted() {
         best_rank = rank;
         best_room = room;
       }
+    }
+    if (!best && largest < need) {
+      // No live pool could ever hold it (its pool died and the others are smaller, or none is
+      // left): it ends now rather than waiting on nothing.
+      const absl::Status error = absl::UnavailableError(absl::StrCat(
+          "no live KV pool can hold this request's ", need, " slots (the largest live one has ", largest, ")"));
+      for (Sequence& seq : samples) Finish(seq, FinishReason::kNone, error, {}, /*slots_freed=*/true);
+      batch_->preempted.pop_front();
+      continue;
     }
     if (!best) return false;  // wait for running requests to finish
     MakeRoom(best->spec.name, best->kv_capacity_slots, need);
@@ -752,15 +821,34 @@ void Scheduler::Loop() {
       Prepare();
     }
     std::vector<int64_t> per_batch;
-    for (const std::unique_ptr<Batch>& batch : batches_) per_batch.push_back(static_cast<int64_t>(batch->running.size()));
+    int64_t in_flight = 0;
+    for (const std::unique_ptr<Batch>& batch : batches_) {
+      per_batch.push_back(static_cast<int64_t>(batch->running.size()));
+      in_flight += static_cast<int64_t>(batch->running.size() + batch->preempted.size());
+    }
     std::lock_guard<std::mutex> lock(mu_);
     running_per_batch_ = std::move(per_batch);
+    in_flight_ = in_flight;
+    ++passes_;
   }
   for (const std::unique_ptr<Batch>& batch : batches_) {
     batch_ = batch.get();
     if (batch_->in_flight) Collect();  // aborted by the destructor: ends at once
   }
-  FailEverything(absl::UnavailableError("the coordinator is shutting down"));
+  FailEverything(absl::UnavailableError(
+      draining_ ? absl::StrCat("the coordinator stopped before this request finished (scheduler.shutdown_grace_s, ",
+                               topology_.shutdown_grace_s, " s)")
+                : std::string("the coordinator is shutting down")));
+}
+
+Scheduler::Batch* Scheduler::LiveBatch() const {
+  if (topology_.RotationReplicas() > 0) return nullptr;  // every batch runs on every compute node
+  Batch* best = nullptr;
+  for (const std::unique_ptr<Batch>& batch : batches_) {
+    if (batch.get() == batch_ || !batch->DeadComputeNode(*membership_).empty()) continue;
+    if (best == nullptr || batch->running.size() < best->running.size()) best = batch.get();
+  }
+  return best;
 }
 
 absl::Status Scheduler::DeadComputeNodeError() const {
@@ -774,6 +862,16 @@ absl::Status Scheduler::DeadComputeNodeError() const {
 void Scheduler::Prepare() {
   EndDeadAndCancelled();
   if (const absl::Status dead = DeadComputeNodeError(); !dead.ok()) {
+    // Its requests move to a batch whose compute nodes live (`fixed` over several compute nodes),
+    // recomputed there; with none, they fail.
+    if (Batch* survivor = LiveBatch(); survivor != nullptr) {
+      std::vector<Sequence> running = std::move(batch_->running);
+      batch_->running.clear();
+      Migrate(std::move(running), survivor, std::string(dead.message()));
+      for (std::vector<Sequence>& samples : batch_->preempted) survivor->preempted.push_back(std::move(samples));
+      batch_->preempted.clear();
+      return;
+    }
     FailAll(dead);
     FailPreempted(dead);
     // Queued requests wait for a batch on live compute nodes; with none left they fail.
@@ -826,8 +924,8 @@ void Scheduler::Collect() {
   const bool failed = !result.ok() || result->error_code() != 0;
   if (const absl::Status dead = DeadComputeNodeError(); failed && !dead.ok()) {
     // A compute node's death fails the step everywhere in its batch: the others' streams are
-    // cancelled, and their waits on it give up. Name the dead node, and blame no memory node.
-    FailAll(dead);
+    // cancelled, and their waits on it give up. Blame no memory node: the next Prepare moves the
+    // batch's requests to a live batch, or fails them naming the dead node.
     return;
   }
   if (!result.ok()) {
@@ -837,6 +935,7 @@ void Scheduler::Collect() {
       // with no other compute node, the queued ones fail at once). A node that is in fact alive
       // registers again on its next heartbeat.
       membership_->MarkDead(batch_->compute_nodes[0], std::string(result.status().message()));
+      if (!DeadComputeNodeError().ok()) return;  // Prepare moves or fails its requests
     }
     FailAll(result.status());
     return;

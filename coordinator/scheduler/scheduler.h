@@ -97,6 +97,10 @@ class Scheduler {
   ~Scheduler();  // stops the loop; unfinished requests end with UNAVAILABLE
 
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationSpec spec);
+  // Shutting down gently: admits nothing more (Submit answers UNAVAILABLE, and queued requests end
+  // so), and waits until the requests in flight have ended or `grace` has passed; whether they all
+  // ended. Those still running end with UNAVAILABLE when the scheduler is destroyed.
+  bool Drain(absl::Duration grace);
   // Called when a node is declared dead: wakes the loop, and aborts the pending steps of the
   // batches on it when it is a compute node.
   void OnNodeDeath(const std::string& node);
@@ -118,6 +122,7 @@ class Scheduler {
     absl::StatusCode error = absl::StatusCode::kOk;  // the error sent, when failed
     bool first_token = false;                        // a sample has produced a token
     int64_t generated = 0;                           // tokens of the samples finished so far
+    int32_t migrations = 0;  // times moved off a failed node and recomputed elsewhere
   };
   // One sample of a request: a sequence on the compute and memory nodes.
   struct Sequence {
@@ -169,6 +174,9 @@ class Scheduler {
   void Loop();
   // Unavailable naming the current batch's first compute node that is not alive; OK when all are.
   absl::Status DeadComputeNodeError() const;
+  // Another batch whose compute nodes are all alive, the one running fewest sequences; null when
+  // there is none (or batches rotate over every compute node).
+  Batch* LiveBatch() const;
   // Sends the current batch's next plan, if it has work.
   void Prepare();
   // Waits for the current batch's step and applies its result.
@@ -178,6 +186,11 @@ class Scheduler {
   absl::StatusOr<lamina::v1::StepResult> ReceiveResult();
   void Watchdog();
   void EndDeadAndCancelled();
+  // Moves `sequences` (their nodes failed: a KV pool, or the compute node running their batch)
+  // into batch `to`'s preempted queue, to be recomputed on a surviving pool as preemption
+  // recomputes (prompt and output so far, the same draws), their slots freed where they were. A
+  // request moved scheduler.max_migrations times already ends with UNAVAILABLE instead.
+  void Migrate(std::vector<Sequence> sequences, Batch* to, const std::string& why);
   void Admit();
   // Also sets each unprefilled sequence's `chunk`.
   lamina::v1::StepPlan BuildPlan();
@@ -243,6 +256,9 @@ class Scheduler {
   std::map<uint64_t, GenerationSpec> queued_specs_;       // guarded by mu_
   uint64_t next_id_ = 1;                                  // guarded by mu_
   bool stopping_ = false;                                 // guarded by mu_
+  bool draining_ = false;                                 // guarded by mu_ (Drain)
+  int64_t in_flight_ = 0;   // sequences running or preempted after the last pass; guarded by mu_
+  uint64_t passes_ = 0;     // passes of the loop so far; guarded by mu_
   int64_t completed_ = 0, failed_ = 0, preemptions_ = 0;                      // guarded by mu_
   int64_t iterations_ = 0, decoded_sequences_ = 0, prefilled_tokens_ = 0;    // guarded by mu_
   std::vector<int64_t> running_per_batch_;  // sequences in each batch; guarded by mu_

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,7 +24,10 @@ namespace lamina::cli {
 const char kUpUsage[] =
     "usage: lamina up TOPOLOGY.yaml [--log-dir DIR] [--timeout SECONDS]\n"
     "  Starts the cluster a topology describes (schema: deploy/TOPOLOGY.md), waits until it is\n"
-    "  healthy and prints its endpoint; Ctrl-C or SIGTERM stops every process.\n";
+    "  healthy and prints its endpoint, and restarts any process that dies (after 1, 2, 4, ... s;\n"
+    "  one that dies 5 times within 10 minutes is left down). Ctrl-C or SIGTERM drains the cluster:\n"
+    "  the coordinator admits nothing more and lets the requests in flight finish (up to\n"
+    "  scheduler.shutdown_grace_s), then every process stops.\n";
 
 namespace {
 
@@ -33,7 +37,15 @@ struct Child {
   std::string log;
   pid_t pid = -1;
   bool running = false;
+  // Restarts: when each recent death came (within kRestartWindow), and when the next start is due
+  // (InfiniteFuture: none; the child is up, or left down).
+  std::vector<absl::Time> deaths;
+  absl::Time restart_at = absl::InfiniteFuture();
 };
+
+// A child that dies kMostRestarts times within kRestartWindow is left down.
+constexpr int kMostRestarts = 5;
+constexpr absl::Duration kRestartWindow = absl::Minutes(10);
 
 std::string ExitDescription(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
@@ -61,6 +73,56 @@ void Reap(std::vector<Child>& children, bool report) {
                      ExitDescription(status).c_str(), c.log.c_str(), TailOfFile(c.log, 5, "\n    ").c_str());
       }
     }
+  }
+}
+
+// Plans a restart of each child that died since the last call: after 1, 2, 4 ... s (the backoff
+// doubling with each death in the window), or never once it died kMostRestarts times in it.
+void PlanRestarts(std::vector<Child>& children) {
+  const absl::Time now = absl::Now();
+  for (Child& c : children) {
+    if (c.running || c.restart_at != absl::InfiniteFuture() || c.pid < 0) continue;
+    c.deaths.push_back(now);
+    c.deaths.erase(std::remove_if(c.deaths.begin(), c.deaths.end(),
+                                  [&](absl::Time t) { return now - t > kRestartWindow; }),
+                   c.deaths.end());
+    if (static_cast<int>(c.deaths.size()) >= kMostRestarts) {
+      std::fprintf(stderr, "lamina up: %s died %d times within %s: left down\n", c.name.c_str(), kMostRestarts,
+                   absl::FormatDuration(kRestartWindow).c_str());
+      c.pid = -1;  // never again
+      continue;
+    }
+    const absl::Duration backoff = absl::Seconds(1 << (c.deaths.size() - 1));
+    c.restart_at = now + backoff;
+    std::fprintf(stderr, "lamina up: restarting %s in %s\n", c.name.c_str(), absl::FormatDuration(backoff).c_str());
+  }
+}
+
+// Starts the children whose restart is due.
+void Restart(std::vector<Child>& children) {
+  for (Child& c : children) {
+    if (c.running || absl::Now() < c.restart_at) continue;
+    c.restart_at = absl::InfiniteFuture();
+    absl::Status spawned = Spawn(&c);
+    if (spawned.ok()) {
+      std::fprintf(stderr, "lamina up: restarted %s (pid %d)\n", c.name.c_str(), c.pid);
+    } else {
+      std::fprintf(stderr, "lamina up: cannot restart %s: %s\n", c.name.c_str(),
+                   std::string(spawned.message()).c_str());
+    }
+  }
+}
+
+// Sends SIGTERM to `child` and waits up to `grace` for it to exit (then SIGKILL).
+void StopOne(std::vector<Child>& children, Child& child, absl::Duration grace) {
+  if (!child.running) return;
+  ::kill(child.pid, SIGTERM);
+  const absl::Time deadline = absl::Now() + grace;
+  while (child.running) {
+    Reap(children, /*report=*/false);
+    if (!child.running) break;
+    if (absl::Now() > deadline) ::kill(child.pid, SIGKILL);
+    absl::SleepFor(absl::Milliseconds(20));
   }
 }
 
@@ -193,11 +255,16 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
 
   for (;;) {
     if (int sig = WaitForSignal(absl::Milliseconds(200))) {
-      std::fprintf(stderr, "lamina up: %s: stopping the cluster\n", strsignal(sig));
+      std::fprintf(stderr, "lamina up: %s: draining the cluster (up to %d s), then stopping it\n", strsignal(sig),
+                   topology.shutdown_grace_s);
       break;
     }
     Reap(children, /*report=*/true);
+    PlanRestarts(children);
+    Restart(children);
   }
+  // The coordinator drains first, its nodes serving the requests in flight; then the nodes stop.
+  StopOne(children, children.front(), absl::Seconds(topology.shutdown_grace_s + 10));
   StopAll(children);
   std::fprintf(stderr, "lamina up: stopped\n");
   return absl::OkStatus();

@@ -302,4 +302,10 @@ void AttentionExecutor::Free(SequenceId seq) {
   slots_.erase(it);
 }
 
+void AttentionExecutor::FreeAll() {
+  gathered_for_.clear();
+  for (auto& [seq, slots] : slots_) allocator_.Release(slots);
+  slots_.clear();
+}
+
 }  // namespace lamina

@@ -43,6 +43,8 @@ class AttentionExecutor : public AttentionService {
   absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
                       const QkvLayout& layout, float* out, int64_t out_stride) override;
   void Free(SequenceId seq) override;
+  // Frees every sequence (a new coordinator knows none of them).
+  void FreeAll();
 
   // Makes `to` start with `from`'s first `length` positions (all of them when length < 0), e.g. for
   // several samples from one prompt: the slots are shared by reference count, not copied, and

@@ -89,6 +89,11 @@ absl::Status Run(const std::vector<std::string>& args) {
     heartbeat->mutable_load()->set_clock_seconds(busy.clock_seconds);
     heartbeat->mutable_load()->set_busy_seconds(busy.busy_seconds);
     heartbeat->mutable_load()->set_busy_count(busy.count);
+  }, [&] {
+    std::lock_guard<std::mutex> lock(executor_mu);
+    std::fprintf(stderr, "%s: a new coordinator: freeing the %lld sequences held for the last one\n",
+                 spec->name.c_str(), static_cast<long long>(executor->num_sequences()));
+    executor->FreeAll();
   });
 
   const int64_t slot_bytes = KvBytesPerToken(kv_dtype, config);

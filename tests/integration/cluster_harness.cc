@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -78,7 +80,11 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
                   options.prefix_caching ? "true" : "false", "\n  stagger: ", options.stagger ? "true" : "false",
                   "\n  max_tokens_per_iteration: ", options.max_tokens_per_iteration,
                   "\n  chunked_prefill: ", options.chunked_prefill ? "true" : "false",
-                  options.placement.empty() ? "" : "\n  placement: " + options.placement, "\nnodes:\n");
+                  options.placement.empty() ? "" : "\n  placement: " + options.placement,
+                  options.max_migrations ? absl::StrCat("\n  max_migrations: ", *options.max_migrations) : "",
+                  // Tests stop their clusters with requests still running at times: a short drain.
+                  "\n  shutdown_grace_s: ", options.shutdown_grace_s.value_or(2),
+                  "\nnodes:\n");
   for (int i = 0; i < options.compute_nodes; ++i) {
     const std::string device = i < static_cast<int>(options.compute_devices.size()) ? options.compute_devices[i]
                                                                                     : options.device;
@@ -99,6 +105,7 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
                     "\n    data_port: ", FreePort(), "\n    kv_capacity_tokens: ", options.kv_capacity_tokens, "\n");
   }
   const std::string topology = h->dir_.Write("topology.yaml", yaml);
+  h->topology_path_ = topology;
   const std::string out = h->dir_.path() + "/up.out";
   std::fflush(nullptr);  // the child must not inherit (and flush again) our buffered output
   h->up_pid_ = ::fork();
@@ -155,6 +162,34 @@ absl::StatusOr<int64_t> ClusterHarness::NodePid(const std::string& node) {
     if (n.name() == node) return n.pid();
   }
   return absl::NotFoundError(node);
+}
+
+absl::StatusOr<pid_t> ClusterHarness::CoordinatorPid() const {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadText(entry.path().string() + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find("lamina-coordinator") != std::string::npos && cmdline.find(topology_path_) != std::string::npos) {
+      return static_cast<pid_t>(std::stol(name));
+    }
+  }
+  return absl::NotFoundError("no coordinator process for " + topology_path_);
+}
+
+void ClusterHarness::SignalUp(int signal) const { ::kill(up_pid_, signal); }
+
+absl::StatusOr<int> ClusterHarness::WaitForUp(absl::Duration most) {
+  const absl::Time deadline = absl::Now() + most;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (::waitpid(up_pid_, &status, WNOHANG) == up_pid_) {
+      up_pid_ = -1;
+      return status;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError("lamina up did not exit");
 }
 
 }  // namespace lamina::testing

@@ -40,6 +40,8 @@ struct ClusterOptions {
   std::optional<int64_t> chunk_rows;  // set: the compute nodes' `chunk_rows`
   std::optional<int64_t> line_rows;   // set: the compute nodes' `line_rows`
   bool http = false;                  // the coordinator serves OpenAI's HTTP API (`http_port`)
+  std::optional<int> max_migrations;  // set: the topology's `scheduler.max_migrations`
+  std::optional<int> shutdown_grace_s;  // set: its `scheduler.shutdown_grace_s`
 };
 
 class ClusterHarness {
@@ -54,6 +56,12 @@ class ClusterHarness {
   cli::ClusterClient& client() { return *client_; }
   // The pid of a node, from `lamina status`.
   absl::StatusOr<int64_t> NodePid(const std::string& node);
+  // The pid of this cluster's coordinator process (found by its command line).
+  absl::StatusOr<pid_t> CoordinatorPid() const;
+  // Sends `signal` to `lamina up` itself.
+  void SignalUp(int signal) const;
+  // Waits up to `most` for `lamina up` to exit; its exit status, or DeadlineExceeded.
+  absl::StatusOr<int> WaitForUp(absl::Duration most);
   // What `lamina up` printed so far (stdout and stderr).
   std::string UpOutput() const;
   // What node `name` wrote to its log.
@@ -65,6 +73,7 @@ class ClusterHarness {
   ClusterHarness() = default;
 
   TempDir dir_;
+  std::string topology_path_;
   std::string endpoint_;
   std::string http_address_;
   pid_t up_pid_ = -1;

@@ -120,6 +120,7 @@ TEST(LocalAttentionTest, OffloadFirstPlacesOnMemoryNodesWhileTheyHaveRoom) {
 TEST(LocalAttentionTest, KillingAMemoryNodeLeavesTheLocalPoolsSequencesGoingOn) {
   // Eight long requests: the local pool takes the first two, the memory nodes the rest.
   ClusterOptions options;
+  options.max_migrations = 0;  // the blast radius, not the recomputation (failover_test)
   options.compute_kv_capacity_tokens = 1300;
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -139,10 +139,11 @@ TEST(PipeliningTest, ModesGiveIdenticalOutputs) {
   }
 }
 
-// Under `fixed` pipelining a dead compute node fails only its own batch's requests; the other
-// compute node serves everything after.
+// Under `fixed` pipelining a dead compute node fails only its own batch's requests (with no moves
+// allowed: failover_test has them recomputed); the other compute node serves everything after.
 TEST(PipeliningTest, KillingOneOfTwoComputeNodesFailsOnlyItsBatchAndTheOtherServesNewRequests) {
   ClusterOptions options;
+  options.max_migrations = 0;
   options.pipelining = "fixed";
   options.compute_nodes = 2;
   auto cluster = ClusterHarness::Start(options);
@@ -206,6 +207,7 @@ TEST(PipeliningTest, KillingAMemoryNodeUnderRotationFailsOnlyItsSequencesPromptl
   for (const int compute_nodes : {2, 3}) {  // over three, a failed step closes connections round the ring
     SCOPED_TRACE(absl::StrCat(compute_nodes, " compute nodes"));
     ClusterOptions options;
+    options.max_migrations = 0;  // the blast radius, not the recomputation (failover_test)
     options.pipelining = "rotational";
     options.compute_nodes = compute_nodes;
     auto cluster = ClusterHarness::Start(options);
