@@ -49,6 +49,8 @@ MetricsPageInputs SomeCluster() {
   in.serving.prompt_tokens = 400;
   in.serving.cached_prompt_tokens = 128;
   in.serving.generated_tokens = 90;
+  in.serving.migrations = 4;
+  in.serving.migrations_refused = 1;
   in.serving.time_to_first_token.Observe(0.004);
   in.serving.time_to_first_token.Observe(0.2);
   return in;
@@ -73,6 +75,8 @@ TEST(MetricsPageTest, ReportsTheCoordinatorAndEachNode) {
       {"lamina_prefill_tokens_total", 300},
       {"lamina_generation_tokens_total", 90},
       {"lamina_preemptions_total", 1},
+      {"lamina_migrations_total", 4},
+      {"lamina_migrations_refused_total", 1},
       {"lamina_iterations_total", 10},
       {"lamina_iteration_seconds_total", 0.75},
       {"lamina_decoded_sequences_total", 40},

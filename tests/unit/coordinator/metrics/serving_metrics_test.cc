@@ -40,6 +40,15 @@ TEST(ServingMetricsTest, RecordsWhatRequestsWentThrough) {
   EXPECT_DOUBLE_EQ(s.request_generation_tokens.sum(), 3);
 }
 
+TEST(ServingMetricsTest, MovesOffFailedNodesAreCountedWithThoseRefused) {
+  ServingMetrics metrics;
+  metrics.Migration(true);
+  metrics.Migration(true);
+  metrics.Migration(false);
+  EXPECT_EQ(metrics.Read().migrations, 2);
+  EXPECT_EQ(metrics.Read().migrations_refused, 1);
+}
+
 TEST(ServingMetricsTest, ASnapshotIsACopy) {
   ServingMetrics metrics;
   const ServingMetrics::Snapshot before = metrics.Read();
