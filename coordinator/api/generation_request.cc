@@ -1,15 +1,70 @@
 #include "coordinator/api/generation_request.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/chat_template/chat_prompt.h"
+#include "common/status/status_macros.h"
 #include "compute_node/sampling/sampling_proto.h"
 
 namespace lamina {
 
+absl::Status CheckRequestBounds(const lamina::v1::GenerateRequest& request, const ModelConfig& config) {
+  const int64_t most_bytes = std::max(kMinPromptBytes, kMaxPromptBytesPerToken * config.max_position_embeddings);
+  if (request.has_token_ids() && request.token_ids().ids_size() > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", request.token_ids().ids_size(),
+                                                   " tokens; the model's context is ", config.max_position_embeddings,
+                                                   " tokens"));
+  }
+  if (request.has_chat()) {
+    if (request.chat().messages_size() > kMaxMessages) {
+      return absl::InvalidArgumentError(absl::StrCat("chat.messages: ", request.chat().messages_size(),
+                                                     " messages; at most ", kMaxMessages));
+    }
+    int64_t bytes = 0;
+    for (const lamina::v1::ChatMessage& m : request.chat().messages()) bytes += m.content().size() + m.role().size();
+    if (bytes > most_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat.messages: ", bytes, " bytes; at most ", most_bytes, " for this model's context"));
+    }
+  }
+  if (static_cast<int64_t>(request.text().size()) > most_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("text: ", request.text().size(), " bytes; at most ", most_bytes,
+                                                   " for this model's context of ", config.max_position_embeddings,
+                                                   " tokens"));
+  }
+  if (request.n() < 0 || request.n() > kMaxSamples) {
+    return absl::InvalidArgumentError(absl::StrCat("n: must be from 1 to ", kMaxSamples, ", got ", request.n()));
+  }
+  if (request.stop_strings_size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(absl::StrCat("stop_strings: ", request.stop_strings_size(),
+                                                   " strings; at most ", kMaxStopStrings));
+  }
+  for (const std::string& stop : request.stop_strings()) {
+    if (static_cast<int64_t>(stop.size()) > kMaxStopBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_strings: a string of ", stop.size(), " bytes; at most ",
+                                                     kMaxStopBytes));
+    }
+  }
+  if (request.stop_token_ids_size() > kMaxStopIds) {
+    return absl::InvalidArgumentError(absl::StrCat("stop_token_ids: ", request.stop_token_ids_size(),
+                                                   " ids; at most ", kMaxStopIds));
+  }
+  for (int32_t id : request.stop_token_ids()) {
+    if (id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_token_ids: ", id, " is outside the vocabulary (0..",
+                                                     config.vocab_size - 1, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<GenerationSpec> ToGenerationSpec(const lamina::v1::GenerateRequest& request, const Tokenizer& tokenizer,
-                                                const absl::StatusOr<ChatTemplate>& chat_template) {
+                                                const absl::StatusOr<ChatTemplate>& chat_template,
+                                                const ModelConfig& config) {
+  LAMINA_RETURN_IF_ERROR(CheckRequestBounds(request, config));
   GenerationSpec spec;
   if (request.has_token_ids()) {
     spec.prompt.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());

@@ -33,7 +33,7 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lamina::v1::GenerateRequest* request,
                                          grpc::ServerWriter<lamina::v1::GenerateResponse>* writer) {
-  absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(*request, *tokenizer_, chat_template_);
+  absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(*request, *tokenizer_, chat_template_, config_);
   if (!spec.ok()) return ToGrpc(spec.status());
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle = scheduler_->Submit(*std::move(spec));
   if (!handle.ok()) return ToGrpc(handle.status());

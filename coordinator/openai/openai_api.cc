@@ -225,7 +225,7 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestHandle>>> OpenAiApi::Submit(co
     return status;
   };
   for (const lamina::v1::GenerateRequest& prompt : request.prompts) {
-    absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(prompt, *tokenizer_, chat_template_);
+    absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(prompt, *tokenizer_, chat_template_, config_);
     if (!spec.ok()) return fail(spec.status());
     if (spec->stop.max_tokens == 0) {  // a chat without max_tokens: the rest of the context
       spec->stop.max_tokens =

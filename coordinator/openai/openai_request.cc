@@ -7,6 +7,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/json/json_depth.h"
 #include "common/status/status_macros.h"
 #include "compute_node/sampling/logprobs.h"
 #include "compute_node/sampling/sampling_proto.h"
@@ -330,6 +331,10 @@ absl::Status ParseSettings(OpenAiEndpoint endpoint, const Fields& fields, uint64
 }  // namespace
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body, uint64_t seed) {
+  // Checked before parsing: a parser recurses once per level (kMaxJsonDepth in openai_request.h).
+  if (absl::Status nesting = CheckJsonNesting(body, kMaxJsonDepth); !nesting.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the body is not accepted: ", nesting.message()));
+  }
   json parsed;
   try {
     parsed = json::parse(body.begin(), body.end());

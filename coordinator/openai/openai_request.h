@@ -35,8 +35,12 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
 };
 
+// The deepest nesting of arrays and objects a body may have (a chat's content parts need 5).
+inline constexpr int kMaxJsonDepth = 32;
+
 // Parses `body` for `endpoint`. `seed` is used when the body gives none (OpenAI's requests are
-// random unless seeded). InvalidArgument says what is wrong; ErrorParam names the field.
+// random unless seeded). InvalidArgument says what is wrong; ErrorParam names the field. Bodies
+// nested deeper than kMaxJsonDepth are refused before they are parsed.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body, uint64_t seed);
 
 // The request field an error from ParseOpenAiRequest is about (e.g. "messages[1].content"), or

@@ -29,11 +29,9 @@ AttentionServer::~AttentionServer() {
   stopping_ = true;
   listener_->Close();
   if (accept_thread_.joinable()) accept_thread_.join();
-  {
-    std::lock_guard<std::mutex> lock(connections_mu_);
-    for (auto& c : connections_) c->Close();
-  }
-  for (auto& t : connection_threads_) t.join();
+  std::lock_guard<std::mutex> lock(connections_mu_);
+  for (Served& served : connections_) served.connection->Close();
+  for (Served& served : connections_) served.thread.join();
 }
 
 void AttentionServer::AcceptLoop() {
@@ -44,9 +42,25 @@ void AttentionServer::AcceptLoop() {
       continue;
     }
     std::lock_guard<std::mutex> lock(connections_mu_);
-    Connection* c = connection->get();
-    connections_.push_back(std::move(*connection));
-    connection_threads_.emplace_back([this, c] { Serve(c); });
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (!it->done) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = connections_.erase(it);  // closes its descriptor
+    }
+    if (connections_.size() >= kMostConnections) {
+      std::fprintf(stderr, "data plane: refusing %s: %zu connections already open\n",
+                   (*connection)->peer().c_str(), connections_.size());
+      continue;  // the connection closes as it goes out of scope
+    }
+    Served& served = connections_.emplace_back();
+    served.connection = std::move(*connection);
+    served.thread = std::thread([this, &served] {
+      Serve(served.connection.get());
+      served.done = true;
+    });
   }
 }
 

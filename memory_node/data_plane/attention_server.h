@@ -14,12 +14,14 @@
 #define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 
 #include <atomic>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/attention/attention_service.h"
 #include "common/metrics/busy_meter.h"
@@ -110,9 +112,18 @@ class AttentionServer {
   AttentionExecutor* executor_;
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
+  // A compute node's connection and the thread serving it; `done` once the thread has returned,
+  // when the next accept joins it and closes the connection (so that connections that come and go
+  // hold no thread or descriptor).
+  struct Served {
+    std::unique_ptr<Connection> connection;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  // At most this many connections at once; one more is closed as soon as it is accepted.
+  static constexpr size_t kMostConnections = 256;
   std::mutex connections_mu_;
-  std::vector<std::unique_ptr<Connection>> connections_;
-  std::vector<std::thread> connection_threads_;
+  std::list<Served> connections_ ABSL_GUARDED_BY(connections_mu_);
   BusyMeter busy_;
 };
 

@@ -579,6 +579,38 @@ TEST(ClusterTest, AHungMemoryNodeComesBackWithNothingOfItsFailedRequestsAllocate
   EXPECT_TRUE(after.status.ok()) << after.status;
 }
 
+// What OpenAI's HTTP API refuses, gRPC refuses too, before tokenizing anything; the cluster then
+// serves as before.
+TEST(ClusterTest, GrpcRequestsAreBoundedAsHttpOnesAre) {
+  auto cluster = ClusterHarness::Start({});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto refused = [&](const lamina::v1::GenerateRequest& request, const std::string& expected) {
+    const absl::Time start = absl::Now();
+    const Outcome outcome = Generate((*cluster)->client(), request);
+    EXPECT_EQ(outcome.status.code(), absl::StatusCode::kInvalidArgument) << outcome.status;
+    EXPECT_NE(outcome.status.message().find(expected), std::string::npos) << outcome.status;
+    // Sending 200 MB takes a second or two; tokenizing them took 16.7 s.
+    EXPECT_LT(absl::Now() - start, absl::Seconds(8)) << "refused only after working on it";
+  };
+  lamina::v1::GenerateRequest base;
+  base.set_text("In this paper, we");
+  base.set_max_tokens(4);
+  lamina::v1::GenerateRequest r = base;
+  r.set_n(-1);
+  refused(r, "n: must be from 1 to 64, got -1");
+  r = base;
+  r.add_stop_token_ids(-5);
+  refused(r, "stop_token_ids: -5 is outside the vocabulary");
+  r = base;
+  for (int i = 0; i < 1000000; ++i) r.add_stop_strings("x");
+  refused(r, "stop_strings: 1000000 strings; at most 16");
+  r = base;
+  r.set_text(std::string(200 << 20, 'a'));  // 200 MB: was tokenized for 16.7 s before
+  refused(r, "text: 209715200 bytes; at most 65536");
+  Outcome ok = Generate((*cluster)->client(), base);
+  EXPECT_TRUE(ok.status.ok()) << ok.status;
+}
+
 TEST(ClusterTest, StopStringsEndGenerationBeforeTheStopText) {
   ClusterOptions options;
   options.memory_nodes = 1;

@@ -230,6 +230,17 @@ TEST_F(OpenAiClusterTest, BadRequestsFailAloneWithOpenAisErrorBody) {
   absl::StatusOr<HttpReply> not_json = HttpCall(cluster().http_address(), "POST", "/v1/completions", "{prompt");
   ASSERT_TRUE(not_json.ok());
   EXPECT_EQ(not_json->status, 400);
+  // A prompt nested 100,000 arrays deep (once a crash): refused before it is parsed.
+  const std::string nested = "{\"prompt\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  absl::StatusOr<HttpReply> deep = HttpCall(cluster().http_address(), "POST", "/v1/completions", nested);
+  ASSERT_TRUE(deep.ok()) << deep.status();
+  EXPECT_EQ(deep->status, 400);
+  EXPECT_NE(deep->body.find("nested deeper than 32 levels"), std::string::npos) << deep->body;
+  // A text prompt past what the model's context could take is refused before it is tokenized.
+  std::tie(status, e) = error("/v1/completions", {{"prompt", std::string(1 << 20, 'a')}, {"max_tokens", 1}});
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(e["message"].get<std::string>().find("text: 1048576 bytes; at most 65536"), std::string::npos)
+      << e.dump();
   absl::StatusOr<HttpReply> wrong_method = HttpCall(cluster().http_address(), "GET", "/v1/completions");
   ASSERT_TRUE(wrong_method.ok());
   EXPECT_EQ(wrong_method->status, 405);

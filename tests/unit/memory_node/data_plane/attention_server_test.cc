@@ -2,6 +2,7 @@
 // store's transfers take consecutive steps, layer by layer.
 #include "memory_node/data_plane/attention_server.h"
 
+#include <filesystem>
 #include <mutex>
 
 #include "common/transport/wire.h"
@@ -74,6 +75,44 @@ TEST(AttentionServerTest, MalformedRequestsAreAnsweredWithErrorsAndTheConnection
   auto [code5, message5] = call(ap::kBeginStore, store);
   EXPECT_EQ(code5, absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(message5.find("no device-side data plane"), std::string::npos) << message5;
+}
+
+// Open descriptors and threads of this process.
+int64_t Entries(const char* dir) {
+  int64_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
+TEST(AttentionServerTest, ConnectionsThatComeAndGoHoldNoDescriptorOrThread) {
+  auto executor = AttentionExecutor::Create({2, 16, {2, 1, 4, 0}});
+  ASSERT_TRUE(executor.ok());
+  std::mutex mu;
+  auto transport = MakeTcpTransport();
+  auto server = AttentionServer::Start(transport.get(), "127.0.0.1:0", {2, 8, 4}, executor->get(), &mu);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Each connection asks for something (freeing no sequence) and waits for the answer, so that the
+  // server has accepted it before the next comes.
+  std::vector<uint8_t> free_none;
+  WireWriter(&free_none).Put<uint32_t>(0);
+  auto connect_and_close = [&] {
+    auto connection = transport->Connect((*server)->address(), absl::Now() + absl::Seconds(2));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    ByteSpan part = free_none;
+    ASSERT_TRUE((*connection)->Send({ap::kFree, 0, 1}, {&part, 1}).ok());
+    MessageHeader header;
+    std::vector<uint8_t> reply;
+    ASSERT_TRUE((*connection)->Receive(&header, &reply, absl::Now() + absl::Seconds(2)).ok());
+    (*connection)->Close();
+  };
+  for (int i = 0; i < 100; ++i) connect_and_close();  // settle what a first connection allocates
+  absl::SleepFor(absl::Milliseconds(100));
+  const int64_t fds = Entries("/proc/self/fd"), threads = Entries("/proc/self/task");
+  for (int i = 0; i < 10000; ++i) connect_and_close();
+  absl::SleepFor(absl::Milliseconds(100));
+  // The last connection's thread and descriptor are reaped by the next accept: a few of slack.
+  EXPECT_LE(Entries("/proc/self/fd"), fds + 4) << "descriptors leak per connection";
+  EXPECT_LE(Entries("/proc/self/task"), threads + 4) << "threads leak per connection";
 }
 
 TEST(StoreTransferStepTest, AStoresStepsGrowLayerByLayerAndSpanLayersTimesTransfers) {
