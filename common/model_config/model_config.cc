@@ -44,6 +44,13 @@ class FieldReader {
     return Has(field) ? PositiveInt(field) : fallback;
   }
 
+  // A size that buffers are allocated from: refused past `most`, before anything is allocated.
+  absl::StatusOr<int64_t> Size(const std::string& field, int64_t most) const {
+    LAMINA_ASSIGN_OR_RETURN(const int64_t value, PositiveInt(field));
+    if (value > most) return Error(field, absl::StrCat("is ", value, "; at most ", most, " is supported"));
+    return value;
+  }
+
   absl::StatusOr<double> PositiveNumberOr(const std::string& field, double fallback) const {
     if (!Has(field)) return fallback;
     const Json& value = object_.at(field);
@@ -169,19 +176,24 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
   LAMINA_ASSIGN_OR_RETURN(std::string act, reader.StringOr("hidden_act", "silu"));
   if (act != "silu") return reader.Error("hidden_act", absl::StrCat("is '", act, "'; only silu is supported"));
 
-  LAMINA_ASSIGN_OR_RETURN(out.vocab_size, reader.PositiveInt("vocab_size"));
-  LAMINA_ASSIGN_OR_RETURN(out.hidden_size, reader.PositiveInt("hidden_size"));
-  LAMINA_ASSIGN_OR_RETURN(out.intermediate_size, reader.PositiveInt("intermediate_size"));
-  LAMINA_ASSIGN_OR_RETURN(out.num_layers, reader.PositiveInt("num_hidden_layers"));
-  LAMINA_ASSIGN_OR_RETURN(out.num_q_heads, reader.PositiveInt("num_attention_heads"));
-  LAMINA_ASSIGN_OR_RETURN(out.num_kv_heads, reader.PositiveIntOr("num_key_value_heads", out.num_q_heads));
+  // Bounds well past the largest open models' (Llama-3.1-405B: 126 layers, hidden 16384, 128
+  // heads, vocabulary 128256), so that a corrupt or hostile config.json is refused rather than
+  // allocated.
+  LAMINA_ASSIGN_OR_RETURN(out.vocab_size, reader.Size("vocab_size", int64_t{1} << 24));
+  LAMINA_ASSIGN_OR_RETURN(out.hidden_size, reader.Size("hidden_size", int64_t{1} << 17));
+  LAMINA_ASSIGN_OR_RETURN(out.intermediate_size, reader.Size("intermediate_size", int64_t{1} << 20));
+  LAMINA_ASSIGN_OR_RETURN(out.num_layers, reader.Size("num_hidden_layers", 1024));
+  LAMINA_ASSIGN_OR_RETURN(out.num_q_heads, reader.Size("num_attention_heads", 1024));
+  LAMINA_ASSIGN_OR_RETURN(out.num_kv_heads,
+                          reader.Has("num_key_value_heads") ? reader.Size("num_key_value_heads", 1024)
+                                                            : absl::StatusOr<int64_t>(out.num_q_heads));
   if (out.num_q_heads % out.num_kv_heads != 0) {
     return reader.Error("num_key_value_heads",
                         absl::StrCat("(", out.num_kv_heads, ") must divide num_attention_heads (",
                                      out.num_q_heads, ")"));
   }
   if (reader.Has("head_dim")) {
-    LAMINA_ASSIGN_OR_RETURN(out.head_dim, reader.PositiveInt("head_dim"));
+    LAMINA_ASSIGN_OR_RETURN(out.head_dim, reader.Size("head_dim", 1024));
   } else {
     if (out.hidden_size % out.num_q_heads != 0) {
       return reader.Error("hidden_size", "is not a multiple of num_attention_heads and no head_dim is given");
@@ -189,7 +201,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
     out.head_dim = out.hidden_size / out.num_q_heads;
   }
   if (out.head_dim % 2 != 0) return reader.Error("head_dim", "must be even for RoPE");
-  LAMINA_ASSIGN_OR_RETURN(out.max_position_embeddings, reader.PositiveInt("max_position_embeddings"));
+  LAMINA_ASSIGN_OR_RETURN(out.max_position_embeddings, reader.Size("max_position_embeddings", int64_t{1} << 24));
   LAMINA_ASSIGN_OR_RETURN(out.rms_norm_eps, reader.PositiveNumberOr("rms_norm_eps", 1e-6));
   LAMINA_ASSIGN_OR_RETURN(out.tie_word_embeddings, reader.BoolOr("tie_word_embeddings", false));
   LAMINA_ASSIGN_OR_RETURN(std::string torch_dtype, reader.StringOr("torch_dtype", ""));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -43,11 +44,15 @@ absl::Status YamlFields::CheckShape() const {
     return absl::InvalidArgumentError(absl::StrCat(path_, ":", node_.Mark().line + 1, ": ",
                                                    where_.empty() ? "the file" : where_, ": expected a mapping"));
   }
+  std::map<std::string, int> first_line;  // of each key seen
   for (const auto& entry : node_) {
     const std::string key = entry.first.as<std::string>();
     if (std::find(allowed_.begin(), allowed_.end(), key) == allowed_.end()) {
       return Error(entry.first, key, absl::StrCat("unknown field (allowed: ", absl::StrJoin(allowed_, ", "), ")"));
     }
+    // YAML forbids a key twice in a mapping, and a reader would take one of them silently.
+    auto [seen, added] = first_line.emplace(key, entry.first.Mark().line + 1);
+    if (!added) return Error(entry.first, key, absl::StrCat("given twice (first on line ", seen->second, ")"));
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,8 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/process/host_memory.h"
+#include "common/status/status_macros.h"
 
 namespace lamina {
 
@@ -11,6 +13,9 @@ absl::StatusOr<KvPool<T>> KvPool<T>::Create(const KvPoolShape& shape) {
   if (shape.num_layers <= 0 || shape.num_slots <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
     return absl::InvalidArgumentError("KV pool shape must be positive in every dimension");
   }
+  LAMINA_RETURN_IF_ERROR(CheckHostMemoryFor(
+      absl::StrCat("a KV pool of ", shape.num_slots, " slots and ", shape.num_layers, " layers"),
+      shape.num_slots * BytesPerSlot(shape)));
   KvPool pool(shape);
   const size_t elements = static_cast<size_t>(shape.num_slots * shape.slot_stride());
   const size_t scales = kScaled ? static_cast<size_t>(shape.num_slots * shape.num_kv_heads) : 0;

@@ -28,6 +28,19 @@ TEST(ModelConfigTest, ReadsTransformers4AndTransformers5Layouts) {
   EXPECT_EQ(llama3->bos_token_ids, (std::vector<int64_t>{509}));
 }
 
+TEST(ModelConfigTest, SizesPastAnyModelsAreRefusedNamingTheField) {
+  auto layers = ParseModelConfig(Config("").replace(Config("").find("\"num_hidden_layers\": 2"), 22,
+                                                    "\"num_hidden_layers\": 1000000000"),
+                                 "config.json");
+  EXPECT_EQ(layers.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(layers.status().message().find("num_hidden_layers' is 1000000000; at most 1024"), std::string::npos)
+      << layers.status();
+  auto vocab = ParseModelConfig(Config("").replace(Config("").find("\"vocab_size\": 100"), 17,
+                                                   "\"vocab_size\": 99999999999"),
+                                "config.json");
+  EXPECT_NE(vocab.status().message().find("vocab_size' is 99999999999"), std::string::npos) << vocab.status();
+}
+
 TEST(ModelConfigTest, DerivesHeadDimAndDefaultsKvHeadsToMha) {
   auto c = ParseModelConfig(Config(""), "config.json");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -384,6 +384,13 @@ TEST(TopologyTest, AComputeNodeMayHoldAPoolOfItsOwnAndThenNeedsNoMemoryNode) {
   ExpectError(ComputeNodeAlone("transport: tcp"), "nodes[0].transport: only memory nodes have this field");
 }
 
+TEST(TopologyTest, AKeyGivenTwiceIsRefusedWithBothLines) {
+  ExpectError(absl::StrReplaceAll(Original(), {{"  max_batch: 64\n", "  max_batch: 64\n  max_batch: 8\n"}}),
+              "local-cpu.yaml:12: scheduler.max_batch: given twice (first on line 11)");
+  ExpectError(absl::StrReplaceAll(Original(), {{"    port: 50171\n", "    port: 50171\n    port: 50179\n"}}),
+              "nodes[1].port: given twice");
+}
+
 TEST(TopologyTest, PlacementIsASchedulerChoiceLocalFirstByDefault) {
   const std::string hybrid = Original();
   auto offload = ParseTopology(

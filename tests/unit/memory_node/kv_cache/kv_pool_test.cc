@@ -23,5 +23,14 @@ TEST(KvPoolTest, EachElementTypeTakesItsBytes) {
   EXPECT_NE(float8->key_scales(5), float8->value_scales(5));
 }
 
+// A pool past the machine's memory (a config.json claiming a billion layers made one) is refused
+// with its size before anything is allocated, not left to the kernel's OOM killer.
+TEST(KvPoolTest, APoolPastTheMachinesMemoryIsRefusedBeforeAllocating) {
+  const absl::StatusOr<KvPool<float>> pool = KvPool<float>::Create({1000000000, 8192, 8, 128});
+  EXPECT_EQ(pool.status().code(), absl::StatusCode::kResourceExhausted) << pool.status();
+  EXPECT_NE(pool.status().message().find("a KV pool of 8192 slots and 1000000000 layers needs"), std::string::npos)
+      << pool.status();
+}
+
 }  // namespace
 }  // namespace lamina
