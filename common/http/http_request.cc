@@ -171,6 +171,7 @@ std::string ResponseHead(int status, absl::string_view content_type, std::option
     absl::StrAppend(&head, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
   }
   if (!keep_alive) absl::StrAppend(&head, "Connection: close\r\n");
+  if (status == 503) absl::StrAppend(&head, "Retry-After: 1\r\n");  // our 503s pass: a node comes back, a drain ends
   absl::StrAppend(&head, "\r\n");
   return head;
 }

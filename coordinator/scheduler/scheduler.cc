@@ -948,7 +948,13 @@ void Scheduler::Collect() {
       }
       return;
     }
-    FailAll(absl::Status(static_cast<absl::StatusCode>(result->error_code()), result->error_message()));
+    // Requests were checked when submitted: a step's failure is never the client's, whatever code
+    // the node gave it (an OpenAI client must not read it as "do not retry").
+    absl::StatusCode code = static_cast<absl::StatusCode>(result->error_code());
+    if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
+      code = absl::StatusCode::kInternal;
+    }
+    FailAll(absl::Status(code, absl::StrCat("the compute node failed the step: ", result->error_message())));
     return;
   }
   ApplyResult(*result);

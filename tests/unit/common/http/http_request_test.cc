@@ -63,7 +63,8 @@ TEST(HttpRequestTest, ResponseHeadsAndChunks) {
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\n");
   EXPECT_EQ(
       ResponseHead(503, "text/plain", 0, false),
-      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 0\r\nConnection: close\r\n"
+      "Retry-After: 1\r\n\r\n");
   EXPECT_EQ(ResponseHead(200, "text/event-stream", std::nullopt, true),
             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
             "Cache-Control: no-cache\r\n\r\n");
