@@ -12,6 +12,7 @@ packages=(
   libicu-dev             # Unicode regexes and normalisation for tokenizers
   libgtest-dev libgmock-dev
   libyaml-cpp-dev        # topology files
+  libssl-dev             # HMAC and digests: API keys, the cluster secret
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # control plane
   libibverbs-dev         # the rdma data plane (RC queue pairs, GPUDirect RDMA)
 )

@@ -35,11 +35,12 @@ absl::Status SendAll(int fd, absl::string_view bytes, absl::Time deadline, const
 
 absl::StatusOr<std::unique_ptr<HttpResponseStream>> HttpResponseStream::Open(
     const std::string& address, const std::string& method, const std::string& path, const std::string& body,
-    const std::string& content_type, absl::Time deadline) {
+    const std::string& content_type, absl::Time deadline, const std::string& api_key) {
   LAMINA_ASSIGN_OR_RETURN(int fd, ConnectTcp(address, deadline));
   std::unique_ptr<HttpResponseStream> stream(new HttpResponseStream(fd, address, deadline));
   std::string request =
       absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: ", address, "\r\nConnection: close\r\nAccept: */*\r\n");
+  if (!api_key.empty()) absl::StrAppend(&request, "Authorization: Bearer ", api_key, "\r\n");
   if (!body.empty() || method == "POST") {
     if (!content_type.empty()) absl::StrAppend(&request, "Content-Type: ", content_type, "\r\n");
     absl::StrAppend(&request, "Content-Length: ", body.size(), "\r\n");

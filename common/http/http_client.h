@@ -20,10 +20,12 @@ class HttpResponseStream {
   // Connects to `address` (host:port), sends the request (with a Content-Length, and the
   // Content-Type when `body` is not empty) and reads the response's head. Unavailable when the
   // server cannot be reached or closes the connection early, DeadlineExceeded at `deadline`,
-  // DataLoss for a response that is not HTTP/1.x.
+  // DataLoss for a response that is not HTTP/1.x. With `api_key`, sends `Authorization: Bearer
+  // KEY`.
   static absl::StatusOr<std::unique_ptr<HttpResponseStream>> Open(const std::string& address, const std::string& method,
                                                                   const std::string& path, const std::string& body,
-                                                                  const std::string& content_type, absl::Time deadline);
+                                                                  const std::string& content_type, absl::Time deadline,
+                                                                  const std::string& api_key = "");
   ~HttpResponseStream();  // closes the connection
   HttpResponseStream(const HttpResponseStream&) = delete;
   HttpResponseStream& operator=(const HttpResponseStream&) = delete;

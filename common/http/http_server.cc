@@ -91,7 +91,7 @@ HttpServer::~HttpServer() {
   acceptor_.join();
   ::close(listen_fd_);
   std::unique_lock<std::mutex> lock(mu_);
-  for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
+  for (const auto& [fd, state] : open_) ::shutdown(fd, SHUT_RDWR);
   all_closed_.wait(lock, [this] { return open_.empty(); });
 }
 
@@ -108,8 +108,8 @@ void HttpServer::AcceptLoop() {
     bool full;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      full = static_cast<int>(open_.size()) >= options_.max_connections;
-      if (!full) open_.insert(fd);
+      full = static_cast<int>(open_.size()) >= options_.max_connections && !EvictLongestWaiting();
+      if (!full) open_[fd] = Open{true, absl::Now()};
     }
     if (full) {
       Refuse(fd, PeerAddress(fd), 503,
@@ -121,12 +121,34 @@ void HttpServer::AcceptLoop() {
   }
 }
 
+bool HttpServer::EvictLongestWaiting() {
+  auto oldest = open_.end();
+  for (auto it = open_.begin(); it != open_.end(); ++it) {
+    if (it->second.waiting && (oldest == open_.end() || it->second.since < oldest->second.since)) oldest = it;
+  }
+  if (oldest == open_.end()) return false;
+  // Its thread sees the connection end and closes it; it counts until then, one over the limit
+  // for a moment at most per new connection.
+  ::shutdown(oldest->first, SHUT_RDWR);
+  oldest->second.waiting = false;  // evicted once
+  return true;
+}
+
+void HttpServer::SetWaiting(int fd, bool waiting) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(fd);
+  if (it == open_.end()) return;
+  it->second = Open{waiting, absl::Now()};
+}
+
 void HttpServer::Serve(int fd) {
   const std::string peer = PeerAddress(fd);
   std::string buffer;
   for (;;) {
     HttpRequest request;
+    SetWaiting(fd, true);
     if (stopping_ || !ReadRequest(fd, peer, &buffer, &request)) break;
+    SetWaiting(fd, false);
     const bool keep_alive = request.KeepAlive();
     HttpResponder responder(fd, keep_alive, peer);
     handler_(request, responder);

@@ -22,7 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -68,7 +68,10 @@ class HttpResponder {
 using HttpHandler = std::function<void(const HttpRequest& request, HttpResponder& responder)>;
 
 struct HttpServerOptions {
-  int max_connections = 1024;  // past this, new connections get 503 and are closed
+  // Past this, a new connection closes the one that has waited longest for its request head (idle,
+  // or sending it slowly), so that idle sockets cannot shut other clients out; only when every
+  // connection is busy with a request does a new one get 503.
+  int max_connections = 1024;
   size_t max_head_bytes = 64 << 10;
   size_t max_body_bytes = 64 << 20;
   absl::Duration idle_timeout = absl::Seconds(30);
@@ -104,9 +107,18 @@ class HttpServer {
   const HttpServerOptions options_;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
+  // Marks `fd` waiting for a request head (since now) or busy with one.
+  void SetWaiting(int fd, bool waiting);
+  // With the lock held: closes the connection waiting longest for its head; false when none is.
+  bool EvictLongestWaiting();
+
   std::mutex mu_;
   std::condition_variable all_closed_;
-  std::set<int> open_;  // connections being served
+  struct Open {
+    bool waiting = true;  // for a request head
+    absl::Time since;     // when it began to
+  };
+  std::map<int, Open> open_;  // connections being served, by descriptor
 };
 
 }  // namespace lamina

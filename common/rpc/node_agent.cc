@@ -2,14 +2,16 @@
 
 #include <chrono>
 
+#include "common/rpc/call_auth.h"
 #include "common/rpc/channel.h"
 
 namespace lamina {
 
-NodeAgent::NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report,
-                     std::function<void()> on_new_coordinator)
+NodeAgent::NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration,
+                     std::optional<ClusterSecret> secret, Report report, std::function<void()> on_new_coordinator)
     : stub_(lamina::v1::Cluster::NewStub(CreateControlChannel(coordinator_address))),
       registration_(std::move(registration)),
+      secret_(std::move(secret)),
       report_(std::move(report)),
       on_new_coordinator_(std::move(on_new_coordinator)) {
   thread_ = std::thread([this] { Loop(); });
@@ -38,6 +40,7 @@ void NodeAgent::Loop() {
     // Wait for the connection within the deadline: with the synchronous API a connection
     // attempt only progresses while a call waits on it.
     context.set_wait_for_ready(true);
+    AddClusterAuth(&context, secret_);
     if (!registered) {
       lamina::v1::RegisterResponse response;
       if (stub_->Register(&context, registration_, &response).ok()) {

@@ -11,9 +11,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "common/security/cluster_secret.h"
 #include "lamina/v1/cluster.grpc.pb.h"
 
 namespace lamina {
@@ -26,8 +28,9 @@ class NodeAgent {
   // `on_new_coordinator` (may be empty) runs on the agent's thread when the node registers with a
   // coordinator other than the one it registered with before (one that restarted): the node drops
   // what it held for the old one's requests.
-  NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration, Report report,
-            std::function<void()> on_new_coordinator = nullptr);
+  // Calls carry the cluster secret's token when there is one.
+  NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration,
+            std::optional<ClusterSecret> secret, Report report, std::function<void()> on_new_coordinator = nullptr);
   ~NodeAgent();
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
@@ -38,6 +41,7 @@ class NodeAgent {
 
   std::unique_ptr<lamina::v1::Cluster::Stub> stub_;
   lamina::v1::RegisterRequest registration_;
+  std::optional<ClusterSecret> secret_;
   Report report_;
   std::function<void()> on_new_coordinator_;
   uint64_t epoch_ = 0;  // the coordinator's last registered with; 0: none yet

@@ -220,7 +220,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
   t.path = path;
   try {
     Fields top(root, path, "",
-               {"model", "weights", "weights_seed", "coordinator", "scheduler", "pipelining", "nodes", "prices"});
+               {"model", "weights", "weights_seed", "coordinator", "scheduler", "pipelining", "nodes", "prices",
+                "cluster_secret_file"});
     LAMINA_RETURN_IF_ERROR(top.CheckShape());
 
     LAMINA_ASSIGN_OR_RETURN(std::string model, top.String("model", nullptr));
@@ -246,7 +247,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     }
 
     if (!top.Has("coordinator")) return absl::InvalidArgumentError(absl::StrCat(path, ":1: coordinator: missing"));
-    Fields coordinator(top.Get("coordinator"), path, "coordinator", {"host", "port", "http_port"});
+    Fields coordinator(top.Get("coordinator"), path, "coordinator",
+                       {"host", "port", "http_port", "api_key_file", "open_probes"});
     LAMINA_RETURN_IF_ERROR(coordinator.CheckShape());
     const std::string default_host = "127.0.0.1";
     LAMINA_ASSIGN_OR_RETURN(t.coordinator_host, coordinator.String("host", &default_host));
@@ -258,6 +260,20 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       return coordinator.Error(coordinator.Get("http_port"), "http_port", "must differ from coordinator.port");
     }
     t.coordinator_http_port = static_cast<int>(http_port);
+    // Files named in the topology are read relative to its folder, and must exist.
+    auto resolve = [&](Fields& f, const std::string& field, std::string* out) -> absl::Status {
+      const std::string none;
+      LAMINA_ASSIGN_OR_RETURN(std::string value, f.String(field, &none));
+      if (value.empty()) return absl::OkStatus();
+      std::filesystem::path file(value);
+      if (file.is_relative()) file = std::filesystem::path(path).parent_path() / file;
+      *out = file.lexically_normal().string();
+      if (!std::filesystem::exists(file)) return f.Error(f.Get(field), field, absl::StrCat("'", value, "' does not exist"));
+      return absl::OkStatus();
+    };
+    LAMINA_RETURN_IF_ERROR(resolve(coordinator, "api_key_file", &t.api_key_file));
+    LAMINA_ASSIGN_OR_RETURN(t.open_probes, coordinator.Bool("open_probes", true));
+    LAMINA_RETURN_IF_ERROR(resolve(top, "cluster_secret_file", &t.cluster_secret_file));
 
     if (top.Has("scheduler")) {
       Fields s(top.Get("scheduler"), path, "scheduler",

@@ -92,6 +92,15 @@ struct Topology {
   int coordinator_port = 0;
   // The OpenAI-compatible HTTP API's port on coordinator_host (coordinator/openai/); 0: none.
   int coordinator_http_port = 0;
+  // Client API keys (common/security/api_keys.h): a file of keys, one a line, resolved against
+  // the topology's folder ("": none; LAMINA_API_KEY adds one). With keys, /health and /metrics
+  // (and gRPC's Health) stay open unless `open_probes` is false.
+  std::string api_key_file;
+  bool open_probes = true;
+  // The secret internal calls and data-plane connections prove (common/security/
+  // cluster_secret.h): a file, resolved against the topology's folder ("": LAMINA_CLUSTER_SECRET,
+  // or none).
+  std::string cluster_secret_file;
   int max_batch = 64;
   int max_tokens_per_iteration = 4096;
   // Prompts longer than what an iteration's token budget has left are prefilled in chunks over

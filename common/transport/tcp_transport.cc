@@ -11,10 +11,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/net/sockets.h"
+#include "common/security/cluster_secret.h"
 #include "common/status/status_macros.h"
 #include "common/transport/transport.h"
 
@@ -39,7 +42,10 @@ static_assert(sizeof(FrameHeader) == 32, "frame header layout");
 
 class TcpConnection : public Connection {
  public:
-  TcpConnection(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {
+  // `challenge`: an accepted connection whose peer must prove the cluster secret before its first
+  // message is read or anything is sent to it (the serving thread's first call does it).
+  TcpConnection(int fd, std::string peer, const ClusterSecret* challenge = nullptr)
+      : fd_(fd), peer_(std::move(peer)), challenge_(challenge) {
     int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   }
@@ -49,6 +55,7 @@ class TcpConnection : public Connection {
   }
 
   absl::Status Send(const MessageHeader& header, absl::Span<const ByteSpan> parts) override {
+    LAMINA_RETURN_IF_ERROR(ChallengeOnce());
     if (closed_) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed"));
     FrameHeader frame{kMagic, header.type, header.flags, 0, header.tag, 0};
     for (const ByteSpan& part : parts) frame.length += part.size();
@@ -83,6 +90,7 @@ class TcpConnection : public Connection {
   }
 
   absl::Status Receive(MessageHeader* header, std::vector<uint8_t>* payload, absl::Time deadline) override {
+    LAMINA_RETURN_IF_ERROR(ChallengeOnce());
     FrameHeader frame;
     LAMINA_RETURN_IF_ERROR(ReadExactly(reinterpret_cast<uint8_t*>(&frame), sizeof(frame), deadline));
     if (frame.magic != kMagic || frame.length > kMaxPayload) {
@@ -112,7 +120,19 @@ class TcpConnection : public Connection {
 
   std::string peer() const override { return peer_; }
 
+
  private:
+  absl::Status ChallengeOnce() {
+    if (challenge_ == nullptr || challenged_) return challenge_error_;
+    challenged_ = true;  // the challenge's own Send and Receive go through
+    challenge_error_ = challenge_->Challenge(*this, absl::Now() + absl::Seconds(10));
+    if (!challenge_error_.ok()) {
+      std::fprintf(stderr, "data plane: %s\n", std::string(challenge_error_.message()).c_str());
+      Close();
+    }
+    return challenge_error_;
+  }
+
   absl::Status ReadExactly(uint8_t* data, size_t size, absl::Time deadline) {
     size_t done = 0;
     while (done < size) {
@@ -132,11 +152,15 @@ class TcpConnection : public Connection {
   std::string peer_;
   std::atomic<bool> closed_{false};
   std::vector<iovec> iov_;  // reused by Send
+  const ClusterSecret* challenge_;  // see the constructor
+  bool challenged_ = false;
+  absl::Status challenge_error_;
 };
 
 class TcpListener : public Listener {
  public:
-  TcpListener(int fd, std::string address) : fd_(fd), address_(std::move(address)) {}
+  TcpListener(int fd, std::string address, const ClusterSecret* secret)
+      : fd_(fd), address_(std::move(address)), secret_(secret) {}
   ~TcpListener() override {
     Close();
     ::close(fd_);
@@ -159,7 +183,7 @@ class TcpListener : public Listener {
         if (closed_) return absl::CancelledError("listener closed");
         return SocketError("accept");
       }
-      return std::unique_ptr<Connection>(new TcpConnection(fd, PeerAddress(fd)));
+      return std::unique_ptr<Connection>(new TcpConnection(fd, PeerAddress(fd), secret_));
     }
   }
 
@@ -169,26 +193,35 @@ class TcpListener : public Listener {
  private:
   int fd_;
   std::string address_;
+  const ClusterSecret* secret_;
   std::atomic<bool> closed_{false};
 };
 
 class TcpTransport : public Transport {
  public:
+  explicit TcpTransport(std::optional<ClusterSecret> secret) : secret_(std::move(secret)) {}
   std::string name() const override { return "tcp"; }
 
   absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override {
     LAMINA_ASSIGN_OR_RETURN(ListeningSocket socket, ListenTcp(address, 64));
-    return std::unique_ptr<Listener>(new TcpListener(socket.fd, socket.address));
+    return std::unique_ptr<Listener>(new TcpListener(socket.fd, socket.address, secret_ ? &*secret_ : nullptr));
   }
 
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, absl::Time deadline) override {
     LAMINA_ASSIGN_OR_RETURN(int fd, ConnectTcp(address, deadline));
-    return std::unique_ptr<Connection>(new TcpConnection(fd, address));
+    auto connection = std::make_unique<TcpConnection>(fd, address);
+    if (secret_) LAMINA_RETURN_IF_ERROR(secret_->Answer(*connection, deadline));
+    return std::unique_ptr<Connection>(std::move(connection));
   }
+
+ private:
+  const std::optional<ClusterSecret> secret_;
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> MakeTcpTransport() { return std::make_unique<TcpTransport>(); }
+std::unique_ptr<Transport> MakeTcpTransport(std::optional<ClusterSecret> secret) {
+  return std::make_unique<TcpTransport>(std::move(secret));
+}
 
 }  // namespace lamina

@@ -13,12 +13,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/security/cluster_secret.h"
 
 namespace lamina {
 
@@ -67,8 +69,11 @@ class Transport {
   virtual absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, absl::Time deadline) = 0;
 };
 
-// Sockets with length-prefixed frames: CPU nodes, CI, and the fallback everywhere.
-std::unique_ptr<Transport> MakeTcpTransport();
+// Sockets with length-prefixed frames: CPU nodes, CI, and the fallback everywhere. With a cluster
+// secret, every connection proves it (common/security/cluster_secret.h): Connect answers the
+// accepting end's challenge, and an accepted connection challenges its peer on its first Send or
+// Receive, closing it (Unauthenticated) when the answer is wrong.
+std::unique_ptr<Transport> MakeTcpTransport(std::optional<ClusterSecret> secret = std::nullopt);
 // In-process queues: single-process mode and tests. Listeners are visible to every
 // inproc transport in the process.
 std::unique_ptr<Transport> MakeInprocTransport();

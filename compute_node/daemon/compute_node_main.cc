@@ -66,7 +66,8 @@ absl::Status Run(const std::vector<std::string>& args) {
                    node->name.c_str(), spec->device.c_str());
     }
   }
-  std::unique_ptr<Transport> transport = MakeTcpTransport();
+  LAMINA_ASSIGN_OR_RETURN(const std::optional<ClusterSecret> secret, ClusterSecret::Load(topology.cluster_secret_file));
+  std::unique_ptr<Transport> transport = MakeTcpTransport(secret);
   ThreadPool pool(spec->threads);
   // A pool of its own: attended here, shared by the lanes.
   std::unique_ptr<LocalPool> local_pool;
@@ -82,7 +83,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                                                device.is_cuda ? device.index : -1,
                                                kv_dtype},
                                               &pool));
-    pool_service = std::make_unique<KvPoolService>(local_pool->executor(), local_pool->mu());
+    pool_service = std::make_unique<KvPoolService>(local_pool->executor(), local_pool->mu(), secret);
   }
   // One lane (engine and data-plane connections) per batch the topology runs on this node.
   const int num_lanes = std::max(1, topology.BatchesOn(spec->name));
@@ -147,7 +148,7 @@ absl::Status Run(const std::vector<std::string>& args) {
       relay_ptrs.push_back(relays.back().get());
     }
   }
-  StepService service(lanes, relay_ptrs, spec->gpu_busy_timing);
+  StepService service(lanes, relay_ptrs, spec->gpu_busy_timing, secret);
   std::vector<grpc::Service*> services = {&service};
   if (pool_service != nullptr) services.push_back(pool_service.get());
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), services));
@@ -161,7 +162,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   // As a memory node reports its pool (memory_node_main.cc): a heartbeat waits at most 20 ms for
   // the pool's lock, else repeats the last counts.
   struct { int64_t free_slots, sequences, shared_slots; } counts{spec->kv_capacity_tokens, 0, 0};
-  NodeAgent agent(topology.coordinator_address(), registration, [&](lamina::v1::HeartbeatRequest* heartbeat) {
+  NodeAgent agent(topology.coordinator_address(), registration, secret, [&](lamina::v1::HeartbeatRequest* heartbeat) {
     if (local_pool != nullptr) {
       std::unique_lock<std::mutex> lock(*local_pool->mu(), std::defer_lock);
       for (int tries = 0; tries < 20 && !lock.try_lock(); ++tries) absl::SleepFor(absl::Milliseconds(1));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/call_auth.h"
 #include "common/threading/quiescent_release.h"
 #include "compute_node/sampling/sampling_proto.h"
 
@@ -40,8 +41,9 @@ absl::StatusOr<std::optional<TokenHistory>> PromptHistory(const lamina::v1::Pref
 
 }  // namespace
 
-StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays, bool device_busy)
-    : lanes_(lanes.size()), relays_(std::move(relays)) {
+StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays, bool device_busy,
+                         std::optional<ClusterSecret> secret)
+    : lanes_(lanes.size()), relays_(std::move(relays)), secret_(std::move(secret)) {
   for (size_t i = 0; i < lanes.size(); ++i) {
     lanes_[i].parts = lanes[i];
     lanes[i].attention->set_compute_meter(&computing_);
@@ -265,6 +267,8 @@ void StepService::Abandon(const lamina::v1::StepPlan& plan, int lane) {
 
 grpc::Status StepService::Step(grpc::ServerContext* context,
                                grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) {
+  // Before a lane is held: a stranger's stream may not take the node's only lane.
+  if (grpc::Status auth = CheckClusterAuth(*context, secret_); !auth.ok()) return auth;
   const std::optional<int> lane = HoldLane(context);
   if (!lane) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting for a free lane");
   lamina::v1::StepPlan plan;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/metrics/busy_meter.h"
+#include "common/security/cluster_secret.h"
 #include "common/metrics/interval_union.h"
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/local/placed_attention.h"
@@ -44,8 +45,9 @@ class StepService final : public lamina::v1::ComputeNode::Service {
   // `relays[j]`: batch j's route through this node under rotational pipelining over several
   // compute nodes (empty otherwise); owned by the caller. `device_busy`: GPU engines time their
   // busy time on the device (ComputeEngine::set_device_busy).
+  // Plans must carry `secret`'s token, when there is one.
   explicit StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays = {},
-                       bool device_busy = false);
+                       bool device_busy = false, std::optional<ClusterSecret> secret = std::nullopt);
 
   grpc::Status Step(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) override;
@@ -82,6 +84,7 @@ class StepService final : public lamina::v1::ComputeNode::Service {
 
   std::vector<Lane> lanes_;
   const std::vector<SliceRelay*> relays_;
+  const std::optional<ClusterSecret> secret_;
   std::mutex lanes_mu_;
   std::condition_variable lane_freed_;
   // Each sequence's sampling parameters, from its prefill until it is released. They outlive

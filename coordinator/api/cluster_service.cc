@@ -2,21 +2,26 @@
 
 #include <random>
 
+#include "common/rpc/call_auth.h"
 #include "coordinator/api/generation_service.h"
 
 namespace lamina {
 
 ClusterService::ClusterService(std::string model_name, int heartbeat_interval_ms, Membership* membership,
-                               Scheduler* scheduler)
+                               Scheduler* scheduler, std::optional<ClusterSecret> secret, ApiKeys keys)
     : model_name_(std::move(model_name)),
       heartbeat_interval_ms_(heartbeat_interval_ms),
       // Never 0, which a node takes for "no coordinator yet".
       epoch_(std::random_device()() * uint64_t{4294967296} + std::random_device()() + 1),
       membership_(membership),
-      scheduler_(scheduler) {}
+      scheduler_(scheduler),
+      secret_(std::move(secret)),
+      keys_(std::move(keys)) {}
 
-grpc::Status ClusterService::Register(grpc::ServerContext*, const lamina::v1::RegisterRequest* request,
+grpc::Status ClusterService::Register(grpc::ServerContext* context, const lamina::v1::RegisterRequest* request,
                                       lamina::v1::RegisterResponse* response) {
+  // A stranger may not take a node's name (one claiming a pool of one slot stalled every request).
+  if (grpc::Status auth = CheckClusterAuth(*context, secret_); !auth.ok()) return auth;
   absl::Status status = membership_->Register(*request);
   if (!status.ok()) return ToGrpc(status);
   response->set_heartbeat_interval_ms(heartbeat_interval_ms_);
@@ -24,14 +29,16 @@ grpc::Status ClusterService::Register(grpc::ServerContext*, const lamina::v1::Re
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterService::Heartbeat(grpc::ServerContext*, const lamina::v1::HeartbeatRequest* request,
+grpc::Status ClusterService::Heartbeat(grpc::ServerContext* context, const lamina::v1::HeartbeatRequest* request,
                                        lamina::v1::HeartbeatResponse* response) {
+  if (grpc::Status auth = CheckClusterAuth(*context, secret_); !auth.ok()) return auth;
   response->set_known(membership_->Heartbeat(*request));
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterService::ClusterStatus(grpc::ServerContext*, const lamina::v1::ClusterStatusRequest*,
+grpc::Status ClusterService::ClusterStatus(grpc::ServerContext* context, const lamina::v1::ClusterStatusRequest*,
                                            lamina::v1::ClusterStatusResponse* response) {
+  if (grpc::Status auth = CheckApiKey(*context, keys_, secret_); !auth.ok()) return auth;
   const absl::Time now = absl::Now();
   for (const MemberInfo& m : membership_->Snapshot()) {
     auto* node = response->add_nodes();

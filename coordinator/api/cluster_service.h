@@ -3,8 +3,11 @@
 #ifndef LAMINA_COORDINATOR_API_CLUSTER_SERVICE_H_
 #define LAMINA_COORDINATOR_API_CLUSTER_SERVICE_H_
 
+#include <optional>
 #include <string>
 
+#include "common/security/api_keys.h"
+#include "common/security/cluster_secret.h"
 #include "coordinator/cluster/membership.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "lamina/v1/cluster.grpc.pb.h"
@@ -13,7 +16,10 @@ namespace lamina {
 
 class ClusterService final : public lamina::v1::Cluster::Service {
  public:
-  ClusterService(std::string model_name, int heartbeat_interval_ms, Membership* membership, Scheduler* scheduler);
+  // Registration and heartbeats need `secret`'s token, status one of `keys` (or the token), when
+  // there are any.
+  ClusterService(std::string model_name, int heartbeat_interval_ms, Membership* membership, Scheduler* scheduler,
+                 std::optional<ClusterSecret> secret = std::nullopt, ApiKeys keys = ApiKeys());
 
   grpc::Status Register(grpc::ServerContext*, const lamina::v1::RegisterRequest* request,
                         lamina::v1::RegisterResponse* response) override;
@@ -28,6 +34,8 @@ class ClusterService final : public lamina::v1::Cluster::Service {
   const uint64_t epoch_;  // this coordinator's (RegisterResponse.coordinator_epoch)
   Membership* membership_;
   Scheduler* scheduler_;
+  const std::optional<ClusterSecret> secret_;
+  const ApiKeys keys_;
 };
 
 }  // namespace lamina

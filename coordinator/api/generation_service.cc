@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/rpc/call_auth.h"
 #include "coordinator/api/generation_request.h"
 
 namespace lamina {
@@ -33,8 +34,12 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lamina::v1::GenerateRequest* request,
                                          grpc::ServerWriter<lamina::v1::GenerateResponse>* writer) {
+  if (grpc::Status auth = CheckApiKey(*context, keys_); !auth.ok()) return auth;
   absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(*request, *tokenizer_, chat_template_, config_);
-  if (!spec.ok()) return ToGrpc(spec.status());
+  if (!spec.ok()) {
+    scheduler_->CountRefused(spec.status().code());
+    return ToGrpc(spec.status());
+  }
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle = scheduler_->Submit(*std::move(spec));
   if (!handle.ok()) return ToGrpc(handle.status());
   for (;;) {
@@ -65,8 +70,9 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const lam
   }
 }
 
-grpc::Status GenerationService::ListModels(grpc::ServerContext*, const lamina::v1::ListModelsRequest*,
+grpc::Status GenerationService::ListModels(grpc::ServerContext* context, const lamina::v1::ListModelsRequest*,
                                            lamina::v1::ListModelsResponse* response) {
+  if (grpc::Status auth = CheckApiKey(*context, keys_); !auth.ok()) return auth;
   auto* model = response->add_models();
   model->set_name(model_name_);
   model->set_architecture(config_.architecture);
@@ -76,8 +82,11 @@ grpc::Status GenerationService::ListModels(grpc::ServerContext*, const lamina::v
   return grpc::Status::OK;
 }
 
-grpc::Status GenerationService::Health(grpc::ServerContext*, const lamina::v1::HealthRequest*,
+grpc::Status GenerationService::Health(grpc::ServerContext* context, const lamina::v1::HealthRequest*,
                                        lamina::v1::HealthResponse* response) {
+  if (!open_probes_) {
+    if (grpc::Status auth = CheckApiKey(*context, keys_); !auth.ok()) return auth;
+  }
   std::string why;
   const bool all_alive = membership_->AllAlive(&why);
   response->set_status(all_alive               ? lamina::v1::HealthResponse::SERVING

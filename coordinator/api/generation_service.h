@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/chat_template/chat_template.h"
 #include "common/model_config/model_config.h"
+#include "common/security/api_keys.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/cluster/membership.h"
 #include "coordinator/scheduler/scheduler.h"
@@ -23,14 +24,18 @@ class GenerationService final : public lamina::v1::Generation::Service {
  public:
   // `chat_template`: what ChatTemplate::Load gave for the model; chat requests fail with its
   // status when it failed.
+  // Calls need one of `keys` (when there are any); Health too unless `open_probes`.
   GenerationService(std::string model_name, const ModelConfig& config, const Tokenizer* tokenizer,
-                    absl::StatusOr<ChatTemplate> chat_template, Scheduler* scheduler, Membership* membership)
+                    absl::StatusOr<ChatTemplate> chat_template, Scheduler* scheduler, Membership* membership,
+                    ApiKeys keys = ApiKeys(), bool open_probes = true)
       : model_name_(std::move(model_name)),
         config_(config),
         tokenizer_(tokenizer),
         chat_template_(std::move(chat_template)),
         scheduler_(scheduler),
-        membership_(membership) {}
+        membership_(membership),
+        keys_(std::move(keys)),
+        open_probes_(open_probes) {}
 
   grpc::Status Generate(grpc::ServerContext* context, const lamina::v1::GenerateRequest* request,
                         grpc::ServerWriter<lamina::v1::GenerateResponse>* writer) override;
@@ -46,6 +51,8 @@ class GenerationService final : public lamina::v1::Generation::Service {
   absl::StatusOr<ChatTemplate> chat_template_;
   Scheduler* scheduler_;
   Membership* membership_;
+  const ApiKeys keys_;
+  const bool open_probes_;
 };
 
 // absl::Status -> grpc::Status (the codes are the same numbers).

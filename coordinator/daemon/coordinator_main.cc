@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "common/http/http_server.h"
 #include "common/rpc/daemon.h"
 #include "common/rpc/signals.h"
+#include "common/security/api_keys.h"
+#include "common/security/cluster_secret.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/topology/topology.h"
@@ -34,26 +37,34 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
   LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, LoadModelTokenizer(topology.model_dir, config));
   const std::string model_name = std::filesystem::path(topology.model_dir).filename().string();
+  LAMINA_ASSIGN_OR_RETURN(const std::optional<ClusterSecret> secret, ClusterSecret::Load(topology.cluster_secret_file));
+  LAMINA_ASSIGN_OR_RETURN(ApiKeys keys, ApiKeys::Load(topology.api_key_file));
 
   Scheduler* scheduler_for_deaths = nullptr;
   Membership membership(topology, [&](const std::string& node, const std::string& why) {
     std::fprintf(stderr, "coordinator: node %s declared dead: %s\n", node.c_str(), why.c_str());
     if (scheduler_for_deaths) scheduler_for_deaths->OnNodeDeath(node);
   });
-  Scheduler scheduler(topology, config, &tokenizer, &membership);
+  Scheduler scheduler(topology, config, &tokenizer, &membership, nullptr, secret);
   scheduler_for_deaths = &scheduler;
   absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Load(topology.model_dir);
   if (!chat_template.ok() && !absl::IsNotFound(chat_template.status())) {
     std::fprintf(stderr, "coordinator: chat requests will fail: %s\n",
                  std::string(chat_template.status().message()).c_str());
   }
-  GenerationService generation(model_name, config, &tokenizer, chat_template, &scheduler, &membership);
-  ClusterService cluster(model_name, topology.heartbeat_interval_ms, &membership, &scheduler);
+  GenerationService generation(model_name, config, &tokenizer, chat_template, &scheduler, &membership, keys,
+                               topology.open_probes);
+  ClusterService cluster(model_name, topology.heartbeat_interval_ms, &membership, &scheduler, secret, keys);
 
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
                           StartGrpcServer(topology.coordinator_address(), {&generation, &cluster}));
-  std::fprintf(stderr, "coordinator: serving %s on %s\n", model_name.c_str(), topology.coordinator_address().c_str());
-  OpenAiApi openai(model_name, config, &tokenizer, std::move(chat_template), &scheduler, &membership);
+  std::fprintf(stderr, "coordinator: serving %s on %s (%s; %s)\n", model_name.c_str(),
+               topology.coordinator_address().c_str(),
+               keys.enabled() ? absl::StrCat(keys.size(), " API key", keys.size() == 1 ? "" : "s").c_str()
+                              : "no API keys: open to anyone who can reach it",
+               secret ? "nodes prove the cluster secret" : "no cluster secret: nodes are not authenticated");
+  OpenAiApi openai(model_name, config, &tokenizer, std::move(chat_template), &scheduler, &membership, keys,
+                   topology.open_probes);
   std::unique_ptr<HttpServer> http;
   if (topology.coordinator_http_port != 0) {
     LAMINA_ASSIGN_OR_RETURN(http, HttpServer::Start(topology.coordinator_http_address(),

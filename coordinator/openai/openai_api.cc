@@ -163,13 +163,16 @@ class Run {
 }  // namespace
 
 OpenAiApi::OpenAiApi(std::string model_name, const ModelConfig& config, const Tokenizer* tokenizer,
-                     absl::StatusOr<ChatTemplate> chat_template, Scheduler* scheduler, Membership* membership)
+                     absl::StatusOr<ChatTemplate> chat_template, Scheduler* scheduler, Membership* membership,
+                     ApiKeys keys, bool open_probes)
     : model_name_(std::move(model_name)),
       config_(config),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
       scheduler_(scheduler),
       membership_(membership),
+      keys_(std::move(keys)),
+      open_probes_(open_probes),
       started_(absl::ToUnixSeconds(absl::Now())) {}
 
 void OpenAiApi::Handle(const HttpRequest& request, HttpResponder& responder) {
@@ -180,6 +183,19 @@ void OpenAiApi::Handle(const HttpRequest& request, HttpResponder& responder) {
     SendJson(responder, 405,
              ErrorJson(absl::InvalidArgumentError(absl::StrCat(request.method, " ", path, ": use ", allowed))));
   };
+  const bool probe = path == "/health" || path == "/metrics";
+  if (keys_.enabled() && !(probe && open_probes_)) {
+    const std::string* authorization = request.Header("authorization");
+    if (authorization == nullptr || !keys_.Accepts(ApiKeys::FromBearer(*authorization))) {
+      // OpenAI's answer to a missing or wrong key.
+      return SendJson(responder, 401,
+                      {{"error",
+                        {{"message", "Incorrect API key provided: send 'Authorization: Bearer KEY'"},
+                         {"type", "invalid_request_error"},
+                         {"param", nullptr},
+                         {"code", "invalid_api_key"}}}});
+    }
+  }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     if (!post) return wrong_method("POST");
     return Generate(path == "/v1/completions" ? OpenAiEndpoint::kCompletions : OpenAiEndpoint::kChatCompletions,
@@ -226,7 +242,10 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestHandle>>> OpenAiApi::Submit(co
   };
   for (const lamina::v1::GenerateRequest& prompt : request.prompts) {
     absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(prompt, *tokenizer_, chat_template_, config_);
-    if (!spec.ok()) return fail(spec.status());
+    if (!spec.ok()) {
+      scheduler_->CountRefused(spec.status().code());
+      return fail(spec.status());
+    }
     if (spec->stop.max_tokens == 0) {  // a chat without max_tokens: the rest of the context
       spec->stop.max_tokens =
           static_cast<int32_t>(std::max<int64_t>(1, config_.max_position_embeddings - spec->prompt.size()));

@@ -25,6 +25,7 @@
 #include "common/http/http_server.h"
 #include "common/model_config/model_config.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/security/api_keys.h"
 #include "coordinator/cluster/membership.h"
 #include "coordinator/openai/openai_request.h"
 #include "coordinator/scheduler/scheduler.h"
@@ -34,8 +35,11 @@ namespace lamina {
 class OpenAiApi {
  public:
   // `chat_template`: what ChatTemplate::Load gave for the model (chats fail with its error).
+  // Requests need one of `keys` (`Authorization: Bearer KEY`; 401 otherwise) when there are any;
+  // /health and /metrics too unless `open_probes`.
   OpenAiApi(std::string model_name, const ModelConfig& config, const Tokenizer* tokenizer,
-            absl::StatusOr<ChatTemplate> chat_template, Scheduler* scheduler, Membership* membership);
+            absl::StatusOr<ChatTemplate> chat_template, Scheduler* scheduler, Membership* membership,
+            ApiKeys keys = ApiKeys(), bool open_probes = true);
 
   void Handle(const HttpRequest& request, HttpResponder& responder);
 
@@ -50,6 +54,8 @@ class OpenAiApi {
   const absl::StatusOr<ChatTemplate> chat_template_;
   Scheduler* scheduler_;
   Membership* membership_;
+  const ApiKeys keys_;
+  const bool open_probes_;
   const int64_t started_;  // Unix seconds, the models' "created"
 };
 

@@ -3,13 +3,17 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/call_auth.h"
 #include "common/rpc/channel.h"
 #include "common/status/status_macros.h"
 
 namespace lamina {
 
-ComputeClient::ComputeClient(const std::string& name, const std::string& address)
-    : name_(name), stub_(lamina::v1::ComputeNode::NewStub(CreateControlChannel(address))) {}
+ComputeClient::ComputeClient(const std::string& name, const std::string& address,
+                             std::optional<ClusterSecret> secret)
+    : name_(name),
+      secret_(std::move(secret)),
+      stub_(lamina::v1::ComputeNode::NewStub(CreateControlChannel(address))) {}
 
 ComputeClient::~ComputeClient() { Reset(); }
 
@@ -32,6 +36,7 @@ void ComputeClient::Send(const lamina::v1::StepPlan& plan) {
   if (!stream_) {
     std::lock_guard<std::mutex> lock(context_mu_);
     context_ = std::make_unique<grpc::ClientContext>();
+    AddClusterAuth(context_.get(), secret_);
     stream_ = stub_->Step(context_.get());
   }
   send_failed_ = !stream_->Write(plan);
@@ -52,7 +57,8 @@ absl::Status ComputeClient::Broken() {
       absl::StrCat("compute node '", name_, "': ", status.ok() ? "stream closed" : status.error_message()));
 }
 
-MemoryClients::MemoryClients(const std::map<std::string, std::string>& nodes) {
+MemoryClients::MemoryClients(const std::map<std::string, std::string>& nodes, std::optional<ClusterSecret> secret)
+    : secret_(std::move(secret)) {
   for (const auto& [name, address] : nodes) {
     stubs_[name] = lamina::v1::MemoryNode::NewStub(CreateControlChannel(address));
   }
@@ -68,6 +74,7 @@ absl::StatusOr<lamina::v1::FreeSequencesResponse> MemoryClients::Free(const std:
   LAMINA_ASSIGN_OR_RETURN(lamina::v1::MemoryNode::Stub * stub, StubOf(node));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  AddClusterAuth(&context, secret_);
   lamina::v1::FreeSequencesRequest request;
   for (int64_t s : seqs) request.add_seq_ids(s);
   lamina::v1::FreeSequencesResponse response;
@@ -80,6 +87,7 @@ absl::Status MemoryClients::Fork(const std::string& node, int64_t from, int64_t 
   LAMINA_ASSIGN_OR_RETURN(lamina::v1::MemoryNode::Stub * stub, StubOf(node));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  AddClusterAuth(&context, secret_);
   lamina::v1::ForkSequenceRequest request;
   request.set_from_seq_id(from);
   request.set_to_seq_id(to);

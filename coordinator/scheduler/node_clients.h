@@ -7,10 +7,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/security/cluster_secret.h"
 #include "grpcpp/grpcpp.h"
 #include "lamina/v1/node.grpc.pb.h"
 
@@ -18,8 +20,8 @@ namespace lamina {
 
 class ComputeClient {
  public:
-  // `name` is the node's, for messages.
-  ComputeClient(const std::string& name, const std::string& address);
+  // `name` is the node's, for messages; calls carry `secret`'s token when there is one.
+  ComputeClient(const std::string& name, const std::string& address, std::optional<ClusterSecret> secret);
   ~ComputeClient();
 
   // A step in two halves, so that one thread can keep several steps in flight on several
@@ -35,6 +37,7 @@ class ComputeClient {
   absl::Status Broken();
 
   const std::string name_;
+  const std::optional<ClusterSecret> secret_;
   std::unique_ptr<lamina::v1::ComputeNode::Stub> stub_;
   std::mutex context_mu_;
   std::unique_ptr<grpc::ClientContext> context_;
@@ -44,8 +47,8 @@ class ComputeClient {
 
 class MemoryClients {
  public:
-  // `nodes`: memory node name -> gRPC address.
-  explicit MemoryClients(const std::map<std::string, std::string>& nodes);
+  // `nodes`: memory node name -> gRPC address; calls carry `secret`'s token when there is one.
+  MemoryClients(const std::map<std::string, std::string>& nodes, std::optional<ClusterSecret> secret);
   // Frees sequences on a node, waiting at most a second; returns the node's report afterwards.
   absl::StatusOr<lamina::v1::FreeSequencesResponse> Free(const std::string& node, const std::vector<int64_t>& seqs);
   // Starts sequence `to` with the first `length` positions of `from` (shared, not copied).
@@ -54,6 +57,7 @@ class MemoryClients {
  private:
   absl::StatusOr<lamina::v1::MemoryNode::Stub*> StubOf(const std::string& node);
 
+  const std::optional<ClusterSecret> secret_;
   std::map<std::string, std::unique_ptr<lamina::v1::MemoryNode::Stub>> stubs_;
 };
 

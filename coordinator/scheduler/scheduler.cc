@@ -33,20 +33,22 @@ int64_t SlotsNeeded(const GenerationSpec& spec, const ModelConfig& config) {
 }  // namespace
 
 Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer,
-                     Membership* membership, std::unique_ptr<AdmissionPolicy> policy)
+                     Membership* membership, std::unique_ptr<AdmissionPolicy> policy,
+                     std::optional<ClusterSecret> secret)
     : topology_(topology),
       config_(config),
       tokenizer_(tokenizer),
       membership_(membership),
-      memory_(KvGrpcAddresses(topology)),
+      memory_(KvGrpcAddresses(topology), secret),
       policy_(policy ? std::move(policy) : std::make_unique<FifoPolicy>()) {
   const std::vector<const NodeSpec*> first_nodes = topology.BatchComputeNodes();
   for (size_t j = 0; j < first_nodes.size(); ++j) {
     if (topology.RotationReplicas() > 0) {
-      batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), topology.NodesOf(NodeKind::kCompute)));
+      batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), topology.NodesOf(NodeKind::kCompute), secret));
       batches_.back()->rotation_replicas = topology.RotationReplicas();
     } else {
-      batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), std::vector<const NodeSpec*>{first_nodes[j]}));
+      batches_.push_back(
+          std::make_unique<Batch>(static_cast<int>(j), std::vector<const NodeSpec*>{first_nodes[j]}, secret));
     }
   }
   batch_ = batches_[0].get();
@@ -55,10 +57,12 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
   watchdog_ = std::thread([this] { Watchdog(); });
 }
 
-Scheduler::Batch::Batch(int batch_index, const std::vector<const NodeSpec*>& nodes) : index(batch_index) {
+Scheduler::Batch::Batch(int batch_index, const std::vector<const NodeSpec*>& nodes,
+                        const std::optional<ClusterSecret>& secret)
+    : index(batch_index) {
   for (const NodeSpec* node : nodes) {
     compute_nodes.push_back(node->name);
-    computes.push_back(std::make_unique<ComputeClient>(node->name, node->grpc_address()));
+    computes.push_back(std::make_unique<ComputeClient>(node->name, node->grpc_address(), secret));
   }
 }
 

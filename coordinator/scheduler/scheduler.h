@@ -91,12 +91,16 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  // `policy` picks which waiting request to admit next; null means FIFO.
+  // `policy` picks which waiting request to admit next; null means FIFO. Calls to the nodes carry
+  // `secret`'s token when there is one.
   Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer, Membership* membership,
-            std::unique_ptr<AdmissionPolicy> policy = nullptr);
+            std::unique_ptr<AdmissionPolicy> policy = nullptr, std::optional<ClusterSecret> secret = std::nullopt);
   ~Scheduler();  // stops the loop; unfinished requests end with UNAVAILABLE
 
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationSpec spec);
+  // A request the API refused before it reached Submit (its bounds, its chat), counted as
+  // Submit's refusals are.
+  void CountRefused(absl::StatusCode code) { metrics_.Refused(code); }
   // Shutting down gently: admits nothing more (Submit answers UNAVAILABLE, and queued requests end
   // so), and waits until the requests in flight have ended or `grace` has passed; whether they all
   // ended. Those still running end with UNAVAILABLE when the scheduler is destroyed.
@@ -147,7 +151,7 @@ class Scheduler {
   // One batch in flight: its compute node and stream (under rotation over several compute nodes,
   // one per replica, the plan going to each), its sequences and its step.
   struct Batch {
-    Batch(int index, const std::vector<const NodeSpec*>& nodes);
+    Batch(int index, const std::vector<const NodeSpec*>& nodes, const std::optional<ClusterSecret>& secret);
     // A dead node among the batch's compute nodes (its name), or "" when all are alive.
     std::string DeadComputeNode(const Membership& membership) const;
     bool Uses(const std::string& compute_node) const;

@@ -1,5 +1,7 @@
 #include "deploy/bench/openai_sender.h"
 
+#include <cstdlib>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -88,9 +90,17 @@ absl::StatusOr<std::string> OpenAiAddress(const std::string& url) {
   return std::string(rest);
 }
 
-absl::StatusOr<OpenAiModel> FetchOpenAiModel(const std::string& address, absl::Duration timeout) {
+std::string OpenAiSender::KeyOrEnvironment(std::string key) {
+  if (!key.empty()) return key;
+  const char* env = std::getenv("LAMINA_API_KEY");
+  return env != nullptr ? env : "";
+}
+
+absl::StatusOr<OpenAiModel> FetchOpenAiModel(const std::string& address, absl::Duration timeout,
+                                             const std::string& api_key) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<HttpResponseStream> stream,
-                          HttpResponseStream::Open(address, "GET", "/v1/models", "", "", absl::Now() + timeout));
+                          HttpResponseStream::Open(address, "GET", "/v1/models", "", "", absl::Now() + timeout,
+                                                   OpenAiSender::KeyOrEnvironment(api_key)));
   LAMINA_ASSIGN_OR_RETURN(std::string body, stream->ReadAll());
   if (stream->status() != 200) return HttpError(address, stream->status(), body);
   const json models = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -121,7 +131,7 @@ absl::Status OpenAiSender::Send(const BenchRequest& request, absl::Duration time
   }
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<HttpResponseStream> stream,
                           HttpResponseStream::Open(address_, "POST", "/v1/completions", body.dump(), "application/json",
-                                                   absl::Now() + timeout));
+                                                   absl::Now() + timeout, api_key_));
   if (stream->status() != 200) {
     LAMINA_ASSIGN_OR_RETURN(std::string reply, stream->ReadAll());
     return HttpError(address_, stream->status(), reply);

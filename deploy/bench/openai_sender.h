@@ -23,12 +23,18 @@ struct OpenAiModel {
   std::string id;
   int max_context = 0;
 };
-absl::StatusOr<OpenAiModel> FetchOpenAiModel(const std::string& address, absl::Duration timeout);
+
+// With `api_key` (by default LAMINA_API_KEY's), requests send it as `Authorization: Bearer KEY`.
+absl::StatusOr<OpenAiModel> FetchOpenAiModel(const std::string& address, absl::Duration timeout,
+                                             const std::string& api_key = "");
 
 class OpenAiSender final : public RequestSender {
  public:
   // `address`: host:port; `model`: what each request's "model" names.
-  OpenAiSender(std::string address, std::string model) : address_(std::move(address)), model_(std::move(model)) {}
+  OpenAiSender(std::string address, std::string model, std::string api_key = "")
+      : address_(std::move(address)), model_(std::move(model)), api_key_(KeyOrEnvironment(std::move(api_key))) {}
+  // `key`, or else LAMINA_API_KEY's value ("" when unset).
+  static std::string KeyOrEnvironment(std::string key);
 
   // Each streamed choice counts as a token as it comes, and the usage's completion_tokens then
   // corrects the count. A reply other than 200 is a Status of the matching code carrying the
@@ -40,6 +46,7 @@ class OpenAiSender final : public RequestSender {
  private:
   const std::string address_;
   const std::string model_;
+  const std::string api_key_;
 };
 
 }  // namespace lamina::bench

@@ -78,7 +78,8 @@ absl::Status Bench(const std::vector<std::string>& args) {
       Flags flags, Flags::Parse(args, {"endpoint",       "topology",      "openai",   "model",       "vocab-size",
                                        "max-context",    "workload",      "requests", "concurrency", "rate",
                                        "prompt-tokens",  "output-tokens", "lengths",  "prompts",     "ttft-target-ms",
-                                       "tpot-target-ms", "seed",          "timeout",  "json",        "prices"},
+                                       "tpot-target-ms", "seed",          "timeout",  "json",        "prices",
+                                       "api-key"},
                                 {"quiet"}));
   bench::WorkloadSpec workload;
   if (flags.Has("workload")) {
@@ -110,18 +111,20 @@ absl::Status Bench(const std::vector<std::string>& args) {
   }
 
   std::unique_ptr<ClusterClient> client;
-  if (!endpoint.empty()) client = std::make_unique<ClusterClient>(endpoint);
+  if (!endpoint.empty()) client = std::make_unique<ClusterClient>(endpoint, flags.String("api-key", ""));
   std::unique_ptr<bench::RequestSender> sender;
   bench::BenchTarget target;
   target.cluster = client.get();
   if (flags.Has("openai")) {
     LAMINA_ASSIGN_OR_RETURN(std::string address, bench::OpenAiAddress(flags.String("openai", "")));
-    LAMINA_ASSIGN_OR_RETURN(bench::OpenAiModel model, bench::FetchOpenAiModel(address, absl::Seconds(10)));
+    LAMINA_ASSIGN_OR_RETURN(bench::OpenAiModel model,
+                            bench::FetchOpenAiModel(address, absl::Seconds(10), flags.String("api-key", "")));
     LAMINA_ASSIGN_OR_RETURN(int64_t vocab_size, flags.Int("vocab-size", 0));
     LAMINA_ASSIGN_OR_RETURN(int64_t max_context, flags.Int("max-context", model.max_context));
     target.vocab_size = static_cast<int>(vocab_size);
     target.max_context = static_cast<int>(max_context);
-    sender = std::make_unique<bench::OpenAiSender>(address, flags.String("model", model.id));
+    sender =
+        std::make_unique<bench::OpenAiSender>(address, flags.String("model", model.id), flags.String("api-key", ""));
   } else {
     if (flags.Has("model") || flags.Has("vocab-size") || flags.Has("max-context")) {
       return absl::InvalidArgumentError("--model, --vocab-size and --max-context go with --openai");

@@ -1,5 +1,8 @@
 #include "deploy/cli/cluster_client.h"
 
+#include <cstdlib>
+
+#include "common/rpc/call_auth.h"
 #include "common/rpc/channel.h"
 #include "grpcpp/grpcpp.h"
 
@@ -10,8 +13,9 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-ClusterClient::ClusterClient(const std::string& endpoint)
+ClusterClient::ClusterClient(const std::string& endpoint, std::string api_key)
     : endpoint_(endpoint),
+      api_key_(!api_key.empty() ? std::move(api_key) : (std::getenv("LAMINA_API_KEY") ? std::getenv("LAMINA_API_KEY") : "")),
       channel_(CreateControlChannel(endpoint)),
       generation_(lamina::v1::Generation::NewStub(channel_)),
       cluster_(lamina::v1::Cluster::NewStub(channel_)) {}
@@ -21,6 +25,7 @@ absl::Status ClusterClient::Generate(const lamina::v1::GenerateRequest& request,
                                      absl::Duration timeout) {
   grpc::ClientContext context;
   if (timeout != absl::InfiniteDuration()) context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AddApiKey(&context, api_key_);
   std::unique_ptr<grpc::ClientReader<lamina::v1::GenerateResponse>> reader = generation_->Generate(&context, request);
   lamina::v1::GenerateResponse response;
   while (reader->Read(&response)) on_response(response);
@@ -30,6 +35,7 @@ absl::Status ClusterClient::Generate(const lamina::v1::GenerateRequest& request,
 absl::StatusOr<lamina::v1::ClusterStatusResponse> ClusterClient::Status(absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AddApiKey(&context, api_key_);
   lamina::v1::ClusterStatusResponse response;
   grpc::Status status = cluster_->ClusterStatus(&context, {}, &response);
   if (!status.ok()) return FromGrpc(status);
@@ -39,6 +45,7 @@ absl::StatusOr<lamina::v1::ClusterStatusResponse> ClusterClient::Status(absl::Du
 absl::StatusOr<lamina::v1::ListModelsResponse> ClusterClient::ListModels(absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AddApiKey(&context, api_key_);
   lamina::v1::ListModelsResponse response;
   grpc::Status status = generation_->ListModels(&context, {}, &response);
   if (!status.ok()) return FromGrpc(status);
@@ -48,6 +55,7 @@ absl::StatusOr<lamina::v1::ListModelsResponse> ClusterClient::ListModels(absl::D
 absl::StatusOr<lamina::v1::HealthResponse> ClusterClient::Health(absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AddApiKey(&context, api_key_);
   context.set_wait_for_ready(true);  // wait for (and so drive) the connection until the deadline
   lamina::v1::HealthResponse response;
   grpc::Status status = generation_->Health(&context, {}, &response);

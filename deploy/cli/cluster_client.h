@@ -15,7 +15,8 @@ namespace lamina::cli {
 
 class ClusterClient {
  public:
-  explicit ClusterClient(const std::string& endpoint);
+  // Calls carry `api_key` (by default LAMINA_API_KEY's, when set) as `authorization: Bearer KEY`.
+  explicit ClusterClient(const std::string& endpoint, std::string api_key = "");
 
   // Streams one request; `on_response` sees every response in order. Returns the call's status
   // (DeadlineExceeded when the whole call outlasts `timeout`).
@@ -30,6 +31,7 @@ class ClusterClient {
 
  private:
   std::string endpoint_;
+  std::string api_key_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<lamina::v1::Generation::Stub> generation_;
   std::unique_ptr<lamina::v1::Cluster::Stub> cluster_;

@@ -20,14 +20,14 @@ const char kStatusUsage[] =
 namespace {
 
 absl::Status Status(const std::vector<std::string>& args) {
-  LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"endpoint", "topology"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"endpoint", "topology", "api-key"}, {}));
   std::string endpoint = flags.String("endpoint", "");
   if (endpoint.empty() && flags.Has("topology")) {
     LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
     endpoint = topology.coordinator_address();
   }
   if (endpoint.empty()) return absl::InvalidArgumentError("--endpoint HOST:PORT or --topology FILE is required");
-  ClusterClient client(endpoint);
+  ClusterClient client(endpoint, flags.String("api-key", ""));
   LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse s, client.Status(absl::Seconds(3)));
   std::printf("cluster %s, model %s\n", endpoint.c_str(), s.model().c_str());
   std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld, preempted %lld\n",

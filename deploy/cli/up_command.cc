@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -211,7 +213,17 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
     }
   }
 
-  ClusterClient client(topology.coordinator_address());
+  // With probes behind the API keys, the health checks present one (the file's first, or
+  // LAMINA_API_KEY's, which ClusterClient takes by default).
+  std::string probe_key;
+  if (!topology.open_probes && !topology.api_key_file.empty()) {
+    std::ifstream keys(topology.api_key_file);
+    for (std::string line; probe_key.empty() && std::getline(keys, line);) {
+      const std::string key(absl::StripAsciiWhitespace(line));
+      if (!key.empty() && key[0] != '#') probe_key = key;
+    }
+  }
+  ClusterClient client(topology.coordinator_address(), probe_key);
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
   std::string waiting_for;
   for (;;) {

@@ -2,10 +2,13 @@
 
 #include <string>
 
+#include "common/rpc/call_auth.h"
+
 namespace lamina {
 
-grpc::Status KvPoolService::FreeSequences(grpc::ServerContext*, const lamina::v1::FreeSequencesRequest* request,
+grpc::Status KvPoolService::FreeSequences(grpc::ServerContext* context, const lamina::v1::FreeSequencesRequest* request,
                                           lamina::v1::FreeSequencesResponse* response) {
+  if (grpc::Status auth = CheckClusterAuth(*context, secret_); !auth.ok()) return auth;
   std::lock_guard<std::mutex> lock(*mu_);
   for (int64_t seq : request->seq_ids()) executor_->Free(seq);
   response->set_kv_free_slots(executor_->num_free_slots());
@@ -13,8 +16,9 @@ grpc::Status KvPoolService::FreeSequences(grpc::ServerContext*, const lamina::v1
   return grpc::Status::OK;
 }
 
-grpc::Status KvPoolService::ForkSequence(grpc::ServerContext*, const lamina::v1::ForkSequenceRequest* request,
+grpc::Status KvPoolService::ForkSequence(grpc::ServerContext* context, const lamina::v1::ForkSequenceRequest* request,
                                          lamina::v1::ForkSequenceResponse* response) {
+  if (grpc::Status auth = CheckClusterAuth(*context, secret_); !auth.ok()) return auth;
   std::lock_guard<std::mutex> lock(*mu_);
   absl::Status status =
       executor_->Fork(request->from_seq_id(), request->to_seq_id(), request->length() > 0 ? request->length() : -1);

@@ -5,7 +5,9 @@
 #define LAMINA_MEMORY_NODE_DAEMON_KV_POOL_SERVICE_H_
 
 #include <mutex>
+#include <optional>
 
+#include "common/security/cluster_secret.h"
 #include "lamina/v1/node.grpc.pb.h"
 #include "memory_node/attention/attention_executor.h"
 
@@ -14,16 +16,19 @@ namespace lamina {
 class KvPoolService final : public lamina::v1::MemoryNode::Service {
  public:
   // `executor` is used only while holding `mu`; both must outlive the service.
-  KvPoolService(AttentionExecutor* executor, std::mutex* mu) : executor_(executor), mu_(mu) {}
+  // Calls must carry `secret`'s token, when there is one.
+  KvPoolService(AttentionExecutor* executor, std::mutex* mu, std::optional<ClusterSecret> secret)
+      : executor_(executor), mu_(mu), secret_(std::move(secret)) {}
 
-  grpc::Status FreeSequences(grpc::ServerContext*, const lamina::v1::FreeSequencesRequest* request,
+  grpc::Status FreeSequences(grpc::ServerContext* context, const lamina::v1::FreeSequencesRequest* request,
                              lamina::v1::FreeSequencesResponse* response) override;
-  grpc::Status ForkSequence(grpc::ServerContext*, const lamina::v1::ForkSequenceRequest* request,
+  grpc::Status ForkSequence(grpc::ServerContext* context, const lamina::v1::ForkSequenceRequest* request,
                             lamina::v1::ForkSequenceResponse* response) override;
 
  private:
   AttentionExecutor* executor_;
   std::mutex* mu_;
+  const std::optional<ClusterSecret> secret_;
 };
 
 }  // namespace lamina

@@ -41,6 +41,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(absl::StrCat(topology.path, ": no memory node named '", flags.String("name", ""), "'"));
   }
   LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
+  LAMINA_ASSIGN_OR_RETURN(const std::optional<ClusterSecret> secret, ClusterSecret::Load(topology.cluster_secret_file));
 
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
   LAMINA_ASSIGN_OR_RETURN(const DType kv_dtype, ChooseKvDtype(spec->kv_dtype, config, device.is_cuda));
@@ -54,15 +55,16 @@ absl::Status Run(const std::vector<std::string>& args) {
                                  device.is_cuda ? device.index : -1,
                                  kv_dtype},
                                 &pool));
-  // The connections from compute nodes are tcp; device links open on them (device_link.h).
-  std::unique_ptr<Transport> transport = MakeTcpTransport();
+  // The connections from compute nodes are tcp, proving the cluster secret where there is one;
+  // device links open on them (device_link.h).
+  std::unique_ptr<Transport> transport = MakeTcpTransport(secret);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<AttentionServer> data_plane,
                           AttentionServer::Start(
                               transport.get(), spec->data_address(),
                               {config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads},
                               executor.get(), &executor_mu, executor.get()));
 
-  KvPoolService service(executor.get(), &executor_mu);
+  KvPoolService service(executor.get(), &executor_mu, secret);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
 
   lamina::v1::RegisterRequest registration;
@@ -76,7 +78,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   // that time): while a long call holds the executor, it repeats the last counts it read, so a
   // busy node is not mistaken for a dead one.
   struct { int64_t free_slots, sequences, shared_slots; } counts{spec->kv_capacity_tokens, 0, 0};
-  NodeAgent agent(topology.coordinator_address(), registration, [&](lamina::v1::HeartbeatRequest* heartbeat) {
+  NodeAgent agent(topology.coordinator_address(), registration, secret, [&](lamina::v1::HeartbeatRequest* heartbeat) {
     std::unique_lock<std::mutex> lock(executor_mu, std::defer_lock);
     for (int tries = 0; tries < 20 && !lock.try_lock(); ++tries) absl::SleepFor(absl::Milliseconds(1));
     if (lock.owns_lock()) {

@@ -65,10 +65,17 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
   h->endpoint_ = absl::StrCat("127.0.0.1:", coordinator_port);
   const std::string model = options.model.find('/') == std::string::npos ? ModelDir(options.model) : options.model;
   std::string yaml = absl::StrCat("model: ", model, "\n");
+  if (!options.cluster_secret.empty()) {
+    absl::StrAppend(&yaml, "cluster_secret_file: ", h->dir_.Write("cluster.secret", options.cluster_secret + "\n"), "\n");
+  }
   if (options.random_weights_seed) {
     absl::StrAppend(&yaml, "weights: random\nweights_seed: ", *options.random_weights_seed, "\n");
   }
   absl::StrAppend(&yaml, "pipelining: ", options.pipelining, "\ncoordinator:\n  port: ", coordinator_port, "\n");
+  if (!options.api_key.empty()) {
+    absl::StrAppend(&yaml, "  api_key_file: ", h->dir_.Write("api.keys", "# a test's key\n" + options.api_key + "\n"),
+                    "\n  open_probes: ", options.open_probes ? "true" : "false", "\n");
+  }
   if (options.http) {
     const int http_port = FreePort();
     h->http_address_ = absl::StrCat("127.0.0.1:", http_port);
@@ -127,7 +134,7 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
     if (absl::Now() > deadline) return absl::DeadlineExceededError("cluster not up: " + h->UpOutput());
     absl::SleepFor(absl::Milliseconds(50));
   }
-  h->client_ = std::make_unique<cli::ClusterClient>(h->endpoint_);
+  h->client_ = std::make_unique<cli::ClusterClient>(h->endpoint_, options.api_key);
   return h;
 }
 

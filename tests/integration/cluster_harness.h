@@ -41,6 +41,9 @@ struct ClusterOptions {
   std::optional<int64_t> line_rows;   // set: the compute nodes' `line_rows`
   bool http = false;                  // the coordinator serves OpenAI's HTTP API (`http_port`)
   std::optional<int> max_migrations;  // set: the topology's `scheduler.max_migrations`
+  std::string api_key;         // set: the coordinator's only API key (a key file); the harness's client uses it
+  bool open_probes = true;     // and its `open_probes`
+  std::string cluster_secret;  // set: the cluster secret (a file the topology names)
   std::optional<int> shutdown_grace_s;  // set: its `scheduler.shutdown_grace_s`
 };
 
@@ -56,6 +59,8 @@ class ClusterHarness {
   cli::ClusterClient& client() { return *client_; }
   // The pid of a node, from `lamina status`.
   absl::StatusOr<int64_t> NodePid(const std::string& node);
+  // The topology file the cluster was started from.
+  const std::string& topology_path() const { return topology_path_; }
   // The pid of this cluster's coordinator process (found by its command line).
   absl::StatusOr<pid_t> CoordinatorPid() const;
   // Sends `signal` to `lamina up` itself.

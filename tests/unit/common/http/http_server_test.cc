@@ -1,10 +1,13 @@
 #include "common/http/http_server.h"
 
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/net/sockets.h"
@@ -221,19 +224,67 @@ TEST(HttpServerTest, IdleAndSlowClientsAreClosedOnTime) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
-TEST(HttpServerTest, ConnectionsPastTheLimitGet503) {
+TEST(HttpServerTest, AnIdleConnectionGivesWayToANewOneAtTheLimit) {
   HttpServerOptions options;
   options.max_connections = 1;
   std::unique_ptr<HttpServer> server = StartServer(Echo, options);
   ASSERT_NE(server, nullptr);
-  absl::StatusOr<int> first = ConnectTcp(server->address(), absl::Now() + absl::Seconds(5));
-  ASSERT_TRUE(first.ok());
+  absl::StatusOr<int> idle = ConnectTcp(server->address(), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(idle.ok());
   absl::SleepFor(absl::Milliseconds(300));  // taken by the server
+  absl::StatusOr<std::vector<HttpReply>> replies =
+      ParseHttpReplies(Exchange(*server, "GET /x HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  ASSERT_TRUE(replies.ok() && replies->size() == 1);
+  EXPECT_EQ((*replies)[0].status, 200);
+  absl::StatusOr<std::string> closed = ReadUntilClosed(*idle, absl::Seconds(5));
+  EXPECT_TRUE(closed.ok() && closed->empty()) << "the idle connection is closed, unanswered";
+  ::close(*idle);
+}
+
+TEST(HttpServerTest, ConnectionsPastTheLimitGet503WhenEveryOneIsBusy) {
+  HttpServerOptions options;
+  options.max_connections = 1;
+  std::atomic<bool> release{false};
+  std::unique_ptr<HttpServer> server = StartServer(
+      [&](const HttpRequest& request, HttpResponder& responder) {
+        while (!release) absl::SleepFor(absl::Milliseconds(5));
+        Echo(request, responder);
+      },
+      options);
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<int> busy = ConnectTcp(server->address(), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(busy.ok());
+  ASSERT_TRUE(SendBytes(*busy, "GET /slow HTTP/1.1\r\n\r\n").ok());
+  absl::SleepFor(absl::Milliseconds(300));  // its request is being handled
   absl::StatusOr<std::vector<HttpReply>> replies = ParseHttpReplies(Exchange(*server, "GET / HTTP/1.1\r\n\r\n"));
   ASSERT_TRUE(replies.ok() && replies->size() == 1);
   EXPECT_EQ((*replies)[0].status, 503);
   EXPECT_EQ((*replies)[0].body, "the server has 1 connections open; try again later\n");
-  ::close(*first);
+  release = true;
+  ::close(*busy);
+}
+
+TEST(HttpServerTest, AClientIsServedWhileTwoThousandIdleConnectionsAreHeld) {
+  rlimit files;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_max < 4096) GTEST_SKIP() << "this machine allows " << files.rlim_max << " open files";
+  files.rlim_cur = std::max<rlim_t>(files.rlim_cur, 4096);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  std::unique_ptr<HttpServer> server = StartServer(Echo);  // 1024 connections at most
+  ASSERT_NE(server, nullptr);
+  std::vector<int> idle;
+  for (int i = 0; i < 2000; ++i) {
+    absl::StatusOr<int> fd = ConnectTcp(server->address(), absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(fd.ok()) << i << ": " << fd.status();
+    idle.push_back(*fd);
+    if (i % 100 == 99) ASSERT_TRUE(SendBytes(*fd, "GET /x HTTP/1.1\r\n").ok());  // some send half a head
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  absl::StatusOr<HttpReply> reply = HttpCall(server->address(), "POST", "/served", "yes", absl::Seconds(10));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_EQ(reply->body, "POST /served yes");
+  for (int fd : idle) ::close(fd);
 }
 
 TEST(HttpServerTest, AnAddressInUseIsRefused) {

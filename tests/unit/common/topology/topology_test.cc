@@ -434,6 +434,10 @@ TEST(TopologyTest, PortInUseIsReportedWithItsLine) {
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(::listen(fd, 1), 0);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  // Every other port 0 (always free to bind), so that a demo port some other connection holds on
+  // this machine (an ephemeral one, say) cannot be reported first.
+  t->coordinator_port = t->coordinator_http_port = 0;
+  for (NodeSpec& node : t->nodes) node.port = node.data_port = 0;
   t->nodes[2].data_port = ntohs(addr.sin_port);
   absl::Status status = CheckPortsFree(*t);
   ::close(fd);

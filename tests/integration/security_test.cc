@@ -1,0 +1,164 @@
+// A cluster as a stranger on its network meets it: without an API key no client call is served,
+// and without the cluster secret no internal call or data-plane connection reads or changes
+// anything (each attack here once broke a cluster: a forged registration stalled every request, a
+// free on the data port failed those in flight, an idle Step stream held the compute node's lane).
+#include <cstdlib>
+#include <string>
+
+#include "common/http/http_client.h"
+#include "common/rpc/channel.h"
+#include "common/topology/topology.h"
+#include "common/transport/transport.h"
+#include "common/transport/wire.h"
+#include "gtest/gtest.h"
+#include "lamina/v1/cluster.grpc.pb.h"
+#include "lamina/v1/node.grpc.pb.h"
+#include "memory_node/data_plane/attention_protocol.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/cluster_harness.h"
+#include "tests/integration/requests_in_flight.h"
+
+namespace lamina::testing {
+namespace {
+
+using json = nlohmann::json;
+constexpr char kKey[] = "sk-lamina-test-key-4242";
+constexpr char kSecret[] = "cluster-secret-of-this-test-0123456789";
+
+lamina::v1::GenerateRequest Request(int max_tokens) {
+  lamina::v1::GenerateRequest r;
+  r.set_text("In this paper, we");
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  return r;
+}
+
+// POST or GET over HTTP with `key` ("": none); the status and body.
+std::pair<int, std::string> Http(const ClusterHarness& cluster, const std::string& method, const std::string& path,
+                                 const std::string& body, const std::string& key) {
+  auto stream = HttpResponseStream::Open(cluster.http_address(), method, path, body,
+                                         body.empty() ? "" : "application/json", absl::Now() + absl::Seconds(30), key);
+  if (!stream.ok()) return {-1, std::string(stream.status().message())};
+  auto all = (*stream)->ReadAll();
+  return {(*stream)->status(), all.ok() ? *all : ""};
+}
+
+TEST(SecurityTest, ApiKeysGuardGrpcAndHttpAndProbesStayOpen) {
+  ::unsetenv("LAMINA_API_KEY");
+  ClusterOptions options;
+  options.api_key = kKey;
+  options.http = true;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  cli::ClusterClient anonymous((*cluster)->endpoint()), wrong((*cluster)->endpoint(), "sk-guess");
+  EXPECT_EQ(Generate(anonymous, Request(4)).status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(Generate(wrong, Request(4)).status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(anonymous.Status(absl::Seconds(2)).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(Generate((*cluster)->client(), Request(4)).status.ok());
+
+  const std::string body = json{{"prompt", "In this paper, we"}, {"max_tokens", 4}}.dump();
+  auto [refused, refusal] = Http(**cluster, "POST", "/v1/completions", body, "");
+  EXPECT_EQ(refused, 401);
+  EXPECT_EQ(json::parse(refusal)["error"]["code"], "invalid_api_key") << refusal;
+  EXPECT_EQ(Http(**cluster, "POST", "/v1/completions", body, "sk-guess").first, 401);
+  EXPECT_EQ(Http(**cluster, "POST", "/v1/completions", body, kKey).first, 200);
+  EXPECT_EQ(Http(**cluster, "GET", "/health", "", "").first, 200) << "probes are open by default";
+  EXPECT_EQ(Http(**cluster, "GET", "/metrics", "", "").first, 200);
+  EXPECT_EQ(anonymous.Health(absl::Seconds(2))->status(), lamina::v1::HealthResponse::SERVING);
+  // The key never reaches the logs.
+  EXPECT_EQ((*cluster)->NodeLog("coordinator").find(kKey), std::string::npos);
+}
+
+TEST(SecurityTest, ProbesMayNeedTheKeyToo) {
+  ::unsetenv("LAMINA_API_KEY");
+  ClusterOptions options;
+  options.api_key = kKey;
+  options.open_probes = false;
+  options.http = true;
+  auto cluster = ClusterHarness::Start(options);  // lamina up checks health with the file's key
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_EQ(Http(**cluster, "GET", "/health", "", "").first, 401);
+  EXPECT_EQ(Http(**cluster, "GET", "/health", "", kKey).first, 200);
+  cli::ClusterClient anonymous((*cluster)->endpoint());
+  EXPECT_EQ(anonymous.Health(absl::Seconds(2)).status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST(SecurityTest, WithoutTheClusterSecretNothingInternalIsReadOrChanged) {
+  ClusterOptions options;
+  options.cluster_secret = kSecret;
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();  // its own nodes prove the secret
+  absl::StatusOr<Topology> topology = LoadTopology((*cluster)->topology_path());
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  const std::string expected_first = [&] {
+    Outcome o = Generate((*cluster)->client(), Request(200));
+    EXPECT_TRUE(o.status.ok()) << o.status;
+    return o.text;
+  }();
+
+  // A long request in flight on the memory nodes while a stranger tries its hand.
+  RequestsInFlight running((*cluster)->client(), {Request(200)});
+  ASSERT_TRUE(running.AwaitTokens(5, absl::Seconds(30)));
+
+  // Registering as a memory node with one slot (which once stalled every request).
+  auto cluster_stub = lamina::v1::Cluster::NewStub(CreateControlChannel((*cluster)->endpoint()));
+  lamina::v1::RegisterRequest forged;
+  forged.set_name("memory-0");
+  forged.set_role(lamina::v1::NODE_ROLE_MEMORY);
+  forged.set_grpc_address(topology->Find("memory-0")->grpc_address());
+  forged.set_kv_capacity_slots(1);
+  grpc::ClientContext register_context;
+  lamina::v1::RegisterResponse registered;
+  EXPECT_EQ(cluster_stub->Register(&register_context, forged, &registered).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // Freeing every sequence on a memory node, over gRPC and over its data port.
+  auto memory_stub =
+      lamina::v1::MemoryNode::NewStub(CreateControlChannel(topology->Find("memory-0")->grpc_address()));
+  lamina::v1::FreeSequencesRequest free_all;
+  for (int64_t seq = 0; seq < 100; ++seq) free_all.add_seq_ids(seq);
+  grpc::ClientContext free_context;
+  lamina::v1::FreeSequencesResponse freed;
+  EXPECT_EQ(memory_stub->FreeSequences(&free_context, free_all, &freed).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  for (const NodeSpec* memory : topology->NodesOf(NodeKind::kMemory)) {
+    auto connection = MakeTcpTransport()->Connect(memory->data_address(), absl::Now() + absl::Seconds(2));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    std::vector<uint8_t> payload;
+    WireWriter w(&payload);
+    w.Put<uint32_t>(100);
+    for (int64_t seq = 0; seq < 100; ++seq) w.Put<int64_t>(seq);
+    const ByteSpan part(payload);
+    (*connection)->Send({attention_protocol::kFree, 0, 1}, {&part, 1}).IgnoreError();
+    MessageHeader header;
+    std::vector<uint8_t> reply;
+    // Either the challenge comes back (and the free is never read), or the connection closes.
+    const absl::Status read = (*connection)->Receive(&header, &reply, absl::Now() + absl::Seconds(5));
+    EXPECT_TRUE(!read.ok() || header.type != attention_protocol::kReply) << "a stranger's free was answered";
+  }
+
+  // A Step stream that would hold the compute node's only lane.
+  auto compute_stub =
+      lamina::v1::ComputeNode::NewStub(CreateControlChannel(topology->Find("compute-0")->grpc_address()));
+  grpc::ClientContext step_context;
+  auto step = compute_stub->Step(&step_context);
+  lamina::v1::StepResult result;
+  EXPECT_FALSE(step->Read(&result));
+  EXPECT_EQ(step->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  // None of it changed anything: the request in flight ends as it would have, and the cluster
+  // serves on with memory-0 as it registered.
+  const std::vector<Outcome> outcomes = running.Join();
+  ASSERT_TRUE(outcomes[0].status.ok()) << outcomes[0].status;
+  EXPECT_EQ(outcomes[0].text, expected_first);
+  auto status = (*cluster)->client().Status(absl::Seconds(2));
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const auto& n : status->nodes()) {
+    if (n.name() == "memory-0") EXPECT_EQ(n.kv_capacity_slots(), 8192);
+  }
+  EXPECT_TRUE(Generate((*cluster)->client(), Request(4)).status.ok());
+}
+
+}  // namespace
+}  // namespace lamina::testing
