@@ -4,7 +4,7 @@ find_package(absl REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(ICU REQUIRED COMPONENTS uc i18n)
 find_package(yaml-cpp REQUIRED)
-find_package(OpenSSL REQUIRED)  # HMAC and digests for keys and the cluster secret
+find_package(OpenSSL REQUIRED)  # TLS, and HMAC and digests for keys and the cluster secret
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 find_program(LAMINA_PROTOC protoc REQUIRED)

@@ -20,49 +20,42 @@ namespace {
 constexpr size_t kMaxHeadBytes = 64 * 1024;
 constexpr size_t kMaxChunkBytes = size_t{1} << 30;
 
-absl::Status SendAll(int fd, absl::string_view bytes, absl::Time deadline, const std::string& peer) {
-  while (!bytes.empty()) {
-    LAMINA_RETURN_IF_ERROR(WaitForSocket(fd, POLLOUT, deadline, peer));
-    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (n < 0) return SocketError(absl::StrCat("sending the request to ", peer));
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpResponseStream>> HttpResponseStream::Open(
     const std::string& address, const std::string& method, const std::string& path, const std::string& body,
-    const std::string& content_type, absl::Time deadline, const std::string& api_key) {
+    const std::string& content_type, absl::Time deadline, const HttpClientOptions& options) {
   LAMINA_ASSIGN_OR_RETURN(int fd, ConnectTcp(address, deadline));
   std::unique_ptr<HttpResponseStream> stream(new HttpResponseStream(fd, address, deadline));
+  if (options.tls != nullptr) {
+    const std::string host = address.substr(0, address.rfind(':'));
+    LAMINA_ASSIGN_OR_RETURN(stream->stream_, SocketStream::ConnectTls(fd, address, host, options.tls, deadline));
+  } else {
+    stream->stream_ = SocketStream::Plain(fd, address);
+  }
   std::string request =
       absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: ", address, "\r\nConnection: close\r\nAccept: */*\r\n");
-  if (!api_key.empty()) absl::StrAppend(&request, "Authorization: Bearer ", api_key, "\r\n");
+  if (!options.api_key.empty()) absl::StrAppend(&request, "Authorization: Bearer ", options.api_key, "\r\n");
   if (!body.empty() || method == "POST") {
     if (!content_type.empty()) absl::StrAppend(&request, "Content-Type: ", content_type, "\r\n");
     absl::StrAppend(&request, "Content-Length: ", body.size(), "\r\n");
   }
   absl::StrAppend(&request, "\r\n", body);
-  LAMINA_RETURN_IF_ERROR(SendAll(fd, request, deadline, address));
+  LAMINA_RETURN_IF_ERROR(stream->stream_->Write(request, deadline));
   LAMINA_RETURN_IF_ERROR(stream->ReadHead());
   return stream;
 }
 
-HttpResponseStream::~HttpResponseStream() { ::close(fd_); }
+HttpResponseStream::~HttpResponseStream() {
+  stream_.reset();  // a TLS stream's goodbye goes over the descriptor
+  ::close(fd_);
+}
 
 absl::StatusOr<bool> HttpResponseStream::Receive() {
   char bytes[64 * 1024];
-  for (;;) {
-    LAMINA_RETURN_IF_ERROR(WaitForSocket(fd_, POLLIN, deadline_, peer_));
-    const ssize_t n = ::recv(fd_, bytes, sizeof(bytes), MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (n < 0) return SocketError(absl::StrCat("reading the response from ", peer_));
-    buffer_.append(bytes, static_cast<size_t>(n));
-    return n > 0;
-  }
+  LAMINA_ASSIGN_OR_RETURN(size_t n, stream_->Read(bytes, sizeof(bytes), deadline_));
+  buffer_.append(bytes, n);
+  return n > 0;
 }
 
 absl::Status HttpResponseStream::ReceiveAtLeast(size_t bytes, const char* what) {

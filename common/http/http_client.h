@@ -12,20 +12,29 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/net/socket_stream.h"
+#include "common/security/tls_context.h"
 
 namespace lamina {
+
+struct HttpClientOptions {
+  std::string api_key;  // sent as `Authorization: Bearer KEY` when not empty
+  // HTTPS with this client context (TlsContext::ForClient), the server's name checked against
+  // the address's host; null: plain HTTP.
+  std::shared_ptr<const TlsContext> tls;
+};
 
 class HttpResponseStream {
  public:
   // Connects to `address` (host:port), sends the request (with a Content-Length, and the
   // Content-Type when `body` is not empty) and reads the response's head. Unavailable when the
   // server cannot be reached or closes the connection early, DeadlineExceeded at `deadline`,
-  // DataLoss for a response that is not HTTP/1.x. With `api_key`, sends `Authorization: Bearer
-  // KEY`.
+  // DataLoss for a response that is not HTTP/1.x; over TLS, Unavailable when the server's
+  // certificate is not trusted.
   static absl::StatusOr<std::unique_ptr<HttpResponseStream>> Open(const std::string& address, const std::string& method,
                                                                   const std::string& path, const std::string& body,
                                                                   const std::string& content_type, absl::Time deadline,
-                                                                  const std::string& api_key = "");
+                                                                  const HttpClientOptions& options = {});
   ~HttpResponseStream();  // closes the connection
   HttpResponseStream(const HttpResponseStream&) = delete;
   HttpResponseStream& operator=(const HttpResponseStream&) = delete;
@@ -49,9 +58,10 @@ class HttpResponseStream {
   absl::Status ReceiveAtLeast(size_t bytes, const char* what);
   absl::Status ReadHead();
 
-  const int fd_;
+  const int fd_;  // owned
   const std::string peer_;
   const absl::Time deadline_;
+  std::unique_ptr<SocketStream> stream_;  // over fd_
   std::string buffer_;  // received and not yet returned
   int status_ = 0;
   std::map<std::string, std::string> headers_;

@@ -29,18 +29,14 @@ int HttpStatusOfReadError(const absl::Status& status, bool in_head) {
 }  // namespace
 
 absl::Status HttpResponder::SendAll(absl::string_view bytes) {
-  if (broken_) return absl::UnavailableError(absl::StrCat("the connection to ", peer_, " is broken"));
-  while (!bytes.empty()) {
-    // The socket's SO_SNDTIMEO bounds each send: a client that reads nothing is dropped.
-    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      broken_ = true;
-      const bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-      return absl::UnavailableError(absl::StrCat(
-          "sending to ", peer_, " failed: ", timed_out ? "the client reads nothing" : std::strerror(errno)));
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
+  if (broken_) return absl::UnavailableError(absl::StrCat("the connection to ", stream_->peer(), " is broken"));
+  // A client that reads nothing for write_timeout is dropped.
+  absl::Status sent = stream_->Write(bytes, absl::Now() + write_timeout_);
+  if (!sent.ok()) {
+    broken_ = true;
+    const bool timed_out = absl::IsDeadlineExceeded(sent);
+    return absl::UnavailableError(absl::StrCat("sending to ", stream_->peer(), " failed: ",
+                                               timed_out ? "the client reads nothing" : sent.message()));
   }
   return absl::OkStatus();
 }
@@ -71,7 +67,7 @@ absl::Status HttpResponder::EndStream() {
 
 bool HttpResponder::ClientGone() const {
   if (broken_) return true;
-  pollfd p{fd_, POLLRDHUP, 0};
+  pollfd p{stream_->fd(), POLLRDHUP, 0};
   return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
@@ -103,17 +99,21 @@ void HttpServer::AcceptLoop() {
     if (fd < 0) continue;  // EINTR, EAGAIN, a connection aborted before it was taken
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    const timeval send_timeout = absl::ToTimeval(options_.write_timeout);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
-    bool full;
+    const std::string peer = PeerAddress(fd);
+    const std::string client = peer.substr(0, peer.rfind(':'));
+    std::string why;
+    bool room;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      full = static_cast<int>(open_.size()) >= options_.max_connections && !EvictLongestWaiting();
-      if (!full) open_[fd] = Open{true, absl::Now()};
+      room = MakeRoom(client, &why);
+      if (room) open_[fd] = Open{client, true, absl::Now()};
     }
-    if (full) {
-      Refuse(fd, PeerAddress(fd), 503,
-             absl::StrCat("the server has ", options_.max_connections, " connections open; try again later"));
+    if (!room) {
+      // Over TLS a plain answer would be noise to the client: it only sees the connection close.
+      if (options_.tls == nullptr) {
+        std::unique_ptr<SocketStream> stream = SocketStream::Plain(fd, peer);
+        Refuse(*stream, 503, why);
+      }
       ::close(fd);
       continue;
     }
@@ -121,10 +121,26 @@ void HttpServer::AcceptLoop() {
   }
 }
 
-bool HttpServer::EvictLongestWaiting() {
+bool HttpServer::MakeRoom(const std::string& client, std::string* why) {
+  int from_client = 0;
+  for (const auto& [fd, state] : open_) from_client += state.client == client ? 1 : 0;
+  if (from_client >= options_.max_connections_per_client && !EvictLongestWaiting(client)) {
+    *why = absl::StrCat("this client has ", from_client, " connections open, all busy; try again later");
+    return false;
+  }
+  if (from_client < options_.max_connections_per_client && static_cast<int>(open_.size()) >= options_.max_connections &&
+      !EvictLongestWaiting("")) {
+    *why = absl::StrCat("the server has ", options_.max_connections, " connections open; try again later");
+    return false;
+  }
+  return true;
+}
+
+bool HttpServer::EvictLongestWaiting(const std::string& client) {
   auto oldest = open_.end();
   for (auto it = open_.begin(); it != open_.end(); ++it) {
-    if (it->second.waiting && (oldest == open_.end() || it->second.since < oldest->second.since)) oldest = it;
+    if (!it->second.waiting || (!client.empty() && it->second.client != client)) continue;
+    if (oldest == open_.end() || it->second.since < oldest->second.since) oldest = it;
   }
   if (oldest == open_.end()) return false;
   // Its thread sees the connection end and closes it; it counts until then, one over the limit
@@ -138,25 +154,35 @@ void HttpServer::SetWaiting(int fd, bool waiting) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(fd);
   if (it == open_.end()) return;
-  it->second = Open{waiting, absl::Now()};
+  it->second.waiting = waiting;
+  it->second.since = absl::Now();
 }
 
 void HttpServer::Serve(int fd) {
   const std::string peer = PeerAddress(fd);
+  std::unique_ptr<SocketStream> stream;
+  if (options_.tls != nullptr) {
+    absl::StatusOr<std::unique_ptr<SocketStream>> tls =
+        SocketStream::AcceptTls(fd, peer, options_.tls, absl::Now() + options_.read_timeout);
+    if (tls.ok()) stream = *std::move(tls);
+  } else {
+    stream = SocketStream::Plain(fd, peer);
+  }
   std::string buffer;
-  for (;;) {
+  while (stream != nullptr) {
     HttpRequest request;
     SetWaiting(fd, true);
-    if (stopping_ || !ReadRequest(fd, peer, &buffer, &request)) break;
+    if (stopping_ || !ReadRequest(*stream, &buffer, &request)) break;
     SetWaiting(fd, false);
     const bool keep_alive = request.KeepAlive();
-    HttpResponder responder(fd, keep_alive, peer);
+    HttpResponder responder(stream.get(), keep_alive, options_.write_timeout);
     handler_(request, responder);
     if (!responder.started()) {
       (void)responder.Send(500, kTextType, "the server gave no answer to this request\n");
     }
     if (responder.state_ != HttpResponder::State::kDone || responder.broken_ || !keep_alive) break;
   }
+  stream.reset();  // before the descriptor closes: a TLS stream's goodbye goes over it
   // Notified under the lock: once the destructor sees the set empty, this thread touches nothing
   // of the server's.
   std::lock_guard<std::mutex> lock(mu_);
@@ -165,22 +191,14 @@ void HttpServer::Serve(int fd) {
   all_closed_.notify_all();
 }
 
-bool HttpServer::ReadRequest(int fd, const std::string& peer, std::string* buffer, HttpRequest* request) {
+bool HttpServer::ReadRequest(SocketStream& stream, std::string* buffer, HttpRequest* request) {
   // Reads more bytes by `deadline`: false when the client closed, failed or missed it.
   auto read_more = [&](absl::Time deadline, bool* timed_out) {
-    *timed_out = false;
-    absl::Status ready = WaitForSocket(fd, POLLIN, deadline, peer);
-    if (!ready.ok()) {
-      *timed_out = absl::IsDeadlineExceeded(ready);
-      return false;
-    }
     char bytes[16 << 10];
-    ssize_t n;
-    do {
-      n = ::recv(fd, bytes, sizeof(bytes), 0);
-    } while (n < 0 && errno == EINTR);
-    if (n <= 0) return false;
-    buffer->append(bytes, static_cast<size_t>(n));
+    absl::StatusOr<size_t> n = stream.Read(bytes, sizeof(bytes), deadline);
+    *timed_out = !n.ok() && absl::IsDeadlineExceeded(n.status());
+    if (!n.ok() || *n == 0) return false;
+    buffer->append(bytes, *n);
     return true;
   };
 
@@ -189,29 +207,29 @@ bool HttpServer::ReadRequest(int fd, const std::string& peer, std::string* buffe
   size_t head_end;
   while ((head_end = buffer->find(kHeadEnd)) == std::string::npos) {
     if (buffer->size() > options_.max_head_bytes) {
-      Refuse(fd, peer, 431, absl::StrCat("the request head is over ", options_.max_head_bytes, " bytes"));
+      Refuse(stream, 431, absl::StrCat("the request head is over ", options_.max_head_bytes, " bytes"));
       return false;
     }
     const bool idle = buffer->empty();
     bool timed_out;
     if (!read_more(deadline, &timed_out)) {
-      if (timed_out && !idle) Refuse(fd, peer, 408, "the request did not arrive in time");
+      if (timed_out && !idle) Refuse(stream, 408, "the request did not arrive in time");
       return false;
     }
     if (idle) deadline = absl::Now() + options_.read_timeout;
   }
   if (head_end > options_.max_head_bytes) {
-    Refuse(fd, peer, 431, absl::StrCat("the request head is over ", options_.max_head_bytes, " bytes"));
+    Refuse(stream, 431, absl::StrCat("the request head is over ", options_.max_head_bytes, " bytes"));
     return false;
   }
   absl::StatusOr<HttpRequest> parsed = ParseRequestHead(absl::string_view(*buffer).substr(0, head_end));
   if (!parsed.ok()) {
-    Refuse(fd, peer, HttpStatusOfReadError(parsed.status(), true), parsed.status().message());
+    Refuse(stream, HttpStatusOfReadError(parsed.status(), true), parsed.status().message());
     return false;
   }
   absl::StatusOr<size_t> length = BodyLength(*parsed, options_.max_body_bytes);
   if (!length.ok()) {
-    Refuse(fd, peer, HttpStatusOfReadError(length.status(), false), length.status().message());
+    Refuse(stream, HttpStatusOfReadError(length.status(), false), length.status().message());
     return false;
   }
   buffer->erase(0, head_end + 4);
@@ -220,16 +238,16 @@ bool HttpServer::ReadRequest(int fd, const std::string& peer, std::string* buffe
   const std::string* expect = parsed->Header("expect");
   if (expect != nullptr && buffer->size() < *length) {
     if (*expect != "100-continue") {
-      Refuse(fd, peer, 417, absl::StrCat("Expect: '", *expect, "' is not understood"));
+      Refuse(stream, 417, absl::StrCat("Expect: '", *expect, "' is not understood"));
       return false;
     }
-    HttpResponder interim(fd, true, peer);
+    HttpResponder interim(&stream, true, options_.write_timeout);
     if (!interim.SendAll("HTTP/1.1 100 Continue\r\n\r\n").ok()) return false;
   }
   while (buffer->size() < *length) {
     bool timed_out;
     if (!read_more(deadline, &timed_out)) {
-      if (timed_out) Refuse(fd, peer, 408, "the request body did not arrive in time");
+      if (timed_out) Refuse(stream, 408, "the request body did not arrive in time");
       return false;
     }
   }
@@ -239,8 +257,8 @@ bool HttpServer::ReadRequest(int fd, const std::string& peer, std::string* buffe
   return true;
 }
 
-void HttpServer::Refuse(int fd, const std::string& peer, int status, absl::string_view message) {
-  HttpResponder responder(fd, /*keep_alive=*/false, peer);
+void HttpServer::Refuse(SocketStream& stream, int status, absl::string_view message) {
+  HttpResponder responder(&stream, /*keep_alive=*/false, options_.write_timeout);
   (void)responder.Send(status, kTextType, absl::StrCat(message, "\n"));
 }
 

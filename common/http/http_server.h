@@ -3,6 +3,9 @@
 // (streamed) responses, and the client's hang-up visible to a handler while it works, so that a
 // request whose client went away can be cancelled.
 //
+// With `HttpServerOptions::tls` it speaks HTTPS only (a client's TLS handshake is part of its
+// request head's time).
+//
 // Nothing waits forever: a connection idle between requests is closed after `idle_timeout`, a
 // request must arrive whole within `read_timeout` (else 408), and a client that reads nothing for
 // `write_timeout` is dropped. Malformed requests get 400, 411, 413, 431 or 505 with a message
@@ -31,6 +34,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/http/http_request.h"
+#include "common/net/socket_stream.h"
+#include "common/security/tls_context.h"
 
 namespace lamina {
 
@@ -55,12 +60,13 @@ class HttpResponder {
  private:
   friend class HttpServer;
   enum class State { kNone, kStreaming, kDone };
-  HttpResponder(int fd, bool keep_alive, std::string peer) : fd_(fd), keep_alive_(keep_alive), peer_(std::move(peer)) {}
+  HttpResponder(SocketStream* stream, bool keep_alive, absl::Duration write_timeout)
+      : stream_(stream), keep_alive_(keep_alive), write_timeout_(write_timeout) {}
   absl::Status SendAll(absl::string_view bytes);
 
-  int fd_;
+  SocketStream* stream_;
   bool keep_alive_;
-  std::string peer_;
+  absl::Duration write_timeout_;
   State state_ = State::kNone;
   bool broken_ = false;  // a write failed: the connection is closed after the handler
 };
@@ -72,6 +78,11 @@ struct HttpServerOptions {
   // or sending it slowly), so that idle sockets cannot shut other clients out; only when every
   // connection is busy with a request does a new one get 503.
   int max_connections = 1024;
+  // The same, among one client address's connections: past this many, its own longest-waiting
+  // connection is closed, or the new one gets 503.
+  int max_connections_per_client = 256;
+  // HTTPS with this server context (TlsContext::ForServer); null: plain HTTP.
+  std::shared_ptr<const TlsContext> tls;
   size_t max_head_bytes = 64 << 10;
   size_t max_body_bytes = 64 << 20;
   absl::Duration idle_timeout = absl::Seconds(30);
@@ -98,8 +109,11 @@ class HttpServer {
   void Serve(int fd);
   // Reads the next request into `request`, keeping bytes past it in `buffer`. false when the
   // connection should close (after answering a bad request, or when the client left or idled).
-  bool ReadRequest(int fd, const std::string& peer, std::string* buffer, HttpRequest* request);
-  void Refuse(int fd, const std::string& peer, int status, absl::string_view message);
+  bool ReadRequest(SocketStream& stream, std::string* buffer, HttpRequest* request);
+  void Refuse(SocketStream& stream, int status, absl::string_view message);
+  // With the lock held, for a new connection from `client`: whether there is room for it, after
+  // closing another that waits for its head if need be; the refusal's reason when not.
+  bool MakeRoom(const std::string& client, std::string* why);
 
   const int listen_fd_;
   const std::string address_;
@@ -109,12 +123,14 @@ class HttpServer {
   std::thread acceptor_;
   // Marks `fd` waiting for a request head (since now) or busy with one.
   void SetWaiting(int fd, bool waiting);
-  // With the lock held: closes the connection waiting longest for its head; false when none is.
-  bool EvictLongestWaiting();
+  // With the lock held: closes the connection waiting longest for its head (of `client`'s, when
+  // not empty); false when none is.
+  bool EvictLongestWaiting(const std::string& client);
 
   std::mutex mu_;
   std::condition_variable all_closed_;
   struct Open {
+    std::string client;   // the peer's address, without its port
     bool waiting = true;  // for a request head
     absl::Time since;     // when it began to
   };

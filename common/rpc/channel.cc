@@ -2,7 +2,8 @@
 
 namespace lamina {
 
-std::shared_ptr<grpc::Channel> CreateControlChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> CreateControlChannel(const std::string& address,
+                                                    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
@@ -10,7 +11,8 @@ std::shared_ptr<grpc::Channel> CreateControlChannel(const std::string& address) 
   // busy machine's slow accept aborts every attempt.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   args.SetMaxReceiveMessageSize(256 << 20);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  return grpc::CreateCustomChannel(address, credentials, args);
 }
 
 }  // namespace lamina

@@ -12,7 +12,9 @@
 
 namespace lamina {
 
-std::shared_ptr<grpc::Channel> CreateControlChannel(const std::string& address);
+// In the clear unless `credentials` say otherwise (GrpcChannelCredentials, for TLS).
+std::shared_ptr<grpc::Channel> CreateControlChannel(const std::string& address,
+                                                    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace lamina
 

@@ -11,10 +11,12 @@
 namespace lamina {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
-                                                              const std::vector<grpc::Service*>& services) {
+                                                              const std::vector<grpc::Service*>& services,
+                                                              std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
+  builder.AddListeningPort(address, credentials, &bound_port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   builder.SetMaxReceiveMessageSize(256 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -14,10 +14,12 @@
 
 namespace lamina {
 
-// Builds and starts a gRPC server on `address` with `services`; Unavailable names the address
-// when it cannot be bound.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
-                                                              const std::vector<grpc::Service*>& services);
+// Builds and starts a gRPC server on `address` with `services`, in the clear unless `credentials`
+// say otherwise (GrpcServerCredentials, for TLS); Unavailable names the address when it cannot
+// be bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& address, const std::vector<grpc::Service*>& services,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 // Blocks until SIGINT or SIGTERM, then shuts `server` down, cancelling calls still running after
 // `grace`.

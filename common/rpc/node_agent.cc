@@ -3,13 +3,12 @@
 #include <chrono>
 
 #include "common/rpc/call_auth.h"
-#include "common/rpc/channel.h"
 
 namespace lamina {
 
-NodeAgent::NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration,
+NodeAgent::NodeAgent(std::shared_ptr<grpc::Channel> coordinator, lamina::v1::RegisterRequest registration,
                      std::optional<ClusterSecret> secret, Report report, std::function<void()> on_new_coordinator)
-    : stub_(lamina::v1::Cluster::NewStub(CreateControlChannel(coordinator_address))),
+    : stub_(lamina::v1::Cluster::NewStub(coordinator)),
       registration_(std::move(registration)),
       secret_(std::move(secret)),
       report_(std::move(report)),

@@ -29,7 +29,8 @@ class NodeAgent {
   // coordinator other than the one it registered with before (one that restarted): the node drops
   // what it held for the old one's requests.
   // Calls carry the cluster secret's token when there is one.
-  NodeAgent(const std::string& coordinator_address, lamina::v1::RegisterRequest registration,
+  // `coordinator`: a channel to the coordinator's gRPC address (CreateControlChannel).
+  NodeAgent(std::shared_ptr<grpc::Channel> coordinator, lamina::v1::RegisterRequest registration,
             std::optional<ClusterSecret> secret, Report report, std::function<void()> on_new_coordinator = nullptr);
   ~NodeAgent();
   NodeAgent(const NodeAgent&) = delete;

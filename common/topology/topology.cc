@@ -248,7 +248,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
 
     if (!top.Has("coordinator")) return absl::InvalidArgumentError(absl::StrCat(path, ":1: coordinator: missing"));
     Fields coordinator(top.Get("coordinator"), path, "coordinator",
-                       {"host", "port", "http_port", "api_key_file", "open_probes"});
+                       {"host", "port", "http_port", "api_key_file", "open_probes", "tls"});
     LAMINA_RETURN_IF_ERROR(coordinator.CheckShape());
     const std::string default_host = "127.0.0.1";
     LAMINA_ASSIGN_OR_RETURN(t.coordinator_host, coordinator.String("host", &default_host));
@@ -273,6 +273,18 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     };
     LAMINA_RETURN_IF_ERROR(resolve(coordinator, "api_key_file", &t.api_key_file));
     LAMINA_ASSIGN_OR_RETURN(t.open_probes, coordinator.Bool("open_probes", true));
+    if (coordinator.Has("tls")) {
+      Fields tls(coordinator.Get("tls"), path, "coordinator.tls", {"cert", "key", "ca"});
+      LAMINA_RETURN_IF_ERROR(tls.CheckShape());
+      for (const char* required : {"cert", "key"}) {
+        if (!tls.Has(required)) {
+          return coordinator.Error(coordinator.Get("tls"), "tls", absl::StrCat("'", required, "' is missing"));
+        }
+      }
+      LAMINA_RETURN_IF_ERROR(resolve(tls, "cert", &t.coordinator_tls.cert_file));
+      LAMINA_RETURN_IF_ERROR(resolve(tls, "key", &t.coordinator_tls.key_file));
+      LAMINA_RETURN_IF_ERROR(resolve(tls, "ca", &t.coordinator_tls.ca_file));
+    }
     LAMINA_RETURN_IF_ERROR(resolve(top, "cluster_secret_file", &t.cluster_secret_file));
 
     if (top.Has("scheduler")) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/security/tls_context.h"
 
 namespace lamina {
 
@@ -97,6 +98,10 @@ struct Topology {
   // (and gRPC's Health) stay open unless `open_probes` is false.
   std::string api_key_file;
   bool open_probes = true;
+  // `coordinator.tls: {cert, key, ca}`: the coordinator's HTTP and gRPC APIs over TLS (paths
+  // resolved against the topology's folder); the nodes, `lamina up` and the CLI given this
+  // topology trust `ca` (or the certificate itself). Empty: in the clear.
+  ServerTlsFiles coordinator_tls;
   // The secret internal calls and data-plane connections prove (common/security/
   // cluster_secret.h): a file, resolved against the topology's folder ("": LAMINA_CLUSTER_SECRET,
   // or none).

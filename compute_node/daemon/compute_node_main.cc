@@ -22,7 +22,9 @@
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
+#include "common/rpc/channel.h"
 #include "common/rpc/node_agent.h"
+#include "common/rpc/tls_credentials.h"
 #include "common/rpc/daemon.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
@@ -162,7 +164,10 @@ absl::Status Run(const std::vector<std::string>& args) {
   // As a memory node reports its pool (memory_node_main.cc): a heartbeat waits at most 20 ms for
   // the pool's lock, else repeats the last counts.
   struct { int64_t free_slots, sequences, shared_slots; } counts{spec->kv_capacity_tokens, 0, 0};
-  NodeAgent agent(topology.coordinator_address(), registration, secret, [&](lamina::v1::HeartbeatRequest* heartbeat) {
+  LAMINA_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_coordinator,
+                          GrpcChannelCredentials(topology.coordinator_tls.ForClients()));
+  NodeAgent agent(CreateControlChannel(topology.coordinator_address(), to_coordinator), registration, secret,
+                  [&](lamina::v1::HeartbeatRequest* heartbeat) {
     if (local_pool != nullptr) {
       std::unique_lock<std::mutex> lock(*local_pool->mu(), std::defer_lock);
       for (int tries = 0; tries < 20 && !lock.try_lock(); ++tries) absl::SleepFor(absl::Milliseconds(1));

@@ -2,7 +2,7 @@
 // (lamina.v1.Cluster) on the topology's coordinator port, OpenAI's HTTP API on its http_port when
 // it has one, and drives the nodes. On SIGINT or SIGTERM it drains: admits nothing more, lets the
 // requests in flight finish for up to scheduler.shutdown_grace_s, then stops (requests still
-// running end with UNAVAILABLE).
+// running end with UNAVAILABLE). With `coordinator.tls` both APIs speak TLS only.
 //
 //   lamina-coordinator --topology FILE
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include "common/http/http_server.h"
 #include "common/rpc/daemon.h"
 #include "common/rpc/signals.h"
+#include "common/rpc/tls_credentials.h"
 #include "common/security/api_keys.h"
 #include "common/security/cluster_secret.h"
 #include "common/status/status_macros.h"
@@ -56,10 +57,13 @@ absl::Status Run(const std::vector<std::string>& args) {
                                topology.open_probes);
   ClusterService cluster(model_name, topology.heartbeat_interval_ms, &membership, &scheduler, secret, keys);
 
+  LAMINA_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                          GrpcServerCredentials(topology.coordinator_tls));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
-                          StartGrpcServer(topology.coordinator_address(), {&generation, &cluster}));
-  std::fprintf(stderr, "coordinator: serving %s on %s (%s; %s)\n", model_name.c_str(),
-               topology.coordinator_address().c_str(),
+                          StartGrpcServer(topology.coordinator_address(), {&generation, &cluster}, credentials));
+  const bool tls = topology.coordinator_tls.enabled();
+  std::fprintf(stderr, "coordinator: serving %s on %s (%s; %s; %s)\n", model_name.c_str(),
+               topology.coordinator_address().c_str(), tls ? "TLS" : "no TLS",
                keys.enabled() ? absl::StrCat(keys.size(), " API key", keys.size() == 1 ? "" : "s").c_str()
                               : "no API keys: open to anyone who can reach it",
                secret ? "nodes prove the cluster secret" : "no cluster secret: nodes are not authenticated");
@@ -67,11 +71,19 @@ absl::Status Run(const std::vector<std::string>& args) {
                    topology.open_probes);
   std::unique_ptr<HttpServer> http;
   if (topology.coordinator_http_port != 0) {
-    LAMINA_ASSIGN_OR_RETURN(http, HttpServer::Start(topology.coordinator_http_address(),
-                                                    [&openai](const HttpRequest& request, HttpResponder& responder) {
-                                                      openai.Handle(request, responder);
-                                                    }));
-    std::fprintf(stderr, "coordinator: OpenAI-compatible HTTP API on http://%s/v1\n", http->address().c_str());
+    HttpServerOptions options;
+    if (tls) {
+      LAMINA_ASSIGN_OR_RETURN(options.tls,
+                              TlsContext::ForServer(topology.coordinator_tls.cert_file, topology.coordinator_tls.key_file));
+    }
+    LAMINA_ASSIGN_OR_RETURN(http, HttpServer::Start(
+                                      topology.coordinator_http_address(),
+                                      [&openai](const HttpRequest& request, HttpResponder& responder) {
+                                        openai.Handle(request, responder);
+                                      },
+                                      options));
+    std::fprintf(stderr, "coordinator: OpenAI-compatible HTTP API on %s://%s/v1\n", tls ? "https" : "http",
+                 http->address().c_str());
   }
   WaitForTerminationSignal();
   std::fprintf(stderr, "coordinator: draining: no new requests; waiting up to %d s for those in flight\n",

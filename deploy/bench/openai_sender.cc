@@ -75,32 +75,25 @@ std::vector<std::string> TakeEvents(std::string& pending) {
 
 }  // namespace
 
-absl::StatusOr<std::string> OpenAiAddress(const std::string& url) {
+absl::StatusOr<OpenAiUrl> ParseOpenAiUrl(const std::string& url) {
+  OpenAiUrl parsed;
   absl::string_view rest = url;
-  if (absl::StartsWith(rest, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat("'", url, "': https is not supported; give an http:// address"));
-  }
-  absl::ConsumePrefix(&rest, "http://");
+  parsed.https = absl::ConsumePrefix(&rest, "https://");
+  if (!parsed.https) absl::ConsumePrefix(&rest, "http://");
   absl::ConsumeSuffix(&rest, "/");
   absl::ConsumeSuffix(&rest, "/v1");  // an OpenAI SDK's base URL
   if (rest.empty() || rest.find('/') != absl::string_view::npos || rest.find(':') == absl::string_view::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", url, "' is not an OpenAI-compatible server's address (http://HOST:PORT)"));
+        absl::StrCat("'", url, "' is not an OpenAI-compatible server's address (http[s]://HOST:PORT)"));
   }
-  return std::string(rest);
-}
-
-std::string OpenAiSender::KeyOrEnvironment(std::string key) {
-  if (!key.empty()) return key;
-  const char* env = std::getenv("LAMINA_API_KEY");
-  return env != nullptr ? env : "";
+  parsed.address = std::string(rest);
+  return parsed;
 }
 
 absl::StatusOr<OpenAiModel> FetchOpenAiModel(const std::string& address, absl::Duration timeout,
-                                             const std::string& api_key) {
+                                             const HttpClientOptions& options) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<HttpResponseStream> stream,
-                          HttpResponseStream::Open(address, "GET", "/v1/models", "", "", absl::Now() + timeout,
-                                                   OpenAiSender::KeyOrEnvironment(api_key)));
+                          HttpResponseStream::Open(address, "GET", "/v1/models", "", "", absl::Now() + timeout, options));
   LAMINA_ASSIGN_OR_RETURN(std::string body, stream->ReadAll());
   if (stream->status() != 200) return HttpError(address, stream->status(), body);
   const json models = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -131,7 +124,7 @@ absl::Status OpenAiSender::Send(const BenchRequest& request, absl::Duration time
   }
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<HttpResponseStream> stream,
                           HttpResponseStream::Open(address_, "POST", "/v1/completions", body.dump(), "application/json",
-                                                   absl::Now() + timeout, api_key_));
+                                                   absl::Now() + timeout, options_));
   if (stream->status() != 200) {
     LAMINA_ASSIGN_OR_RETURN(std::string reply, stream->ReadAll());
     return HttpError(address_, stream->status(), reply);

@@ -9,13 +9,18 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/http/http_client.h"
 #include "deploy/bench/request_sender.h"
 
 namespace lamina::bench {
 
-// "http://host:port", "http://host:port/" or "host:port" as host:port; InvalidArgument for
-// https or a path.
-absl::StatusOr<std::string> OpenAiAddress(const std::string& url);
+// "http://host:port", "https://host:port", either with "/" or "/v1" after it (an OpenAI SDK's base
+// URL), or "host:port" (http); InvalidArgument for a missing port or another path.
+struct OpenAiUrl {
+  std::string address;  // host:port
+  bool https = false;
+};
+absl::StatusOr<OpenAiUrl> ParseOpenAiUrl(const std::string& url);
 
 // The server's first model (GET /v1/models) and its context, vLLM's `max_model_len` (0 when the
 // server does not say).
@@ -24,17 +29,15 @@ struct OpenAiModel {
   int max_context = 0;
 };
 
-// With `api_key` (by default LAMINA_API_KEY's), requests send it as `Authorization: Bearer KEY`.
+// Requests carry `options`' API key and speak TLS with its context, when it has them.
 absl::StatusOr<OpenAiModel> FetchOpenAiModel(const std::string& address, absl::Duration timeout,
-                                             const std::string& api_key = "");
+                                             const HttpClientOptions& options = {});
 
 class OpenAiSender final : public RequestSender {
  public:
   // `address`: host:port; `model`: what each request's "model" names.
-  OpenAiSender(std::string address, std::string model, std::string api_key = "")
-      : address_(std::move(address)), model_(std::move(model)), api_key_(KeyOrEnvironment(std::move(api_key))) {}
-  // `key`, or else LAMINA_API_KEY's value ("" when unset).
-  static std::string KeyOrEnvironment(std::string key);
+  OpenAiSender(std::string address, std::string model, HttpClientOptions options = {})
+      : address_(std::move(address)), model_(std::move(model)), options_(std::move(options)) {}
 
   // Each streamed choice counts as a token as it comes, and the usage's completion_tokens then
   // corrects the count. A reply other than 200 is a Status of the matching code carrying the
@@ -46,7 +49,7 @@ class OpenAiSender final : public RequestSender {
  private:
   const std::string address_;
   const std::string model_;
-  const std::string api_key_;
+  const HttpClientOptions options_;
 };
 
 }  // namespace lamina::bench

@@ -21,13 +21,17 @@ const char kBenchUsage[] =
     "  KV occupancy and the per-layer round trip.\n"
     "server:\n"
     "  --endpoint HOST:PORT  a Lamina cluster's gRPC endpoint (or --topology FILE: its coordinator)\n"
-    "  --openai URL          send the requests over OpenAI's HTTP API instead (http://HOST:PORT),\n"
+    "  --openai URL          send the requests over OpenAI's HTTP API instead (http[s]://HOST:PORT),\n"
     "                        Lamina's (its http_port; with --endpoint or --topology the cluster's\n"
     "                        figures still come) or any OpenAI-compatible server's, e.g. vLLM's\n"
     "  --model NAME          the model the requests name (default: the server's first)\n"
     "  --vocab-size N        --openai without a Lamina endpoint: the model's vocabulary, for random\n"
     "                        prompt ids\n"
     "  --max-context N       and its context, when the server's /v1/models does not give max_model_len\n"
+    "  --api-key KEY         the server's API key (default: the LAMINA_API_KEY environment variable)\n"
+    "  --tls-ca FILE         TLS (gRPC, and https URLs) trusting FILE's certificates (default:\n"
+    "                        LAMINA_TLS_CA; with --topology, its coordinator.tls)\n"
+    "  --tls                 TLS to the gRPC endpoint, trusting the system's certificates\n"
     "workload (flags override --workload FILE, a YAML file with the same fields):\n"
     "  --requests N          requests to send (64)\n"
     "  --concurrency C       closed loop: C requests in flight (8)\n"
@@ -79,8 +83,8 @@ absl::Status Bench(const std::vector<std::string>& args) {
                                        "max-context",    "workload",      "requests", "concurrency", "rate",
                                        "prompt-tokens",  "output-tokens", "lengths",  "prompts",     "ttft-target-ms",
                                        "tpot-target-ms", "seed",          "timeout",  "json",        "prices",
-                                       "api-key"},
-                                {"quiet"}));
+                                       "api-key",        "tls-ca"},
+                                {"quiet", "tls"}));
   bench::WorkloadSpec workload;
   if (flags.Has("workload")) {
     LAMINA_ASSIGN_OR_RETURN(workload, bench::LoadWorkload(flags.String("workload", "")));
@@ -90,9 +94,11 @@ absl::Status Bench(const std::vector<std::string>& args) {
   std::string endpoint = flags.String("endpoint", "");
   double hourly_usd = 0;
   std::string cost_line;
+  ClientAccess access = AccessFromFlags(flags, nullptr);
   if (flags.Has("topology")) {
     LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
     if (endpoint.empty()) endpoint = topology.coordinator_address();
+    access = AccessFromFlags(flags, &topology);
     const std::string prices = flags.String("prices", DefaultPriceTablePath());
     if (!prices.empty()) {
       LAMINA_ASSIGN_OR_RETURN(PriceTable table, LoadPriceTable(prices));
@@ -111,20 +117,27 @@ absl::Status Bench(const std::vector<std::string>& args) {
   }
 
   std::unique_ptr<ClusterClient> client;
-  if (!endpoint.empty()) client = std::make_unique<ClusterClient>(endpoint, flags.String("api-key", ""));
+  if (!endpoint.empty()) {
+    LAMINA_ASSIGN_OR_RETURN(client, ClusterClient::Connect(endpoint, access));
+  }
   std::unique_ptr<bench::RequestSender> sender;
   bench::BenchTarget target;
   target.cluster = client.get();
   if (flags.Has("openai")) {
-    LAMINA_ASSIGN_OR_RETURN(std::string address, bench::OpenAiAddress(flags.String("openai", "")));
-    LAMINA_ASSIGN_OR_RETURN(bench::OpenAiModel model,
-                            bench::FetchOpenAiModel(address, absl::Seconds(10), flags.String("api-key", "")));
+    LAMINA_ASSIGN_OR_RETURN(bench::OpenAiUrl url, bench::ParseOpenAiUrl(flags.String("openai", "")));
+    const std::string& address = url.address;
+    HttpClientOptions http;
+    http.api_key = access.api_key;
+    if (url.https) {
+      LAMINA_ASSIGN_OR_RETURN(http.tls, TlsContext::ForClient(access.tls.ca_file));
+    }
+    LAMINA_ASSIGN_OR_RETURN(bench::OpenAiModel model, bench::FetchOpenAiModel(address, absl::Seconds(10), http));
     LAMINA_ASSIGN_OR_RETURN(int64_t vocab_size, flags.Int("vocab-size", 0));
     LAMINA_ASSIGN_OR_RETURN(int64_t max_context, flags.Int("max-context", model.max_context));
     target.vocab_size = static_cast<int>(vocab_size);
     target.max_context = static_cast<int>(max_context);
     sender =
-        std::make_unique<bench::OpenAiSender>(address, flags.String("model", model.id), flags.String("api-key", ""));
+        std::make_unique<bench::OpenAiSender>(address, flags.String("model", model.id), http);
   } else {
     if (flags.Has("model") || flags.Has("vocab-size") || flags.Has("max-context")) {
       return absl::InvalidArgumentError("--model, --vocab-size and --max-context go with --openai");

@@ -4,6 +4,8 @@
 
 #include "common/rpc/call_auth.h"
 #include "common/rpc/channel.h"
+#include "common/rpc/tls_credentials.h"
+#include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
 namespace lamina::cli {
@@ -13,10 +15,40 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-ClusterClient::ClusterClient(const std::string& endpoint, std::string api_key)
+namespace {
+
+std::string Environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+}  // namespace
+
+ClientAccess AccessFromFlags(const Flags& flags, const Topology* topology) {
+  ClientAccess access;
+  access.api_key = flags.String("api-key", Environment("LAMINA_API_KEY"));
+  const std::string ca = flags.String("tls-ca", Environment("LAMINA_TLS_CA"));
+  if (!ca.empty()) {
+    access.tls = ClientTls{true, ca};
+  } else if (flags.Has("tls")) {
+    access.tls = ClientTls{true, ""};
+  } else if (topology != nullptr) {
+    access.tls = topology->coordinator_tls.ForClients();
+  }
+  return access;
+}
+
+absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const std::string& endpoint,
+                                                                      const ClientAccess& access) {
+  LAMINA_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, GrpcChannelCredentials(access.tls));
+  return std::unique_ptr<ClusterClient>(
+      new ClusterClient(endpoint, access.api_key, CreateControlChannel(endpoint, credentials)));
+}
+
+ClusterClient::ClusterClient(const std::string& endpoint, std::string api_key, std::shared_ptr<grpc::Channel> channel)
     : endpoint_(endpoint),
-      api_key_(!api_key.empty() ? std::move(api_key) : (std::getenv("LAMINA_API_KEY") ? std::getenv("LAMINA_API_KEY") : "")),
-      channel_(CreateControlChannel(endpoint)),
+      api_key_(std::move(api_key)),
+      channel_(std::move(channel)),
       generation_(lamina::v1::Generation::NewStub(channel_)),
       cluster_(lamina::v1::Cluster::NewStub(channel_)) {}
 

@@ -8,15 +8,30 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/flags/flags.h"
+#include "common/security/tls_context.h"
+#include "common/topology/topology.h"
 #include "lamina/v1/cluster.grpc.pb.h"
 #include "lamina/v1/generation.grpc.pb.h"
 
 namespace lamina::cli {
 
+// How the CLI reaches a coordinator: with which API key, over TLS or not.
+struct ClientAccess {
+  std::string api_key;  // "": none
+  ClientTls tls;
+};
+
+// From the flags --api-key KEY (else LAMINA_API_KEY), --tls-ca FILE (else LAMINA_TLS_CA) and --tls
+// (the system's roots), and else `topology`'s coordinator.tls when one is given.
+ClientAccess AccessFromFlags(const Flags& flags, const Topology* topology);
+
 class ClusterClient {
  public:
-  // Calls carry `api_key` (by default LAMINA_API_KEY's, when set) as `authorization: Bearer KEY`.
-  explicit ClusterClient(const std::string& endpoint, std::string api_key = "");
+  // Calls carry `access.api_key` as `authorization: Bearer KEY`. InvalidArgument names a TLS CA
+  // file that cannot be read.
+  static absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const std::string& endpoint,
+                                                                const ClientAccess& access);
 
   // Streams one request; `on_response` sees every response in order. Returns the call's status
   // (DeadlineExceeded when the whole call outlasts `timeout`).
@@ -30,6 +45,8 @@ class ClusterClient {
   const std::string& endpoint() const { return endpoint_; }
 
  private:
+  ClusterClient(const std::string& endpoint, std::string api_key, std::shared_ptr<grpc::Channel> channel);
+
   std::string endpoint_;
   std::string api_key_;
   std::shared_ptr<grpc::Channel> channel_;

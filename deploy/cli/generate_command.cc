@@ -37,6 +37,9 @@ const char kGenerateUsage[] =
     "  --system TEXT      with --chat: a system message ahead of each user's message\n"
     "  --device D         with --model: cpu (default) or cuda:N\n"
     "  --api-key KEY      a cluster's API key (default: the LAMINA_API_KEY environment variable)\n"
+    "  --tls-ca FILE      reach the cluster over TLS, trusting FILE's certificates (default:\n"
+    "                     LAMINA_TLS_CA; with --topology, its coordinator.tls)\n"
+    "  --tls              reach the cluster over TLS, trusting the system's certificates\n"
     "  --kv-dtype T       with --model: the KV cache's element type: auto (default: bfloat16 for a\n"
     "                     bfloat16 checkpoint or on a GPU, else float32), float32 (CPU), bfloat16 or\n"
     "                     float8_e4m3 (each token's heads scaled to their largest value)\n"
@@ -115,7 +118,7 @@ struct GenerateOptions {
   DeviceSpec device;
   std::string kv_dtype;
   std::string endpoint;
-  std::string api_key;  // "": LAMINA_API_KEY's, when set
+  ClientAccess access;  // with an endpoint
   std::vector<std::string> stop_strings;
   std::vector<std::vector<int32_t>> prompts;
   bool chat = false;
@@ -132,15 +135,17 @@ absl::StatusOr<GenerateOptions> ParseOptions(const std::vector<std::string>& arg
       Flags flags, Flags::Parse(args,
                                 {"model", "endpoint", "topology", "prompt", "prompt-ids", "max-tokens", "temperature",
                                  "top-k", "top-p", "seed", "stop", "n", "device", "kv-dtype", "logprobs",
-                                 "repetition-penalty", "presence-penalty", "frequency-penalty", "system", "api-key"},
-                                {"print-ids", "ignore-eos", "chat"}));
+                                 "repetition-penalty", "presence-penalty", "frequency-penalty", "system", "api-key",
+                                 "tls-ca"},
+                                {"print-ids", "ignore-eos", "chat", "tls"}));
   GenerateOptions options;
   options.model_dir = flags.String("model", "");
   options.endpoint = flags.String("endpoint", "");
-  options.api_key = flags.String("api-key", "");
-  if (options.endpoint.empty() && flags.Has("topology")) {
+  options.access = AccessFromFlags(flags, nullptr);
+  if (flags.Has("topology")) {
     LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
-    options.endpoint = topology.coordinator_address();
+    if (options.endpoint.empty()) options.endpoint = topology.coordinator_address();
+    options.access = AccessFromFlags(flags, &topology);
   }
   if (options.model_dir.empty() == options.endpoint.empty()) {
     return absl::InvalidArgumentError(
@@ -260,7 +265,8 @@ absl::Status GenerateRemote(const GenerateOptions& options, const std::vector<st
   }
   // One output slot per sample, prompt-major.
   const size_t n = static_cast<size_t>(options.defaults.n);
-  ClusterClient client(options.endpoint, options.api_key);
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ClusterClient> connected, ClusterClient::Connect(options.endpoint, options.access));
+  ClusterClient& client = *connected;
   OrderedPrinter printer(requests.size() * n, stdout);
   std::mutex printer_mu;
   std::vector<absl::Status> results(requests.size());

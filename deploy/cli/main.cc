@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "deploy/cli/bench_command.h"
+#include "deploy/cli/cert_command.h"
 #include "deploy/cli/experiment_command.h"
 #include "deploy/cli/generate_command.h"
 #include "deploy/cli/plan_command.h"
@@ -23,6 +24,7 @@ constexpr char kUsage[] =
     "  experiment sweep topologies x batch limits x context lengths; write a report with plots\n"
     "  plan       rank topologies for a model, workload and prices by predicted tokens/s per dollar\n"
     "  simulate   predict clusters larger than any we can run, from measured per-operation costs\n"
+    "  cert       write a self-signed TLS certificate for a coordinator\n"
     "  help       show this message (lamina help COMMAND for a command's flags)\n";
 
 }  // namespace
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
   if (command == "experiment") return lamina::cli::RunExperimentCommand(args);
   if (command == "plan") return lamina::cli::RunPlanCommand(args);
   if (command == "simulate") return lamina::cli::RunSimulateCommand(args);
+  if (command == "cert") return lamina::cli::RunCert(args);
   if (command == "help" || command == "--help" || command == "-h") {
     if (!args.empty() && args[0] == "generate") {
       std::printf("%s", lamina::cli::kGenerateUsage);
@@ -55,6 +58,8 @@ int main(int argc, char** argv) {
       std::printf("%s", lamina::cli::kExperimentUsage);
     } else if (!args.empty() && args[0] == "bench") {
       std::printf("%s", lamina::cli::kBenchUsage);
+    } else if (!args.empty() && args[0] == "cert") {
+      std::printf("%s", lamina::cli::kCertUsage);
     } else if (!args.empty() && args[0] == "status") {
       std::printf("%s", lamina::cli::kStatusUsage);
     } else {

@@ -14,21 +14,24 @@
 namespace lamina::cli {
 
 const char kStatusUsage[] =
-    "usage: lamina status [--endpoint HOST:PORT | --topology FILE]\n"
+    "usage: lamina status (--endpoint HOST:PORT | --topology FILE) [--api-key KEY] [--tls-ca FILE | --tls]\n"
     "  Shows a running cluster's nodes, their health and KV use, the queue and tokens/s.\n";
 
 namespace {
 
 absl::Status Status(const std::vector<std::string>& args) {
-  LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"endpoint", "topology", "api-key"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args, {"endpoint", "topology", "api-key", "tls-ca"}, {"tls"}));
   std::string endpoint = flags.String("endpoint", "");
-  if (endpoint.empty() && flags.Has("topology")) {
-    LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
-    endpoint = topology.coordinator_address();
+  std::optional<Topology> topology;
+  if (flags.Has("topology")) {
+    LAMINA_ASSIGN_OR_RETURN(topology, LoadTopology(flags.String("topology", "")));
+    if (endpoint.empty()) endpoint = topology->coordinator_address();
   }
   if (endpoint.empty()) return absl::InvalidArgumentError("--endpoint HOST:PORT or --topology FILE is required");
-  ClusterClient client(endpoint, flags.String("api-key", ""));
-  LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse s, client.Status(absl::Seconds(3)));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ClusterClient> client,
+                          ClusterClient::Connect(endpoint, AccessFromFlags(flags, topology ? &*topology : nullptr)));
+  LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse s, client->Status(absl::Seconds(3)));
   std::printf("cluster %s, model %s\n", endpoint.c_str(), s.model().c_str());
   std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld, preempted %lld\n",
               static_cast<long long>(s.queue_length()), static_cast<long long>(s.running()), s.tokens_per_second(),

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -195,14 +196,37 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
 
   std::vector<Child> children;
   const std::string abs_topology = std::filesystem::absolute(topology_path).string();
-  children.push_back({"coordinator", {bin + "/lamina-coordinator", "--topology", abs_topology}, log_dir + "/coordinator.log"});
+  auto child = [](std::string name, std::vector<std::string> argv, std::string log) {
+    Child c;
+    c.name = std::move(name);
+    c.argv = std::move(argv);
+    c.log = std::move(log);
+    return c;
+  };
+  children.push_back(child("coordinator", {bin + "/lamina-coordinator", "--topology", abs_topology},
+                           log_dir + "/coordinator.log"));
   for (NodeKind kind : {NodeKind::kMemory, NodeKind::kCompute}) {
     for (const NodeSpec* node : topology.NodesOf(kind)) {
       std::string program = kind == NodeKind::kMemory ? "/lamina-memory-node" : "/lamina-compute-node";
-      children.push_back({node->name, {bin + program, "--topology", abs_topology, "--name", node->name},
-                          log_dir + "/" + node->name + ".log"});
+      children.push_back(child(node->name, {bin + program, "--topology", abs_topology, "--name", node->name},
+                               log_dir + "/" + node->name + ".log"));
     }
   }
+
+  // With probes behind the API keys, the health checks present one (the file's first, or
+  // LAMINA_API_KEY's); with TLS they trust what the nodes trust.
+  ClientAccess probe;
+  if (!topology.open_probes && !topology.api_key_file.empty()) {
+    std::ifstream keys(topology.api_key_file);
+    for (std::string line; probe.api_key.empty() && std::getline(keys, line);) {
+      const std::string key(absl::StripAsciiWhitespace(line));
+      if (!key.empty() && key[0] != '#') probe.api_key = key;
+    }
+  }
+  if (probe.api_key.empty() && std::getenv("LAMINA_API_KEY") != nullptr) probe.api_key = std::getenv("LAMINA_API_KEY");
+  probe.tls = topology.coordinator_tls.ForClients();
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ClusterClient> client,
+                          ClusterClient::Connect(topology.coordinator_address(), probe));
 
   std::fprintf(stderr, "lamina up: starting %zu processes (logs in %s)\n", children.size(), log_dir.c_str());
   for (Child& c : children) {
@@ -213,17 +237,6 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
     }
   }
 
-  // With probes behind the API keys, the health checks present one (the file's first, or
-  // LAMINA_API_KEY's, which ClusterClient takes by default).
-  std::string probe_key;
-  if (!topology.open_probes && !topology.api_key_file.empty()) {
-    std::ifstream keys(topology.api_key_file);
-    for (std::string line; probe_key.empty() && std::getline(keys, line);) {
-      const std::string key(absl::StripAsciiWhitespace(line));
-      if (!key.empty() && key[0] != '#') probe_key = key;
-    }
-  }
-  ClusterClient client(topology.coordinator_address(), probe_key);
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
   std::string waiting_for;
   for (;;) {
@@ -234,7 +247,7 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
         return absl::UnavailableError(absl::StrCat(c.name, " stopped during start-up (see ", c.log, ")"));
       }
     }
-    auto health = client.Health(absl::Seconds(1));
+    auto health = client->Health(absl::Seconds(1));
     if (health.ok() && health->status() == lamina::v1::HealthResponse::SERVING) break;
     std::string why = health.ok() ? health->detail()
                                   : absl::StrCat("coordinator not answering yet (", health.status().message(), ")");
@@ -256,9 +269,11 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
   std::printf("  model %s; %zu compute and %zu memory nodes; logs in %s\n",
               std::filesystem::path(topology.model_dir).filename().c_str(), topology.NodesOf(NodeKind::kCompute).size(),
               topology.NodesOf(NodeKind::kMemory).size(), log_dir.c_str());
-  std::printf("  try: lamina generate --endpoint %s --prompt \"In this paper, we\"\n", topology.coordinator_address().c_str());
+  const bool tls = topology.coordinator_tls.enabled();
+  std::printf("  try: lamina generate --%s %s --prompt \"In this paper, we\"\n", tls ? "topology" : "endpoint",
+              tls ? topology_path.c_str() : topology.coordinator_address().c_str());
   if (topology.coordinator_http_port != 0) {
-    std::printf("  OpenAI-compatible API: http://%s/v1 (completions, chat/completions, models)\n",
+    std::printf("  OpenAI-compatible API: %s://%s/v1 (completions, chat/completions, models)\n", tls ? "https" : "http",
                 topology.coordinator_http_address().c_str());
     std::printf("  metrics for Prometheus: http://%s/metrics\n", topology.coordinator_http_address().c_str());
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -48,9 +49,11 @@ absl::StatusOr<std::unique_ptr<LaunchedCluster>> LaunchedCluster::Launch(const s
   const absl::Time deadline = absl::Now() + timeout;
   LAMINA_RETURN_IF_ERROR(AwaitPortsFree(topology, std::min(deadline, absl::Now() + kMostPortWait)));
   LAMINA_ASSIGN_OR_RETURN(const pid_t pid, SpawnLogged({lamina_binary, "up", topology_file}, log_file));
-  std::unique_ptr<LaunchedCluster> cluster(new LaunchedCluster(pid, topology.coordinator_address()));
-
-  cli::ClusterClient client(cluster->endpoint());
+  cli::ClientAccess access;
+  if (const char* key = std::getenv("LAMINA_API_KEY")) access.api_key = key;
+  access.tls = topology.coordinator_tls.ForClients();
+  std::unique_ptr<LaunchedCluster> cluster(new LaunchedCluster(pid, topology.coordinator_address(), access));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<cli::ClusterClient> client, cluster->Connect());
   for (;;) {
     int status;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
@@ -58,7 +61,7 @@ absl::StatusOr<std::unique_ptr<LaunchedCluster>> LaunchedCluster::Launch(const s
       return absl::UnavailableError(absl::StrCat("`lamina up ", topology_file, "` exited before the cluster served; ",
                                                  log_file, ":\n  ", TailOfFile(log_file, 8, "\n  ")));
     }
-    absl::StatusOr<lamina::v1::HealthResponse> health = client.Health(absl::Milliseconds(500));
+    absl::StatusOr<lamina::v1::HealthResponse> health = client->Health(absl::Milliseconds(500));
     if (health.ok() && health->status() == lamina::v1::HealthResponse::SERVING) return cluster;
     if (absl::Now() > deadline) {
       return absl::UnavailableError(absl::StrCat("the cluster of ", topology_file, " was not serving after ",
@@ -67,6 +70,10 @@ absl::StatusOr<std::unique_ptr<LaunchedCluster>> LaunchedCluster::Launch(const s
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
+}
+
+absl::StatusOr<std::unique_ptr<cli::ClusterClient>> LaunchedCluster::Connect() const {
+  return cli::ClusterClient::Connect(endpoint_, access_);
 }
 
 LaunchedCluster::~LaunchedCluster() { Stop(); }

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "deploy/cli/cluster_client.h"
 
 namespace lamina::experiment {
 
@@ -28,13 +29,17 @@ class LaunchedCluster {
   LaunchedCluster& operator=(const LaunchedCluster&) = delete;
 
   const std::string& endpoint() const { return endpoint_; }
+  // A client of the cluster's API: LAMINA_API_KEY's key, and the topology's TLS.
+  absl::StatusOr<std::unique_ptr<cli::ClusterClient>> Connect() const;
   void Stop();
 
  private:
-  LaunchedCluster(pid_t pid, std::string endpoint) : pid_(pid), endpoint_(std::move(endpoint)) {}
+  LaunchedCluster(pid_t pid, std::string endpoint, cli::ClientAccess access)
+      : pid_(pid), endpoint_(std::move(endpoint)), access_(std::move(access)) {}
 
   pid_t pid_;
   std::string endpoint_;
+  cli::ClientAccess access_;
 };
 
 }  // namespace lamina::experiment

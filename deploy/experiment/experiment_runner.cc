@@ -18,7 +18,7 @@ namespace {
 // First use costs on a fresh cluster (CUDA modules, GEMM plans, first allocations) would land in
 // the first run: a full batch of short requests goes first, unmeasured. A failure here shows up
 // again in the runs, which say what it is.
-void WarmUp(const std::string& endpoint, int64_t batch, double request_timeout_s, bool show_progress) {
+void WarmUp(cli::ClusterClient& client, int64_t batch, double request_timeout_s, bool show_progress) {
   bench::WorkloadSpec warm_up;
   warm_up.mode = bench::ArrivalMode::kClosedLoop;
   warm_up.concurrency = static_cast<int>(batch);
@@ -26,7 +26,6 @@ void WarmUp(const std::string& endpoint, int64_t batch, double request_timeout_s
   warm_up.prompt_tokens = 32;
   warm_up.output_tokens = 4;
   warm_up.request_timeout_s = request_timeout_s;
-  cli::ClusterClient client(endpoint);
   bench::GrpcSender sender(&client);
   absl::StatusOr<bench::BenchReport> report =
       bench::RunBench({&sender, &client}, warm_up, {0.0, /*show_progress=*/false, "warm-up"});
@@ -42,7 +41,17 @@ void WarmUp(const std::string& endpoint, int64_t batch, double request_timeout_s
 // The topology of one run: the original with an absolute model path and max_batch set.
 absl::StatusOr<std::string> WriteRunTopology(const Topology& topology, int64_t batch_limit, const std::string& path) {
   LAMINA_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(topology.path));
-  root["model"] = std::filesystem::absolute(topology.model_dir).lexically_normal().string();
+  // Files the topology names, as the absolute paths it resolved (the copy lives elsewhere).
+  auto absolute = [](const std::string& file) { return std::filesystem::absolute(file).lexically_normal().string(); };
+  root["model"] = absolute(topology.model_dir);
+  if (!topology.api_key_file.empty()) root["coordinator"]["api_key_file"] = absolute(topology.api_key_file);
+  if (!topology.cluster_secret_file.empty()) root["cluster_secret_file"] = absolute(topology.cluster_secret_file);
+  const ServerTlsFiles& tls = topology.coordinator_tls;
+  if (tls.enabled()) {
+    root["coordinator"]["tls"]["cert"] = absolute(tls.cert_file);
+    root["coordinator"]["tls"]["key"] = absolute(tls.key_file);
+    if (!tls.ca_file.empty()) root["coordinator"]["tls"]["ca"] = absolute(tls.ca_file);
+  }
   root["scheduler"]["max_batch"] = batch_limit;
   std::ofstream out(path);
   out << "# Written by lamina experiment from " << topology.path << "\n" << YAML::Dump(root) << "\n";
@@ -105,7 +114,9 @@ absl::StatusOr<ExperimentResult> RunExperiment(const ExperimentSpec& spec, const
         cluster = LaunchedCluster::Launch(options.lamina_binary, *file, absl::StrCat(run_dir, "/", stem, ".log"),
                                           absl::Seconds(spec.startup_timeout_s));
       }
-      if (cluster.ok()) WarmUp((*cluster)->endpoint(), batch, spec.request_timeout_s, options.show_progress);
+      absl::StatusOr<std::unique_ptr<cli::ClusterClient>> client =
+          cluster.ok() ? (*cluster)->Connect() : absl::StatusOr<std::unique_ptr<cli::ClusterClient>>(cluster.status());
+      if (client.ok()) WarmUp(**client, batch, spec.request_timeout_s, options.show_progress);
       for (int64_t context : spec.context_lengths) {
         RunResult run;
         run.topology = info.entry.name;
@@ -116,8 +127,8 @@ absl::StatusOr<ExperimentResult> RunExperiment(const ExperimentSpec& spec, const
         ++done;
         const std::string label = absl::StrFormat("[%d/%d] %s, batch %d, context %d", done, total, info.entry.name,
                                                   batch, context);
-        if (!cluster.ok()) {
-          run.status = cluster.status();
+        if (!client.ok()) {
+          run.status = client.status();
         } else {
           bench::WorkloadSpec workload;
           workload.mode = bench::ArrivalMode::kClosedLoop;
@@ -127,10 +138,9 @@ absl::StatusOr<ExperimentResult> RunExperiment(const ExperimentSpec& spec, const
           workload.prompt_tokens = static_cast<int>(context - spec.output_tokens);
           workload.seed = static_cast<uint64_t>(context);
           workload.request_timeout_s = spec.request_timeout_s;
-          cli::ClusterClient client((*cluster)->endpoint());
-          bench::GrpcSender sender(&client);
-          absl::StatusOr<bench::BenchReport> report =
-              bench::RunBench({&sender, &client}, workload, {info.cost.hourly_usd, options.show_progress, label});
+          bench::GrpcSender sender(client->get());
+          absl::StatusOr<bench::BenchReport> report = bench::RunBench(
+              {&sender, client->get()}, workload, {info.cost.hourly_usd, options.show_progress, label});
           if (!report.ok()) {
             run.status = report.status();
           } else {

@@ -18,7 +18,9 @@
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
 #include "common/rpc/daemon.h"
+#include "common/rpc/channel.h"
 #include "common/rpc/node_agent.h"
+#include "common/rpc/tls_credentials.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
 #include "common/topology/kv_dtype.h"
@@ -78,7 +80,10 @@ absl::Status Run(const std::vector<std::string>& args) {
   // that time): while a long call holds the executor, it repeats the last counts it read, so a
   // busy node is not mistaken for a dead one.
   struct { int64_t free_slots, sequences, shared_slots; } counts{spec->kv_capacity_tokens, 0, 0};
-  NodeAgent agent(topology.coordinator_address(), registration, secret, [&](lamina::v1::HeartbeatRequest* heartbeat) {
+  LAMINA_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_coordinator,
+                          GrpcChannelCredentials(topology.coordinator_tls.ForClients()));
+  NodeAgent agent(CreateControlChannel(topology.coordinator_address(), to_coordinator), registration, secret,
+                  [&](lamina::v1::HeartbeatRequest* heartbeat) {
     std::unique_lock<std::mutex> lock(executor_mu, std::defer_lock);
     for (int tries = 0; tries < 20 && !lock.try_lock(); ++tries) absl::SleepFor(absl::Milliseconds(1));
     if (lock.owns_lock()) {

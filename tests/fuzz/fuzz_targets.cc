@@ -1,5 +1,6 @@
 #include "tests/fuzz/fuzz_targets.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -11,7 +12,9 @@
 #include "common/safetensors/safetensors_file.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/utf8.h"
+#include "coordinator/api/generation_request.h"
 #include "coordinator/openai/openai_request.h"
+#include "google/protobuf/stubs/logging.h"
 
 namespace lamina::fuzz {
 namespace {
@@ -106,6 +109,39 @@ void OpenAiBody(const uint8_t* data, size_t size) {
       Require(endpoint == OpenAiEndpoint::kChatCompletions ? prompt.chat().messages_size() > 0 : !prompt.has_chat());
     }
   }
+}
+
+void GenerateRequestProto(const uint8_t* data, size_t size) {
+  // Malformed UTF-8 in a string field is a refusal to parse, not news: no log line for each.
+  static const bool quiet = [] {
+    google::protobuf::SetLogHandler(nullptr);
+    return true;
+  }();
+  (void)quiet;
+  static const ModelConfig* config = [] {
+    auto c = LoadModelConfig(std::string(LAMINA_SOURCE_DIR) + "/deploy/models/lamina-demo-6m");
+    Require(c.ok());
+    return new ModelConfig(*c);
+  }();
+  static const Tokenizer* tokenizer = [] {
+    auto t = Tokenizer::Load(std::string(LAMINA_SOURCE_DIR) + "/deploy/models/lamina-demo-6m");
+    Require(t.ok());
+    return new Tokenizer(std::move(*t));
+  }();
+  lamina::v1::GenerateRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  const absl::StatusOr<ChatTemplate> no_template = absl::NotFoundError("no chat template");
+  absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(request, *tokenizer, no_template, *config);
+  if (!spec.ok()) {
+    if (!absl::IsInvalidArgument(spec.status()) && !(request.has_chat() && absl::IsFailedPrecondition(spec.status()))) {
+      std::fprintf(stderr, "GenerateRequestProto: unexpected %s\n", spec.status().ToString().c_str());
+      std::abort();
+    }
+    return;
+  }
+  Require(spec->n >= 1 && spec->n <= kMaxSamples);
+  Require(static_cast<int64_t>(spec->stop_strings.size()) <= kMaxStopStrings);
+  for (int32_t id : spec->stop.stop_ids) Require(id >= 0 && id < config->vocab_size);
 }
 
 void TokenizerJson(const uint8_t* data, size_t size) {

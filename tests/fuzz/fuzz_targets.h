@@ -30,6 +30,11 @@ void HttpRequestHead(const uint8_t* data, size_t size);
 // requests the scheduler can take, or fail with InvalidArgument.
 void OpenAiBody(const uint8_t* data, size_t size);
 
+// A gRPC GenerateRequest as the coordinator receives it (protobuf bytes): when it parses, its
+// conversion for the demo model must succeed within the request bounds (n, stops, ids) or fail with
+// InvalidArgument (FailedPrecondition only for a chat when the model has no template), never crash.
+void GenerateRequestProto(const uint8_t* data, size_t size);
+
 // A compute node's data-plane requests to a memory node (an AttentionServer on a CPU pool, over
 // the in-process transport), as [u8 type (mod 10), u16 length, payload] records: each must get a
 // reply naming its status, and afterwards the same connection must still reserve, decode and

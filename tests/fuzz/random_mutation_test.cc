@@ -10,6 +10,7 @@
 
 #include "common/transport/wire.h"
 #include "gtest/gtest.h"
+#include "lamina/v1/generation.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/support/golden.h"
@@ -142,6 +143,57 @@ TEST(RandomMutationTest, OpenAiBodies) {
     for (int i = 0; i < 5000; ++i) {
       std::string mutated = Mutate(seed, seed.size(), rng);
       OpenAiBody(Bytes(mutated), mutated.size());
+    }
+  }
+  // Depth and size: a prompt nested deeper and deeper (up to 100,000 levels, which once crashed
+  // the coordinator) and prompts and stops of every size up to megabytes.
+  for (int depth : {1, 10, 31, 32, 33, 1000, 100000}) {
+    const std::string body = R"({"prompt": )" + std::string(depth, '[') + "1" + std::string(depth, ']') + "}";
+    OpenAiBody(Bytes(body), body.size());
+  }
+  for (size_t bytes : {size_t{1}, size_t{1} << 10, size_t{1} << 16, size_t{1} << 20, size_t{8} << 20}) {
+    const std::string big(bytes, 'a');
+    for (const std::string& body : {R"({"prompt": ")" + big + R"("})", R"({"prompt": "x", "stop": [")" + big + R"("]})"}) {
+      OpenAiBody(Bytes(body), body.size());
+    }
+  }
+}
+
+TEST(RandomMutationTest, GenerateRequests) {
+  std::mt19937_64 rng(9);
+  std::vector<std::string> seeds;
+  lamina::v1::GenerateRequest text;
+  text.set_text("In this paper, we");
+  text.set_max_tokens(5);
+  text.set_n(2);
+  text.add_stop_strings("\n");
+  text.add_stop_token_ids(2);
+  seeds.push_back(text.SerializeAsString());
+  lamina::v1::GenerateRequest ids;
+  for (int i = 0; i < 40; ++i) ids.mutable_token_ids()->add_ids(i * 7);
+  ids.mutable_sampling()->set_temperature(0.7f);
+  seeds.push_back(ids.SerializeAsString());
+  lamina::v1::GenerateRequest chat;
+  auto* message = chat.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Hi");
+  seeds.push_back(chat.SerializeAsString());
+  // And the attacks the bounds exist for: negative n and ids, a million stops, 200 MB of text.
+  lamina::v1::GenerateRequest hostile = text;
+  hostile.set_n(-1);
+  hostile.add_stop_token_ids(-5);
+  for (int i = 0; i < 100000; ++i) hostile.add_stop_strings("x");
+  const std::string hostile_bytes = hostile.SerializeAsString();
+  GenerateRequestProto(Bytes(hostile_bytes), hostile_bytes.size());
+  lamina::v1::GenerateRequest huge;
+  huge.set_text(std::string(200 << 20, 'a'));
+  const std::string huge_bytes = huge.SerializeAsString();
+  GenerateRequestProto(Bytes(huge_bytes), huge_bytes.size());
+  for (const std::string& seed : seeds) {
+    GenerateRequestProto(Bytes(seed), seed.size());
+    for (int i = 0; i < 3000; ++i) {
+      std::string mutated = Mutate(seed, seed.size(), rng);
+      GenerateRequestProto(Bytes(mutated), mutated.size());
     }
   }
 }

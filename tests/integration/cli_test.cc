@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/security/tls_context.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "gtest/gtest.h"
 #include "tests/support/golden.h"
@@ -43,6 +44,22 @@ Result RunLamina(const std::string& args, const std::string& stdin_file = "", bo
 }
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+TEST(CliTest, CertWritesACertificateAServerAndItsClientsCanUse) {
+  testing::TempDir dir;
+  Result made = RunLamina("cert --host 127.0.0.1 --host coordinator.example --out " + dir.path() + "/tls", "", true);
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const std::string cert = dir.path() + "/tls/coordinator.pem", key = dir.path() + "/tls/coordinator.key";
+  EXPECT_NE(made.out.find("--tls-ca " + cert), std::string::npos) << made.out;
+  EXPECT_TRUE(TlsContext::ForServer(cert, key).ok());
+  EXPECT_TRUE(TlsContext::ForClient(cert).ok());
+  Result again = RunLamina("cert --host 127.0.0.1 --out " + dir.path() + "/tls", "", true);
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.out.find("coordinator.pem exists"), std::string::npos) << again.out;
+  Result no_host = RunLamina("cert --out " + dir.path(), "", true);
+  EXPECT_EQ(no_host.exit_code, 2);
+  EXPECT_NE(no_host.out.find("--host is required"), std::string::npos) << no_host.out;
+}
 
 TEST(CliTest, DemoModelPrintsTheGoldenText) {
   nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");

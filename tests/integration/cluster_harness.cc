@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/security/self_signed.h"
+#include "common/status/status_macros.h"
 #include "tests/support/golden.h"
 
 namespace lamina::testing {
@@ -76,6 +78,12 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
     absl::StrAppend(&yaml, "  api_key_file: ", h->dir_.Write("api.keys", "# a test's key\n" + options.api_key + "\n"),
                     "\n  open_probes: ", options.open_probes ? "true" : "false", "\n");
   }
+  if (options.tls) {
+    h->tls_ca_ = h->dir_.path() + "/coordinator.pem";
+    const std::string key = h->dir_.path() + "/coordinator.key";
+    LAMINA_RETURN_IF_ERROR(WriteSelfSignedCertificate({"127.0.0.1", "localhost"}, 1, h->tls_ca_, key));
+    absl::StrAppend(&yaml, "  tls:\n    cert: ", h->tls_ca_, "\n    key: ", key, "\n");
+  }
   if (options.http) {
     const int http_port = FreePort();
     h->http_address_ = absl::StrCat("127.0.0.1:", http_port);
@@ -134,7 +142,8 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
     if (absl::Now() > deadline) return absl::DeadlineExceededError("cluster not up: " + h->UpOutput());
     absl::SleepFor(absl::Milliseconds(50));
   }
-  h->client_ = std::make_unique<cli::ClusterClient>(h->endpoint_, options.api_key);
+  LAMINA_ASSIGN_OR_RETURN(h->client_,
+                          cli::ClusterClient::Connect(h->endpoint_, {options.api_key, ClientTls{options.tls, h->tls_ca_}}));
   return h;
 }
 

@@ -45,6 +45,7 @@ struct ClusterOptions {
   bool open_probes = true;     // and its `open_probes`
   std::string cluster_secret;  // set: the cluster secret (a file the topology names)
   std::optional<int> shutdown_grace_s;  // set: its `scheduler.shutdown_grace_s`
+  bool tls = false;  // the coordinator's APIs over TLS, with a self-signed certificate; the client trusts it
 };
 
 class ClusterHarness {
@@ -59,6 +60,8 @@ class ClusterHarness {
   cli::ClusterClient& client() { return *client_; }
   // The pid of a node, from `lamina status`.
   absl::StatusOr<int64_t> NodePid(const std::string& node);
+  // ClusterOptions::tls: the coordinator's certificate, what clients trust; else empty.
+  const std::string& tls_ca() const { return tls_ca_; }
   // The topology file the cluster was started from.
   const std::string& topology_path() const { return topology_path_; }
   // The pid of this cluster's coordinator process (found by its command line).
@@ -81,6 +84,7 @@ class ClusterHarness {
   std::string topology_path_;
   std::string endpoint_;
   std::string http_address_;
+  std::string tls_ca_;
   pid_t up_pid_ = -1;
   std::unique_ptr<cli::ClusterClient> client_;
 };

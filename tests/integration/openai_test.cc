@@ -394,9 +394,13 @@ TEST_F(OpenAiClusterTest, BenchOverOpenAisApiCountsWhatTheGrpcApiCounts) {
   auto [code, out] = RunCli("bench" + url + " --requests 1 --quiet");
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("--vocab-size"), std::string::npos) << out;
-  std::tie(code, out) = RunCli("bench --openai https://example.com:443 --vocab-size 10");
+  std::tie(code, out) = RunCli("bench --openai http://example.com --vocab-size 10");
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("https is not supported"), std::string::npos) << out;
+  EXPECT_NE(out.find("is not an OpenAI-compatible server's address"), std::string::npos) << out;
+  // https to a server that speaks plain HTTP: the handshake fails, naming the server.
+  std::tie(code, out) = RunCli("bench --openai https://" + cluster().http_address() + " --requests 1 --quiet");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find(cluster().http_address()), std::string::npos) << out;
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/http/http_client.h"
 #include "common/rpc/channel.h"
+#include "common/security/tls_context.h"
 #include "common/topology/topology.h"
 #include "common/transport/transport.h"
 #include "common/transport/wire.h"
@@ -37,7 +39,8 @@ lamina::v1::GenerateRequest Request(int max_tokens) {
 std::pair<int, std::string> Http(const ClusterHarness& cluster, const std::string& method, const std::string& path,
                                  const std::string& body, const std::string& key) {
   auto stream = HttpResponseStream::Open(cluster.http_address(), method, path, body,
-                                         body.empty() ? "" : "application/json", absl::Now() + absl::Seconds(30), key);
+                                         body.empty() ? "" : "application/json", absl::Now() + absl::Seconds(30),
+                                         HttpClientOptions{key, nullptr});
   if (!stream.ok()) return {-1, std::string(stream.status().message())};
   auto all = (*stream)->ReadAll();
   return {(*stream)->status(), all.ok() ? *all : ""};
@@ -51,10 +54,11 @@ TEST(SecurityTest, ApiKeysGuardGrpcAndHttpAndProbesStayOpen) {
   auto cluster = ClusterHarness::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 
-  cli::ClusterClient anonymous((*cluster)->endpoint()), wrong((*cluster)->endpoint(), "sk-guess");
-  EXPECT_EQ(Generate(anonymous, Request(4)).status.code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(Generate(wrong, Request(4)).status.code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(anonymous.Status(absl::Seconds(2)).status().code(), absl::StatusCode::kUnauthenticated);
+  std::unique_ptr<cli::ClusterClient> anonymous = *cli::ClusterClient::Connect((*cluster)->endpoint(), {});
+  std::unique_ptr<cli::ClusterClient> wrong = *cli::ClusterClient::Connect((*cluster)->endpoint(), {"sk-guess", {}});
+  EXPECT_EQ(Generate(*anonymous, Request(4)).status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(Generate(*wrong, Request(4)).status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(anonymous->Status(absl::Seconds(2)).status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(Generate((*cluster)->client(), Request(4)).status.ok());
 
   const std::string body = json{{"prompt", "In this paper, we"}, {"max_tokens", 4}}.dump();
@@ -65,7 +69,7 @@ TEST(SecurityTest, ApiKeysGuardGrpcAndHttpAndProbesStayOpen) {
   EXPECT_EQ(Http(**cluster, "POST", "/v1/completions", body, kKey).first, 200);
   EXPECT_EQ(Http(**cluster, "GET", "/health", "", "").first, 200) << "probes are open by default";
   EXPECT_EQ(Http(**cluster, "GET", "/metrics", "", "").first, 200);
-  EXPECT_EQ(anonymous.Health(absl::Seconds(2))->status(), lamina::v1::HealthResponse::SERVING);
+  EXPECT_EQ(anonymous->Health(absl::Seconds(2))->status(), lamina::v1::HealthResponse::SERVING);
   // The key never reaches the logs.
   EXPECT_EQ((*cluster)->NodeLog("coordinator").find(kKey), std::string::npos);
 }
@@ -80,8 +84,48 @@ TEST(SecurityTest, ProbesMayNeedTheKeyToo) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   EXPECT_EQ(Http(**cluster, "GET", "/health", "", "").first, 401);
   EXPECT_EQ(Http(**cluster, "GET", "/health", "", kKey).first, 200);
-  cli::ClusterClient anonymous((*cluster)->endpoint());
-  EXPECT_EQ(anonymous.Health(absl::Seconds(2)).status().code(), absl::StatusCode::kUnauthenticated);
+  std::unique_ptr<cli::ClusterClient> anonymous = *cli::ClusterClient::Connect((*cluster)->endpoint(), {});
+  EXPECT_EQ(anonymous->Health(absl::Seconds(2)).status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST(SecurityTest, WithTlsTheApisSpeakNothingElse) {
+  ::unsetenv("LAMINA_API_KEY");
+  ::unsetenv("LAMINA_TLS_CA");
+  ClusterOptions options;
+  options.tls = true;
+  options.http = true;
+  options.api_key = kKey;
+  auto cluster = ClusterHarness::Start(options);  // its nodes and `lamina up` trust the certificate
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  // gRPC: the harness's client trusts the certificate; one in the clear or trusting another does
+  // not get through.
+  Outcome served = Generate((*cluster)->client(), Request(4));
+  EXPECT_TRUE(served.status.ok()) << served.status;
+  std::unique_ptr<cli::ClusterClient> plain = *cli::ClusterClient::Connect((*cluster)->endpoint(), {kKey, {}});
+  EXPECT_FALSE(plain->Health(absl::Seconds(3)).ok());
+  std::unique_ptr<cli::ClusterClient> system_roots =
+      *cli::ClusterClient::Connect((*cluster)->endpoint(), {kKey, ClientTls{true, ""}});
+  EXPECT_FALSE(system_roots->Health(absl::Seconds(3)).ok());
+
+  // The CLI, given the topology, trusts its certificate; given only the endpoint it needs --tls-ca.
+  auto [code, output] = RunCli(absl::StrCat("generate --topology ", (*cluster)->topology_path(), " --api-key ", kKey,
+                                            " --prompt 'In this paper, we' --max-tokens 4"));
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_NE(output.find(served.text), std::string::npos) << output;
+  auto [ca_code, ca_output] = RunCli(absl::StrCat("status --endpoint ", (*cluster)->endpoint(), " --api-key ", kKey,
+                                                  " --tls-ca ", (*cluster)->tls_ca()));
+  EXPECT_EQ(ca_code, 0) << ca_output;
+
+  // HTTPS: served with the certificate trusted; plain HTTP gets nothing.
+  const std::string body = json{{"prompt", "In this paper, we"}, {"max_tokens", 4}}.dump();
+  HttpClientOptions https{kKey, *TlsContext::ForClient((*cluster)->tls_ca())};
+  auto stream = HttpResponseStream::Open((*cluster)->http_address(), "POST", "/v1/completions", body,
+                                         "application/json", absl::Now() + absl::Seconds(30), https);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ((*stream)->status(), 200);
+  EXPECT_EQ(json::parse(*(*stream)->ReadAll())["choices"][0]["text"], served.text);
+  EXPECT_NE(Http(**cluster, "POST", "/v1/completions", body, kKey).first, 200);
 }
 
 TEST(SecurityTest, WithoutTheClusterSecretNothingInternalIsReadOrChanged) {
@@ -155,7 +199,9 @@ TEST(SecurityTest, WithoutTheClusterSecretNothingInternalIsReadOrChanged) {
   auto status = (*cluster)->client().Status(absl::Seconds(2));
   ASSERT_TRUE(status.ok()) << status.status();
   for (const auto& n : status->nodes()) {
-    if (n.name() == "memory-0") EXPECT_EQ(n.kv_capacity_slots(), 8192);
+    if (n.name() == "memory-0") {
+      EXPECT_EQ(n.kv_capacity_slots(), 8192);
+    }
   }
   EXPECT_TRUE(Generate((*cluster)->client(), Request(4)).status.ok());
 }

@@ -10,9 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/http/http_client.h"
 #include "common/net/sockets.h"
+#include "common/security/self_signed.h"
 #include "gtest/gtest.h"
 #include "tests/support/http_client.h"
+#include "tests/support/temp_dir.h"
 
 namespace lamina {
 namespace {
@@ -277,7 +280,9 @@ TEST(HttpServerTest, AClientIsServedWhileTwoThousandIdleConnectionsAreHeld) {
     absl::StatusOr<int> fd = ConnectTcp(server->address(), absl::Now() + absl::Seconds(5));
     ASSERT_TRUE(fd.ok()) << i << ": " << fd.status();
     idle.push_back(*fd);
-    if (i % 100 == 99) ASSERT_TRUE(SendBytes(*fd, "GET /x HTTP/1.1\r\n").ok());  // some send half a head
+    if (i % 100 == 99) {  // some send half a head
+      ASSERT_TRUE(SendBytes(*fd, "GET /x HTTP/1.1\r\n").ok());
+    }
   }
   absl::SleepFor(absl::Milliseconds(500));
   absl::StatusOr<HttpReply> reply = HttpCall(server->address(), "POST", "/served", "yes", absl::Seconds(10));
@@ -285,6 +290,87 @@ TEST(HttpServerTest, AClientIsServedWhileTwoThousandIdleConnectionsAreHeld) {
   EXPECT_EQ(reply->status, 200);
   EXPECT_EQ(reply->body, "POST /served yes");
   for (int fd : idle) ::close(fd);
+}
+
+// A connection to `address` from the loopback address `source` (127.0.0.2, ...): another client.
+int ConnectFrom(const std::string& source, const std::string& address) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  absl::StatusOr<sockaddr_in> from = ResolveIpv4(source + ":0"), to = ResolveIpv4(address);
+  EXPECT_TRUE(from.ok() && to.ok());
+  EXPECT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&*from), sizeof(*from)), 0);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&*to), sizeof(*to)), 0);
+  return fd;
+}
+
+bool HungUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP)) != 0;
+}
+
+TEST(HttpServerTest, OneClientsIdleConnectionsCannotCrowdOutAnother) {
+  HttpServerOptions options;
+  options.max_connections_per_client = 4;
+  std::unique_ptr<HttpServer> server = StartServer(Echo, options);
+  ASSERT_NE(server, nullptr);
+  std::vector<int> hoarded;
+  for (int i = 0; i < 10; ++i) {
+    hoarded.push_back(ConnectFrom("127.0.0.2", server->address()));
+    absl::SleepFor(absl::Milliseconds(20));  // taken in turn
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  int closed = 0;
+  for (int fd : hoarded) closed += HungUp(fd) ? 1 : 0;
+  EXPECT_EQ(closed, 6) << "the client keeps its 4 newest connections";
+  for (int i = 6; i < 10; ++i) EXPECT_FALSE(HungUp(hoarded[i])) << i;
+  absl::StatusOr<HttpReply> reply = HttpCall(server->address(), "GET", "/other", "", absl::Seconds(10));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->body, "GET /other ");
+  for (int fd : hoarded) ::close(fd);
+}
+
+TEST(HttpServerTest, ServesHttpsOnlyWithTls) {
+  testing::TempDir dir;
+  const std::string cert = dir.path() + "/c.pem", key = dir.path() + "/c.key";
+  ASSERT_TRUE(WriteSelfSignedCertificate({"127.0.0.1"}, 1, cert, key).ok());
+  HttpServerOptions options;
+  options.tls = *TlsContext::ForServer(cert, key);
+  std::unique_ptr<HttpServer> server = StartServer(
+      [](const HttpRequest& request, HttpResponder& responder) {
+        if (request.path == "/stream") {
+          (void)responder.StartStream(200, "text/plain");
+          for (int i = 0; i < 3; ++i) (void)responder.Write(absl::StrCat("piece ", i, "\n"));
+          (void)responder.EndStream();
+          return;
+        }
+        Echo(request, responder);
+      },
+      options);
+  ASSERT_NE(server, nullptr);
+  HttpClientOptions client;
+  client.tls = *TlsContext::ForClient(cert);
+  const std::string body(1 << 20, 'b');
+  absl::StatusOr<std::unique_ptr<HttpResponseStream>> echoed = HttpResponseStream::Open(
+      server->address(), "POST", "/echo", body, "text/plain", absl::Now() + absl::Seconds(10), client);
+  ASSERT_TRUE(echoed.ok()) << echoed.status();
+  EXPECT_EQ((*echoed)->status(), 200);
+  EXPECT_EQ(*(*echoed)->ReadAll(), "POST /echo " + body);
+  absl::StatusOr<std::unique_ptr<HttpResponseStream>> streamed =
+      HttpResponseStream::Open(server->address(), "GET", "/stream", "", "", absl::Now() + absl::Seconds(10), client);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_EQ(*(*streamed)->ReadAll(), "piece 0\npiece 1\npiece 2\n");
+
+  // Plain HTTP gets no answer, and a client that does not trust the certificate stops.
+  EXPECT_EQ(Exchange(*server, "GET /x HTTP/1.1\r\nConnection: close\r\n\r\n").find("HTTP/1.1"), std::string::npos);
+  HttpClientOptions untrusting;
+  untrusting.tls = *TlsContext::ForClient("");
+  absl::StatusOr<std::unique_ptr<HttpResponseStream>> refused =
+      HttpResponseStream::Open(server->address(), "GET", "/x", "", "", absl::Now() + absl::Seconds(10), untrusting);
+  EXPECT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
+  // And the server goes on.
+  absl::StatusOr<std::unique_ptr<HttpResponseStream>> again =
+      HttpResponseStream::Open(server->address(), "GET", "/again", "", "", absl::Now() + absl::Seconds(10), client);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*(*again)->ReadAll(), "GET /again ");
 }
 
 TEST(HttpServerTest, AnAddressInUseIsRefused) {

@@ -149,15 +149,18 @@ TEST(OpenAiSenderTest, TheServersModelAndItsContext) {
   EXPECT_NE(model.status().message().find("lists no model"), std::string::npos) << model.status();
 }
 
-TEST(OpenAiSenderTest, AddressesAreHttpHostAndPort) {
-  EXPECT_EQ(*OpenAiAddress("http://127.0.0.1:8000"), "127.0.0.1:8000");
-  EXPECT_EQ(*OpenAiAddress("http://gpu-7:8000/v1"), "gpu-7:8000");
-  EXPECT_EQ(*OpenAiAddress("http://gpu-7:8000/"), "gpu-7:8000");
-  EXPECT_EQ(*OpenAiAddress("localhost:50150"), "localhost:50150");
-  EXPECT_NE(OpenAiAddress("https://api.example.com:443").status().message().find("https is not supported"),
-            std::string::npos);
-  EXPECT_FALSE(OpenAiAddress("http://host").ok()) << "no port";
-  EXPECT_FALSE(OpenAiAddress("http://host:80/v1/completions").ok()) << "a path";
+TEST(OpenAiSenderTest, UrlsAreHostAndPortOverHttpOrHttps) {
+  EXPECT_EQ(ParseOpenAiUrl("http://127.0.0.1:8000")->address, "127.0.0.1:8000");
+  EXPECT_FALSE(ParseOpenAiUrl("http://127.0.0.1:8000")->https);
+  EXPECT_EQ(ParseOpenAiUrl("http://gpu-7:8000/v1")->address, "gpu-7:8000");
+  EXPECT_EQ(ParseOpenAiUrl("http://gpu-7:8000/")->address, "gpu-7:8000");
+  EXPECT_EQ(ParseOpenAiUrl("localhost:50150")->address, "localhost:50150");
+  absl::StatusOr<OpenAiUrl> https = ParseOpenAiUrl("https://api.example.com:443/v1");
+  ASSERT_TRUE(https.ok());
+  EXPECT_EQ(https->address, "api.example.com:443");
+  EXPECT_TRUE(https->https);
+  EXPECT_FALSE(ParseOpenAiUrl("http://host").ok()) << "no port";
+  EXPECT_FALSE(ParseOpenAiUrl("http://host:80/v1/completions").ok()) << "a path";
 }
 
 }  // namespace
