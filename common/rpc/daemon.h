@@ -14,22 +14,27 @@
 
 namespace lamina {
 
-// Builds and starts a gRPC server on `address` with `services`, in the clear unless `credentials`
+// Builds and starts a gRPC server on `address` with `services`, grpc.health.v1.Health (SERVING)
+// and server reflection, in the clear unless `credentials`
 // say otherwise (GrpcServerCredentials, for TLS); Unavailable names the address when it cannot
 // be bound.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
     std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
+// What the server's grpc.health.v1.Health answers for every service: SERVING or NOT_SERVING.
+void SetServing(grpc::Server* server, bool serving);
+
 // Blocks until SIGINT or SIGTERM, then shuts `server` down, cancelling calls still running after
 // `grace`.
 void ServeUntilSignal(grpc::Server* server, absl::Duration grace);
 
-// The body of a daemon's main(): has a crash (SIGSEGV, SIGBUS, SIGABRT, ...) print its stack to
-// stderr before the process dies of it, blocks the termination signals (so that ServeUntilSignal
-// can take them), runs `run` on the arguments, and on failure prints "PROGRAM: message" and
-// returns 1.
-int DaemonMain(const char* program, int argc, char** argv,
+// The body of a daemon's main(): with --help (or no arguments) prints `usage` (and exits 0, or 2
+// without arguments), with --version the version; otherwise has a crash (SIGSEGV, SIGBUS,
+// SIGABRT, ...) print its stack to stderr before the process dies of it, blocks the termination
+// signals (so that ServeUntilSignal can take them), runs `run` on the arguments, and on failure
+// prints "PROGRAM: message" and returns 1.
+int DaemonMain(const char* program, const char* usage, int argc, char** argv,
                const std::function<absl::Status(const std::vector<std::string>&)>& run);
 
 // For daemons whose GPU work waits on other processes (the device data planes, hand-overs

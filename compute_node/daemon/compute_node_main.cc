@@ -40,6 +40,11 @@
 namespace lamina {
 namespace {
 
+constexpr char kUsage[] =
+    "usage: lamina-compute-node --topology FILE --name NODE\n"
+    "  Runs compute node NODE of the topology: the model's weights and slices, and its own KV pool\n"
+    "  when its entry sets kv_capacity_tokens. `lamina up FILE` starts it with the others.\n";
+
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology", "name"}, {}));
   LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
@@ -214,5 +219,5 @@ absl::Status Run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   lamina::ConfigureCudaForWaitsOnOtherProcesses();
-  return lamina::DaemonMain("lamina-compute-node", argc, argv, lamina::Run);
+  return lamina::DaemonMain("lamina-compute-node", lamina::kUsage, argc, argv, lamina::Run);
 }

@@ -5,14 +5,17 @@
 // running end with UNAVAILABLE). With `coordinator.tls` both APIs speak TLS only.
 //
 //   lamina-coordinator --topology FILE
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/chat_template/chat_template.h"
 #include "common/flags/flags.h"
 #include "common/http/http_server.h"
@@ -31,6 +34,11 @@
 
 namespace lamina {
 namespace {
+
+constexpr char kUsage[] =
+    "usage: lamina-coordinator --topology FILE\n"
+    "  Serves a cluster's gRPC API (and OpenAI's HTTP API at coordinator.http_port), admits and\n"
+    "  schedules requests, and drives the topology's nodes. `lamina up FILE` starts it with them.\n";
 
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology"}, {}));
@@ -85,7 +93,19 @@ absl::Status Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "coordinator: OpenAI-compatible HTTP API on %s://%s/v1\n", tls ? "https" : "http",
                  http->address().c_str());
   }
+  // grpc.health.v1.Health follows the cluster: SERVING while it can serve (a node may be down),
+  // NOT_SERVING without a live compute node and once draining.
+  std::atomic<bool> draining{false};
+  std::thread health_watch([&] {
+    while (!draining) {
+      SetServing(server.get(), membership.CanServe());
+      absl::SleepFor(absl::Milliseconds(250));
+    }
+  });
   WaitForTerminationSignal();
+  draining = true;
+  health_watch.join();
+  SetServing(server.get(), false);
   std::fprintf(stderr, "coordinator: draining: no new requests; waiting up to %d s for those in flight\n",
                topology.shutdown_grace_s);
   const bool drained = scheduler.Drain(absl::Seconds(topology.shutdown_grace_s));
@@ -100,4 +120,6 @@ absl::Status Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace lamina
 
-int main(int argc, char** argv) { return lamina::DaemonMain("lamina-coordinator", argc, argv, lamina::Run); }
+int main(int argc, char** argv) {
+  return lamina::DaemonMain("lamina-coordinator", lamina::kUsage, argc, argv, lamina::Run);
+}

@@ -246,9 +246,21 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestHandle>>> OpenAiApi::Submit(co
       scheduler_->CountRefused(spec.status().code());
       return fail(spec.status());
     }
+    const int64_t prompt_tokens = static_cast<int64_t>(spec->prompt.size());
     if (spec->stop.max_tokens == 0) {  // a chat without max_tokens: the rest of the context
       spec->stop.max_tokens =
-          static_cast<int32_t>(std::max<int64_t>(1, config_.max_position_embeddings - spec->prompt.size()));
+          static_cast<int32_t>(std::max<int64_t>(1, config_.max_position_embeddings - prompt_tokens));
+    } else if (prompt_tokens < config_.max_position_embeddings &&
+               prompt_tokens + spec->stop.max_tokens > config_.max_position_embeddings) {
+      // As vLLM: a completion that cannot fit is refused rather than cut short.
+      scheduler_->CountRefused(absl::StatusCode::kInvalidArgument);
+      return fail(AboutField(
+          absl::InvalidArgumentError(absl::StrCat(
+              "this model's maximum context length is ", config_.max_position_embeddings, " tokens, but ",
+              prompt_tokens, " prompt tokens and max_tokens ", spec->stop.max_tokens, " make ",
+              prompt_tokens + spec->stop.max_tokens, "; lower max_tokens to at most ",
+              config_.max_position_embeddings - prompt_tokens)),
+          "max_tokens"));
     }
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle = scheduler_->Submit(*std::move(spec));
     if (!handle.ok()) return fail(handle.status());
@@ -269,7 +281,7 @@ void OpenAiApi::Generate(OpenAiEndpoint endpoint, const HttpRequest& request, Ht
                      "model", "model_not_found");
   }
   absl::StatusOr<std::vector<std::shared_ptr<RequestHandle>>> handles = Submit(*parsed);
-  if (!handles.ok()) return SendError(responder, handles.status());
+  if (!handles.ok()) return SendError(responder, handles.status(), ErrorParam(handles.status()));
   OpenAiResponseHeader header{endpoint, ResponseId(endpoint), absl::ToUnixSeconds(absl::Now()), model_name_};
   Run(*parsed, std::move(header), *std::move(handles), *tokenizer_, responder).Go();
 }

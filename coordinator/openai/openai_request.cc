@@ -163,11 +163,13 @@ absl::StatusOr<lamina::v1::Chat> ParseMessages(const Fields& fields) {
     if (!messages[i].is_object())
       return FieldError(field, absl::StrCat("expected an object, got ", Shown(messages[i])));
     Fields message(messages[i], field + ".");
-    for (const char* unsupported : {"tool_calls", "tool_call_id", "function_call", "name"}) {
+    for (const char* unsupported : {"tool_calls", "tool_call_id", "function_call"}) {
       if (message.Has(unsupported)) return FieldError(message.Name(unsupported), "not supported");
     }
     LAMINA_RETURN_IF_ERROR(
         message.OnlyKnown({"role", "content", "tool_calls", "tool_call_id", "function_call", "name"}));
+    LAMINA_ASSIGN_OR_RETURN(std::string name, message.String("name"));
+    (void)name;  // a participant's name: taken, type-checked, and not used (as vLLM)
     LAMINA_ASSIGN_OR_RETURN(std::string role, message.String("role"));
     if (role.empty()) return FieldError(message.Name("role"), "missing");
     lamina::v1::ChatMessage* out = chat.add_messages();
@@ -312,8 +314,15 @@ absl::Status ParseSettings(OpenAiEndpoint endpoint, const Fields& fields, uint64
   }
   LAMINA_ASSIGN_OR_RETURN(bool ignore_eos, fields.Bool("ignore_eos", false));
   settings->set_ignore_eos(ignore_eos);
+  // Taken, type-checked, and not used (as vLLM): the end user, and OpenAI's storage and billing
+  // settings.
   LAMINA_ASSIGN_OR_RETURN(std::string user, fields.String("user"));
-  (void)user;  // taken, type-checked, and not used
+  LAMINA_ASSIGN_OR_RETURN(std::string service_tier, fields.String("service_tier"));
+  LAMINA_ASSIGN_OR_RETURN(bool store, fields.Bool("store", false));
+  (void)user, (void)service_tier, (void)store;
+  if (fields.Has("metadata") && !fields.Get("metadata").is_object() && !fields.Get("metadata").is_null()) {
+    return FieldError("metadata", absl::StrCat("expected an object, got ", Shown(fields.Get("metadata"))));
+  }
 
   LAMINA_ASSIGN_OR_RETURN(out->stream, fields.Bool("stream", false));
   if (fields.Has("stream_options")) {
@@ -360,6 +369,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
                                  "stream_options",
                                  "logprobs",
                                  "user",
+                                 "store",
+                                 "metadata",
+                                 "service_tier",
                                  "logit_bias",
                                  "top_k",
                                  "min_p",
@@ -392,6 +404,11 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
     }
   }
   return out;
+}
+
+absl::Status AboutField(absl::Status status, const std::string& field) {
+  status.SetPayload(kParamPayload, absl::Cord(field));
+  return status;
 }
 
 std::string ErrorParam(const absl::Status& status) {

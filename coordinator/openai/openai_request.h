@@ -46,6 +46,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
 // The request field an error from ParseOpenAiRequest is about (e.g. "messages[1].content"), or
 // empty when it is about no one field.
 std::string ErrorParam(const absl::Status& status);
+// `status` marked as being about `field`, for ErrorParam.
+absl::Status AboutField(absl::Status status, const std::string& field);
 
 }  // namespace lamina
 

@@ -34,7 +34,8 @@ class ClusterClient {
                                                                 const ClientAccess& access);
 
   // Streams one request; `on_response` sees every response in order. Returns the call's status
-  // (DeadlineExceeded when the whole call outlasts `timeout`).
+  // (DeadlineExceeded when the whole call outlasts `timeout`). Every call's Unavailable or
+  // DeadlineExceeded for a cluster it could not reach says so and what to do.
   absl::Status Generate(const lamina::v1::GenerateRequest& request,
                         const std::function<void(const lamina::v1::GenerateResponse&)>& on_response,
                         absl::Duration timeout = absl::InfiniteDuration());
@@ -45,10 +46,13 @@ class ClusterClient {
   const std::string& endpoint() const { return endpoint_; }
 
  private:
-  ClusterClient(const std::string& endpoint, std::string api_key, std::shared_ptr<grpc::Channel> channel);
+  ClusterClient(const std::string& endpoint, std::string api_key, bool tls, std::shared_ptr<grpc::Channel> channel);
+  // A call's status; when the cluster could not be reached, saying what to do about it.
+  absl::Status Explain(const grpc::Status& status) const;
 
   std::string endpoint_;
   std::string api_key_;
+  bool tls_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<lamina::v1::Generation::Stub> generation_;
   std::unique_ptr<lamina::v1::Cluster::Stub> cluster_;

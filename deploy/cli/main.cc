@@ -25,7 +25,34 @@ constexpr char kUsage[] =
     "  plan       rank topologies for a model, workload and prices by predicted tokens/s per dollar\n"
     "  simulate   predict clusters larger than any we can run, from measured per-operation costs\n"
     "  cert       write a self-signed TLS certificate for a coordinator\n"
-    "  help       show this message (lamina help COMMAND for a command's flags)\n";
+    "  help       show this message (lamina help COMMAND, or COMMAND --help, for a command's flags)\n"
+    "  version    show this program's version (also --version)\n";
+
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>& args);
+  const char* usage;
+};
+
+const Command kCommands[] = {
+    {"up", lamina::cli::RunUp, lamina::cli::kUpUsage},
+    {"generate", lamina::cli::RunGenerate, lamina::cli::kGenerateUsage},
+    {"status", lamina::cli::RunStatus, lamina::cli::kStatusUsage},
+    {"bench", lamina::cli::RunBenchCommand, lamina::cli::kBenchUsage},
+    {"experiment", lamina::cli::RunExperimentCommand, lamina::cli::kExperimentUsage},
+    {"plan", lamina::cli::RunPlanCommand, lamina::cli::kPlanUsage},
+    {"simulate", lamina::cli::RunSimulateCommand, lamina::cli::kSimulateUsage},
+    {"cert", lamina::cli::RunCert, lamina::cli::kCertUsage},
+};
+
+const Command* Find(const std::string& name) {
+  for (const Command& command : kCommands) {
+    if (name == command.name) return &command;
+  }
+  return nullptr;
+}
+
+bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h" || arg == "help"; }
 
 }  // namespace
 
@@ -35,38 +62,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
-  const std::string command = args[0];
+  const std::string name = args[0];
   args.erase(args.begin());
-  if (command == "generate") return lamina::cli::RunGenerate(args);
-  if (command == "status") return lamina::cli::RunStatus(args);
-  if (command == "up") return lamina::cli::RunUp(args);
-  if (command == "bench") return lamina::cli::RunBenchCommand(args);
-  if (command == "experiment") return lamina::cli::RunExperimentCommand(args);
-  if (command == "plan") return lamina::cli::RunPlanCommand(args);
-  if (command == "simulate") return lamina::cli::RunSimulateCommand(args);
-  if (command == "cert") return lamina::cli::RunCert(args);
-  if (command == "help" || command == "--help" || command == "-h") {
-    if (!args.empty() && args[0] == "generate") {
-      std::printf("%s", lamina::cli::kGenerateUsage);
-    } else if (!args.empty() && args[0] == "up") {
-      std::printf("%s", lamina::cli::kUpUsage);
-    } else if (!args.empty() && args[0] == "simulate") {
-      std::printf("%s", lamina::cli::kSimulateUsage);
-    } else if (!args.empty() && args[0] == "plan") {
-      std::printf("%s", lamina::cli::kPlanUsage);
-    } else if (!args.empty() && args[0] == "experiment") {
-      std::printf("%s", lamina::cli::kExperimentUsage);
-    } else if (!args.empty() && args[0] == "bench") {
-      std::printf("%s", lamina::cli::kBenchUsage);
-    } else if (!args.empty() && args[0] == "cert") {
-      std::printf("%s", lamina::cli::kCertUsage);
-    } else if (!args.empty() && args[0] == "status") {
-      std::printf("%s", lamina::cli::kStatusUsage);
-    } else {
-      std::printf("%s", kUsage);
-    }
+  if (name == "version" || name == "--version") {
+    std::printf("lamina %s\n", LAMINA_VERSION);
     return 0;
   }
-  std::fprintf(stderr, "lamina: unknown command '%s'\n%s", command.c_str(), kUsage);
-  return 2;
+  if (IsHelp(name)) {
+    const Command* command = args.empty() ? nullptr : Find(args[0]);
+    std::printf("%s", command != nullptr ? command->usage : kUsage);
+    return 0;
+  }
+  const Command* command = Find(name);
+  if (command == nullptr) {
+    std::fprintf(stderr, "lamina: unknown command '%s'\n%s", name.c_str(), kUsage);
+    return 2;
+  }
+  for (const std::string& arg : args) {  // `lamina COMMAND ... --help`
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", command->usage);
+      return 0;
+    }
+  }
+  return command->run(args);
 }

@@ -250,7 +250,9 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
     auto health = client->Health(absl::Seconds(1));
     if (health.ok() && health->status() == lamina::v1::HealthResponse::SERVING) break;
     std::string why = health.ok() ? health->detail()
-                                  : absl::StrCat("coordinator not answering yet (", health.status().message(), ")");
+                      : absl::IsUnavailable(health.status()) || absl::IsDeadlineExceeded(health.status())
+                          ? "the coordinator is not answering yet"
+                          : absl::StrCat("the coordinator refuses the health check: ", health.status().message());
     if (why != waiting_for) {
       std::fprintf(stderr, "lamina up: waiting: %s\n", why.c_str());
       waiting_for = why;

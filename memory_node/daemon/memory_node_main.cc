@@ -35,6 +35,11 @@
 namespace lamina {
 namespace {
 
+constexpr char kUsage[] =
+    "usage: lamina-memory-node --topology FILE --name NODE\n"
+    "  Runs memory node NODE of the topology: KV caches and attention for the sequences placed on\n"
+    "  it. `lamina up FILE` starts it with the others.\n";
+
 absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology", "name"}, {}));
   LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
@@ -117,5 +122,5 @@ absl::Status Run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   lamina::ConfigureCudaForWaitsOnOtherProcesses();
-  return lamina::DaemonMain("lamina-memory-node", argc, argv, lamina::Run);
+  return lamina::DaemonMain("lamina-memory-node", lamina::kUsage, argc, argv, lamina::Run);
 }

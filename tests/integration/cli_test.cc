@@ -45,6 +45,38 @@ Result RunLamina(const std::string& args, const std::string& stdin_file = "", bo
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
+TEST(CliTest, EveryCommandAndDaemonTakesHelpAndVersion) {
+  for (const char* command : {"up", "generate", "status", "bench", "experiment", "plan", "simulate", "cert"}) {
+    Result help = RunLamina(std::string(command) + " --help", "", true);
+    EXPECT_EQ(help.exit_code, 0) << command << ": " << help.out;
+    EXPECT_EQ(help.out.rfind(std::string("usage: lamina ") + command, 0), 0u) << command << ": " << help.out;
+    EXPECT_EQ(RunLamina(std::string("help ") + command).out, help.out) << command;
+  }
+  Result version = RunLamina("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("lamina ", 0), 0u) << version.out;
+  EXPECT_EQ(RunLamina("version").out, version.out);
+  const std::string bin = std::string(LAMINA_BINARY).substr(0, std::string(LAMINA_BINARY).rfind('/'));
+  for (const char* daemon : {"lamina-coordinator", "lamina-compute-node", "lamina-memory-node"}) {
+    FILE* pipe = popen((bin + "/" + daemon + " --help 2>&1").c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+    const int status = pclose(pipe);
+    EXPECT_EQ(WEXITSTATUS(status), 0) << daemon;
+    EXPECT_EQ(out.rfind(std::string("usage: ") + daemon + " --topology FILE", 0), 0u) << daemon << ": " << out;
+  }
+}
+
+TEST(CliTest, NoClusterToReachSaysWhatToDo) {
+  Result r = RunLamina("status --endpoint 127.0.0.1:1", "", true);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("no cluster answers at 127.0.0.1:1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lamina up"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, CertWritesACertificateAServerAndItsClientsCanUse) {
   testing::TempDir dir;
   Result made = RunLamina("cert --host 127.0.0.1 --host coordinator.example --out " + dir.path() + "/tls", "", true);

@@ -220,6 +220,13 @@ TEST_F(OpenAiClusterTest, BadRequestsFailAloneWithOpenAisErrorBody) {
   std::tie(status, e) = error("/v1/completions", {{"prompt", std::vector<int>(2000, 5)}, {"max_tokens", 1}});
   EXPECT_EQ(status, 400);
   EXPECT_EQ(e["message"], "the prompt has 2000 tokens; the model's context is 1024 tokens");
+  // As vLLM: a completion that cannot fit in the context is refused, not cut short.
+  std::tie(status, e) = error("/v1/completions", {{"prompt", std::vector<int>(1000, 5)}, {"max_tokens", 30}});
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["param"], "max_tokens");
+  EXPECT_EQ(e["message"],
+            "this model's maximum context length is 1024 tokens, but 1000 prompt tokens and max_tokens 30 make "
+            "1030; lower max_tokens to at most 24");
 
   std::tie(status, e) =
       error("/v1/chat/completions", {{"messages", json::array({{{"role", "assistant"}, {"content", "Hello."}}})}});

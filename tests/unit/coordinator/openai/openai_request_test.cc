@@ -34,7 +34,8 @@ TEST(OpenAiRequestTest, CompletionsTakeEverySettingTheyName) {
       "stop": ["\n", "END"], "presence_penalty": 0.5, "frequency_penalty": -0.25, "logprobs": 2,
       "echo": false, "suffix": null, "stream": true, "stream_options": {"include_usage": true},
       "user": "u", "logit_bias": {}, "top_k": 4, "min_p": 0.1, "repetition_penalty": 1.2,
-      "ignore_eos": true, "stop_token_ids": [7, 8]})");
+      "ignore_eos": true, "stop_token_ids": [7, 8], "store": false, "metadata": {"team": "a"},
+      "service_tier": "auto"})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
@@ -77,7 +78,7 @@ TEST(OpenAiRequestTest, APromptMayBeTextsOrTokenIds) {
 TEST(OpenAiRequestTest, ChatsTakeMessagesWithStringsOrTextParts) {
   absl::StatusOr<OpenAiRequest> r = Chat(R"({"model": "m", "messages": [
       {"role": "system", "content": "Be brief."},
-      {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+      {"role": "user", "name": "ada", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
       {"role": "assistant", "content": null},
       {"role": "user", "content": "Why?"}],
       "max_completion_tokens": 7, "logprobs": true, "top_logprobs": 3, "tool_choice": "none",
@@ -142,8 +143,10 @@ TEST(OpenAiRequestTest, BadBodiesAreRefusedNamingTheField) {
   EXPECT_EQ(Refusal(Chat(R"({"messages": []})")), Pair("'messages': expected a list of messages, got []", "messages"));
   EXPECT_EQ(Refusal(Chat(R"({"messages": [{"content": "x"}]})")),
             Pair("'messages[0].role': missing", "messages[0].role"));
-  EXPECT_EQ(Refusal(Chat(R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})")),
-            Pair("'messages[0].name': not supported", "messages[0].name"));
+  EXPECT_EQ(Refusal(Chat(R"({"messages": [{"role": "user", "content": "x", "name": 5}]})")),
+            Pair("'messages[0].name': expected a string, got 5", "messages[0].name"));
+  EXPECT_EQ(Refusal(Completions(R"({"prompt": "x", "metadata": [1]})")),
+            Pair("'metadata': expected an object, got [1]", "metadata"));
   EXPECT_EQ(Refusal(Chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})")),
             Pair("'messages[0].content[0].type': 'image_url' is not supported: this model takes text only",
                  "messages[0].content[0].type"));
