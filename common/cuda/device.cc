@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "common/status/status_macros.h"
 
 #ifdef LAMINA_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -53,6 +54,23 @@ std::string NoGpuReason() {
 #else
   return "this build has no CUDA support";
 #endif
+}
+
+absl::StatusOr<GpuMemory> QueryGpuMemory(const DeviceSpec& spec) {
+  if (!spec.is_cuda) return absl::InvalidArgumentError("the CPU has no GPU memory to query");
+  LAMINA_RETURN_IF_ERROR(UseDevice(spec));
+  GpuMemory memory;
+#ifdef LAMINA_HAVE_CUDA
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t asked = cudaMemGetInfo(&free_bytes, &total_bytes);
+  (void)cudaDeviceReset();  // the context made to ask holds memory of its own
+  if (asked != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cuda:", spec.index, ": cannot read its memory: ", cudaGetErrorString(asked)));
+  }
+  memory.free_bytes = static_cast<int64_t>(free_bytes);
+  memory.total_bytes = static_cast<int64_t>(total_bytes);
+#endif
+  return memory;
 }
 
 std::vector<std::string> GpuNames() {

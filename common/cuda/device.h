@@ -3,6 +3,7 @@
 #ifndef LAMINA_COMMON_CUDA_DEVICE_H_
 #define LAMINA_COMMON_CUDA_DEVICE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ absl::Status UseDevice(const DeviceSpec& spec);
 
 // Empty when at least one CUDA device is usable; otherwise why not, for tests that skip.
 std::string NoGpuReason();
+
+// A GPU's memory as the driver reports it, from this process's view.
+struct GpuMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+// Asks without keeping the GPU: the CUDA context made to ask is released again (the caller must
+// hold no other CUDA state on it). FailedPrecondition as UseDevice's for a device that cannot be
+// used; InvalidArgument for the CPU.
+absl::StatusOr<GpuMemory> QueryGpuMemory(const DeviceSpec& spec);
 
 // The names of the visible GPUs (e.g. "NVIDIA H200"), in ordinal order; empty without CUDA or GPUs.
 std::vector<std::string> GpuNames();

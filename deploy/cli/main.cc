@@ -8,6 +8,7 @@
 #include "deploy/cli/experiment_command.h"
 #include "deploy/cli/generate_command.h"
 #include "deploy/cli/plan_command.h"
+#include "deploy/cli/serve_command.h"
 #include "deploy/cli/simulate_command.h"
 #include "deploy/cli/status_command.h"
 #include "deploy/cli/up_command.h"
@@ -17,6 +18,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: lamina COMMAND [flags]\n"
     "commands:\n"
+    "  serve      serve a model folder with one command (OpenAI and gRPC APIs), no topology needed\n"
     "  up         start a cluster from a topology file and supervise it until Ctrl-C\n"
     "  generate   generate text, here (--model DIR) or on a running cluster (--endpoint HOST:PORT)\n"
     "  status     show a running cluster's nodes, KV use, queue and throughput\n"
@@ -35,6 +37,7 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"serve", lamina::cli::RunServe, lamina::cli::kServeUsage},
     {"up", lamina::cli::RunUp, lamina::cli::kUpUsage},
     {"generate", lamina::cli::RunGenerate, lamina::cli::kGenerateUsage},
     {"status", lamina::cli::RunStatus, lamina::cli::kStatusUsage},

@@ -1,0 +1,82 @@
+// `lamina serve` as a user runs it: one command, a model folder, and an OpenAI-compatible server.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/process/child_process.h"
+#include "common/topology/topology.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/cluster_harness.h"
+#include "tests/support/golden.h"
+#include "tests/support/http_client.h"
+#include "tests/support/temp_dir.h"
+
+namespace lamina::testing {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(ServeTest, OneCommandServesTheDemoModelOverOpenAisApiAndStopsOnSigterm) {
+  TempDir dir;
+  const int http_port = FreePort(), port = FreePort(), node_port = FreePort();
+  const std::string log = dir.path() + "/serve.log", topology = dir.path() + "/served.yaml";
+  absl::StatusOr<pid_t> pid = SpawnLogged(
+      {LAMINA_BINARY, "serve", "--model", ModelDir("lamina-demo-6m"), "--http-port", std::to_string(http_port),
+       "--port", std::to_string(port), "--node-port", std::to_string(node_port), "--write-topology", topology,
+       "--log-dir", dir.path() + "/logs"},
+      log);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadAll(log).find("Lamina is up") == std::string::npos && absl::Now() < deadline) {
+    int status;
+    ASSERT_NE(::waitpid(*pid, &status, WNOHANG), *pid) << ReadAll(log);
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const std::string started = ReadAll(log);
+  ASSERT_NE(started.find("Lamina is up"), std::string::npos) << started;
+  EXPECT_NE(started.find("a KV pool of 65536 tokens"), std::string::npos)
+      << "64 full contexts of 1,024 tokens: all this machine's memory could hold that is of use\n"
+      << started;
+
+  // The topology it wrote is one compute node with its pool, and a valid start for a bigger one.
+  absl::StatusOr<Topology> written = LoadTopology(topology);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->nodes.size(), 1u);
+
+  const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const nlohmann::json body = {{"prompt", "In this paper, we"}, {"max_tokens", 16}, {"temperature", 0}};
+  absl::StatusOr<HttpReply> reply =
+      HttpCall(absl::StrCat("127.0.0.1:", http_port), "POST", "/v1/completions", body.dump());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->status, 200) << reply->body;
+  const std::string text = nlohmann::json::parse(reply->body)["choices"][0]["text"];
+  EXPECT_EQ(text, golden["prompts"][3]["greedy_text"].get<std::string>().substr(0, text.size()));
+  EXPECT_FALSE(text.empty());
+
+  ::kill(*pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(log);
+}
+
+TEST(ServeTest, AModelFolderThatIsNotOneIsNamed) {
+  auto [code, out] = RunCli("serve --model /nonexistent/model");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("/nonexistent/model"), std::string::npos) << out;
+  std::tie(code, out) = RunCli("serve");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--model DIR is required"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace lamina::testing
