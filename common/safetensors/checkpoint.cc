@@ -78,8 +78,8 @@ absl::StatusOr<TensorView> Checkpoint::Get(const std::string& name) const {
   return it->second->Get(name);
 }
 
-absl::StatusOr<Tensor> Checkpoint::ReadFloat32(const std::string& name,
-                                               const std::vector<int64_t>& expected_shape) const {
+absl::StatusOr<TensorView> Checkpoint::GetWeight(const std::string& name,
+                                                const std::vector<int64_t>& expected_shape) const {
   LAMINA_ASSIGN_OR_RETURN(TensorView view, Get(name));
   if (view.shape != expected_shape) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -91,6 +91,12 @@ absl::StatusOr<Tensor> Checkpoint::ReadFloat32(const std::string& name,
                                                    "' has integer dtype ", DTypeName(view.dtype),
                                                    "; weights must be F32, F16 or BF16"));
   }
+  return view;
+}
+
+absl::StatusOr<Tensor> Checkpoint::ReadFloat32(const std::string& name,
+                                               const std::vector<int64_t>& expected_shape) const {
+  LAMINA_ASSIGN_OR_RETURN(TensorView view, GetWeight(name, expected_shape));
   Tensor tensor(expected_shape);
   ConvertToFloat32(view.dtype, view.data, static_cast<size_t>(view.NumElements()), tensor.data());
   return tensor;

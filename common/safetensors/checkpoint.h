@@ -23,8 +23,10 @@ class Checkpoint {
   bool Contains(const std::string& name) const;
   // NotFound names the checkpoint and the tensor.
   absl::StatusOr<TensorView> Get(const std::string& name) const;
-  // Reads a tensor as float32, checking its shape: InvalidArgument names the file, the tensor and
-  // both shapes when they differ.
+  // A floating-point tensor of `expected_shape` (any of F32, F16, BF16), unconverted:
+  // InvalidArgument names the file, the tensor and both shapes when they differ, or its dtype.
+  absl::StatusOr<TensorView> GetWeight(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+  // Reads a tensor as float32, checking it as GetWeight does.
   absl::StatusOr<Tensor> ReadFloat32(const std::string& name,
                                      const std::vector<int64_t>& expected_shape) const;
   // The file that holds `name` (for error messages).

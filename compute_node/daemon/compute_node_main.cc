@@ -53,11 +53,13 @@ absl::Status Run(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(absl::StrCat(topology.path, ": no compute node named '", flags.String("name", ""), "'"));
   }
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
+  const absl::Time started = absl::Now();  // start-up's stages are timed, for cold starts
   std::optional<uint64_t> random_seed;
   if (topology.random_weights) random_seed = topology.weights_seed;
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> weights,
                           DeviceWeights::Load(device, topology.model_dir, random_seed));
   const ModelConfig& config = weights->config();
+  const absl::Time weights_loaded = absl::Now();
 
   std::map<std::string, std::string> memory_nodes;
   for (const NodeSpec* node : topology.NodesOf(NodeKind::kMemory)) memory_nodes[node->name] = node->data_address();
@@ -92,6 +94,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                                               &pool));
     pool_service = std::make_unique<KvPoolService>(local_pool->executor(), local_pool->mu(), secret);
   }
+  const absl::Time pool_made = absl::Now();
   // One lane (engine and data-plane connections) per batch the topology runs on this node.
   const int num_lanes = std::max(1, topology.BatchesOn(spec->name));
   std::vector<std::unique_ptr<RemoteAttention>> remotes;
@@ -210,6 +213,11 @@ absl::Status Run(const std::vector<std::string>& args) {
                topology.random_weights ? " (random weights)" : "", spec->device.c_str(),
                spec->grpc_address().c_str(), own_pool.c_str(), memory_nodes.size(), num_lanes,
                num_lanes == 1 ? "" : "s", inbox ? absl::StrCat(", hand-overs on ", inbox->address()).c_str() : "");
+  const absl::Time ready = absl::Now();
+  std::fprintf(stderr, "%s: ready in %.2f s (weights %.2f s, KV pool %.2f s, engines and links %.2f s)\n",
+               spec->name.c_str(), absl::ToDoubleSeconds(ready - started),
+               absl::ToDoubleSeconds(weights_loaded - started), absl::ToDoubleSeconds(pool_made - weights_loaded),
+               absl::ToDoubleSeconds(ready - pool_made));
   ServeUntilSignal(server.get(), absl::Milliseconds(500));
   return absl::OkStatus();
 }

@@ -20,6 +20,13 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const DeviceS
                                                                      const std::string& model_dir,
                                                                      std::optional<uint64_t> random_seed) {
   LAMINA_RETURN_IF_ERROR(UseDevice(device));  // before the (long) load: a missing GPU fails fast
+#ifdef LAMINA_HAVE_CUDA
+  if (device.is_cuda && !random_seed) {  // straight to the GPU, without a float32 copy on the host
+    std::unique_ptr<DeviceWeights> weights(new DeviceWeights(device));
+    LAMINA_ASSIGN_OR_RETURN(weights->gpu_, CudaModelWeights::Load(model_dir));
+    return weights;
+  }
+#endif
   if (!random_seed) {
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> host, ModelWeights::Load(model_dir));
     return FromHost(device, std::move(host));

@@ -2,8 +2,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
+#include "common/safetensors/checkpoint.h"
 #include "common/status/status_macros.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/elementwise.h"
@@ -39,6 +42,46 @@ absl::StatusOr<cuda::DeviceBuffer> RandomBf16(int64_t count, float scale, uint64
   return buffer;
 }
 
+// Pieces a float32 or float16 tensor is rounded to bf16 in, on the host.
+constexpr int64_t kStageElements = int64_t{8} << 20;
+
+// Checkpoint tensor `name` of `shape` into `dst` (bf16, on the device): a bf16 tensor's bytes as
+// they are, another's rounded as UploadBf16 rounds them.
+absl::Status CopyBf16(const Checkpoint& checkpoint, const std::string& name, const std::vector<int64_t>& shape,
+                      bf16* dst) {
+  LAMINA_ASSIGN_OR_RETURN(TensorView view, checkpoint.GetWeight(name, shape));
+  const int64_t count = view.NumElements();
+  if (view.dtype == DType::kBF16) {
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, view.data, count * sizeof(bf16), cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+  std::vector<float> wide(std::min(count, kStageElements));
+  std::vector<bf16> narrow(wide.size());
+  const size_t element = DTypeSize(view.dtype);
+  for (int64_t first = 0; first < count; first += kStageElements) {
+    const int64_t n = std::min(kStageElements, count - first);
+    ConvertToFloat32(view.dtype, view.data + first * element, static_cast<size_t>(n), wide.data());
+    for (int64_t i = 0; i < n; ++i) narrow[i] = __float2bfloat16(wide[i]);
+    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst + first, narrow.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+  }
+  return absl::OkStatus();
+}
+
+// Several checkpoint tensors of `rows` rows each and `cols` columns, stacked into one new buffer.
+absl::StatusOr<cuda::DeviceBuffer> LoadStacked(const Checkpoint& checkpoint, const std::vector<std::string>& names,
+                                               const std::vector<int64_t>& rows, int64_t cols, const std::string& label) {
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, Allocate(total * cols * sizeof(bf16), label));
+  bf16* dst = buffer.as<bf16>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::vector<int64_t> shape = cols == 1 ? std::vector<int64_t>{rows[i]} : std::vector<int64_t>{rows[i], cols};
+    LAMINA_RETURN_IF_ERROR(CopyBf16(checkpoint, names[i], shape, dst));
+    dst += rows[i] * cols;
+  }
+  return buffer;
+}
+
 absl::Status UploadRope(const ModelConfig& c, CudaModelWeights* w) {
   const kernels::cpu::Rope rope(c.rope, c.head_dim);
   const std::vector<float> table = kernels::cuda::RopeCosSin(rope.inv_freq(), c.max_position_embeddings);
@@ -56,6 +99,50 @@ int64_t CudaModelWeights::StepBytes() const {
              l.gate_up.bytes() + l.down.bytes();
   }
   return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Load(const std::string& model_dir) {
+  auto w = std::make_unique<CudaModelWeights>();
+  LAMINA_ASSIGN_OR_RETURN(w->config, LoadModelConfig(model_dir));
+  LAMINA_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(model_dir));
+  const ModelConfig& c = w->config;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  auto one = [&](const std::string& name, int64_t rows, int64_t cols, const std::string& label) {
+    return LoadStacked(checkpoint, {name}, {rows}, cols, label);
+  };
+  LAMINA_ASSIGN_OR_RETURN(w->embed, one("model.embed_tokens.weight", c.vocab_size, h, "embed_tokens"));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, "."), name = absl::StrCat("layer ", i);
+    CudaLayerWeights d;
+    LAMINA_ASSIGN_OR_RETURN(d.input_norm, one(p + "input_layernorm.weight", h, 1, name + " input_layernorm"));
+    LAMINA_ASSIGN_OR_RETURN(d.qkv, LoadStacked(checkpoint,
+                                               {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                                p + "self_attn.v_proj.weight"},
+                                               {c.q_size(), c.kv_size(), c.kv_size()}, h, name + " qkv_proj"));
+    if (c.attention_bias) {
+      std::vector<float> bias;
+      for (const char* part : {"q", "k", "v"}) {
+        const std::string tensor = absl::StrCat(p, "self_attn.", part, "_proj.bias");
+        LAMINA_ASSIGN_OR_RETURN(Tensor t, checkpoint.ReadFloat32(tensor, {part[0] == 'q' ? c.q_size() : c.kv_size()}));
+        bias.insert(bias.end(), t.data(), t.data() + t.size());
+      }
+      LAMINA_ASSIGN_OR_RETURN(d.qkv_bias, Allocate(bias.size() * sizeof(float), name + " qkv bias"));
+      LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.qkv_bias.data(), bias.data(), d.qkv_bias.bytes(), cudaMemcpyHostToDevice));
+    }
+    LAMINA_ASSIGN_OR_RETURN(d.o_proj, one(p + "self_attn.o_proj.weight", h, c.q_size(), name + " o_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.post_norm,
+                            one(p + "post_attention_layernorm.weight", h, 1, name + " post_attention_layernorm"));
+    LAMINA_ASSIGN_OR_RETURN(d.gate_up, LoadStacked(checkpoint, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                                                   {inter, inter}, h, name + " gate_up_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.down, one(p + "mlp.down_proj.weight", h, inter, name + " down_proj"));
+    w->layers.push_back(std::move(d));
+  }
+  LAMINA_ASSIGN_OR_RETURN(w->final_norm, one("model.norm.weight", h, 1, "norm"));
+  if (!c.tie_word_embeddings) {
+    LAMINA_ASSIGN_OR_RETURN(w->lm_head, one("lm_head.weight", c.vocab_size, h, "lm_head"));
+  }
+  LAMINA_RETURN_IF_ERROR(UploadRope(c, w.get()));
+  return w;
 }
 
 absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Upload(const ModelWeights& weights) {

@@ -1,6 +1,8 @@
-// A model's weights on one GPU in bf16 (norm weights too; biases stay float32), uploaded from the
-// float32 ModelWeights (which any bf16, fp16 or fp32 checkpoint loads into), or filled with random
-// values for benchmarks of a model shape without a checkpoint.
+// A model's weights on one GPU in bf16 (norm weights too; biases stay float32): read from a
+// checkpoint straight to the GPU (a bf16 checkpoint's bytes as they are, an fp16 or fp32 one's
+// rounded on the host a piece at a time, never the whole model in float32 on the host), uploaded
+// from a float32 ModelWeights, or filled with random values for benchmarks of a model shape
+// without a checkpoint. Load and Upload give the same bits for the same checkpoint.
 // Immutable after creation; thread-safe to read.
 #ifndef LAMINA_COMPUTE_NODE_ENGINE_CUDA_CUDA_MODEL_WEIGHTS_H_
 #define LAMINA_COMPUTE_NODE_ENGINE_CUDA_CUDA_MODEL_WEIGHTS_H_
@@ -42,7 +44,9 @@ struct CudaModelWeights {
   // Bytes of the weights one decode step reads (everything but the embedding table).
   int64_t StepBytes() const;
 
-  // Uses the current device. ResourceExhausted naming the tensor when the GPU is full.
+  // Use the current device. ResourceExhausted naming the tensor when the GPU is full; Load's
+  // checkpoint errors name the file and tensor, as ModelWeights::Load's do.
+  static absl::StatusOr<std::unique_ptr<CudaModelWeights>> Load(const std::string& model_dir);
   static absl::StatusOr<std::unique_ptr<CudaModelWeights>> Upload(const ModelWeights& weights);
   static absl::StatusOr<std::unique_ptr<CudaModelWeights>> Random(const ModelConfig& config, uint64_t seed);
 };
