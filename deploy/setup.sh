@@ -12,7 +12,8 @@ packages=(
   libicu-dev             # Unicode regexes and normalisation for tokenizers
   libgtest-dev libgmock-dev
   libyaml-cpp-dev        # topology files
-  libssl-dev             # HMAC and digests: API keys, the cluster secret
+  libssl-dev             # TLS, HMAC and digests: API keys, the cluster secret
+  iproute2               # tests: clusters across network namespaces
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # control plane
   libibverbs-dev         # the rdma data plane (RC queue pairs, GPUDirect RDMA)
 )
@@ -23,12 +24,14 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "setup: installing ${missing[*]}"
+  echo "setup: installing ${missing[*]} (a few minutes on a fresh machine)"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
+echo "setup: configuring build/"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+echo "setup: building (the first build takes 10-20 minutes on 2 cores; later ones only what changed)"
 cmake --build build -j "$(nproc)"

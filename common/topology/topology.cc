@@ -422,15 +422,19 @@ absl::StatusOr<Topology> LoadTopology(const std::string& path) {
   return ParseTopology(buffer.str(), path);
 }
 
-absl::Status CheckPortsFree(const Topology& t) {
+absl::Status CheckPortsFree(const Topology& t, const std::string& host) {
   struct Use {
     std::string what;
     int line;
     int port;
   };
-  std::vector<Use> uses = {{"coordinator.port", 1, t.coordinator_port}};
-  if (t.coordinator_http_port != 0) uses.push_back({"coordinator.http_port", 1, t.coordinator_http_port});
+  std::vector<Use> uses;
+  if (host.empty() || host == t.coordinator_host) {
+    uses.push_back({"coordinator.port", 1, t.coordinator_port});
+    if (t.coordinator_http_port != 0) uses.push_back({"coordinator.http_port", 1, t.coordinator_http_port});
+  }
   for (const NodeSpec& n : t.nodes) {
+    if (!host.empty() && n.host != host) continue;
     uses.push_back({"nodes '" + n.name + "' port", n.line, n.port});
     if (n.data_port != 0) uses.push_back({"nodes '" + n.name + "' data_port", n.line, n.data_port});
   }

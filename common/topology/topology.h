@@ -188,9 +188,9 @@ bool SameGpu(const NodeSpec& a, const NodeSpec& b);
 absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::string& path);
 absl::StatusOr<Topology> LoadTopology(const std::string& path);
 
-// Checks that every port of the topology can be bound on this machine now; FailedPrecondition
-// names the line, the node and the port in use.
-absl::Status CheckPortsFree(const Topology& topology);
+// Checks that every port of the topology's processes on `host` (every process when empty) can be
+// bound on this machine now; FailedPrecondition names the line, the node and the port in use.
+absl::Status CheckPortsFree(const Topology& topology, const std::string& host = "");
 
 }  // namespace lamina
 

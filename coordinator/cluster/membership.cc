@@ -103,7 +103,7 @@ std::vector<MemberInfo> Membership::Snapshot() const {
 bool Membership::AllAlive(std::string* why) const {
   std::vector<std::string> problems;
   for (const MemberInfo& m : Snapshot()) {
-    if (!m.registered) problems.push_back(m.spec.name + " not registered");
+    if (!m.registered) problems.push_back(m.spec.name + " (host " + m.spec.host + ") not registered");
     else if (m.dead) problems.push_back(m.spec.name + " dead: " + m.dead_reason);
   }
   if (why) *why = absl::StrJoin(problems, "; ");

@@ -1,6 +1,8 @@
 #include "deploy/cli/up_command.h"
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/flags/flags.h"
+#include "common/net/sockets.h"
 #include "common/process/child_process.h"
 #include "common/status/status_macros.h"
 #include "common/topology/shared_gpus.h"
@@ -25,12 +28,14 @@
 namespace lamina::cli {
 
 const char kUpUsage[] =
-    "usage: lamina up TOPOLOGY.yaml [--log-dir DIR] [--timeout SECONDS]\n"
+    "usage: lamina up TOPOLOGY.yaml [--host ADDR] [--log-dir DIR] [--timeout SECONDS]\n"
     "  Starts the cluster a topology describes (schema: deploy/TOPOLOGY.md), waits until it is\n"
     "  healthy and prints its endpoint, and restarts any process that dies (after 1, 2, 4, ... s;\n"
     "  one that dies 5 times within 10 minutes is left down). Ctrl-C or SIGTERM drains the cluster:\n"
     "  the coordinator admits nothing more and lets the requests in flight finish (up to\n"
-    "  scheduler.shutdown_grace_s), then every process stops.\n";
+    "  scheduler.shutdown_grace_s), then every process stops.\n"
+    "  --host ADDR  on a cluster of several machines: start only the processes whose `host` is ADDR\n"
+    "               (run it on every machine, each with its own address; docs/deploy.md)\n";
 
 namespace {
 
@@ -149,6 +154,16 @@ void StopAll(std::vector<Child>& children) {
   }
 }
 
+// Whether `host` is an address of this machine (one a socket can be bound to).
+bool IsLocalAddress(const std::string& host) {
+  absl::StatusOr<sockaddr_in> address = ResolveIpv4(host + ":0");
+  if (!address.ok()) return false;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&*address), sizeof(*address)) == 0;
+  ::close(fd);
+  return bound;
+}
+
 std::string ProgramDir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
@@ -168,7 +183,9 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
   // The topology comes first: lamina up TOPOLOGY.yaml [flags].
   if (args.empty() || args[0].rfind("--", 0) == 0) return absl::InvalidArgumentError("missing TOPOLOGY.yaml");
   const std::string topology_path = args[0];
-  LAMINA_ASSIGN_OR_RETURN(Flags flags, Flags::Parse({args.begin() + 1, args.end()}, {"log-dir", "timeout"}, {}));
+  LAMINA_ASSIGN_OR_RETURN(Flags flags,
+                          Flags::Parse({args.begin() + 1, args.end()}, {"log-dir", "timeout", "host"}, {}));
+  const std::string host = flags.String("host", "");  // "": every process of the topology
   LAMINA_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 120));
   // Everything is checked before anything starts.
   absl::StatusOr<Topology> loaded = LoadTopology(topology_path);
@@ -177,7 +194,23 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
     return loaded.status();
   }
   const Topology& topology = *loaded;
-  absl::Status ports = CheckPortsFree(topology);
+  if (host.empty()) {
+    // Every process starts here: each host must be one of this machine's addresses.
+    std::vector<std::string> elsewhere;
+    for (const NodeSpec& node : topology.nodes) {
+      if (!IsLocalAddress(node.host)) elsewhere.push_back(absl::StrCat(node.name, " (", node.host, ")"));
+    }
+    if (!IsLocalAddress(topology.coordinator_host)) {
+      elsewhere.push_back(absl::StrCat("the coordinator (", topology.coordinator_host, ")"));
+    }
+    if (!elsewhere.empty()) {
+      *exit_code = 2;
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::StrJoin(elsewhere, ", "), " of ", topology_path,
+          " are on other machines: run `lamina up ", topology_path, " --host ADDR` on each machine (docs/deploy.md)"));
+    }
+  }
+  absl::Status ports = CheckPortsFree(topology, host);
   if (!ports.ok()) {
     *exit_code = 2;
     return ports;
@@ -203,10 +236,13 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
     c.log = std::move(log);
     return c;
   };
-  children.push_back(child("coordinator", {bin + "/lamina-coordinator", "--topology", abs_topology},
-                           log_dir + "/coordinator.log"));
+  if (host.empty() || host == topology.coordinator_host) {
+    children.push_back(child("coordinator", {bin + "/lamina-coordinator", "--topology", abs_topology},
+                             log_dir + "/coordinator.log"));
+  }
   for (NodeKind kind : {NodeKind::kMemory, NodeKind::kCompute}) {
     for (const NodeSpec* node : topology.NodesOf(kind)) {
+      if (!host.empty() && node->host != host) continue;
       std::string program = kind == NodeKind::kMemory ? "/lamina-memory-node" : "/lamina-compute-node";
       children.push_back(child(node->name, {bin + program, "--topology", abs_topology, "--name", node->name},
                                log_dir + "/" + node->name + ".log"));
@@ -228,7 +264,17 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ClusterClient> client,
                           ClusterClient::Connect(topology.coordinator_address(), probe));
 
-  std::fprintf(stderr, "lamina up: starting %zu processes (logs in %s)\n", children.size(), log_dir.c_str());
+  if (children.empty()) {
+    *exit_code = 2;
+    std::vector<std::string> hosts = {topology.coordinator_host};
+    for (const NodeSpec& node : topology.nodes) {
+      if (std::find(hosts.begin(), hosts.end(), node.host) == hosts.end()) hosts.push_back(node.host);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("--host ", host, ": no process of ", topology_path,
+                                                   " is on that host (its hosts: ", absl::StrJoin(hosts, ", "), ")"));
+  }
+  std::fprintf(stderr, "lamina up: starting %zu processes%s (logs in %s)\n", children.size(),
+               host.empty() ? "" : absl::StrCat(" on ", host).c_str(), log_dir.c_str());
   for (Child& c : children) {
     absl::Status spawned = Spawn(&c);
     if (!spawned.ok()) {
@@ -293,7 +339,9 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
     Restart(children);
   }
   // The coordinator drains first, its nodes serving the requests in flight; then the nodes stop.
-  StopOne(children, children.front(), absl::Seconds(topology.shutdown_grace_s + 10));
+  if (children.front().name == "coordinator") {
+    StopOne(children, children.front(), absl::Seconds(topology.shutdown_grace_s + 10));
+  }
   StopAll(children);
   std::fprintf(stderr, "lamina up: stopped\n");
   return absl::OkStatus();
