@@ -14,6 +14,7 @@ packages=(
   libyaml-cpp-dev        # topology files
   libssl-dev             # TLS, HMAC and digests: API keys, the cluster secret
   iproute2               # tests: clusters across network namespaces
+  slurmctld slurmd munge # tests: deploy/slurm/lamina.sbatch on a real Slurm
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # control plane
   libibverbs-dev         # the rdma data plane (RC queue pairs, GPUDirect RDMA)
 )

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status/status_macros.h"
+#include "common/topology/relocated_topology.h"
 #include "common/topology/topology.h"
 #include "common/yaml/yaml_fields.h"
 #include "deploy/bench/bench_runner.h"
@@ -40,18 +41,7 @@ void WarmUp(cli::ClusterClient& client, int64_t batch, double request_timeout_s,
 
 // The topology of one run: the original with an absolute model path and max_batch set.
 absl::StatusOr<std::string> WriteRunTopology(const Topology& topology, int64_t batch_limit, const std::string& path) {
-  LAMINA_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(topology.path));
-  // Files the topology names, as the absolute paths it resolved (the copy lives elsewhere).
-  auto absolute = [](const std::string& file) { return std::filesystem::absolute(file).lexically_normal().string(); };
-  root["model"] = absolute(topology.model_dir);
-  if (!topology.api_key_file.empty()) root["coordinator"]["api_key_file"] = absolute(topology.api_key_file);
-  if (!topology.cluster_secret_file.empty()) root["cluster_secret_file"] = absolute(topology.cluster_secret_file);
-  const ServerTlsFiles& tls = topology.coordinator_tls;
-  if (tls.enabled()) {
-    root["coordinator"]["tls"]["cert"] = absolute(tls.cert_file);
-    root["coordinator"]["tls"]["key"] = absolute(tls.key_file);
-    if (!tls.ca_file.empty()) root["coordinator"]["tls"]["ca"] = absolute(tls.ca_file);
-  }
+  LAMINA_ASSIGN_OR_RETURN(YAML::Node root, RelocatableYaml(topology));
   root["scheduler"]["max_batch"] = batch_limit;
   std::ofstream out(path);
   out << "# Written by lamina experiment from " << topology.path << "\n" << YAML::Dump(root) << "\n";

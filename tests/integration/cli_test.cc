@@ -46,7 +46,8 @@ Result RunLamina(const std::string& args, const std::string& stdin_file = "", bo
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
 TEST(CliTest, EveryCommandAndDaemonTakesHelpAndVersion) {
-  for (const char* command : {"up", "generate", "status", "bench", "experiment", "plan", "simulate", "cert"}) {
+  for (const char* command :
+       {"serve", "up", "place", "generate", "status", "bench", "experiment", "plan", "simulate", "cert"}) {
     Result help = RunLamina(std::string(command) + " --help", "", true);
     EXPECT_EQ(help.exit_code, 0) << command << ": " << help.out;
     EXPECT_EQ(help.out.rfind(std::string("usage: lamina ") + command, 0), 0u) << command << ": " << help.out;
