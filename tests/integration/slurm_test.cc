@@ -74,8 +74,18 @@ class LocalSlurm {
     Start({"/usr/sbin/slurmd", "-D", "-f", conf_, "-N", "localhost"}, "slurmd");
   }
   ~LocalSlurm() {
-    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) ::kill(*it, SIGTERM);
-    for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+    // Every job gone first (their step daemons report to slurmd and slurmctld), then the daemons,
+    // each given 10 s for SIGTERM before SIGKILL.
+    Slurm(conf_, "scancel --full --user=root");
+    const absl::Time jobs_deadline = absl::Now() + absl::Seconds(30);
+    while (!Slurm(conf_, "squeue -h").empty() && absl::Now() < jobs_deadline) absl::SleepFor(absl::Milliseconds(200));
+    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
+      ::kill(*it, SIGTERM);
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (::waitpid(*it, nullptr, WNOHANG) == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+      if (::kill(*it, 0) == 0) ::kill(*it, SIGKILL);
+      ::waitpid(*it, nullptr, 0);
+    }
     ::unsetenv("SLURM_CONF");
   }
   // Whether the node came up idle within `most`.
