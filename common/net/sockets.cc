@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -35,6 +36,12 @@ std::string Ipv4Text(const sockaddr_in& addr) {
 }
 
 }  // namespace
+
+std::string ListenAddress(const std::string& address) {
+  const char* host = std::getenv("LAMINA_LISTEN_HOST");
+  if (host == nullptr || *host == '\0') return address;
+  return absl::StrCat(host, address.substr(address.rfind(':')));
+}
 
 absl::Status SocketError(const std::string& what) {
   int err = errno;

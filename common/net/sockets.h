@@ -38,6 +38,11 @@ absl::StatusOr<ListeningSocket> ListenTcp(const std::string& address, int backlo
 // DeadlineExceeded when the peer does not answer in time.
 absl::StatusOr<int> ConnectTcp(const std::string& address, absl::Time deadline);
 
+// Where a daemon listens for `address` (host:port, as the topology names it for others to reach):
+// the same, or with the host replaced by the LAMINA_LISTEN_HOST environment variable when set, as
+// in a container that listens on every interface (0.0.0.0) behind a service name.
+std::string ListenAddress(const std::string& address);
+
 // "ip:port" of the peer of a connected socket ("?" when unknown).
 std::string PeerAddress(int fd);
 

@@ -22,6 +22,7 @@
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
+#include "common/net/sockets.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/node_agent.h"
 #include "common/rpc/tls_credentials.h"
@@ -149,7 +150,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     }
     const DeviceHandoffs to_next = next->host == spec->host ? handoffs : DeviceHandoffs{};
     const DeviceHandoffs from_previous = previous->host == spec->host ? handoffs : DeviceHandoffs{};
-    LAMINA_ASSIGN_OR_RETURN(inbox, ResidualInbox::Start(transport.get(), spec->data_address(), from_previous));
+    LAMINA_ASSIGN_OR_RETURN(inbox, ResidualInbox::Start(transport.get(), ListenAddress(spec->data_address()), from_previous));
     for (int batch = 0; batch < num_lanes; ++batch) {
       relays.push_back(std::make_unique<SliceRelay>(
           transport.get(), inbox.get(), SliceRoute{batch, self, replicas},
@@ -161,7 +162,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   StepService service(lanes, relay_ptrs, spec->gpu_busy_timing, secret);
   std::vector<grpc::Service*> services = {&service};
   if (pool_service != nullptr) services.push_back(pool_service.get());
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), services));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(ListenAddress(spec->grpc_address()), services));
 
   lamina::v1::RegisterRequest registration;
   registration.set_name(spec->name);

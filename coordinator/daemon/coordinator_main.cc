@@ -19,6 +19,7 @@
 #include "common/chat_template/chat_template.h"
 #include "common/flags/flags.h"
 #include "common/http/http_server.h"
+#include "common/net/sockets.h"
 #include "common/rpc/daemon.h"
 #include "common/rpc/signals.h"
 #include "common/rpc/tls_credentials.h"
@@ -68,7 +69,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                           GrpcServerCredentials(topology.coordinator_tls));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
-                          StartGrpcServer(topology.coordinator_address(), {&generation, &cluster}, credentials));
+                          StartGrpcServer(ListenAddress(topology.coordinator_address()), {&generation, &cluster}, credentials));
   const bool tls = topology.coordinator_tls.enabled();
   std::fprintf(stderr, "coordinator: serving %s on %s (%s; %s; %s)\n", model_name.c_str(),
                topology.coordinator_address().c_str(), tls ? "TLS" : "no TLS",
@@ -85,7 +86,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                               TlsContext::ForServer(topology.coordinator_tls.cert_file, topology.coordinator_tls.key_file));
     }
     LAMINA_ASSIGN_OR_RETURN(http, HttpServer::Start(
-                                      topology.coordinator_http_address(),
+                                      ListenAddress(topology.coordinator_http_address()),
                                       [&openai](const HttpRequest& request, HttpResponder& responder) {
                                         openai.Handle(request, responder);
                                       },

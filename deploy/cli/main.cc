@@ -7,6 +7,7 @@
 #include "deploy/cli/cert_command.h"
 #include "deploy/cli/experiment_command.h"
 #include "deploy/cli/generate_command.h"
+#include "deploy/cli/k8s_command.h"
 #include "deploy/cli/place_command.h"
 #include "deploy/cli/plan_command.h"
 #include "deploy/cli/serve_command.h"
@@ -22,6 +23,7 @@ constexpr char kUsage[] =
     "  serve      serve a model folder with one command (OpenAI and gRPC APIs), no topology needed\n"
     "  up         start a cluster from a topology file and supervise it until Ctrl-C\n"
     "  place      map a topology's hosts onto given machines (a Slurm allocation's)\n"
+    "  k8s        write Kubernetes manifests for a topology\n"
     "  generate   generate text, here (--model DIR) or on a running cluster (--endpoint HOST:PORT)\n"
     "  status     show a running cluster's nodes, KV use, queue and throughput\n"
     "  bench      drive a running cluster with a workload; report throughput, latency, goodput, cost\n"
@@ -42,6 +44,7 @@ const Command kCommands[] = {
     {"serve", lamina::cli::RunServe, lamina::cli::kServeUsage},
     {"up", lamina::cli::RunUp, lamina::cli::kUpUsage},
     {"place", lamina::cli::RunPlace, lamina::cli::kPlaceUsage},
+    {"k8s", lamina::cli::RunK8s, lamina::cli::kK8sUsage},
     {"generate", lamina::cli::RunGenerate, lamina::cli::kGenerateUsage},
     {"status", lamina::cli::RunStatus, lamina::cli::kStatusUsage},
     {"bench", lamina::cli::RunBenchCommand, lamina::cli::kBenchUsage},

@@ -69,8 +69,15 @@ std::string DefaultPriceTablePath() {
   std::error_code error;
   const std::filesystem::path program = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return "";
-  const std::filesystem::path table = program.parent_path() / ".." / ".." / "deploy" / "prices" / "devices.yaml";
-  return std::filesystem::exists(table, error) ? table.lexically_normal().string() : "";
+  // Installed (PREFIX/bin/lamina, PREFIX/share/lamina/...), in a build folder inside the source
+  // tree (SOURCE/build/bin/lamina), or in one anywhere else (the source tree it was built from).
+  for (const std::filesystem::path& table :
+       {program.parent_path() / ".." / "share" / "lamina" / "prices" / "devices.yaml",
+        program.parent_path() / ".." / ".." / "deploy" / "prices" / "devices.yaml",
+        std::filesystem::path(LAMINA_SOURCE_DIR) / "deploy" / "prices" / "devices.yaml"}) {
+    if (std::filesystem::exists(table, error)) return table.lexically_normal().string();
+  }
+  return "";
 }
 
 absl::StatusOr<TopologyCost> PriceTopology(const Topology& topology, const PriceTable& table) {

@@ -17,6 +17,7 @@
 #include "common/cuda/device.h"
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
+#include "common/net/sockets.h"
 #include "common/rpc/daemon.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/node_agent.h"
@@ -67,12 +68,12 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::unique_ptr<Transport> transport = MakeTcpTransport(secret);
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<AttentionServer> data_plane,
                           AttentionServer::Start(
-                              transport.get(), spec->data_address(),
+                              transport.get(), ListenAddress(spec->data_address()),
                               {config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads},
                               executor.get(), &executor_mu, executor.get()));
 
   KvPoolService service(executor.get(), &executor_mu, secret);
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(spec->grpc_address(), {&service}));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(ListenAddress(spec->grpc_address()), {&service}));
 
   lamina::v1::RegisterRequest registration;
   registration.set_name(spec->name);

@@ -1,8 +1,10 @@
 // Runs the real `lamina` binary as a user would.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -47,7 +49,7 @@ std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
 TEST(CliTest, EveryCommandAndDaemonTakesHelpAndVersion) {
   for (const char* command :
-       {"serve", "up", "place", "generate", "status", "bench", "experiment", "plan", "simulate", "cert"}) {
+       {"serve", "up", "place", "k8s", "generate", "status", "bench", "experiment", "plan", "simulate", "cert"}) {
     Result help = RunLamina(std::string(command) + " --help", "", true);
     EXPECT_EQ(help.exit_code, 0) << command << ": " << help.out;
     EXPECT_EQ(help.out.rfind(std::string("usage: lamina ") + command, 0), 0u) << command << ": " << help.out;
@@ -69,6 +71,40 @@ TEST(CliTest, EveryCommandAndDaemonTakesHelpAndVersion) {
     EXPECT_EQ(WEXITSTATUS(status), 0) << daemon;
     EXPECT_EQ(out.rfind(std::string("usage: ") + daemon + " --topology FILE", 0), 0u) << daemon << ": " << out;
   }
+}
+
+TEST(CliTest, AnInstalledLaminaFindsItsDataAndServesTheBundledModel) {
+  testing::TempDir prefix;
+  const std::string install = "cmake --install " + std::string(LAMINA_BUILD_DIR) + " --prefix " + prefix.path() +
+                              " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(install.c_str()), 0) << install;
+  const std::string bin = prefix.path() + "/bin/lamina", share = prefix.path() + "/share/lamina";
+  for (const char* program : {"lamina-coordinator", "lamina-compute-node", "lamina-memory-node"}) {
+    EXPECT_EQ(::access((prefix.path() + "/bin/" + program).c_str(), X_OK), 0) << program;
+  }
+  // From another folder: the price table is found under share/lamina, not the source tree.
+  const std::string workload = prefix.Write("w.yaml", "mode: closed\nconcurrency: 64\nrequests: 256\n");
+  const std::string plan = "cd / && " + bin + " plan --model " + share + "/models/llama-3.1-8b-shape --workload " +
+                           workload + " --compute h100 --top 3 2>&1";
+  FILE* pipe = popen(plan.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  EXPECT_EQ(WEXITSTATUS(pclose(pipe)), 0) << out;
+  EXPECT_NE(out.find("h100"), std::string::npos) << out;
+
+  nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  pipe = popen((bin + " generate --model " + share + "/models/lamina-demo-6m --prompt 'In this paper, we' " +
+                "--max-tokens 48 2>/dev/null").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  out.clear();
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  pclose(pipe);
+  EXPECT_EQ(out, golden["prompts"][3]["greedy_text"].get<std::string>() + "\n");
+  EXPECT_EQ(::access((share + "/slurm/lamina.sbatch").c_str(), X_OK), 0);
+  EXPECT_EQ(::access((share + "/topologies/local-cpu.yaml").c_str(), R_OK), 0);
 }
 
 TEST(CliTest, NoClusterToReachSaysWhatToDo) {
