@@ -40,6 +40,7 @@ grpc::Status ClusterService::ClusterStatus(grpc::ServerContext* context, const l
                                            lamina::v1::ClusterStatusResponse* response) {
   if (grpc::Status auth = CheckApiKey(*context, keys_, secret_); !auth.ok()) return auth;
   const absl::Time now = absl::Now();
+  SchedulerStats stats = scheduler_->Stats();
   for (const MemberInfo& m : membership_->Snapshot()) {
     auto* node = response->add_nodes();
     node->set_name(m.spec.name);
@@ -53,15 +54,19 @@ grpc::Status ClusterService::ClusterStatus(grpc::ServerContext* context, const l
     node->set_num_sequences(m.num_sequences);
     node->set_pid(m.pid);
     node->set_kv_shared_slots(m.kv_shared_slots);
+    if (auto cached = stats.cached.find(m.spec.name); cached != stats.cached.end()) {
+      node->set_kv_cached_slots(cached->second.slots);
+      node->set_cached_sequences(cached->second.sequences);
+    }
     *node->mutable_load() = m.load;
     node->set_last_heartbeat_ms(m.registered ? absl::ToInt64Milliseconds(now - m.last_heard) : -1);
   }
-  SchedulerStats stats = scheduler_->Stats();
   response->set_queue_length(stats.queued);
   response->set_running(stats.running);
   response->set_tokens_per_second(stats.tokens_per_second);
   response->set_completed(stats.completed);
   response->set_failed(stats.failed);
+  response->set_cancelled(stats.cancelled);
   response->set_preemptions(stats.preemptions);
   response->set_iterations(stats.iterations);
   response->set_decoded_sequences(stats.decoded_sequences);

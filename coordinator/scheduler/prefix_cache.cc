@@ -93,4 +93,10 @@ int64_t PrefixCache::CachedSlots(const std::string& node) const {
   return n == nodes_.end() ? 0 : n->second.slots;
 }
 
+std::map<std::string, PrefixCache::Use> PrefixCache::Usage() const {
+  std::map<std::string, Use> usage;
+  for (const auto& [node, cache] : nodes_) usage[node] = {static_cast<int64_t>(cache.entries.size()), cache.slots};
+  return usage;
+}
+
 }  // namespace lamina

@@ -48,6 +48,12 @@ class PrefixCache {
   std::vector<SequenceId> DropNode(const std::string& node);
   // Slots the node's entries hold (counting shared ones once per entry).
   int64_t CachedSlots(const std::string& node) const;
+  // Each node's entries (sequences held for the cache) and their slots.
+  struct Use {
+    int64_t sequences = 0;
+    int64_t slots = 0;
+  };
+  std::map<std::string, Use> Usage() const;
 
  private:
   struct Entry {

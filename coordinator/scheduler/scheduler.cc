@@ -200,6 +200,8 @@ SchedulerStats Scheduler::Stats() const {
   for (int64_t running : running_per_batch_) stats.running += running;
   stats.completed = completed_;
   stats.failed = failed_;
+  stats.cancelled = cancelled_;
+  stats.cached = cached_;
   stats.preemptions = preemptions_;
   stats.iterations = iterations_;
   stats.decoded_sequences = decoded_sequences_;
@@ -223,7 +225,7 @@ void Scheduler::RecordTokens(int64_t count) {
 }
 
 void Scheduler::EndQueued(RequestHandle& handle, const absl::Status& error) {
-  ++failed_;
+  ++(absl::IsCancelled(error) ? cancelled_ : failed_);
   const int64_t prompt = static_cast<int64_t>(queued_specs_[handle.id()].prompt.size());
   metrics_.RequestEnded(error.code(), absl::Now() - handle.submitted(), prompt, 0);
   queued_specs_.erase(handle.id());
@@ -264,7 +266,7 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const absl::Status& e
   if (last_sample) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      (request.failed ? failed_ : completed_)++;
+      (!request.failed ? completed_ : request.error == absl::StatusCode::kCancelled ? cancelled_ : failed_)++;
     }
     metrics_.RequestEnded(request.error, absl::Now() - request.handle->submitted(),
                           static_cast<int64_t>(request.spec.prompt.size()), request.generated);
@@ -830,8 +832,10 @@ void Scheduler::Loop() {
       per_batch.push_back(static_cast<int64_t>(batch->running.size()));
       in_flight += static_cast<int64_t>(batch->running.size() + batch->preempted.size());
     }
+    std::map<std::string, PrefixCache::Use> cached = prefix_cache_.Usage();
     std::lock_guard<std::mutex> lock(mu_);
     running_per_batch_ = std::move(per_batch);
+    cached_ = std::move(cached);
     in_flight_ = in_flight;
     ++passes_;
   }

@@ -77,7 +77,8 @@ struct SchedulerStats {
   int64_t queued = 0;
   int64_t running = 0;
   int64_t completed = 0;
-  int64_t failed = 0;
+  int64_t failed = 0;     // ended by an error (not the client's cancelling)
+  int64_t cancelled = 0;  // ended by their client
   int64_t preemptions = 0;
   double tokens_per_second = 0;
   // Iterations that succeeded, the sequences they decoded, the prompt tokens they prefilled, and
@@ -87,6 +88,9 @@ struct SchedulerStats {
   int64_t prefilled_tokens = 0;
   double iteration_seconds = 0;
   std::vector<int64_t> running_per_batch;  // sequences in each batch in flight
+  // Per pool: what the prefix cache holds there (sequences and slots kept for later prompts, part
+  // of what the pool reports in use).
+  std::map<std::string, PrefixCache::Use> cached;
 };
 
 class Scheduler {
@@ -263,7 +267,8 @@ class Scheduler {
   bool draining_ = false;                                 // guarded by mu_ (Drain)
   int64_t in_flight_ = 0;   // sequences running or preempted after the last pass; guarded by mu_
   uint64_t passes_ = 0;     // passes of the loop so far; guarded by mu_
-  int64_t completed_ = 0, failed_ = 0, preemptions_ = 0;                      // guarded by mu_
+  int64_t completed_ = 0, failed_ = 0, cancelled_ = 0, preemptions_ = 0;      // guarded by mu_
+  std::map<std::string, PrefixCache::Use> cached_;                           // guarded by mu_
   int64_t iterations_ = 0, decoded_sequences_ = 0, prefilled_tokens_ = 0;    // guarded by mu_
   std::vector<int64_t> running_per_batch_;  // sequences in each batch; guarded by mu_
   double iteration_seconds_ = 0;                                             // guarded by mu_

@@ -33,10 +33,10 @@ absl::Status Status(const std::vector<std::string>& args) {
                           ClusterClient::Connect(endpoint, AccessFromFlags(flags, topology ? &*topology : nullptr)));
   LAMINA_ASSIGN_OR_RETURN(lamina::v1::ClusterStatusResponse s, client->Status(absl::Seconds(3)));
   std::printf("cluster %s, model %s\n", endpoint.c_str(), s.model().c_str());
-  std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld, preempted %lld\n",
+  std::printf("queue %lld, running %lld, %.1f tokens/s, completed %lld, failed %lld, cancelled %lld, preempted %lld\n",
               static_cast<long long>(s.queue_length()), static_cast<long long>(s.running()), s.tokens_per_second(),
               static_cast<long long>(s.completed()), static_cast<long long>(s.failed()),
-              static_cast<long long>(s.preemptions()));
+              static_cast<long long>(s.cancelled()), static_cast<long long>(s.preemptions()));
   std::printf("pipelining %s, sequences per batch: %s\n", s.pipelining().c_str(),
               absl::StrJoin(s.running_per_batch(), " + ").c_str());
   if (std::optional<planner::PipelineBalance> balance = planner::MeasureBalance(s)) {
@@ -49,11 +49,13 @@ absl::Status Status(const std::vector<std::string>& args) {
     const bool memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;
     // Memory nodes, and compute nodes with a pool of their own, hold KV caches.
     const bool holds_kv = n.kv_capacity_slots() > 0;
-    std::string kv = holds_kv ? absl::StrFormat("%d / %d (%d)", n.kv_used_slots(), n.kv_capacity_slots(),
-                                                n.kv_free_slots())
+    // Used by requests, apart from what the prefix cache keeps (given up when room is needed).
+    std::string kv = holds_kv ? absl::StrFormat("%d / %d (%d)", n.kv_used_slots() - n.kv_cached_slots(),
+                                                n.kv_capacity_slots(), n.kv_free_slots())
                               : "-";
+    if (holds_kv && n.kv_cached_slots() > 0) kv += absl::StrFormat(", %d cached", n.kv_cached_slots());
     if (holds_kv && n.kv_shared_slots() > 0) kv += absl::StrFormat(", %d shared", n.kv_shared_slots());
-    std::string seqs = holds_kv ? absl::StrFormat("%d", n.num_sequences()) : "-";
+    std::string seqs = holds_kv ? absl::StrFormat("%d", n.num_sequences() - n.cached_sequences()) : "-";
     std::string heard = n.last_heartbeat_ms() < 0 ? "never" : absl::StrFormat("%.1f s ago", n.last_heartbeat_ms() / 1000.0);
     // Since the node started: the share of its time spent working, and its mean round trip.
     const auto& load = n.load();

@@ -116,6 +116,42 @@ TEST(ClusterTest, CancellingAStreamFreesItsSlotsVisiblyInStatus) {
   deadline = absl::Now() + absl::Seconds(3);
   while (used() != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(used(), 0) << "cancelling must free the request's KV slots";
+  absl::StatusOr<lamina::v1::ClusterStatusResponse> status = (*cluster)->client().Status(absl::Seconds(1));
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->cancelled(), 1) << "a cancelled request is not a failure";
+  EXPECT_EQ(status->failed(), 0);
+}
+
+TEST(ClusterTest, StatusShowsWhatThePrefixCacheKeepsApartFromRequests) {
+  auto cluster = ClusterHarness::Start({});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "Attention offloading keeps the KV cache on memory nodes. ";
+  lamina::v1::GenerateRequest request;
+  request.set_text(prompt);
+  request.set_max_tokens(4);
+  Outcome outcome = Generate((*cluster)->client(), request);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  // Idle now: what the pools hold is the prefix cache's, reported apart (heartbeats every 100 ms).
+  int64_t cached = 0, busy = -1;
+  const absl::Time deadline = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < deadline && (cached == 0 || busy != 0)) {
+    absl::StatusOr<lamina::v1::ClusterStatusResponse> status = (*cluster)->client().Status(absl::Seconds(1));
+    ASSERT_TRUE(status.ok());
+    cached = 0;
+    busy = 0;
+    for (const auto& n : status->nodes()) {
+      cached += n.kv_cached_slots();
+      busy += (n.kv_used_slots() - n.kv_cached_slots()) + (n.num_sequences() - n.cached_sequences());
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_GT(cached, 0) << "the prompt's whole blocks stay cached";
+  EXPECT_EQ(busy, 0) << "no request holds anything";
+  auto [code, out] = RunCli("status --endpoint " + (*cluster)->endpoint());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find(absl::StrCat("0 / 8192 (", 8192 - cached)), std::string::npos) << out;
+  EXPECT_NE(out.find(" cached"), std::string::npos) << out;
 }
 
 // With no moves allowed (failover_test has them recomputed), a dead memory node fails only its
