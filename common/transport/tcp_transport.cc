@@ -203,7 +203,8 @@ class TcpTransport : public Transport {
   std::string name() const override { return "tcp"; }
 
   absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override {
-    LAMINA_ASSIGN_OR_RETURN(ListeningSocket socket, ListenTcp(address, 64));
+    // A long queue: a burst of connections waits for the accept loop instead of being retried.
+    LAMINA_ASSIGN_OR_RETURN(ListeningSocket socket, ListenTcp(address, 1024));
     return std::unique_ptr<Listener>(new TcpListener(socket.fd, socket.address, secret_ ? &*secret_ : nullptr));
   }
 

@@ -36,11 +36,9 @@ AttentionServer::~AttentionServer() {
 
 void AttentionServer::AcceptLoop() {
   while (!stopping_) {
-    auto connection = listener_->Accept(absl::InfiniteFuture());
-    if (!connection.ok()) {
-      if (stopping_ || absl::IsCancelled(connection.status())) return;
-      continue;
-    }
+    // At least once a second, so that the connections that ended are reaped promptly even when no
+    // new one comes.
+    auto connection = listener_->Accept(absl::Now() + absl::Seconds(1));
     std::lock_guard<std::mutex> lock(connections_mu_);
     for (auto it = connections_.begin(); it != connections_.end();) {
       if (!it->done) {
@@ -49,6 +47,10 @@ void AttentionServer::AcceptLoop() {
       }
       it->thread.join();
       it = connections_.erase(it);  // closes its descriptor
+    }
+    if (!connection.ok()) {
+      if (stopping_ || absl::IsCancelled(connection.status())) return;
+      continue;
     }
     if (connections_.size() >= kMostConnections) {
       std::fprintf(stderr, "data plane: refusing %s: %zu connections already open\n",
