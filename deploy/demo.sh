@@ -5,7 +5,7 @@
 #   bash deploy/demo.sh ["PROMPT"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/setup.sh >/dev/null
+bash deploy/setup.sh >&2  # its progress on stderr; the completion alone on stdout
 topology=deploy/topologies/local-cpu.yaml
 log=$(mktemp)
 build/bin/lamina up "$topology" >"$log" 2>&1 &

@@ -5,11 +5,14 @@
 // An edit of token t: logit' = (logit > 0 ? logit / divisor : logit * divisor) - subtract, with
 // divisor = repetition_penalty for a token in the prompt or generated (1 otherwise), and subtract
 // = frequency_penalty * (times generated) + presence_penalty (0 for a token never generated), as
-// vLLM and Hugging Face define them.
+// vLLM and Hugging Face define them; subtract is +infinity for a token min_tokens holds back.
+// A row has at most one edit per token.
 #ifndef LAMINA_COMPUTE_NODE_SAMPLING_PENALTIES_H_
 #define LAMINA_COMPUTE_NODE_SAMPLING_PENALTIES_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -44,6 +47,8 @@ class TokenHistory {
   // Positions counted so far (one past the last).
   int32_t length() const { return length_; }
   int32_t prompt_length() const { return prompt_length_; }
+  // Tokens generated so far (counted past the prompt).
+  int32_t generated() const { return length_ > prompt_length_ ? length_ - prompt_length_ : 0; }
 
  private:
   int32_t prompt_length_;
@@ -68,12 +73,28 @@ struct PenaltyEdit {
 template <typename Emit>
 void ForEachPenaltyEdit(const SamplingParams& params, const TokenHistory& history, Emit&& emit) {
   if (!params.has_penalties()) return;
+  const std::vector<int32_t>& held = params.min_tokens_stop_ids;
+  const bool holding = params.holds_back_stops() && history.generated() < params.min_tokens;
+  auto is_held = [&](int32_t token) { return holding && std::find(held.begin(), held.end(), token) != held.end(); };
   for (const TokenHistory::Entry& e : history.entries()) {
-    const float subtract =
+    float subtract =
         e.generated > 0 ? params.frequency_penalty * static_cast<float>(e.generated) + params.presence_penalty : 0.0f;
+    if (is_held(e.token)) subtract = std::numeric_limits<float>::infinity();
     if (params.repetition_penalty != 1.0f || subtract != 0.0f)
       emit(PenaltyEdit{e.token, params.repetition_penalty, subtract});
   }
+  if (!holding) return;
+  for (size_t i = 0; i < held.size(); ++i) {  // those the history has not seen, once each
+    const int32_t token = held[i];
+    if (history.Find(token) == nullptr && std::find(held.begin(), held.begin() + i, token) == held.begin() + i) {
+      emit(PenaltyEdit{token, 1.0f, std::numeric_limits<float>::infinity()});
+    }
+  }
+}
+
+// The most edits ForEachPenaltyEdit makes for a history with `entries` distinct tokens.
+inline int64_t MostPenaltyEdits(const SamplingParams& params, int64_t entries) {
+  return entries + static_cast<int64_t>(params.min_tokens_stop_ids.size());
 }
 
 // The edits of ForEachPenaltyEdit, as a list.

@@ -58,6 +58,7 @@ absl::Status SamplingParams::Validate() const {
   if (!(min_p >= 0.0f && min_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("min_p must be from 0 to 1, got ", min_p));
   }
+  if (min_tokens < 0) return absl::InvalidArgumentError(absl::StrCat("min_tokens must be >= 0, got ", min_tokens));
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(
         absl::StrCat("top_logprobs must be from 0 to ", kMaxTopLogprobs, ", got ", top_logprobs));

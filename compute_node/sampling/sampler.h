@@ -15,6 +15,7 @@
 #define LAMINA_COMPUTE_NODE_SAMPLING_SAMPLER_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -41,10 +42,16 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   // Keep only tokens whose probability is at least min_p times the most likely one's (0: no limit).
   float min_p = 0.0f;
+  // Until the sequence has generated `min_tokens` tokens, the tokens of `min_tokens_stop_ids`
+  // cannot be drawn: a penalty edit (penalties.h) makes their logits -infinity.
+  int32_t min_tokens = 0;
+  std::vector<int32_t> min_tokens_stop_ids = {};
 
   bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
+  bool holds_back_stops() const { return min_tokens > 0 && !min_tokens_stop_ids.empty(); }
   bool has_penalties() const {
-    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f ||
+           holds_back_stops();
   }
 
   // InvalidArgument naming the field when a value is out of range.

@@ -14,6 +14,8 @@ SamplingParams SamplingFromProto(const lamina::v1::SamplingParams& proto) {
   params.repetition_penalty = proto.repetition_penalty() != 0.0f ? proto.repetition_penalty() : 1.0f;
   params.presence_penalty = proto.presence_penalty();
   params.frequency_penalty = proto.frequency_penalty();
+  params.min_tokens = proto.min_tokens();
+  params.min_tokens_stop_ids.assign(proto.min_tokens_stop_ids().begin(), proto.min_tokens_stop_ids().end());
   return params;
 }
 
@@ -28,6 +30,8 @@ void SamplingToProto(const SamplingParams& params, lamina::v1::SamplingParams* p
   proto->set_repetition_penalty(params.repetition_penalty);
   proto->set_presence_penalty(params.presence_penalty);
   proto->set_frequency_penalty(params.frequency_penalty);
+  proto->set_min_tokens(params.min_tokens);
+  for (int32_t id : params.min_tokens_stop_ids) proto->add_min_tokens_stop_ids(id);
 }
 
 }  // namespace lamina

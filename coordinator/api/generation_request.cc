@@ -35,6 +35,11 @@ absl::Status CheckRequestBounds(const lamina::v1::GenerateRequest& request, cons
                                                    " for this model's context of ", config.max_position_embeddings,
                                                    " tokens"));
   }
+  if (request.sampling().min_tokens() < 0 ||
+      (request.max_tokens() > 0 && request.sampling().min_tokens() > request.max_tokens())) {
+    return absl::InvalidArgumentError(absl::StrCat("min_tokens: must be from 0 to max_tokens (", request.max_tokens(),
+                                                   "), got ", request.sampling().min_tokens()));
+  }
   if (request.n() < 0 || request.n() > kMaxSamples) {
     return absl::InvalidArgumentError(absl::StrCat("n: must be from 1 to ", kMaxSamples, ", got ", request.n()));
   }
@@ -83,6 +88,15 @@ absl::StatusOr<GenerationSpec> ToGenerationSpec(const lamina::v1::GenerateReques
   spec.stop.ignore_eos = request.ignore_eos();
   spec.stop.stop_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   spec.stop_strings.assign(request.stop_strings().begin(), request.stop_strings().end());
+  // min_tokens holds back what would end the sequence: end of sequence (unless ignored) and stop ids.
+  spec.stop.min_tokens = spec.sampling.min_tokens;
+  spec.sampling.min_tokens_stop_ids.clear();
+  if (spec.sampling.min_tokens > 0) {
+    if (!spec.stop.ignore_eos) {
+      for (int64_t id : config.eos_token_ids) spec.sampling.min_tokens_stop_ids.push_back(static_cast<int32_t>(id));
+    }
+    for (int32_t id : spec.stop.stop_ids) spec.sampling.min_tokens_stop_ids.push_back(id);
+  }
   return spec;
 }
 

@@ -284,6 +284,11 @@ absl::Status ParseSettings(OpenAiEndpoint endpoint, const Fields& fields, uint64
   sampling.presence_penalty = static_cast<float>(presence);
   sampling.frequency_penalty = static_cast<float>(frequency);
   sampling.seed = static_cast<uint64_t>(given_seed);
+  LAMINA_ASSIGN_OR_RETURN(int64_t min_tokens, fields.Integer("min_tokens", 0, 0, std::numeric_limits<int32_t>::max()));
+  if (max_tokens > 0 && min_tokens > max_tokens) {
+    return FieldError("min_tokens", absl::StrCat("must be at most ", max_field, " (", max_tokens, "), got ", min_tokens));
+  }
+  sampling.min_tokens = static_cast<int32_t>(min_tokens);
   if (chat) {
     LAMINA_ASSIGN_OR_RETURN(sampling.logprobs, fields.Bool("logprobs", false));
     LAMINA_ASSIGN_OR_RETURN(int64_t top, fields.Integer("top_logprobs", 0, 0, kMaxTopLogprobs));
@@ -377,6 +382,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
                                  "min_p",
                                  "repetition_penalty",
                                  "ignore_eos",
+                                 "min_tokens",
                                  "stop_token_ids"};
   if (chat) {
     known.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "functions",

@@ -752,7 +752,7 @@ bool Scheduler::Advance(Sequence& seq, const lamina::v1::SampledToken& sampled) 
   event.token_ids.push_back(token);
   if (spec.sampling.wants_logprobs()) event.logprobs.push_back(sampled.logprobs());
   bool stopped = false;
-  event.text = seq.text->Add(token, &stopped);
+  event.text = seq.text->Add(token, &stopped, seq.generated >= spec.stop.min_tokens);
   const FinishReason finish =
       stopped ? FinishReason::kStopString : CheckFinish(token, seq.generated, seq.next_position, spec.stop, config_);
   if (finish != FinishReason::kNone) {

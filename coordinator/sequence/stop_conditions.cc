@@ -24,8 +24,13 @@ const char* FinishReasonName(FinishReason reason) {
 FinishReason CheckFinish(int32_t token, int32_t generated, int32_t next_position, const StopConditions& stop,
                          const ModelConfig& config) {
   const auto& eos = config.eos_token_ids;
-  if (!stop.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) return FinishReason::kEndOfSequence;
-  if (std::find(stop.stop_ids.begin(), stop.stop_ids.end(), token) != stop.stop_ids.end()) return FinishReason::kStopId;
+  const bool stops_count = generated >= stop.min_tokens;
+  if (stops_count && !stop.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+    return FinishReason::kEndOfSequence;
+  }
+  if (stops_count && std::find(stop.stop_ids.begin(), stop.stop_ids.end(), token) != stop.stop_ids.end()) {
+    return FinishReason::kStopId;
+  }
   if (generated >= stop.max_tokens) return FinishReason::kMaxTokens;
   if (next_position >= config.max_position_embeddings) return FinishReason::kContextFull;
   return FinishReason::kNone;

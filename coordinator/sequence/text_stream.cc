@@ -4,12 +4,11 @@
 
 namespace lamina {
 
-std::string TextStream::Release(bool final, bool* stopped) {
+std::string TextStream::Release(bool final, bool* stopped, bool stops_count) {
   // A whole stop string: show what precedes the earliest one and stop.
   size_t earliest = std::string::npos;
   for (const std::string& stop : stop_strings_) {
-    if (stop.empty()) continue;
-    earliest = std::min(earliest, held_.find(stop));
+    if (stops_count && !stop.empty()) earliest = std::min(earliest, held_.find(stop));
   }
   if (earliest != std::string::npos) {
     std::string out = held_.substr(0, earliest);
@@ -34,10 +33,10 @@ std::string TextStream::Release(bool final, bool* stopped) {
   return out;
 }
 
-std::string TextStream::Add(int32_t token, bool* stopped) {
+std::string TextStream::Add(int32_t token, bool* stopped, bool stops_count) {
   if (stopped_) return "";
   held_ += decoder_.Add(token);
-  return Release(false, stopped);
+  return Release(false, stopped, stops_count);
 }
 
 std::string TextStream::Finish() {

@@ -17,14 +17,16 @@ class TextStream {
   TextStream(const Tokenizer* tokenizer, std::vector<std::string> stop_strings)
       : decoder_(tokenizer, /*at_text_start=*/false), stop_strings_(std::move(stop_strings)) {}
 
-  // The text that can be shown after `token`; sets *stopped when a stop string appeared.
-  std::string Add(int32_t token, bool* stopped);
+  // The text that can be shown after `token`; sets *stopped when a stop string appeared. Without
+  // `stops_count` (before a request's min_tokens) a whole stop string does not stop it, though
+  // the start of one is still held back.
+  std::string Add(int32_t token, bool* stopped, bool stops_count = true);
   // The text still held back (call once, when the sequence ends without a stop string).
   std::string Finish();
 
  private:
   // Moves out of held_ what can be shown; with `final`, everything.
-  std::string Release(bool final, bool* stopped);
+  std::string Release(bool final, bool* stopped, bool stops_count = true);
 
   IncrementalDecoder decoder_;
   std::vector<std::string> stop_strings_;

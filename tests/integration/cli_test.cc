@@ -388,9 +388,9 @@ TEST(CliTest, ErrorsAreClearAndExitNonZero) {
   EXPECT_NE(too_long.out.find("the prompt has 1100 tokens; the model's context is 1024"), std::string::npos)
       << too_long.out;
 
-  Result unknown = RunLamina("serve", "", true);
+  Result unknown = RunLamina("srve", "", true);
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_NE(unknown.out.find("unknown command 'serve'"), std::string::npos);
+  EXPECT_NE(unknown.out.find("unknown command 'srve'"), std::string::npos);
 }
 
 }  // namespace

@@ -122,6 +122,51 @@ TEST(ClusterTest, CancellingAStreamFreesItsSlotsVisiblyInStatus) {
   EXPECT_EQ(status->failed(), 0);
 }
 
+// vLLM's min_tokens: the stop id greedy decoding meets third cannot be drawn before the sixth
+// token, nor can a stop string end the text before it.
+TEST(ClusterTest, MinTokensHoldsBackStopIdsAndStringsUntilEnoughAreGenerated) {
+  auto cluster = ClusterHarness::Start({});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  lamina::v1::GenerateRequest request;
+  request.set_text("In this paper, we");
+  request.set_max_tokens(12);
+  const Outcome greedy = Generate((*cluster)->client(), request);
+  ASSERT_TRUE(greedy.status.ok()) << greedy.status;
+  ASSERT_EQ(greedy.ids.size(), 12u);
+
+  request.add_stop_token_ids(greedy.ids[2]);
+  const Outcome stopped = Generate((*cluster)->client(), request);
+  ASSERT_TRUE(stopped.status.ok()) << stopped.status;
+  EXPECT_EQ(stopped.ids, std::vector<int32_t>(greedy.ids.begin(), greedy.ids.begin() + 3));
+  EXPECT_EQ(stopped.finish, lamina::v1::FINISH_REASON_STOP);
+
+  request.mutable_sampling()->set_min_tokens(6);
+  const Outcome held = Generate((*cluster)->client(), request);
+  ASSERT_TRUE(held.status.ok()) << held.status;
+  ASSERT_GE(held.ids.size(), 6u);
+  EXPECT_EQ(std::vector<int32_t>(held.ids.begin(), held.ids.begin() + 2),
+            std::vector<int32_t>(greedy.ids.begin(), greedy.ids.begin() + 2));
+  for (size_t i = 0; i < 6; ++i) EXPECT_NE(held.ids[i], greedy.ids[2]) << "token " << i;
+
+  // A stop string in the first tokens' text does not count before min_tokens.
+  lamina::v1::GenerateRequest strings;
+  strings.set_text("In this paper, we");
+  strings.set_max_tokens(12);
+  strings.add_stop_strings(greedy.text.substr(0, 3));
+  const Outcome early = Generate((*cluster)->client(), strings);
+  ASSERT_TRUE(early.status.ok());
+  EXPECT_EQ(early.finish, lamina::v1::FINISH_REASON_STOP);
+  EXPECT_LT(early.ids.size(), 3u);
+  strings.mutable_sampling()->set_min_tokens(8);
+  const Outcome late = Generate((*cluster)->client(), strings);
+  ASSERT_TRUE(late.status.ok());
+  EXPECT_GE(late.ids.size(), 8u);
+  EXPECT_EQ(late.ids, std::vector<int32_t>(greedy.ids.begin(), greedy.ids.begin() + late.ids.size()));
+
+  request.mutable_sampling()->set_min_tokens(13);  // beyond max_tokens
+  EXPECT_EQ(Generate((*cluster)->client(), request).status.code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ClusterTest, StatusShowsWhatThePrefixCacheKeepsApartFromRequests) {
   auto cluster = ClusterHarness::Start({});
   ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -487,7 +487,8 @@ bool SamePenalties(const TokenDraw& a, const TokenDraw& b) {
   if (!a.params.has_penalties()) return true;
   return a.params.repetition_penalty == b.params.repetition_penalty &&
          a.params.presence_penalty == b.params.presence_penalty &&
-         a.params.frequency_penalty == b.params.frequency_penalty &&
+         a.params.frequency_penalty == b.params.frequency_penalty && a.params.min_tokens == b.params.min_tokens &&
+         a.params.min_tokens_stop_ids == b.params.min_tokens_stop_ids &&
          (a.history == b.history || a.history->entries() == b.history->entries());
 }
 
@@ -499,7 +500,7 @@ absl::StatusOr<int64_t> CudaSliceBackend::QueuePenalties(absl::Span<const TokenD
   for (const TokenDraw& d : draws) {
     if (!d.params.has_penalties()) continue;
     if (d.history == nullptr) return absl::InternalError("a draw with penalties has no token history");
-    most += static_cast<int64_t>(d.history->entries().size());
+    most += MostPenaltyEdits(d.params, static_cast<int64_t>(d.history->entries().size()));
   }
   if (most == 0) return 0;
   LAMINA_RETURN_IF_ERROR(

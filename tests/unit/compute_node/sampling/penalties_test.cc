@@ -1,5 +1,6 @@
 #include "compute_node/sampling/penalties.h"
 
+#include <limits>
 #include <vector>
 
 #include "compute_node/sampling/sampler.h"
@@ -84,6 +85,38 @@ TEST(PenaltiesTest, APenaltyChangesTheGreedyToken) {
   EXPECT_EQ(SampleToken(logits.data(), 12, params, 0), 9);  // SampleToken itself does not penalize
   ApplyPenalties(params, ExampleHistory(), logits.data(), 12);
   EXPECT_EQ(SampleToken(logits.data(), 12, params, 0), 4);
+}
+
+// ExampleHistory has 3 tokens generated: min_tokens 5 holds back its stop ids; 3 does not.
+TEST(PenaltiesTest, MinTokensHoldsBackTheStopIdsUntilEnoughAreGenerated) {
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingParams params;
+  params.min_tokens = 5;
+  params.min_tokens_stop_ids = {9, 11, 11, 2};  // 9 is in the history, 11 twice
+  ASSERT_TRUE(params.has_penalties());
+  EXPECT_EQ(ExampleHistory().generated(), 3);
+  // One edit per token: 9 (seen) in the history's order, then 11 and 2 once each.
+  EXPECT_EQ(PenaltyEdits(params, ExampleHistory()),
+            (std::vector<PenaltyEdit>{{9, 1.0f, inf}, {11, 1.0f, inf}, {2, 1.0f, inf}}));
+  std::vector<float> logits(12, 0.5f);
+  logits[11] = 9.0f;  // the most likely: held back, so the greedy token is another
+  const std::vector<float> raw = logits;
+  const std::vector<SavedLogit> saved = ApplyPenalties(params, ExampleHistory(), logits.data(), 12);
+  EXPECT_EQ(logits[11], -inf);
+  EXPECT_EQ(logits[9], -inf);
+  EXPECT_NE(SampleToken(logits.data(), 12, params, 0), 11);
+  RestoreLogits(saved, logits.data());
+  EXPECT_EQ(logits, raw);
+
+  // With penalties too, a held token's edit keeps its divisor and still rules it out.
+  params.presence_penalty = 0.5f;
+  params.repetition_penalty = 1.3f;
+  EXPECT_EQ(PenaltyEdits(params, ExampleHistory())[2], (PenaltyEdit{9, 1.3f, inf}));
+  // Enough generated: only the penalties remain.
+  params.min_tokens = 3;
+  for (const PenaltyEdit& e : PenaltyEdits(params, ExampleHistory())) EXPECT_NE(e.subtract, inf) << e.token;
+  params.min_tokens = -1;
+  EXPECT_EQ(params.Validate().message(), "min_tokens must be >= 0, got -1");
 }
 
 TEST(PenaltiesTest, ValidateNamesTheFieldOutOfRange) {

@@ -35,7 +35,7 @@ TEST(OpenAiRequestTest, CompletionsTakeEverySettingTheyName) {
       "echo": false, "suffix": null, "stream": true, "stream_options": {"include_usage": true},
       "user": "u", "logit_bias": {}, "top_k": 4, "min_p": 0.1, "repetition_penalty": 1.2,
       "ignore_eos": true, "stop_token_ids": [7, 8], "store": false, "metadata": {"team": "a"},
-      "service_tier": "auto"})");
+      "service_tier": "auto", "min_tokens": 3})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
@@ -57,6 +57,7 @@ TEST(OpenAiRequestTest, CompletionsTakeEverySettingTheyName) {
   ASSERT_EQ(p.stop_token_ids_size(), 2);
   EXPECT_EQ(p.stop_token_ids(0), 7);
   EXPECT_TRUE(p.ignore_eos());
+  EXPECT_EQ(p.sampling().min_tokens(), 3);
 }
 
 TEST(OpenAiRequestTest, APromptMayBeTextsOrTokenIds) {
@@ -145,6 +146,8 @@ TEST(OpenAiRequestTest, BadBodiesAreRefusedNamingTheField) {
             Pair("'messages[0].role': missing", "messages[0].role"));
   EXPECT_EQ(Refusal(Chat(R"({"messages": [{"role": "user", "content": "x", "name": 5}]})")),
             Pair("'messages[0].name': expected a string, got 5", "messages[0].name"));
+  EXPECT_EQ(Refusal(Completions(R"({"prompt": "x", "max_tokens": 5, "min_tokens": 20})")),
+            Pair("'min_tokens': must be at most max_tokens (5), got 20", "min_tokens"));
   EXPECT_EQ(Refusal(Completions(R"({"prompt": "x", "metadata": [1]})")),
             Pair("'metadata': expected an object, got [1]", "metadata"));
   EXPECT_EQ(Refusal(Chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})")),

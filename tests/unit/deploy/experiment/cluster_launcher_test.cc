@@ -10,6 +10,8 @@
 
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
@@ -44,12 +46,23 @@ class HeldPort {
   int port_ = 0;
 };
 
-// The demo topology with memory-0's data port replaced by `port`.
+// A port free now (the kernel's pick, released).
+int FreePort() {
+  HeldPort held;
+  return held.port();
+}
+
+// The demo topology with memory-0's data port replaced by `port`, and its other fixed ports by free
+// ones (another test's connections may have left one of the fixed ports in TIME_WAIT).
 std::string TopologyWithDataPort(const testing::TempDir& dir, int port) {
   const std::string text = testing::ReadFileOrDie(LAMINA_SOURCE_DIR "/deploy/topologies/local-cpu.yaml");
-  return dir.Write("topology.yaml",
-                   absl::StrReplaceAll(text, {{"model: ../models/", "model: " LAMINA_SOURCE_DIR "/deploy/models/"},
-                                              {"data_port: 50172", "data_port: " + std::to_string(port)}}));
+  std::vector<std::pair<std::string, std::string>> replacements = {
+      {"model: ../models/", "model: " LAMINA_SOURCE_DIR "/deploy/models/"},
+      {"data_port: 50172", "data_port: " + std::to_string(port)}};
+  for (const char* fixed : {"50150", "50151", "50161", "50171", "50181", "50182"}) {
+    replacements.push_back({fixed, std::to_string(FreePort())});
+  }
+  return dir.Write("topology.yaml", absl::StrReplaceAll(text, replacements));
 }
 
 TEST(ClusterLauncherTest, APortHeldThroughTheWaitIsNamed) {

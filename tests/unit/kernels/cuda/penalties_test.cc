@@ -41,6 +41,8 @@ TEST(CudaPenaltiesTest, EditsEqualTheCpuReferenceBitForBitAndRestoreGivesTheRawL
   all.presence_penalty = 0.3f;
   all.frequency_penalty = -0.45f;
   below_one.repetition_penalty = 0.6f;
+  below_one.min_tokens = 10;  // 3 generated: these cannot be drawn (edits to -infinity)
+  below_one.min_tokens_stop_ids = {static_cast<int32_t>(vocab) - 1, 17, 17};
   const SamplingParams row_params[] = {all, SamplingParams{}, below_one};
   const TokenHistory* row_history[] = {&long_history, &long_history, &short_history};
   std::vector<std::vector<PenaltyEdit>> edits;
