@@ -28,6 +28,12 @@ void Membership::Stop() {
 }
 
 absl::Status Membership::Register(const lamina::v1::RegisterRequest& request) {
+  absl::Status status = RegisterLocked(request);
+  if (status.ok()) NotifyServing();
+  return status;
+}
+
+absl::Status Membership::RegisterLocked(const lamina::v1::RegisterRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(request.name());
   if (it == members_.end()) {
@@ -76,7 +82,19 @@ void Membership::MarkDead(const std::string& node, const std::string& why) {
     it->second.dead = true;
     it->second.dead_reason = why;
   }
+  NotifyServing();
   if (on_death_) on_death_(node, why);
+}
+
+void Membership::SetServingListener(std::function<void(bool can_serve)> listener) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  serving_listener_ = std::move(listener);
+  if (serving_listener_) serving_listener_(CanServe());
+}
+
+void Membership::NotifyServing() {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  if (serving_listener_) serving_listener_(CanServe());
 }
 
 void Membership::SetKvUse(const std::string& node, int64_t free_slots, int64_t num_sequences) {

@@ -62,9 +62,15 @@ class Membership {
   // Whether requests can still be served: a live compute node with a live KV pool it can use (a
   // memory node, or its own).
   bool CanServe() const;
+  // Calls `listener` with CanServe() now and again after every registration and death, before
+  // Register or MarkDead returns, one call at a time: what a health endpoint follows. An empty
+  // listener stops the calls.
+  void SetServingListener(std::function<void(bool can_serve)> listener);
 
  private:
   void Monitor();
+  void NotifyServing();
+  absl::Status RegisterLocked(const lamina::v1::RegisterRequest& request);
 
   const absl::Duration timeout_;
   DeathCallback on_death_;
@@ -72,6 +78,8 @@ class Membership {
   std::map<std::string, MemberInfo> members_;
   bool stopping_ = false;
   std::thread monitor_;
+  std::mutex listener_mu_;  // orders listener calls; taken before mu_, never inside it
+  std::function<void(bool)> serving_listener_;
 };
 
 }  // namespace lamina

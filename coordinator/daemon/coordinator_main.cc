@@ -5,13 +5,11 @@
 // running end with UNAVAILABLE). With `coordinator.tls` both APIs speak TLS only.
 //
 //   lamina-coordinator --topology FILE
-#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -96,16 +94,9 @@ absl::Status Run(const std::vector<std::string>& args) {
   }
   // grpc.health.v1.Health follows the cluster: SERVING while it can serve (a node may be down),
   // NOT_SERVING without a live compute node and once draining.
-  std::atomic<bool> draining{false};
-  std::thread health_watch([&] {
-    while (!draining) {
-      SetServing(server.get(), membership.CanServe());
-      absl::SleepFor(absl::Milliseconds(250));
-    }
-  });
+  membership.SetServingListener([&server](bool can_serve) { SetServing(server.get(), can_serve); });
   WaitForTerminationSignal();
-  draining = true;
-  health_watch.join();
+  membership.SetServingListener(nullptr);
   SetServing(server.get(), false);
   std::fprintf(stderr, "coordinator: draining: no new requests; waiting up to %d s for those in flight\n",
                topology.shutdown_grace_s);
