@@ -199,7 +199,11 @@ class Scheduler {
   // recomputes (prompt and output so far, the same draws), their slots freed where they were. A
   // request moved scheduler.max_migrations times already ends with UNAVAILABLE instead.
   void Migrate(std::vector<Sequence> sequences, Batch* to, const std::string& why);
+  // Admission and placement (scheduler_admission.cc).
   void Admit();
+  // The KV slots a request needs at most: its prompt once, plus every sample's generated tokens
+  // (bounded by the context).
+  int64_t SlotsNeeded(const GenerationSpec& spec) const;
   // Also sets each unprefilled sequence's `chunk`.
   lamina::v1::StepPlan BuildPlan();
   // The tokens a sequence's prefill computes in all: its prompt, and for a resumed one also its output.
