@@ -5,16 +5,19 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status/status_macros.h"
 
 namespace lamina {
@@ -131,6 +134,63 @@ absl::StatusOr<int> ConnectTcp(const std::string& address, absl::Time deadline) 
     return absl::UnavailableError(absl::StrCat("cannot connect to ", address, ": ", std::strerror(error)));
   }
   // Back to blocking mode: sends wait for buffer space, receives poll with deadlines.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+absl::StatusOr<std::string> ResolvedAddress(const std::string& address) {
+  LAMINA_ASSIGN_OR_RETURN(sockaddr_in addr, ResolveIpv4(address));
+  return Ipv4Text(addr);
+}
+
+namespace {
+
+// The abstract-namespace address of `name`: a leading NUL, then the name (not NUL-terminated).
+absl::StatusOr<std::pair<sockaddr_un, socklen_t>> AbstractAddress(const std::string& name) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a unix socket name of 1 to ",
+                                                   sizeof(addr.sun_path) - 1, " bytes"));
+  }
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  return std::make_pair(addr, static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size()));
+}
+
+}  // namespace
+
+absl::StatusOr<int> ListenUnix(const std::string& name, int backlog) {
+  LAMINA_ASSIGN_OR_RETURN(auto address, AbstractAddress(name));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return SocketError("socket");
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address.first), address.second) != 0 || ::listen(fd, backlog) != 0) {
+    absl::Status status = errno == EADDRINUSE
+                              ? absl::AlreadyExistsError(absl::StrCat("unix socket @", name, " is already in use"))
+                              : SocketError(absl::StrCat("listen on unix socket @", name));
+    ::close(fd);
+    return status;
+  }
+  return fd;
+}
+
+absl::StatusOr<int> ConnectUnix(const std::string& name, absl::Time deadline) {
+  LAMINA_ASSIGN_OR_RETURN(auto address, AbstractAddress(name));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return SocketError("socket");
+  for (;;) {
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address.first), address.second) == 0) break;
+    const int error = errno;
+    if (error == EINTR) continue;
+    if (error == EAGAIN && absl::Now() < deadline) {  // the listener's queue is full: it drains as it accepts
+      absl::SleepFor(absl::Milliseconds(1));
+      continue;
+    }
+    ::close(fd);
+    if (error == ECONNREFUSED || error == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("nobody listens on unix socket @", name));
+    }
+    return absl::UnavailableError(absl::StrCat("cannot connect to unix socket @", name, ": ", std::strerror(error)));
+  }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
 }

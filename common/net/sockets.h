@@ -43,6 +43,17 @@ absl::StatusOr<int> ConnectTcp(const std::string& address, absl::Time deadline);
 // in a container that listens on every interface (0.0.0.0) behind a service name.
 std::string ListenAddress(const std::string& address);
 
+// "ip:port" of `address` (host:port) once resolved, as ListenTcp reports the address it bound.
+absl::StatusOr<std::string> ResolvedAddress(const std::string& address);
+
+// Unix-domain stream sockets in Linux's abstract namespace: no file (the name is gone with the
+// last descriptor), visible to the processes of one network namespace, which on a host outside
+// containers is every process of it. ListenUnix: AlreadyExists when the name is taken.
+// ConnectUnix: NotFound when nobody listens under the name; Unavailable when the listener's queue
+// is full past `deadline`. Both blocking and close-on-exec, as their tcp counterparts.
+absl::StatusOr<int> ListenUnix(const std::string& name, int backlog);
+absl::StatusOr<int> ConnectUnix(const std::string& name, absl::Time deadline);
+
 // "ip:port" of the peer of a connected socket ("?" when unknown).
 std::string PeerAddress(int fd);
 

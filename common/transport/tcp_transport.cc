@@ -1,6 +1,9 @@
 // TCP transport: each message is a 32-byte frame header (magic, type, flags, tag, payload length)
 // followed by the payload, written with one sendmsg. TCP_NODELAY keeps small per-layer messages
-// from waiting on Nagle.
+// from waiting on Nagle. Beside its TCP port a listener takes connections on a unix socket named
+// after its address (SameHostName): a peer on the same host (network namespace) connects there
+// and its messages skip the TCP/IP stack; the frames, and the cluster secret's challenge, are
+// the same.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -39,6 +42,17 @@ struct FrameHeader {
   uint64_t length;
 };
 static_assert(sizeof(FrameHeader) == 32, "frame header layout");
+
+// The unix socket beside the listener bound to `address` (ip:port, as ListenTcp reports it).
+std::string SameHostName(const std::string& address) { return "lamina-data-plane/" + address; }
+
+// A unix socket's send buffer holds a layer's rows (up to the system's wmem_max): at the default
+// (about 200 KB) a message of a few hundred KB crosses in several wake-ups of both ends. TCP
+// sizes its own buffers as the connection goes.
+void WidenSendBuffer(int fd) {
+  int bytes = 8 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+}
 
 class TcpConnection : public Connection {
  public:
@@ -97,12 +111,16 @@ class TcpConnection : public Connection {
       Close();
       return absl::DataLossError(absl::StrCat("malformed frame from ", peer_));
     }
-    payload->clear();
-    while (payload->size() < frame.length) {
-      const size_t have = payload->size();
-      payload->resize(std::min<uint64_t>(frame.length, have + kReceiveStep));
-      LAMINA_RETURN_IF_ERROR(ReadExactly(payload->data() + have, payload->size() - have, deadline));
+    // The buffer keeps its size between messages, so that a steady stream of like messages writes
+    // no zeros into it: it grows (zero-filling only what is new) as bytes arrive.
+    uint64_t done = 0;
+    while (done < frame.length) {
+      const uint64_t until = std::min<uint64_t>(frame.length, std::max<uint64_t>(payload->size(), done + kReceiveStep));
+      if (payload->size() < until) payload->resize(until);
+      LAMINA_RETURN_IF_ERROR(ReadExactly(payload->data() + done, until - done, deadline));
+      done = until;
     }
+    payload->resize(frame.length);
     *header = MessageHeader{frame.type, frame.flags, frame.tag};
     return absl::OkStatus();
   }
@@ -133,17 +151,22 @@ class TcpConnection : public Connection {
     return challenge_error_;
   }
 
+  // Reads what has arrived before waiting (a poll) for more: a large message arrives in many
+  // segments, most of them already there when the previous read returns.
   absl::Status ReadExactly(uint8_t* data, size_t size, absl::Time deadline) {
     size_t done = 0;
     while (done < size) {
-      LAMINA_RETURN_IF_ERROR(WaitForSocket(fd_, POLLIN, deadline, peer_));
-      ssize_t n = ::recv(fd_, data + done, size - done, 0);
+      ssize_t n = ::recv(fd_, data + done, size - done, MSG_DONTWAIT);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
       if (n == 0) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " closed by the peer"));
-      if (n < 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
         return absl::UnavailableError(absl::StrCat("receive from ", peer_, " failed: ", std::strerror(errno)));
       }
-      done += static_cast<size_t>(n);
+      LAMINA_RETURN_IF_ERROR(WaitForSocket(fd_, POLLIN, deadline, peer_));
     }
     return absl::OkStatus();
   }
@@ -159,31 +182,38 @@ class TcpConnection : public Connection {
 
 class TcpListener : public Listener {
  public:
-  TcpListener(int fd, std::string address, const ClusterSecret* secret)
-      : fd_(fd), address_(std::move(address)), secret_(secret) {}
+  // `unix_fd`: the same-host socket beside the TCP one, or -1.
+  TcpListener(int fd, int unix_fd, std::string address, const ClusterSecret* secret)
+      : fd_(fd), unix_fd_(unix_fd), address_(std::move(address)), secret_(secret) {}
   ~TcpListener() override {
     Close();
     ::close(fd_);
+    if (unix_fd_ >= 0) ::close(unix_fd_);
   }
 
   absl::StatusOr<std::unique_ptr<Connection>> Accept(absl::Time deadline) override {
     for (;;) {
       if (closed_) return absl::CancelledError("listener closed");
       // Poll in short slices so that Close() is noticed promptly.
-      absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(100));
-      absl::Status ready = WaitForSocket(fd_, POLLIN, slice, address_);
-      if (absl::IsDeadlineExceeded(ready)) {
+      const absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(100));
+      pollfd polled[2] = {{fd_, POLLIN, 0}, {unix_fd_, POLLIN, 0}};
+      const int n = ::poll(polled, unix_fd_ >= 0 ? 2 : 1,
+                           static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(slice - absl::Now()) + 1)));
+      if (n < 0 && errno != EINTR) return SocketError("poll");
+      if (n <= 0) {
         if (absl::Now() >= deadline) return absl::DeadlineExceededError("no connection before the deadline");
         continue;
       }
-      LAMINA_RETURN_IF_ERROR(ready);
-      int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      const bool same_host = unix_fd_ >= 0 && (polled[1].revents & POLLIN) != 0 && (polled[0].revents & POLLIN) == 0;
+      int fd = ::accept4(same_host ? unix_fd_ : fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
         if (closed_) return absl::CancelledError("listener closed");
         return SocketError("accept");
       }
-      return std::unique_ptr<Connection>(new TcpConnection(fd, PeerAddress(fd), secret_));
+      if (same_host) WidenSendBuffer(fd);
+      const std::string peer = same_host ? "unix socket @" + SameHostName(address_) : PeerAddress(fd);
+      return std::unique_ptr<Connection>(new TcpConnection(fd, peer, secret_));
     }
   }
 
@@ -192,6 +222,7 @@ class TcpListener : public Listener {
 
  private:
   int fd_;
+  int unix_fd_;
   std::string address_;
   const ClusterSecret* secret_;
   std::atomic<bool> closed_{false};
@@ -199,30 +230,52 @@ class TcpListener : public Listener {
 
 class TcpTransport : public Transport {
  public:
-  explicit TcpTransport(std::optional<ClusterSecret> secret) : secret_(std::move(secret)) {}
+  TcpTransport(std::optional<ClusterSecret> secret, const TcpTransportOptions& options)
+      : secret_(std::move(secret)), options_(options) {}
   std::string name() const override { return "tcp"; }
 
   absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override {
     // A long queue: a burst of connections waits for the accept loop instead of being retried.
     LAMINA_ASSIGN_OR_RETURN(ListeningSocket socket, ListenTcp(address, 1024));
-    return std::unique_ptr<Listener>(new TcpListener(socket.fd, socket.address, secret_ ? &*secret_ : nullptr));
+    // The same-host socket's name must be this listener's: one taken already (by a process
+    // waiting to catch this node's peers) fails the listen, as a taken port does.
+    int unix_fd = -1;
+    if (socket.address.rfind("0.0.0.0:", 0) != 0) {  // peers name a bound address, never 0.0.0.0
+      absl::StatusOr<int> listening = ListenUnix(SameHostName(socket.address), 1024);
+      if (!listening.ok()) {
+        ::close(socket.fd);
+        return listening.status();
+      }
+      unix_fd = *listening;
+    }
+    return std::unique_ptr<Listener>(
+        new TcpListener(socket.fd, unix_fd, socket.address, secret_ ? &*secret_ : nullptr));
   }
 
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, absl::Time deadline) override {
-    LAMINA_ASSIGN_OR_RETURN(int fd, ConnectTcp(address, deadline));
-    auto connection = std::make_unique<TcpConnection>(fd, address);
+    // A listener on this host answers on its unix socket; elsewhere nobody does, and TCP it is.
+    absl::StatusOr<int> fd = absl::NotFoundError("");
+    absl::StatusOr<std::string> resolved = ResolvedAddress(address);
+    if (options_.same_host_unix_sockets && resolved.ok()) {
+      fd = ConnectUnix(SameHostName(*resolved), deadline);
+      if (fd.ok()) WidenSendBuffer(*fd);
+    }
+    if (absl::IsNotFound(fd.status())) fd = ConnectTcp(address, deadline);
+    if (!fd.ok()) return fd.status();
+    auto connection = std::make_unique<TcpConnection>(*fd, address);
     if (secret_) LAMINA_RETURN_IF_ERROR(secret_->Answer(*connection, deadline));
     return std::unique_ptr<Connection>(std::move(connection));
   }
 
  private:
   const std::optional<ClusterSecret> secret_;
+  const TcpTransportOptions options_;
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> MakeTcpTransport(std::optional<ClusterSecret> secret) {
-  return std::make_unique<TcpTransport>(std::move(secret));
+std::unique_ptr<Transport> MakeTcpTransport(std::optional<ClusterSecret> secret, const TcpTransportOptions& options) {
+  return std::make_unique<TcpTransport>(std::move(secret), options);
 }
 
 }  // namespace lamina

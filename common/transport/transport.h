@@ -69,11 +69,18 @@ class Transport {
   virtual absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, absl::Time deadline) = 0;
 };
 
+struct TcpTransportOptions {
+  // Connect to a listener of this host over the unix socket it keeps beside its port, skipping
+  // the TCP/IP stack (every listener keeps one; see tcp_transport.cc); false: TCP always.
+  bool same_host_unix_sockets = true;
+};
+
 // Sockets with length-prefixed frames: CPU nodes, CI, and the fallback everywhere. With a cluster
 // secret, every connection proves it (common/security/cluster_secret.h): Connect answers the
 // accepting end's challenge, and an accepted connection challenges its peer on its first Send or
 // Receive, closing it (Unauthenticated) when the answer is wrong.
-std::unique_ptr<Transport> MakeTcpTransport(std::optional<ClusterSecret> secret = std::nullopt);
+std::unique_ptr<Transport> MakeTcpTransport(std::optional<ClusterSecret> secret = std::nullopt,
+                                            const TcpTransportOptions& options = {});
 // In-process queues: single-process mode and tests. Listeners are visible to every
 // inproc transport in the process.
 std::unique_ptr<Transport> MakeInprocTransport();

@@ -244,19 +244,37 @@ absl::Status RemoteAttention::SendDecode(int64_t layer, absl::Span<const DecodeE
     return absl::FailedPreconditionError(absl::StrCat("memory node '", name, "': no transport the topology allows ",
                                                       "opened (", node.link_error, ")"));
   }
+  // Rows laid out as the wire has them (q, k, v back to back) go from the caller's buffer as they
+  // are, a run of consecutive rows a part, rather than through a copy.
+  const int64_t row_floats = shape_.q_size + 2 * shape_.kv_size;
+  const bool wire_layout = layout.q_offset == 0 && layout.k_offset == shape_.q_size &&
+                           layout.v_offset == shape_.q_size + shape_.kv_size && layout.row_stride >= row_floats;
   for (auto& [name, node] : nodes_) {
     if (node.rows.empty()) continue;
     node.send.clear();
+    row_parts_.clear();
     WireWriter w(&node.send);
     w.Put<int64_t>(layer);
     PutEntries(entries, node.rows, &w);
-    for (size_t i : node.rows) {
+    for (size_t j = 0; j < node.rows.size(); ++j) {
+      const size_t i = node.rows[j];
       const float* row = qkv + i * layout.row_stride;
-      w.PutBytes(row + layout.q_offset, shape_.q_size * sizeof(float));
-      w.PutBytes(row + layout.k_offset, shape_.kv_size * sizeof(float));
-      w.PutBytes(row + layout.v_offset, shape_.kv_size * sizeof(float));
+      if (!wire_layout) {
+        w.PutBytes(row + layout.q_offset, shape_.q_size * sizeof(float));
+        w.PutBytes(row + layout.k_offset, shape_.kv_size * sizeof(float));
+        w.PutBytes(row + layout.v_offset, shape_.kv_size * sizeof(float));
+        continue;
+      }
+      const auto* bytes = reinterpret_cast<const uint8_t*>(row);
+      const size_t size = row_floats * sizeof(float);
+      const bool follows = j > 0 && node.rows[j - 1] + 1 == i && layout.row_stride == row_floats;
+      if (follows) {
+        row_parts_.back() = ByteSpan(row_parts_.back().data(), row_parts_.back().size() + size);
+      } else {
+        row_parts_.push_back(ByteSpan(bytes, size));
+      }
     }
-    absl::Status status = SendTo(&node, ap::kDecode, {});
+    absl::Status status = SendTo(&node, ap::kDecode, row_parts_);
     if (!status.ok() && decode_error_.ok()) decode_error_ = status;
   }
   return absl::OkStatus();

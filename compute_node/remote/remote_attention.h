@@ -195,6 +195,7 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   absl::flat_hash_map<SequenceId, Node*> route_;
   std::map<std::string, std::string> failed_;  // name -> its first error since TakeFailedNodes
   std::vector<ByteSpan> parts_;  // SendTo's scratch
+  std::vector<ByteSpan> row_parts_;  // SendDecode's scratch: runs of rows sent from the caller's buffer
   uint64_t next_tag_ = 1;
   BusyMeter round_trips_;
   BusyUnion* computing_ = nullptr;

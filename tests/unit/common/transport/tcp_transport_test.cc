@@ -6,10 +6,15 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "common/net/sockets.h"
+#include "common/security/cluster_secret.h"
 #include "common/transport/transport.h"
 #include "gtest/gtest.h"
 
@@ -93,6 +98,73 @@ TEST_F(TcpTransportTest, AFrameLongerThanFourGibibytesIsRefusedBeforeItsPayload)
   const absl::Status status = server->Receive(&header, &payload, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   EXPECT_EQ(payload.capacity(), 0u);
+}
+
+// A peer of the same host reaches the listener over its unix socket, unless told to keep to TCP;
+// the cluster secret's challenge holds on both paths.
+TEST(TcpSameHostTest, APeerOfThisHostConnectsOverTheUnixSocketAndProvesTheSecretThere) {
+  const std::optional<ClusterSecret> secret = ClusterSecret("a secret of this test");
+  std::unique_ptr<Transport> server = MakeTcpTransport(secret);
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  // Accepts one connection and receives its first message (the challenge comes first): the peer
+  // it names, and the message's status and payload.
+  struct Served {
+    std::string peer;
+    absl::Status status;
+    std::vector<uint8_t> payload;
+  };
+  auto serve_one = [&](Served* served) {
+    auto accepted = (*listener)->Accept(absl::Now() + absl::Seconds(5));
+    if (!accepted.ok()) {
+      served->status = accepted.status();
+      return;
+    }
+    served->peer = (*accepted)->peer();
+    MessageHeader header;
+    served->status = (*accepted)->Receive(&header, &served->payload, absl::Now() + absl::Seconds(5));
+  };
+  const uint8_t bytes[] = {1, 2, 3};
+  const ByteSpan part(bytes, sizeof(bytes));
+  for (const bool unix_socket : {true, false}) {
+    Served served;
+    std::thread serving(serve_one, &served);
+    std::unique_ptr<Transport> client = MakeTcpTransport(secret, {.same_host_unix_sockets = unix_socket});
+    auto connected = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(connected.ok()) << connected.status();
+    ASSERT_TRUE((*connected)->Send({7, 0, 9}, {&part, 1}).ok());
+    serving.join();
+    EXPECT_EQ(served.peer.rfind("unix socket @lamina-data-plane/127.0.0.1:", 0) == 0, unix_socket) << served.peer;
+    EXPECT_TRUE(served.status.ok()) << served.status;
+    EXPECT_EQ(served.payload, std::vector<uint8_t>({1, 2, 3}));
+  }
+  // Without the secret, the unix socket refuses the peer as TCP does: its first message is no answer.
+  Served served;
+  std::thread serving(serve_one, &served);
+  std::unique_ptr<Transport> stranger = MakeTcpTransport();
+  auto connected = stranger->Connect((*listener)->address(), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  (*connected)->Send({7, 0, 9}, {&part, 1}).IgnoreError();
+  serving.join();
+  EXPECT_EQ(served.peer.rfind("unix socket @", 0), 0u) << served.peer;
+  EXPECT_EQ(served.status.code(), absl::StatusCode::kUnauthenticated) << served.status;
+}
+
+// A process that holds a listener's unix socket name first could catch its peers: the listener
+// refuses to start, as it does when its port is taken.
+TEST(TcpSameHostTest, AListenerWhoseUnixSocketNameIsTakenDoesNotStart) {
+  std::unique_ptr<Transport> transport = MakeTcpTransport();
+  auto probe = transport->Listen("127.0.0.1:0");  // a port nobody else holds
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  const std::string address = (*probe)->address();
+  probe->reset();
+  absl::StatusOr<int> squatter = ListenUnix("lamina-data-plane/" + address, 4);
+  ASSERT_TRUE(squatter.ok()) << squatter.status();
+  auto listener = transport->Listen(address);
+  EXPECT_EQ(listener.status().code(), absl::StatusCode::kAlreadyExists) << listener.status();
+  EXPECT_NE(std::string(listener.status().message()).find("lamina-data-plane/" + address), std::string::npos);
+  ::close(*squatter);
+  EXPECT_TRUE(transport->Listen(address).ok());
 }
 
 }  // namespace

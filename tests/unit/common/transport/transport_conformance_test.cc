@@ -13,8 +13,13 @@
 namespace lamina {
 namespace {
 
+// On one host the tcp transport connects over the listener's unix socket; TcpOnly over TCP alone.
 struct Tcp {
   static std::unique_ptr<Transport> Make() { return MakeTcpTransport(); }
+  static std::string Address() { return "127.0.0.1:0"; }
+};
+struct TcpOnly {
+  static std::unique_ptr<Transport> Make() { return MakeTcpTransport(std::nullopt, {.same_host_unix_sockets = false}); }
   static std::string Address() { return "127.0.0.1:0"; }
 };
 struct Inproc {
@@ -49,7 +54,7 @@ class TransportConformanceTest : public ::testing::Test {
   std::unique_ptr<Connection> client_, server_;
 };
 
-using Transports = ::testing::Types<Tcp, Inproc>;
+using Transports = ::testing::Types<Tcp, TcpOnly, Inproc>;
 TYPED_TEST_SUITE(TransportConformanceTest, Transports);
 
 std::vector<uint8_t> Pattern(size_t size, uint8_t seed) {
