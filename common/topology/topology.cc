@@ -319,9 +319,10 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       t.shutdown_grace_s = static_cast<int>(v8);
       const std::string local_first = "local_first";
       LAMINA_ASSIGN_OR_RETURN(t.placement, s.String("placement", &local_first));
-      if (t.placement != "local_first" && t.placement != "offload_first") {
+      if (t.placement != "local_first" && t.placement != "offload_first" && t.placement != "balanced") {
         return s.Error(s.Get("placement"), "placement",
-                       absl::StrCat("expected 'local_first' or 'offload_first', got '", t.placement, "'"));
+                       absl::StrCat("expected 'local_first', 'offload_first' or 'balanced', got '", t.placement,
+                                    "'"));
       }
       if (t.heartbeat_timeout_ms <= t.heartbeat_interval_ms) {
         return s.Error(s.Get("heartbeat_timeout_ms"), "heartbeat_timeout_ms", "must be longer than heartbeat_interval_ms");

@@ -138,8 +138,11 @@ struct Topology {
   bool stagger = false;
   // Where the coordinator places a new sequence when its batch's compute node has a pool of its own
   // and memory nodes have room too: `local_first` (the default: the compute node's pool while it
-  // has room, so that no step pays a round trip it need not), or `offload_first` (memory nodes
-  // first, the local pool when they are full).
+  // has room, so that no step pays a round trip it need not), `offload_first` (memory nodes
+  // first, the local pool when they are full), or `balanced` (as local_first, but a memory node
+  // takes no more of the batch's rows than it attends within the compute node's step, judged
+  // from their measured rates, so that a slow memory node adds room without slowing the batch;
+  // requests wait beyond that).
   std::string placement = "local_first";
   std::vector<NodeSpec> nodes;
   std::map<std::string, double> prices;  // device kind -> dollars per hour

@@ -6,6 +6,24 @@
 
 namespace lamina {
 
+namespace {
+
+// Averages over the last few reports: each new difference weighs half.
+double Blend(double average, double sample) { return average > 0 ? 0.5 * average + 0.5 * sample : sample; }
+
+}  // namespace
+
+void Membership::UpdateRates(const lamina::v1::NodeLoad& before, const lamina::v1::NodeLoad& now, MemberInfo* m) {
+  const int64_t rows = now.attended_rows() - before.attended_rows();
+  const double attending = now.attention_seconds() - before.attention_seconds();
+  if (rows > 0 && attending >= 0) m->row_attention_seconds = Blend(m->row_attention_seconds, attending / rows);
+  const int64_t steps = now.busy_count() - before.busy_count();
+  const double computing = now.busy_seconds() - before.busy_seconds();
+  if (m->spec.kind == NodeKind::kCompute && steps > 0 && computing >= 0) {
+    m->step_compute_seconds = Blend(m->step_compute_seconds, computing / steps);
+  }
+}
+
 Membership::Membership(const Topology& topology, DeathCallback on_death)
     : timeout_(absl::Milliseconds(topology.heartbeat_timeout_ms)), on_death_(std::move(on_death)) {
   for (const NodeSpec& spec : topology.nodes) {
@@ -64,6 +82,7 @@ bool Membership::Heartbeat(const lamina::v1::HeartbeatRequest& request) {
   if (it == members_.end() || !it->second.alive()) return false;
   MemberInfo& m = it->second;
   m.last_heard = absl::Now();
+  UpdateRates(m.load, request.load(), &m);
   m.load = request.load();
   if (m.spec.holds_kv()) {
     m.kv_free_slots = request.kv_free_slots();

@@ -34,6 +34,11 @@ struct MemberInfo {
   int64_t kv_shared_slots = 0;
   int64_t pid = 0;
   lamina::v1::NodeLoad load;  // as last reported
+  // Recent averages from the reports' differences (0 until two reports differ): a memory node's
+  // attention time per row (one token at one layer) over the host data plane, and a compute
+  // node's computing time per step.
+  double row_attention_seconds = 0;
+  double step_compute_seconds = 0;
 
   bool alive() const { return registered && !dead; }
 };
@@ -70,6 +75,8 @@ class Membership {
  private:
   void Monitor();
   void NotifyServing();
+  // Folds the differences between two load reports of `m` into its recent averages.
+  static void UpdateRates(const lamina::v1::NodeLoad& before, const lamina::v1::NodeLoad& now, MemberInfo* m);
   absl::Status RegisterLocked(const lamina::v1::RegisterRequest& request);
 
   const absl::Duration timeout_;

@@ -215,6 +215,10 @@ class Scheduler {
   std::vector<Sequence> ForkSamples(Sequence& first);
   // After a prefill: keep the prompt's whole blocks on its memory node for later prompts.
   void CachePrompt(const Sequence& seq);
+  // Under `balanced` placement, how many more of the current batch's rows each memory node may
+  // take (BalancedRowCap less the rows it holds); empty otherwise, or when the batch's compute node
+  // has no pool of its own.
+  std::map<std::string, int64_t> BalancedRowRoom(const std::vector<MemberInfo>& members) const;
   // Whether a sequence of the current batch may live on `m`: a live memory node, or the batch's own
   // compute node when it has a pool of its own.
   bool MayHold(const MemberInfo& m) const;

@@ -3,11 +3,13 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/scheduler/balanced_placement.h"
 
 namespace lamina {
 
@@ -30,6 +32,7 @@ void Scheduler::Admit() {
   if (!ResumePreempted()) return;  // preempted requests go first
   std::map<std::string, int64_t> use;
   for (const MemberInfo& m : members) use[m.spec.name] = NodeUse(m.spec.name);
+  std::map<std::string, int64_t> row_room = BalancedRowRoom(members);
 
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = queue_.size(); i-- > 0;) {
@@ -78,6 +81,9 @@ void Scheduler::Admit() {
       largest = std::max(largest, m.kv_capacity_slots);
       const int64_t room = m.kv_capacity_slots - use[m.spec.name];  // cached prefixes give way
       if (room < need_now) continue;
+      if (auto rows = row_room.find(m.spec.name); rows != row_room.end() && rows->second < candidate_spec.n) {
+        continue;  // balanced: it attends all the rows it can within the compute node's step
+      }
       int64_t match = 0;
       if (topology_.prefix_caching) {
         auto hit = prefix_cache_.Longest(m.spec.name, prompt);
@@ -124,8 +130,31 @@ void Scheduler::Admit() {
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*pick));
     admitted_tokens += candidate.prompt_tokens;
     use[request->memory_node] += Footprint(seq);
+    if (auto rows = row_room.find(request->memory_node); rows != row_room.end()) rows->second -= request->spec.n;
     batch_->running.push_back(std::move(seq));
   }
+}
+
+std::map<std::string, int64_t> Scheduler::BalancedRowRoom(const std::vector<MemberInfo>& members) const {
+  std::map<std::string, int64_t> room;
+  if (topology_.placement != "balanced") return room;
+  // The batch's (first) compute node: its pool takes what memory nodes cannot; without one,
+  // memory nodes hold every row and nothing is capped.
+  const MemberInfo* compute = nullptr;
+  for (const MemberInfo& m : members) {
+    if (m.spec.name == batch_->compute_nodes.front()) compute = &m;
+  }
+  if (compute == nullptr || !compute->spec.holds_kv()) return room;
+  for (const MemberInfo& m : members) {
+    if (m.spec.kind != NodeKind::kMemory) continue;
+    const int64_t cap = BalancedRowCap(compute->step_compute_seconds, config_.num_layers, m.row_attention_seconds);
+    int64_t rows = 0;
+    for (const Sequence& seq : batch_->running) {
+      if (seq.request->memory_node == m.spec.name) rows += 1 + static_cast<int64_t>(seq.forks.size());
+    }
+    room[m.spec.name] = cap == std::numeric_limits<int64_t>::max() ? cap : cap - rows;
+  }
+  return room;
 }
 
 bool Scheduler::MayHold(const MemberInfo& m) const {
@@ -138,7 +167,7 @@ int Scheduler::PlacementRank(const MemberInfo& m, int64_t room, int64_t whole_ne
   // A local pool that cannot hold the request to its end comes last: it would be preempted there
   // as it grows, where a memory node may hold it whole.
   if (local && room < whole_need) return 2;
-  return local == (topology_.placement == "local_first") ? 0 : 1;
+  return local == (topology_.placement != "offload_first") ? 0 : 1;  // balanced fills the local pool first too
 }
 
 int64_t Scheduler::PrefillLength(const Sequence& seq) {

@@ -102,6 +102,8 @@ absl::Status Run(const std::vector<std::string>& args) {
     heartbeat->mutable_load()->set_clock_seconds(busy.clock_seconds);
     heartbeat->mutable_load()->set_busy_seconds(busy.busy_seconds);
     heartbeat->mutable_load()->set_busy_count(busy.count);
+    heartbeat->mutable_load()->set_attention_seconds(data_plane->decode_busy().Read().busy_seconds);
+    heartbeat->mutable_load()->set_attended_rows(data_plane->attended_rows());
   }, [&] {
     std::lock_guard<std::mutex> lock(executor_mu);
     std::fprintf(stderr, "%s: a new coordinator: freeing the %lld sequences held for the last one\n",

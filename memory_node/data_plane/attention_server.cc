@@ -208,6 +208,8 @@ absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
       LAMINA_RETURN_IF_ERROR(r.GetBytes(static_cast<size_t>(n * row) * sizeof(float), &qkv));
       out->resize(static_cast<size_t>(n * shape_.q_size));
       std::lock_guard<std::mutex> lock(*service_mu_);
+      ScopedBusy timed(&decode_busy_);
+      attended_rows_.fetch_add(n, std::memory_order_relaxed);
       absl::Status status = service_->Decode(layer, entries, reinterpret_cast<const float*>(qkv),
                                              {row, 0, shape_.q_size, shape_.q_size + shape_.kv_size}, out->data(),
                                              shape_.q_size);

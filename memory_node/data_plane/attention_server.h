@@ -54,6 +54,10 @@ class AttentionServer {
   std::string address() const { return listener_->address(); }
   // Time spent handling requests (storing k/v, attention), from every connection.
   const BusyMeter& busy() const { return busy_; }
+  // Host-path decode requests alone: their time, and the rows they attended (busy_count of the
+  // snapshot counts requests; attended_rows() rows).
+  const BusyMeter& decode_busy() const { return decode_busy_; }
+  int64_t attended_rows() const { return attended_rows_.load(std::memory_order_relaxed); }
 
  private:
   AttentionServer(std::unique_ptr<Listener> listener, const AttentionWireShape& shape, AttentionService* service,
@@ -125,6 +129,8 @@ class AttentionServer {
   std::mutex connections_mu_;
   std::list<Served> connections_ ABSL_GUARDED_BY(connections_mu_);
   BusyMeter busy_;
+  BusyMeter decode_busy_;
+  std::atomic<int64_t> attended_rows_{0};
 };
 
 }  // namespace lamina

@@ -117,6 +117,28 @@ TEST(LocalAttentionTest, OffloadFirstPlacesOnMemoryNodesWhileTheyHaveRoom) {
   EXPECT_GT(most.at("memory-1"), 0);
 }
 
+TEST(LocalAttentionTest, BalancedPlacementFillsTheLocalPoolThenSizesTheMemoryNodesShares) {
+  // As local_first while the rates are unknown, then each memory node capped at the rows it
+  // attends within the compute node's step (balanced_placement_test has the arithmetic): on this
+  // machine's tiny model a memory node attends far faster than a step computes, so the caps are
+  // wide, and every request runs with single-process outputs, the overflow on the memory nodes.
+  ClusterOptions options;
+  options.compute_kv_capacity_tokens = 300;
+  options.kv_capacity_tokens = 4096;
+  options.placement = "balanced";
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::map<std::string, int64_t> most = ExpectThirtyTwoRequestsMatchSingleProcessMode(**cluster);
+  EXPECT_GT(most.at("compute-0"), 0) << "the local pool never held a sequence";
+  EXPECT_GT(most.at("memory-0") + most.at("memory-1"), 0) << "no memory node held a sequence";
+  // The memory nodes reported what they attended, from which the coordinator sized their shares.
+  auto status = (*cluster)->client().Status(absl::Seconds(1));
+  ASSERT_TRUE(status.ok()) << status.status();
+  int64_t rows = 0;
+  for (const auto& node : status->nodes()) rows += node.load().attended_rows();
+  EXPECT_GT(rows, 0);
+}
+
 TEST(LocalAttentionTest, KillingAMemoryNodeLeavesTheLocalPoolsSequencesGoingOn) {
   // Eight long requests: the local pool takes the first two, the memory nodes the rest.
   ClusterOptions options;

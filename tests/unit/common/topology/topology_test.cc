@@ -397,8 +397,12 @@ TEST(TopologyTest, PlacementIsASchedulerChoiceLocalFirstByDefault) {
       absl::StrReplaceAll(hybrid, {{"  max_batch: 64\n", "  max_batch: 64\n  placement: offload_first\n"}}), kPath);
   ASSERT_TRUE(offload.ok()) << offload.status();
   EXPECT_EQ(offload->placement, "offload_first");
+  auto balanced = ParseTopology(
+      absl::StrReplaceAll(hybrid, {{"  max_batch: 64\n", "  max_batch: 64\n  placement: balanced\n"}}), kPath);
+  ASSERT_TRUE(balanced.ok()) << balanced.status();
+  EXPECT_EQ(balanced->placement, "balanced");
   ExpectError(absl::StrReplaceAll(hybrid, {{"  max_batch: 64\n", "  max_batch: 64\n  placement: anywhere\n"}}),
-              "scheduler.placement: expected 'local_first' or 'offload_first', got 'anywhere'");
+              "scheduler.placement: expected 'local_first', 'offload_first' or 'balanced', got 'anywhere'");
 }
 
 TEST(TopologyTest, RotationOverSeveralComputeNodesKeepsKvOnMemoryNodes) {
