@@ -25,7 +25,7 @@
 namespace lamina {
 
 struct MessageHeader {
-  uint32_t type = 0;  // meaning is the protocol's (memory_node/data_plane)
+  uint32_t type = 0;  // meaning is the protocol's (data_plane/attention_protocol.h)
   uint32_t flags = 0;
   uint64_t tag = 0;   // echoed in replies to match them to requests
 };

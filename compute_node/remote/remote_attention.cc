@@ -10,7 +10,7 @@
 #include "common/status/status_macros.h"
 #include "common/threading/quiescent_release.h"
 #include "common/transport/wire.h"
-#include "memory_node/data_plane/attention_protocol.h"
+#include "data_plane/attention_protocol.h"
 
 namespace lamina {
 

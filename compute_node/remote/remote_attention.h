@@ -8,7 +8,7 @@
 // their sequences and retry the rest. The calls are idempotent for a retried step: Reserve grows
 // to the same positions and StoreKv/Decode overwrite the same slots.
 // With EnableDeviceLinks, a compute node on a GPU reaches memory nodes on GPUs over device-side
-// data planes (memory_node/data_plane/device_link.h): decode steps then go GPU to GPU with every
+// data planes (data_plane/device_link.h): decode steps then go GPU to GPU with every
 // layer queued ahead (DeviceDecode), and the connection carries only each step's plan and outcome.
 // A node whose preferred transports cannot open falls back to the next one, down to the host path.
 // While a device step runs, a PeerWatch aborts the link of a node whose connection closes, so that
@@ -31,8 +31,8 @@
 #include "common/transport/peer_watch.h"
 #include "common/transport/transport.h"
 #include "compute_node/remote/store_transfers.h"
-#include "memory_node/data_plane/attention_server.h"
-#include "memory_node/data_plane/device_link.h"
+#include "data_plane/attention_protocol.h"
+#include "data_plane/device_link.h"
 
 namespace lamina {
 

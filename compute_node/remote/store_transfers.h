@@ -1,5 +1,5 @@
 // How a compute node groups a prefill's k/v into transfers over a device link (kBeginStore in
-// memory_node/data_plane/attention_protocol.h): a memory node's pieces, in order, each a run of
+// data_plane/attention_protocol.h): a memory node's pieces, in order, each a run of
 // rows of the prefill batch, join the transfer before them while their rows follow its rows in the
 // batch and the transfer stays within the link's most rows; otherwise they start a new one. One
 // transfer is one send, one store and one flag back a layer, so a prefill of many short prompts

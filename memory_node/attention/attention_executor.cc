@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
-#include "memory_node/data_plane/attention_protocol.h"
+#include "data_plane/attention_protocol.h"
 
 namespace lamina {
 namespace {

@@ -15,9 +15,9 @@
 #include "common/attention/attention_service.h"
 #include "common/tensor/dtype.h"
 #include "common/threading/thread_pool.h"
+#include "data_plane/device_link.h"
 #include "kernels/cpu/attention.h"
 #include "memory_node/attention/kv_backend.h"
-#include "memory_node/data_plane/device_link.h"
 #include "memory_node/kv_cache/slot_allocator.h"
 
 namespace lamina {

@@ -15,12 +15,12 @@
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/queue_pacer.h"
 #include "common/status/status_macros.h"
+#include "data_plane/device_link.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/packets.h"
 #include "memory_node/attention/kv_backend.h"
 #include "memory_node/attention/spin_budget.h"
-#include "memory_node/data_plane/device_link.h"
 
 namespace lamina {
 namespace {

@@ -14,8 +14,8 @@
 #include "common/attention/attention_service.h"
 #include "common/tensor/dtype.h"
 #include "common/threading/thread_pool.h"
+#include "data_plane/device_link.h"
 #include "kernels/cpu/attention.h"
-#include "memory_node/data_plane/device_link.h"
 
 struct CUstream_st;
 
@@ -31,7 +31,7 @@ struct KvBackendOptions {
 };
 
 // A lane of device-side decode steps on a GPU pool (for a device-side data plane,
-// memory_node/data_plane/device_link.h): q/k/v already in device memory, work queued on the lane's
+// data_plane/device_link.h): q/k/v already in device memory, work queued on the lane's
 // own streams without host waits. Each compute-node connection has its lane, so the steps of several
 // batches in flight run side by side. A step is ordered after the pool's earlier host-path writes.
 // Its Queue* calls each queue a unit of a step (a few launches) and pace themselves: one blocks

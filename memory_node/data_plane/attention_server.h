@@ -28,20 +28,11 @@
 #include "common/transport/peer_watch.h"
 #include "common/transport/transport.h"
 #include "common/transport/wire.h"
+#include "data_plane/attention_protocol.h"
+#include "data_plane/device_link.h"
 #include "memory_node/attention/attention_executor.h"
-#include "memory_node/data_plane/device_link.h"
 
 namespace lamina {
-
-struct AttentionWireShape {
-  int64_t num_layers;
-  int64_t q_size;   // floats of q per token
-  int64_t kv_size;  // floats of k (and of v) per token
-  // The model's kv heads: a compute node's cuda_ipc links take attention outputs as packets in a
-  // part a kv head (LinkShape::out_segments). 1 where unknown: the memory node then sends them
-  // after its attention launch.
-  int64_t num_kv_heads = 1;
-};
 
 class AttentionServer {
  public:

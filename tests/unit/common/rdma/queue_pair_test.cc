@@ -8,8 +8,8 @@
 
 #include <vector>
 
+#include "data_plane/device_link.h"
 #include "gtest/gtest.h"
-#include "memory_node/data_plane/device_link.h"
 
 namespace lamina::rdma {
 namespace {

@@ -15,9 +15,9 @@
 
 #include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
+#include "data_plane/device_link.h"
 #include "gtest/gtest.h"
 #include "memory_node/attention/attention_executor.h"
-#include "memory_node/data_plane/device_link.h"
 #include "tests/support/cuda_test_util.h"
 
 namespace lamina {

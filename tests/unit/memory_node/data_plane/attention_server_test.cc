@@ -6,9 +6,9 @@
 #include <mutex>
 
 #include "common/transport/wire.h"
+#include "data_plane/attention_protocol.h"
 #include "gtest/gtest.h"
 #include "memory_node/attention/attention_executor.h"
-#include "memory_node/data_plane/attention_protocol.h"
 
 namespace lamina {
 namespace {

@@ -1,13 +1,13 @@
 // The nccl link (device_link.h has the contract), for device_link.cc to choose from.
-#ifndef LAMINA_MEMORY_NODE_DATA_PLANE_NCCL_LINK_H_
-#define LAMINA_MEMORY_NODE_DATA_PLANE_NCCL_LINK_H_
+#ifndef LAMINA_DATA_PLANE_NCCL_LINK_H_
+#define LAMINA_DATA_PLANE_NCCL_LINK_H_
 
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "memory_node/data_plane/device_link.h"
+#include "data_plane/device_link.h"
 
 namespace lamina {
 
@@ -17,4 +17,4 @@ absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateNcc
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_DATA_PLANE_NCCL_LINK_H_
+#endif  // LAMINA_DATA_PLANE_NCCL_LINK_H_

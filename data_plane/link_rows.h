@@ -1,7 +1,7 @@
 // The batch rows a compute end sends in a step, kept on its GPU for the gather and scatter
 // kernels; shared by the device links (device_link.h) of every transport. Thread-compatible.
-#ifndef LAMINA_MEMORY_NODE_DATA_PLANE_LINK_ROWS_H_
-#define LAMINA_MEMORY_NODE_DATA_PLANE_LINK_ROWS_H_
+#ifndef LAMINA_DATA_PLANE_LINK_ROWS_H_
+#define LAMINA_DATA_PLANE_LINK_ROWS_H_
 
 #include <cuda_runtime_api.h>
 
@@ -57,4 +57,4 @@ class LinkRows {
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_DATA_PLANE_LINK_ROWS_H_
+#endif  // LAMINA_DATA_PLANE_LINK_ROWS_H_

@@ -10,9 +10,9 @@
 
 #include "common/cuda/device.h"
 #include "common/cuda/device_buffer.h"
+#include "data_plane/device_link.h"
 #include "gtest/gtest.h"
 #include "tests/support/cuda_test_util.h"
-#include "memory_node/data_plane/device_link.h"
 
 namespace lamina {
 namespace {

@@ -27,12 +27,25 @@
 // Reply payload (type kReply, same tag):
 //   i32 status code, string message, then for kDecode the outputs [n, q_size], for kOpenLink the
 //   memory end's answer (string)
-#ifndef LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_PROTOCOL_H_
-#define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_PROTOCOL_H_
+#ifndef LAMINA_DATA_PLANE_ATTENTION_PROTOCOL_H_
+#define LAMINA_DATA_PLANE_ATTENTION_PROTOCOL_H_
 
 #include <cstdint>
 
-namespace lamina::attention_protocol {
+namespace lamina {
+
+// The model's shape as the data plane carries it, both ends alike.
+struct AttentionWireShape {
+  int64_t num_layers;
+  int64_t q_size;   // floats of q per token
+  int64_t kv_size;  // floats of k (and of v) per token
+  // The model's kv heads: a compute node's cuda_ipc links take attention outputs as packets in a
+  // part a kv head (LinkShape::out_segments). 1 where unknown: the memory node then sends them
+  // after its attention launch.
+  int64_t num_kv_heads = 1;
+};
+
+namespace attention_protocol {
 
 enum MessageType : uint32_t {
   kReserve = 1,
@@ -59,6 +72,7 @@ inline int64_t StoreTransferRows(int64_t max_rows, int64_t q_size, int64_t kv_si
   return max_rows * (q_size + 2 * kv_size) / (2 * kv_size);
 }
 
-}  // namespace lamina::attention_protocol
+}  // namespace attention_protocol
+}  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_PROTOCOL_H_
+#endif  // LAMINA_DATA_PLANE_ATTENTION_PROTOCOL_H_

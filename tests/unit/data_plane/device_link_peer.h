@@ -12,8 +12,8 @@
 //   kAwaitAbort  {step, rows, chunks, linked}: the same step queued, but no rows will come; the peer waits
 //                for kAbort, then calls Abort; the reply says how long the waits took to end after it
 //   kQuit        the peer exits (so it does when the connection closes)
-#ifndef LAMINA_TESTS_UNIT_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_PEER_H_
-#define LAMINA_TESTS_UNIT_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_PEER_H_
+#ifndef LAMINA_TESTS_UNIT_DATA_PLANE_DEVICE_LINK_PEER_H_
+#define LAMINA_TESTS_UNIT_DATA_PLANE_DEVICE_LINK_PEER_H_
 
 #include <cstdint>
 #include <string>
@@ -23,7 +23,7 @@
 #include "absl/time/time.h"
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
-#include "memory_node/data_plane/device_link.h"
+#include "data_plane/device_link.h"
 
 namespace lamina::link_peer {
 
@@ -105,4 +105,4 @@ inline absl::StatusOr<Reply> GetReply(WireReader& r) {
 
 }  // namespace lamina::link_peer
 
-#endif  // LAMINA_TESTS_UNIT_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_PEER_H_
+#endif  // LAMINA_TESTS_UNIT_DATA_PLANE_DEVICE_LINK_PEER_H_

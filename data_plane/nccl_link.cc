@@ -25,9 +25,9 @@
 #include "common/nccl/peer_comm.h"
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
+#include "data_plane/link_rows.h"
+#include "data_plane/nccl_link.h"
 #include "kernels/cuda/data_plane.h"
-#include "memory_node/data_plane/link_rows.h"
-#include "memory_node/data_plane/nccl_link.h"
 
 namespace lamina {
 namespace {

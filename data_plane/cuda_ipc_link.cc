@@ -9,7 +9,7 @@
 // rows, up to LinkShape::packet_rows, goes as packets the same way (kernels/cuda/packets.h), where
 // the GPUs are joined by NVLink; the memory end polls those into its receive buffer ahead of the
 // attention, and sends the outputs from its own rows after it.
-#include "memory_node/data_plane/cuda_ipc_link.h"
+#include "data_plane/cuda_ipc_link.h"
 
 #include <cuda_runtime_api.h>
 
@@ -23,10 +23,10 @@
 #include "common/cuda/ipc.h"
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
+#include "data_plane/attention_protocol.h"
+#include "data_plane/link_rows.h"
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/packets.h"
-#include "memory_node/data_plane/attention_protocol.h"
-#include "memory_node/data_plane/link_rows.h"
 
 namespace lamina {
 namespace {

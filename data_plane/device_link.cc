@@ -1,17 +1,17 @@
-#include "memory_node/data_plane/device_link.h"
+#include "data_plane/device_link.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
 #if LAMINA_HAVE_CUDA
-#include "memory_node/data_plane/cuda_ipc_link.h"
+#include "data_plane/cuda_ipc_link.h"
 #endif
 #if LAMINA_HAVE_NCCL
-#include "memory_node/data_plane/nccl_link.h"
+#include "data_plane/nccl_link.h"
 #endif
 #if LAMINA_HAVE_RDMA
-#include "memory_node/data_plane/rdma_link.h"
+#include "data_plane/rdma_link.h"
 #endif
 
 namespace lamina {

@@ -3,7 +3,7 @@
 //
 //   device_link_peer ADDRESS    connects to the suite at ADDRESS and serves it until told to quit
 //                               or until the connection closes
-#include "tests/unit/memory_node/data_plane/device_link_peer.h"
+#include "tests/unit/data_plane/device_link_peer.h"
 
 #include <cuda_runtime_api.h>
 

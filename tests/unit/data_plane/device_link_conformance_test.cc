@@ -1,4 +1,4 @@
-// The conformance suite of the device links (memory_node/data_plane/device_link.h): every
+// The conformance suite of the device links (data_plane/device_link.h): every
 // transport this machine can run (cuda_ipc, nccl, rdma) passes the same cases. The compute end is
 // in this process on GPU 0; the memory end is in a process of its own (device_link_peer.cc), as a
 // memory node is, on GPU 1 (GPU 0 where there is only one; nccl skips there, and rdma skips where
@@ -25,11 +25,11 @@
 #include "common/cuda/device_buffer.h"
 #include "common/process/child_process.h"
 #include "common/transport/transport.h"
+#include "data_plane/device_link.h"
 #include "gtest/gtest.h"
-#include "memory_node/data_plane/device_link.h"
 #include "tests/support/cuda_test_util.h"
 #include "tests/support/temp_dir.h"
-#include "tests/unit/memory_node/data_plane/device_link_peer.h"
+#include "tests/unit/data_plane/device_link_peer.h"
 
 namespace lamina {
 namespace {

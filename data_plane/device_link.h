@@ -21,8 +21,8 @@
 // timeout, and the step then fails with DeadlineExceeded instead of hanging; or at once when the
 // host aborts it (Abort: the peer's control connection closed), and the step fails with Unavailable.
 // Thread-compatible: one step at a time per link.
-#ifndef LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
-#define LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
+#ifndef LAMINA_DATA_PLANE_DEVICE_LINK_H_
+#define LAMINA_DATA_PLANE_DEVICE_LINK_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -224,4 +224,4 @@ absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateMem
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_DATA_PLANE_DEVICE_LINK_H_
+#endif  // LAMINA_DATA_PLANE_DEVICE_LINK_H_

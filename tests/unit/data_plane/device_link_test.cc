@@ -1,6 +1,6 @@
-// How a layer's rows split into chunks (memory_node/data_plane/device_link.h): ChunksFor's count
+// How a layer's rows split into chunks (data_plane/device_link.h): ChunksFor's count
 // and ChunkOf's ranges, which cover every row once.
-#include "memory_node/data_plane/device_link.h"
+#include "data_plane/device_link.h"
 
 #include "gtest/gtest.h"
 

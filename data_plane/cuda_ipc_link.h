@@ -1,14 +1,14 @@
 // The device links' implementations, for device_link.cc to choose from (device_link.h has the
 // contract).
-#ifndef LAMINA_MEMORY_NODE_DATA_PLANE_CUDA_IPC_LINK_H_
-#define LAMINA_MEMORY_NODE_DATA_PLANE_CUDA_IPC_LINK_H_
+#ifndef LAMINA_DATA_PLANE_CUDA_IPC_LINK_H_
+#define LAMINA_DATA_PLANE_CUDA_IPC_LINK_H_
 
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "memory_node/data_plane/device_link.h"
+#include "data_plane/device_link.h"
 
 namespace lamina {
 
@@ -18,4 +18,4 @@ absl::StatusOr<std::pair<std::unique_ptr<MemoryLinkEnd>, std::string>> CreateCud
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_DATA_PLANE_CUDA_IPC_LINK_H_
+#endif  // LAMINA_DATA_PLANE_CUDA_IPC_LINK_H_

@@ -9,7 +9,7 @@
 // queue pair, so the flag lands after the rows), and awaits the flag's completion. The receiver's
 // WaitFlag kernel spins on the flag in its own GPU memory. A send whose rows are never staged (its
 // stream's wait gave up) is dropped after the link's timeout, and the peer's wait then gives up too.
-#include "memory_node/data_plane/rdma_link.h"
+#include "data_plane/rdma_link.h"
 
 #include <cuda_runtime_api.h>
 
@@ -29,8 +29,8 @@
 #include "common/rdma/queue_pair.h"
 #include "common/status/status_macros.h"
 #include "common/transport/wire.h"
+#include "data_plane/link_rows.h"
 #include "kernels/cuda/data_plane.h"
-#include "memory_node/data_plane/link_rows.h"
 
 namespace lamina {
 namespace {
