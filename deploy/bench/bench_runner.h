@@ -15,7 +15,7 @@
 #include "deploy/bench/bench_report.h"
 #include "deploy/bench/request_sender.h"
 #include "deploy/bench/workload.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 
 namespace lamina::bench {
 

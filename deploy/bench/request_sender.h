@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "deploy/bench/workload.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 
 namespace lamina::bench {
 

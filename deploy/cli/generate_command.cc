@@ -20,8 +20,8 @@
 #include "common/topology/topology.h"
 #include "compute_node/sampling/sampling_proto.h"
 #include "coordinator/embedded/local_cluster.h"
-#include "deploy/cli/cluster_client.h"
 #include "deploy/cli/ordered_printer.h"
+#include "deploy/client/cluster_client.h"
 
 namespace lamina::cli {
 

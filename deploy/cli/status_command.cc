@@ -8,7 +8,7 @@
 #include "common/flags/flags.h"
 #include "common/status/status_macros.h"
 #include "common/topology/topology.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 #include "deploy/planner/pipeline_balance.h"
 
 namespace lamina::cli {

@@ -23,7 +23,7 @@
 #include "common/status/status_macros.h"
 #include "common/topology/shared_gpus.h"
 #include "common/topology/topology.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 
 namespace lamina::cli {
 

@@ -12,7 +12,7 @@
 #include "common/process/child_process.h"
 #include "common/status/status_macros.h"
 #include "common/topology/topology.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 
 namespace lamina::experiment {
 namespace {

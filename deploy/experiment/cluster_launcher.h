@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 
 namespace lamina::experiment {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 #include "tests/support/temp_dir.h"
 
 namespace lamina::testing {

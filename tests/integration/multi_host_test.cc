@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/process/child_process.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/requests_in_flight.h"

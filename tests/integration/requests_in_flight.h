@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 #include "lamina/v1/generation.pb.h"
 
 namespace lamina::testing {

@@ -1,6 +1,6 @@
 // The CLI's calls to a running cluster over its public gRPC API.
-#ifndef LAMINA_DEPLOY_CLI_CLUSTER_CLIENT_H_
-#define LAMINA_DEPLOY_CLI_CLUSTER_CLIENT_H_
+#ifndef LAMINA_DEPLOY_CLIENT_CLUSTER_CLIENT_H_
+#define LAMINA_DEPLOY_CLIENT_CLUSTER_CLIENT_H_
 
 #include <functional>
 #include <memory>
@@ -63,4 +63,4 @@ absl::Status FromGrpc(const grpc::Status& status);
 
 }  // namespace lamina::cli
 
-#endif  // LAMINA_DEPLOY_CLI_CLUSTER_CLIENT_H_
+#endif  // LAMINA_DEPLOY_CLIENT_CLUSTER_CLIENT_H_

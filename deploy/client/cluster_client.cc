@@ -1,4 +1,4 @@
-#include "deploy/cli/cluster_client.h"
+#include "deploy/client/cluster_client.h"
 
 #include <cstdlib>
 
