@@ -38,8 +38,8 @@
 
 #include "absl/time/time.h"
 #include "coordinator/cluster/membership.h"
-#include "coordinator/metrics/serving_metrics.h"
 #include "coordinator/scheduler/scheduler.h"
+#include "coordinator/scheduler/serving_metrics.h"
 
 namespace lamina {
 

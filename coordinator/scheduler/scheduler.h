@@ -63,11 +63,11 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/topology/topology.h"
 #include "coordinator/cluster/membership.h"
-#include "coordinator/metrics/serving_metrics.h"
 #include "coordinator/scheduler/admission_policy.h"
 #include "coordinator/scheduler/node_clients.h"
 #include "coordinator/scheduler/prefix_cache.h"
 #include "coordinator/scheduler/request.h"
+#include "coordinator/scheduler/serving_metrics.h"
 #include "coordinator/scheduler/step_stagger.h"
 #include "coordinator/sequence/text_stream.h"
 

@@ -1,4 +1,4 @@
-#include "coordinator/metrics/serving_metrics.h"
+#include "coordinator/scheduler/serving_metrics.h"
 
 #include "gtest/gtest.h"
 

@@ -4,8 +4,8 @@
 // Times are measured from when a request was submitted to when the coordinator handed a token to
 // its stream, so they include everything a client waits for but the network to the client.
 // Thread-safe.
-#ifndef LAMINA_COORDINATOR_METRICS_SERVING_METRICS_H_
-#define LAMINA_COORDINATOR_METRICS_SERVING_METRICS_H_
+#ifndef LAMINA_COORDINATOR_SCHEDULER_SERVING_METRICS_H_
+#define LAMINA_COORDINATOR_SCHEDULER_SERVING_METRICS_H_
 
 #include <cstdint>
 #include <map>
@@ -65,4 +65,4 @@ class ServingMetrics {
 
 }  // namespace lamina
 
-#endif  // LAMINA_COORDINATOR_METRICS_SERVING_METRICS_H_
+#endif  // LAMINA_COORDINATOR_SCHEDULER_SERVING_METRICS_H_
