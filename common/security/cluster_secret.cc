@@ -2,24 +2,18 @@
 
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include <cstdlib>
 #include <fstream>
-#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
-#include "common/transport/transport.h"
 
 namespace lamina {
 namespace {
-
-constexpr uint32_t kChallenge = 0x4c434831;  // "LCH1": the nonce, then the answer back
-constexpr size_t kNonceBytes = 32;
 
 bool SameText(absl::string_view a, absl::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
@@ -75,40 +69,12 @@ absl::Status ClusterSecret::CheckCallToken(absl::string_view token, absl::Time n
   return absl::OkStatus();
 }
 
-absl::Status ClusterSecret::Challenge(Connection& connection, absl::Time deadline) const {
-  std::vector<uint8_t> nonce(kNonceBytes);
-  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1) {
-    return absl::InternalError("no randomness for a cluster challenge");
-  }
-  const ByteSpan part(nonce);
-  LAMINA_RETURN_IF_ERROR(connection.Send({kChallenge, 0, 0}, {&part, 1}));
-  MessageHeader header;
-  std::vector<uint8_t> answer;
-  LAMINA_RETURN_IF_ERROR(connection.Receive(&header, &answer, deadline));
-  const std::string want = Mac(absl::StrCat(
-      "lamina-link:", absl::string_view(reinterpret_cast<const char*>(nonce.data()), nonce.size())));
-  if (header.type != kChallenge ||
-      !SameText(absl::string_view(reinterpret_cast<const char*>(answer.data()), answer.size()), want)) {
-    connection.Close();
-    return absl::UnauthenticatedError(
-        absl::StrCat(connection.peer(), " did not prove it holds the cluster secret: refused"));
-  }
-  return absl::OkStatus();
+std::string ClusterSecret::LinkProof(absl::string_view nonce) const {
+  return Mac(absl::StrCat("lamina-link:", nonce));
 }
 
-absl::Status ClusterSecret::Answer(Connection& connection, absl::Time deadline) const {
-  MessageHeader header;
-  std::vector<uint8_t> nonce;
-  LAMINA_RETURN_IF_ERROR(connection.Receive(&header, &nonce, deadline));
-  if (header.type != kChallenge || nonce.size() != kNonceBytes) {
-    connection.Close();
-    return absl::UnauthenticatedError(absl::StrCat(connection.peer(), " sent no cluster challenge: does it hold "
-                                                   "the same cluster secret setting?"));
-  }
-  const std::string answer = Mac(
-      absl::StrCat("lamina-link:", absl::string_view(reinterpret_cast<const char*>(nonce.data()), nonce.size())));
-  const ByteSpan part(reinterpret_cast<const uint8_t*>(answer.data()), answer.size());
-  return connection.Send({kChallenge, 0, 0}, {&part, 1});
+bool ClusterSecret::CheckLinkProof(absl::string_view nonce, absl::string_view proof) const {
+  return SameText(proof, LinkProof(nonce));
 }
 
 }  // namespace lamina

@@ -20,8 +20,6 @@
 
 namespace lamina {
 
-class Connection;
-
 inline constexpr char kClusterAuthMetadata[] = "lamina-cluster-auth";
 inline constexpr absl::Duration kTokenWindow = absl::Minutes(5);
 
@@ -36,10 +34,10 @@ class ClusterSecret {
   std::string CallToken(absl::Time now) const;
   absl::Status CheckCallToken(absl::string_view token, absl::Time now) const;
 
-  // A data-plane connection's handshake, each end's half. Unauthenticated (and the connection is
-  // of no use) when the peer does not prove the secret; DeadlineExceeded past `deadline`.
-  absl::Status Challenge(Connection& connection, absl::Time deadline) const;  // the accepting end
-  absl::Status Answer(Connection& connection, absl::Time deadline) const;     // the connecting end
+  // A data-plane connection's proof for the accepting end's `nonce` (common/transport/
+  // link_handshake.h carries it), and its check, in constant time.
+  std::string LinkProof(absl::string_view nonce) const;
+  bool CheckLinkProof(absl::string_view nonce, absl::string_view proof) const;
 
  private:
   std::string Mac(absl::string_view message) const;  // hex HMAC-SHA256

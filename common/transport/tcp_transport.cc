@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/net/sockets.h"
 #include "common/security/cluster_secret.h"
+#include "common/transport/link_handshake.h"
 #include "common/status/status_macros.h"
 #include "common/transport/transport.h"
 
@@ -143,7 +144,7 @@ class TcpConnection : public Connection {
   absl::Status ChallengeOnce() {
     if (challenge_ == nullptr || challenged_) return challenge_error_;
     challenged_ = true;  // the challenge's own Send and Receive go through
-    challenge_error_ = challenge_->Challenge(*this, absl::Now() + absl::Seconds(10));
+    challenge_error_ = ChallengePeer(*challenge_, *this, absl::Now() + absl::Seconds(10));
     if (!challenge_error_.ok()) {
       std::fprintf(stderr, "data plane: %s\n", std::string(challenge_error_.message()).c_str());
       Close();
@@ -263,7 +264,7 @@ class TcpTransport : public Transport {
     if (absl::IsNotFound(fd.status())) fd = ConnectTcp(address, deadline);
     if (!fd.ok()) return fd.status();
     auto connection = std::make_unique<TcpConnection>(*fd, address);
-    if (secret_) LAMINA_RETURN_IF_ERROR(secret_->Answer(*connection, deadline));
+    if (secret_) LAMINA_RETURN_IF_ERROR(AnswerChallenge(*secret_, *connection, deadline));
     return std::unique_ptr<Connection>(std::move(connection));
   }
 

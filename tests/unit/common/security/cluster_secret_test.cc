@@ -25,6 +25,16 @@ TEST(ClusterSecretTest, TokensAreAcceptedByTheSameSecretOnlyWithinTheWindow) {
   EXPECT_TRUE(absl::IsUnauthenticated(secret.CheckCallToken(moved, now)));
 }
 
+TEST(ClusterSecretTest, ALinkProofHoldsForItsNonceUnderTheSameSecretOnly) {
+  const ClusterSecret secret(kSecret), other("another-secret-of-the-same-size!");
+  const std::string proof = secret.LinkProof("nonce-1");
+  EXPECT_EQ(proof.size(), 64u);  // hex HMAC-SHA256
+  EXPECT_TRUE(secret.CheckLinkProof("nonce-1", proof));
+  EXPECT_FALSE(secret.CheckLinkProof("nonce-2", proof));
+  EXPECT_FALSE(other.CheckLinkProof("nonce-1", proof));
+  EXPECT_FALSE(secret.CheckLinkProof("nonce-1", ""));
+}
+
 TEST(ClusterSecretTest, LoadsTheFileElseTheEnvironmentAndRefusesShortSecrets) {
   testing::TempDir dir;
   ::unsetenv("LAMINA_CLUSTER_SECRET");
