@@ -172,7 +172,7 @@ struct DeviceHop {
   int64_t out_segments = 1;
   kernels::cuda::Packet* out_packets = nullptr;
   // With packets: the compute end's kernels (its sends) run on this GPU too, so that a launch
-  // polling for them may not fill its SMs (memory_node/attention/spin_budget.h).
+  // polling for them may not fill its SMs (kv/attention/spin_budget.h).
   bool sender_on_this_gpu = false;
 };
 

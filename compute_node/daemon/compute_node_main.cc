@@ -24,19 +24,19 @@
 #include "common/model_config/model_config.h"
 #include "common/net/sockets.h"
 #include "common/rpc/channel.h"
+#include "common/rpc/daemon.h"
 #include "common/rpc/node_agent.h"
 #include "common/rpc/tls_credentials.h"
-#include "common/rpc/daemon.h"
 #include "common/status/status_macros.h"
 #include "common/threading/thread_pool.h"
+#include "common/topology/kv_dtype.h"
 #include "common/topology/topology.h"
 #include "compute_node/daemon/step_service.h"
-#include "common/topology/kv_dtype.h"
 #include "compute_node/engine/device_engine.h"
 #include "compute_node/local/local_pool.h"
 #include "compute_node/local/placed_attention.h"
-#include "memory_node/daemon/kv_pool_service.h"
 #include "grpcpp/grpcpp.h"
+#include "kv/service/kv_pool_service.h"
 
 namespace lamina {
 namespace {

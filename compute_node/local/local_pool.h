@@ -11,7 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/threading/thread_pool.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 
 namespace lamina {
 
@@ -29,7 +29,7 @@ class LocalPool {
   // The GPU the pool lives on; -1 on the CPU.
   int device() const { return device_; }
   const AttentionExecutorOptions& options() const { return options_; }
-  // The executor and its lock, for a service that takes both (memory_node/daemon/kv_pool_service.h).
+  // The executor and its lock, for a service that takes both (kv/service/kv_pool_service.h).
   AttentionExecutor* executor() { return executor_.get(); }
   std::mutex* mu() { return &mu_; }
 

@@ -64,7 +64,7 @@ struct DecodePlan {
   bool warp_per_query_head = false;
   // With warp_per_query_head, the pairs a block serves: 1, 2 or 4 (kMostPairsPerBlock), each with
   // four warps and barriers of its own, so that a launch of many pairs takes fewer, larger blocks.
-  // For a spin budget that counts each polling block as an SM (memory_node/attention/
+  // For a spin budget that counts each polling block as an SM (kv/attention/
   // spin_budget.h): a launch that would not fit it as a block a pair may fit as fewer blocks.
   int pairs_per_block = 1;
 };

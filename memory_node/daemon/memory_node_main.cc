@@ -18,8 +18,8 @@
 #include "common/flags/flags.h"
 #include "common/model_config/model_config.h"
 #include "common/net/sockets.h"
-#include "common/rpc/daemon.h"
 #include "common/rpc/channel.h"
+#include "common/rpc/daemon.h"
 #include "common/rpc/node_agent.h"
 #include "common/rpc/tls_credentials.h"
 #include "common/status/status_macros.h"
@@ -28,9 +28,9 @@
 #include "common/topology/topology.h"
 #include "common/transport/transport.h"
 #include "grpcpp/grpcpp.h"
+#include "kv/attention/attention_executor.h"
+#include "kv/service/kv_pool_service.h"
 #include "lamina/v1/node.grpc.pb.h"
-#include "memory_node/attention/attention_executor.h"
-#include "memory_node/daemon/kv_pool_service.h"
 #include "memory_node/data_plane/attention_server.h"
 
 namespace lamina {

@@ -30,7 +30,7 @@
 #include "common/transport/wire.h"
 #include "data_plane/attention_protocol.h"
 #include "data_plane/device_link.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 
 namespace lamina {
 

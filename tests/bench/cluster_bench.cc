@@ -21,7 +21,7 @@
 #include "common/model_config/model_config.h"
 #include "compute_node/remote/remote_attention.h"
 #include "coordinator/embedded/local_cluster.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
 #include "tests/integration/cluster_harness.h"
 #include "tests/support/golden.h"

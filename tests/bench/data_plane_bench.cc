@@ -32,7 +32,7 @@
 // --packets-only 1: only tcp and cuda_ipc as packets in one chunk (the other columns -1). Each
 // cuda_ipc or nccl column opens a link of its own, and the memory node gives each link a lane
 // whose linked launches share one budget of polling blocks, half the GPU's SMs where there are
-// several lanes (memory_node/attention/spin_budget.h): a launch past it waits behind a kernel
+// several lanes (kv/attention/spin_budget.h): a launch past it waits behind a kernel
 // queued ahead. With packets alone the memory node serves one lane, as for one compute node, whose
 // budget is all but a few SMs.
 // --lanes N (N > 1): instead of the table, N links stepping alone and then all at once, as the
@@ -62,7 +62,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/elementwise.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
 #include "tests/bench/gpu_timing.h"
 #include "tests/bench/hop_clock.h"
@@ -407,7 +407,7 @@ double AttentionAloneMicros(int device, int64_t batch, int64_t context, int64_t 
 // chunks of at least --chunk-rows), on N streams of GPU 0, each stepping through its own
 // batch: first each alone, then all at once, as the batches of a rotating cluster's compute nodes
 // do; the memory node serves a lane a link, which share its budget of polling blocks
-// (memory_node/attention/spin_budget.h). Prints each lane's round trip on its hop clock.
+// (kv/attention/spin_budget.h). Prints each lane's round trip on its hop clock.
 int LanesAtOnce(const Options& o, Transport* tcp, const std::string& address, double rate) {
   const AttentionWireShape shape{o.layers, kQ, kKv, o.output_parts};
   int64_t max_batch = 0;

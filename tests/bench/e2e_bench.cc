@@ -34,7 +34,7 @@
 #include "kernels/cuda/chaining.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/sampling.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "tests/bench/gpu_timing.h"
 
 namespace lamina::bench {

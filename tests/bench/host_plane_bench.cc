@@ -34,7 +34,7 @@
 #include "common/transport/transport.h"
 #include "compute_node/remote/remote_attention.h"
 #include "cuda_runtime_api.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
 
 namespace lamina {

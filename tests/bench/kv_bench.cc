@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "memory_node/kv_cache/slot_allocator.h"
+#include "kv/cache/slot_allocator.h"
 
 namespace lamina {
 namespace {

@@ -13,7 +13,7 @@
 #include "common/transport/transport.h"
 #include "common/transport/wire.h"
 #include "data_plane/attention_protocol.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
 #include "tests/fuzz/fuzz_targets.h"
 

@@ -11,7 +11,7 @@
 #include "common/topology/kv_dtype.h"
 #include "compute_node/sampling/sampler.h"
 #include "gtest/gtest.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "tests/support/golden.h"
 
 namespace lamina {

@@ -9,7 +9,7 @@
 
 #include "compute_node/engine/compute_engine.h"
 #include "gtest/gtest.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "memory_node/data_plane/attention_server.h"
 #include "tests/support/golden.h"
 

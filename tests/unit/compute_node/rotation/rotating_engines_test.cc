@@ -11,7 +11,7 @@
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/rotation/slice_relay.h"
 #include "gtest/gtest.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "tests/support/golden.h"
 
 namespace lamina {

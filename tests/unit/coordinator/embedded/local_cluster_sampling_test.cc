@@ -14,7 +14,7 @@
 #include "compute_node/engine/compute_engine.h"
 #include "coordinator/embedded/local_cluster.h"
 #include "gtest/gtest.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "tests/support/golden.h"
 
 namespace lamina {

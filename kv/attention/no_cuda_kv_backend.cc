@@ -1,6 +1,6 @@
 // Builds without CUDA: a GPU memory node is refused with the reason.
 #include "common/cuda/device.h"
-#include "memory_node/attention/kv_backend.h"
+#include "kv/attention/kv_backend.h"
 
 namespace lamina {
 

@@ -33,8 +33,8 @@
 // 1 row 1.18 against 1.01, hence the fewest (lamina-bench-data-plane, tests/bench/RESULTS.md).
 // A lane takes its step's blocks when it queues the step's first layer and gives them back when
 // the step has ended. Thread-safe.
-#ifndef LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
-#define LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
+#ifndef LAMINA_KV_ATTENTION_SPIN_BUDGET_H_
+#define LAMINA_KV_ATTENTION_SPIN_BUDGET_H_
 
 #include <atomic>
 #include <cstdint>
@@ -148,4 +148,4 @@ int FewestPairsPerBlock(int64_t pairs, int64_t most_in_launch, int64_t share, co
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_ATTENTION_SPIN_BUDGET_H_
+#endif  // LAMINA_KV_ATTENTION_SPIN_BUDGET_H_

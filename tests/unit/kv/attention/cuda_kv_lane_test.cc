@@ -1,4 +1,4 @@
-// A device lane of the GPU KV pool (memory_node/attention/kv_backend.h): a linked chunk (the hop
+// A device lane of the GPU KV pool (kv/attention/kv_backend.h): a linked chunk (the hop
 // folded into the attention launch) gives the outputs of an unlinked one, raises its done flag,
 // and both count their device time in TakeBusy, which a memory node's busy fraction reports; the
 // linked chunks of a step run side by side, a chunk whose rows are there not waiting for one
@@ -29,7 +29,7 @@
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/line.h"
 #include "kernels/cuda/packets.h"
-#include "memory_node/attention/kv_backend.h"
+#include "kv/attention/kv_backend.h"
 #include "tests/support/cuda_test_util.h"
 
 namespace lamina {

@@ -1,6 +1,6 @@
 // The budget of blocks a memory node's linked steps keep waiting on its GPU, and how a chunk waits
-// under it (memory_node/attention/spin_budget.h).
-#include "memory_node/attention/spin_budget.h"
+// under it (kv/attention/spin_budget.h).
+#include "kv/attention/spin_budget.h"
 
 #include <memory>
 #include <thread>

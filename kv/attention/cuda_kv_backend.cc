@@ -19,8 +19,8 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/packets.h"
-#include "memory_node/attention/kv_backend.h"
-#include "memory_node/attention/spin_budget.h"
+#include "kv/attention/kv_backend.h"
+#include "kv/attention/spin_budget.h"
 
 namespace lamina {
 namespace {

@@ -1,4 +1,4 @@
-#include "memory_node/kv_cache/kv_pool.h"
+#include "kv/cache/kv_pool.h"
 
 #include "gtest/gtest.h"
 

@@ -17,7 +17,7 @@
 #include "common/cuda/device_buffer.h"
 #include "data_plane/device_link.h"
 #include "gtest/gtest.h"
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 #include "tests/support/cuda_test_util.h"
 
 namespace lamina {

@@ -2,8 +2,8 @@
 // e4m3 pool, CPU kernels) or a GPU (bf16 or float8 e4m3 pool, CUDA kernels). AttentionExecutor owns the slot
 // bookkeeping and validation and hands a backend only well-formed work: slots inside the pool, layers in range. All
 // pointers passed in are host memory. Thread-compatible.
-#ifndef LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
-#define LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
+#ifndef LAMINA_KV_ATTENTION_KV_BACKEND_H_
+#define LAMINA_KV_ATTENTION_KV_BACKEND_H_
 
 #include <cstdint>
 #include <memory>
@@ -146,4 +146,4 @@ absl::StatusOr<std::unique_ptr<KvBackend>> CreateCudaKvBackend(const KvBackendOp
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_ATTENTION_KV_BACKEND_H_
+#endif  // LAMINA_KV_ATTENTION_KV_BACKEND_H_

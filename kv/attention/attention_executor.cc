@@ -1,4 +1,4 @@
-#include "memory_node/attention/attention_executor.h"
+#include "kv/attention/attention_executor.h"
 
 #include <algorithm>
 #include <cstring>

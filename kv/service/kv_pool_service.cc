@@ -1,4 +1,4 @@
-#include "memory_node/daemon/kv_pool_service.h"
+#include "kv/service/kv_pool_service.h"
 
 #include <string>
 

@@ -5,8 +5,8 @@
 // uint8_t for float8 e4m3 values (common/tensor/float8.h), a quarter of float's bytes, with a
 // float scale per slot and kv head in arrays of their own, [slot][kv_head].
 // Thread-compatible: concurrent writes to distinct slots are safe.
-#ifndef LAMINA_MEMORY_NODE_KV_CACHE_KV_POOL_H_
-#define LAMINA_MEMORY_NODE_KV_CACHE_KV_POOL_H_
+#ifndef LAMINA_KV_CACHE_KV_POOL_H_
+#define LAMINA_KV_CACHE_KV_POOL_H_
 
 #include <cstdint>
 #include <type_traits>
@@ -66,4 +66,4 @@ extern template class KvPool<uint8_t>;
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_KV_CACHE_KV_POOL_H_
+#endif  // LAMINA_KV_CACHE_KV_POOL_H_

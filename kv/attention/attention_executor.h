@@ -2,8 +2,8 @@
 // slots of a pool (one slot per position, shared by all layers) and runs decode attention over
 // them, on the CPU or a GPU (a KvBackend).
 // Thread-compatible: one caller at a time (the node's step loop).
-#ifndef LAMINA_MEMORY_NODE_ATTENTION_ATTENTION_EXECUTOR_H_
-#define LAMINA_MEMORY_NODE_ATTENTION_ATTENTION_EXECUTOR_H_
+#ifndef LAMINA_KV_ATTENTION_ATTENTION_EXECUTOR_H_
+#define LAMINA_KV_ATTENTION_ATTENTION_EXECUTOR_H_
 
 #include <cstdint>
 #include <memory>
@@ -17,8 +17,8 @@
 #include "common/threading/thread_pool.h"
 #include "data_plane/device_link.h"
 #include "kernels/cpu/attention.h"
-#include "memory_node/attention/kv_backend.h"
-#include "memory_node/kv_cache/slot_allocator.h"
+#include "kv/attention/kv_backend.h"
+#include "kv/cache/slot_allocator.h"
 
 namespace lamina {
 
@@ -154,4 +154,4 @@ class AttentionExecutor : public AttentionService {
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_ATTENTION_ATTENTION_EXECUTOR_H_
+#endif  // LAMINA_KV_ATTENTION_ATTENTION_EXECUTOR_H_

@@ -1,4 +1,4 @@
-#include "memory_node/kv_cache/slot_allocator.h"
+#include "kv/cache/slot_allocator.h"
 
 #include <vector>
 

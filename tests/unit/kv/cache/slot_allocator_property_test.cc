@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "memory_node/kv_cache/slot_allocator.h"
+#include "kv/cache/slot_allocator.h"
 
 namespace lamina {
 namespace {

@@ -1,15 +1,15 @@
 // lamina.v1.MemoryNode over a KV pool: the coordinator's frees and forks of the sequences it placed
 // there. Served by memory nodes, and by compute nodes for a pool of their own.
 // Thread-safe: every call holds the pool's lock.
-#ifndef LAMINA_MEMORY_NODE_DAEMON_KV_POOL_SERVICE_H_
-#define LAMINA_MEMORY_NODE_DAEMON_KV_POOL_SERVICE_H_
+#ifndef LAMINA_KV_SERVICE_KV_POOL_SERVICE_H_
+#define LAMINA_KV_SERVICE_KV_POOL_SERVICE_H_
 
 #include <mutex>
 #include <optional>
 
 #include "common/security/cluster_secret.h"
+#include "kv/attention/attention_executor.h"
 #include "lamina/v1/node.grpc.pb.h"
-#include "memory_node/attention/attention_executor.h"
 
 namespace lamina {
 
@@ -33,4 +33,4 @@ class KvPoolService final : public lamina::v1::MemoryNode::Service {
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_DAEMON_KV_POOL_SERVICE_H_
+#endif  // LAMINA_KV_SERVICE_KV_POOL_SERVICE_H_

@@ -7,8 +7,8 @@
 // A slot returns to the free list when its count drops to zero. Allocation is token-granular: no
 // rounding to pages, so nothing is wasted inside a sequence.
 // Thread-compatible: the owner (the attention executor) serialises calls.
-#ifndef LAMINA_MEMORY_NODE_KV_CACHE_SLOT_ALLOCATOR_H_
-#define LAMINA_MEMORY_NODE_KV_CACHE_SLOT_ALLOCATOR_H_
+#ifndef LAMINA_KV_CACHE_SLOT_ALLOCATOR_H_
+#define LAMINA_KV_CACHE_SLOT_ALLOCATOR_H_
 
 #include <cstdint>
 #include <vector>
@@ -48,4 +48,4 @@ class SlotAllocator {
 
 }  // namespace lamina
 
-#endif  // LAMINA_MEMORY_NODE_KV_CACHE_SLOT_ALLOCATOR_H_
+#endif  // LAMINA_KV_CACHE_SLOT_ALLOCATOR_H_

@@ -5,8 +5,8 @@
 #include "common/status/status_macros.h"
 #include "common/tensor/dtype.h"
 #include "common/tensor/float8.h"
-#include "memory_node/attention/kv_backend.h"
-#include "memory_node/kv_cache/kv_pool.h"
+#include "kv/attention/kv_backend.h"
+#include "kv/cache/kv_pool.h"
 
 namespace lamina {
 namespace {

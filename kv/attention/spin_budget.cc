@@ -1,4 +1,4 @@
-#include "memory_node/attention/spin_budget.h"
+#include "kv/attention/spin_budget.h"
 
 #include <algorithm>
 
