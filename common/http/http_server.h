@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -134,7 +135,7 @@ class HttpServer {
     bool waiting = true;  // for a request head
     absl::Time since;     // when it began to
   };
-  std::map<int, Open> open_;  // connections being served, by descriptor
+  std::map<int, Open> open_ ABSL_GUARDED_BY(mu_);  // connections being served, by descriptor
 };
 
 }  // namespace lamina

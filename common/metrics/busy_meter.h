@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -82,9 +83,9 @@ class BusyUnion {
  private:
   const absl::Time start_;
   mutable std::mutex mu_;
-  int active_ = 0;
-  absl::Time since_;
-  absl::Duration busy_;
+  int active_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time since_ ABSL_GUARDED_BY(mu_);
+  absl::Duration busy_ ABSL_GUARDED_BY(mu_);
 };
 
 // Enter() on construction, Leave() on destruction (null: nothing).

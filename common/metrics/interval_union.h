@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "common/metrics/busy_meter.h"
 
@@ -33,12 +34,12 @@ class IntervalUnion {
   const absl::Duration horizon_;
   const absl::Time start_;
   mutable std::mutex mu_;
-  std::map<absl::Time, absl::Time> open_;  // disjoint, not touching: begin -> end
-  absl::Duration open_total_;              // summed lengths of open_
-  absl::Duration settled_;                 // busy time before settled_until_
-  absl::Time settled_until_ = absl::InfinitePast();
-  absl::Time latest_end_ = absl::InfinitePast();
-  int64_t count_ = 0;
+  std::map<absl::Time, absl::Time> open_ ABSL_GUARDED_BY(mu_);  // disjoint, not touching: begin -> end
+  absl::Duration open_total_ ABSL_GUARDED_BY(mu_);  // summed lengths of open_
+  absl::Duration settled_ ABSL_GUARDED_BY(mu_);  // busy time before settled_until_
+  absl::Time settled_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time latest_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lamina

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
@@ -102,9 +103,9 @@ class PeerComm {
   mutable std::mutex mu_;
   std::condition_variable changed_;
   ncclComm_t comm_ = nullptr;      // null once aborted
-  absl::Status status_;            // the failure, once failed
-  bool ready_ = false;
-  bool stopping_ = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // the failure, once failed
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   cudaStream_t own_stream_ = nullptr;  // the first exchange's
   float* scratch_ = nullptr;           // the first exchange's two floats (device memory)
   std::deque<Watched> watched_;       // oldest first

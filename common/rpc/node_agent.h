@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "common/security/cluster_secret.h"
 #include "lamina/v1/cluster.grpc.pb.h"
 
@@ -48,7 +49,7 @@ class NodeAgent {
   uint64_t epoch_ = 0;  // the coordinator's last registered with; 0: none yet
   std::mutex mu_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

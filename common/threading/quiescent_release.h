@@ -20,6 +20,8 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+
 namespace lamina {
 
 class QuiescentRelease {
@@ -51,9 +53,9 @@ class QuiescentRelease {
 
   mutable std::mutex mu_;
   std::condition_variable released_;
-  int running_ = 0;                             // guarded by mu_
-  bool releasing_ = false;                      // guarded by mu_
-  std::vector<std::shared_ptr<void>> waiting_;  // guarded by mu_
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool releasing_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<void>> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 // BeginStep on construction, EndStep on destruction.

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/transport/transport.h"
@@ -51,10 +52,10 @@ class PeerWatch {
   const absl::Duration period_;
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  std::vector<Watched> watched_;  // not yet aborted
-  bool armed_ = false;
-  bool stopping_ = false;
-  int aborted_ = 0;
+  std::vector<Watched> watched_ ABSL_GUARDED_BY(mu_);  // not yet aborted
+  bool armed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int aborted_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

@@ -22,9 +22,10 @@
 #include <optional>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "common/metrics/busy_meter.h"
-#include "common/security/cluster_secret.h"
 #include "common/metrics/interval_union.h"
+#include "common/security/cluster_secret.h"
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/local/placed_attention.h"
 #include "compute_node/rotation/slice_relay.h"
@@ -96,7 +97,7 @@ class StepService final : public lamina::v1::ComputeNode::Service {
     std::unique_ptr<TokenHistory> history;  // when params.has_penalties()
   };
   std::mutex sampling_mu_;
-  std::map<SequenceId, SequenceSampling> sampling_;
+  std::map<SequenceId, SequenceSampling> sampling_ ABSL_GUARDED_BY(sampling_mu_);
   BusyMeter busy_;
   BusyUnion computing_;
   IntervalUnion device_computing_;  // fed by GPU engines (ComputeEngine::set_device_busy)

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/transport/transport.h"
@@ -77,10 +78,10 @@ class ResidualInbox {
     std::string sender;
     DeviceInbox* device = nullptr;  // when the sender hands over GPU to GPU
   };
-  std::map<int, Inbound> by_batch_;  // guarded by mu_
+  std::map<int, Inbound> by_batch_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::unique_ptr<DeviceInbox>> device_inboxes_;  // made at Start, then only read
   int64_t device_max_rows_ = 0;
-  bool stopping_ = false;            // guarded by mu_
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread acceptor_;
 };
 

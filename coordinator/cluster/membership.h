@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/topology/topology.h"
@@ -82,11 +83,11 @@ class Membership {
   const absl::Duration timeout_;
   DeathCallback on_death_;
   mutable std::mutex mu_;
-  std::map<std::string, MemberInfo> members_;
-  bool stopping_ = false;
+  std::map<std::string, MemberInfo> members_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread monitor_;
   std::mutex listener_mu_;  // orders listener calls; taken before mu_, never inside it
-  std::function<void(bool)> serving_listener_;
+  std::function<void(bool)> serving_listener_ ABSL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace lamina

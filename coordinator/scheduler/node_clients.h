@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/security/cluster_secret.h"
 #include "grpcpp/grpcpp.h"
@@ -40,7 +41,7 @@ class ComputeClient {
   const std::optional<ClusterSecret> secret_;
   std::unique_ptr<lamina::v1::ComputeNode::Stub> stub_;
   std::mutex context_mu_;
-  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(context_mu_);
   std::unique_ptr<grpc::ClientReaderWriter<lamina::v1::StepPlan, lamina::v1::StepResult>> stream_;
   bool send_failed_ = false;
 };

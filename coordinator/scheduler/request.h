@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "compute_node/sampling/sampler.h"
@@ -62,7 +63,7 @@ class RequestHandle {
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable ready_;
-  std::deque<RequestEvent> events_;
+  std::deque<RequestEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lamina

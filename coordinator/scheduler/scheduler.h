@@ -57,6 +57,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/attention/attention_service.h"
 #include "common/model_config/model_config.h"
@@ -268,19 +269,24 @@ class Scheduler {
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::shared_ptr<RequestHandle>> queue_;      // guarded by mu_
-  std::map<uint64_t, GenerationSpec> queued_specs_;       // guarded by mu_
-  uint64_t next_id_ = 1;                                  // guarded by mu_
-  bool stopping_ = false;                                 // guarded by mu_
-  bool draining_ = false;                                 // guarded by mu_ (Drain)
-  int64_t in_flight_ = 0;   // sequences running or preempted after the last pass; guarded by mu_
-  uint64_t passes_ = 0;     // passes of the loop so far; guarded by mu_
-  int64_t completed_ = 0, failed_ = 0, cancelled_ = 0, preemptions_ = 0;      // guarded by mu_
-  std::map<std::string, PrefixCache::Use> cached_;                           // guarded by mu_
-  int64_t iterations_ = 0, decoded_sequences_ = 0, prefilled_tokens_ = 0;    // guarded by mu_
-  std::vector<int64_t> running_per_batch_;  // sequences in each batch; guarded by mu_
-  double iteration_seconds_ = 0;                                             // guarded by mu_
-  std::deque<std::pair<absl::Time, int64_t>> recent_tokens_;  // guarded by mu_
+  std::deque<std::shared_ptr<RequestHandle>> queue_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, GenerationSpec> queued_specs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;  // Drain
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // sequences running or preempted after the last pass
+  uint64_t passes_ ABSL_GUARDED_BY(mu_) = 0;    // passes of the loop so far
+  int64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, PrefixCache::Use> cached_ ABSL_GUARDED_BY(mu_);
+  int64_t iterations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t decoded_sequences_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefilled_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> running_per_batch_ ABSL_GUARDED_BY(mu_);  // sequences in each batch
+  double iteration_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::pair<absl::Time, int64_t>> recent_tokens_ ABSL_GUARDED_BY(mu_);
 
   // Owned by the loop thread, except that the watchdog reads each batch's step_started_ms and
   // any thread may Abort() a batch's stream. `batch_` is the batch the loop is working on: the

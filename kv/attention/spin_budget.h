@@ -42,6 +42,7 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 
 namespace lamina {
@@ -96,10 +97,10 @@ class SpinBudget {
   const int64_t shared_limit_, lone_limit_;
   std::atomic<int64_t> lanes_{0};
   std::atomic<int64_t> taken_{0};
-  std::mutex mu_;  // guards the three below: taken once a step and lane, not a layer
-  std::map<int, LaneSteps> steps_;
-  uint64_t steps_begun_ = 0;
-  int next_lane_ = 0;
+  std::mutex mu_;  // taken once a step and lane, not a layer
+  std::map<int, LaneSteps> steps_ ABSL_GUARDED_BY(mu_);
+  uint64_t steps_begun_ ABSL_GUARDED_BY(mu_) = 0;
+  int next_lane_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The SMs a lone lane leaves free of waiting blocks, for the memory node's other work.
