@@ -35,7 +35,7 @@ TEST(ClusterTest, KillingAMemoryNodeFailsOnlyItsSequencesAndTheSurvivorServesNew
   const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
 
   RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
-  absl::SleepFor(absl::Milliseconds(400));  // mid-run
+  ASSERT_TRUE(requests.AwaitTokens(20, absl::Seconds(30))) << "the requests never got going";  // mid-run
   auto pid = (*cluster)->NodePid("memory-1");
   ASSERT_TRUE(pid.ok()) << pid.status();
   const absl::Time killed = absl::Now();
@@ -161,7 +161,7 @@ TEST(ClusterTest, AHungComputeNodeEndsItsRequestsAndTheClusterRecoversWhenItCome
   ASSERT_TRUE(pid.ok()) << pid.status();
   const std::vector<int32_t> prompt = {1021, 841, 68, 391, 697};
   RequestsInFlight requests((*cluster)->client(), std::vector(4, IdsRequest(prompt, 900)));
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(requests.AwaitTokens(20, absl::Seconds(30))) << "the requests never got going";
   const absl::Time stopped = absl::Now();
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGSTOP), 0);  // hung, not dead: its sockets stay open
   for (const Outcome& o : requests.Join()) {
@@ -202,7 +202,7 @@ TEST(ClusterTest, AHungMemoryNodeComesBackWithNothingOfItsFailedRequestsAllocate
   ASSERT_TRUE(pid.ok()) << pid.status();
   const std::vector<int32_t> prompt = {1021, 841, 68, 391, 697};
   RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(requests.AwaitTokens(20, absl::Seconds(30))) << "the requests never got going";
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGSTOP), 0);  // hung, not dead: its sockets stay open
   absl::SleepFor(absl::Seconds(3));                          // past the 1.5 s heartbeat timeout
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGCONT), 0);

@@ -139,7 +139,7 @@ TEST_P(GpuClusterTest, KillingAMemoryNodeMidRunFailsOnlyItsRequests) {
 
   RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(ids, kTokens)));
   // Mid-run: every request is decoding.
-  requests.AwaitTokens(16, absl::Seconds(60));
+  ASSERT_TRUE(requests.AwaitTokens(16, absl::Seconds(60))) << "the requests never got going";
   auto pid = (*cluster)->NodePid("memory-1");
   ASSERT_TRUE(pid.ok()) << pid.status();
   const absl::Time killed = absl::Now();
@@ -199,7 +199,7 @@ TEST(GpuClusterKillTest, KillingTheComputeNodeMidRunLeavesTheMemoryNodesUp) {
   const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
   const std::vector<int32_t> ids = golden["prompts"][0]["ids"].get<std::vector<int32_t>>();
   RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(ids, 2000)));
-  requests.AwaitTokens(16, absl::Seconds(60));
+  ASSERT_TRUE(requests.AwaitTokens(16, absl::Seconds(60))) << "the requests never got going";
   auto compute = (*cluster)->NodePid("compute-0");
   auto memory0 = (*cluster)->NodePid("memory-0");
   auto memory1 = (*cluster)->NodePid("memory-1");
@@ -518,7 +518,7 @@ TEST(GpuPipeliningTest, KillingARotatingComputeNodeEndsItsBatchesAndTheOtherStay
 
   RequestsInFlight requests((*cluster)->client(), std::vector(6, IdsRequest(ids, 2000)));
   // Mid-run: every request is decoding, its batch rotating.
-  requests.AwaitTokens(16, absl::Seconds(60));
+  ASSERT_TRUE(requests.AwaitTokens(16, absl::Seconds(60))) << "the requests never got going";
   const std::string before = (*cluster)->NodeLog("compute-0");
   ASSERT_NE(before.find("GPU to GPU"), std::string::npos) << before;
   auto dead = (*cluster)->NodePid("compute-1");

@@ -38,7 +38,8 @@ KillTally KillMidRunAndCheck(ClusterHarness& cluster, const std::string& victim,
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
   const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
   RequestsInFlight requests(cluster.client(), std::vector(8, IdsRequest(prompt, 600)));
-  absl::SleepFor(absl::Milliseconds(400));  // mid-run, every batch full
+  if (!requests.AwaitTokens(20, absl::Seconds(30))) ADD_FAILURE() << "the requests never got going";
+  // Mid-run now, every batch full.
   auto pid = cluster.NodePid(victim);
   if (!pid.ok() || ::kill(static_cast<pid_t>(*pid), SIGKILL) != 0) {
     ADD_FAILURE() << "could not kill " << victim << ": " << pid.status();
@@ -179,7 +180,7 @@ TEST(PipeliningTest, KillingARotatingComputeNodeEndsItsBatchesPromptlyNamingIt) 
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
 
   RequestsInFlight requests((*cluster)->client(), std::vector(6, IdsRequest(prompt, 2000)));
-  absl::SleepFor(absl::Milliseconds(400));  // mid-run, all three batches rotating
+  ASSERT_TRUE(requests.AwaitTokens(20, absl::Seconds(30))) << "the requests never got going";  // all rotating
   auto pid = (*cluster)->NodePid("compute-1");
   ASSERT_TRUE(pid.ok()) << pid.status();
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
