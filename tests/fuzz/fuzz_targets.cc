@@ -37,11 +37,11 @@ const Tokenizer& Loaded(const char* model) {
 
 }  // namespace
 
-void SafetensorsFile(const uint8_t* data, size_t size) {
+bool SafetensorsFile(const uint8_t* data, size_t size) {
   auto tensors = lamina::SafetensorsFile::ParseBuffer(data, size, "fuzz.safetensors");
   if (!tensors.ok()) {
     Require(tensors.status().code() == absl::StatusCode::kInvalidArgument);
-    return;
+    return false;
   }
   // Every accepted tensor lies inside the buffer: touch its first and last byte.
   for (const auto& [name, view] : *tensors) {
@@ -52,34 +52,37 @@ void SafetensorsFile(const uint8_t* data, size_t size) {
       (void)last;
     }
   }
+  return true;
 }
 
-void ModelConfigJson(const uint8_t* data, size_t size) {
+bool ModelConfigJson(const uint8_t* data, size_t size) {
   auto config = ParseModelConfig(std::string(reinterpret_cast<const char*>(data), size), "fuzz/config.json");
   if (!config.ok()) {
     Require(config.status().code() == absl::StatusCode::kInvalidArgument);
-    return;
+    return false;
   }
   Require(config->num_q_heads % config->num_kv_heads == 0 && config->head_dim > 0);
+  return true;
 }
 
-void ChatTemplateSource(const uint8_t* data, size_t size) {
+bool ChatTemplateSource(const uint8_t* data, size_t size) {
   auto chat = ChatTemplate::Create(std::string(reinterpret_cast<const char*>(data), size), "fuzz/chat_template",
                                    {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
   if (!chat.ok()) {
     Require(chat.status().code() == absl::StatusCode::kInvalidArgument);
-    return;
+    return false;
   }
   auto text = chat->Apply({{"system", "Be brief."}, {"user", "Hi {{ there }}"}, {"assistant", "Hello."}}, true);
   Require(text.ok() || text.status().code() == absl::StatusCode::kInvalidArgument);
+  return true;
 }
 
-void HttpRequestHead(const uint8_t* data, size_t size) {
+bool HttpRequestHead(const uint8_t* data, size_t size) {
   constexpr size_t kMaxBody = 1 << 20;
   auto request = ParseRequestHead(absl::string_view(reinterpret_cast<const char*>(data), size));
   if (!request.ok()) {
     Require(absl::IsInvalidArgument(request.status()) || absl::IsUnimplemented(request.status()));
-    return;
+    return false;
   }
   Require(!request->method.empty() && request->target[0] == '/');
   Require(request->target.compare(0, request->path.size(), request->path) == 0);
@@ -93,25 +96,29 @@ void HttpRequestHead(const uint8_t* data, size_t size) {
     Require(absl::IsInvalidArgument(length.status()) || absl::IsOutOfRange(length.status()) ||
             absl::IsUnimplemented(length.status()));
   }
+  return true;
 }
 
-void OpenAiBody(const uint8_t* data, size_t size) {
+bool OpenAiBody(const uint8_t* data, size_t size) {
   const absl::string_view body(reinterpret_cast<const char*>(data), size);
+  bool accepted = false;
   for (OpenAiEndpoint endpoint : {OpenAiEndpoint::kCompletions, OpenAiEndpoint::kChatCompletions}) {
     auto request = ParseOpenAiRequest(endpoint, body, /*seed=*/1);
     if (!request.ok()) {
       Require(absl::IsInvalidArgument(request.status()));
       continue;
     }
+    accepted = true;
     Require(!request->prompts.empty() && request->prompts.size() <= 64);
     for (const lamina::v1::GenerateRequest& prompt : request->prompts) {
       Require(prompt.n() >= 1 && prompt.n() <= 64 && prompt.max_tokens() >= 0);
       Require(endpoint == OpenAiEndpoint::kChatCompletions ? prompt.chat().messages_size() > 0 : !prompt.has_chat());
     }
   }
+  return accepted;
 }
 
-void GenerateRequestProto(const uint8_t* data, size_t size) {
+bool GenerateRequestProto(const uint8_t* data, size_t size) {
   // Malformed UTF-8 in a string field is a refusal to parse, not news: no log line for each.
   static const bool quiet = [] {
     google::protobuf::SetLogHandler(nullptr);
@@ -129,7 +136,7 @@ void GenerateRequestProto(const uint8_t* data, size_t size) {
     return new Tokenizer(std::move(*t));
   }();
   lamina::v1::GenerateRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return false;
   const absl::StatusOr<ChatTemplate> no_template = absl::NotFoundError("no chat template");
   absl::StatusOr<GenerationSpec> spec = ToGenerationSpec(request, *tokenizer, no_template, *config);
   if (!spec.ok()) {
@@ -137,21 +144,23 @@ void GenerateRequestProto(const uint8_t* data, size_t size) {
       std::fprintf(stderr, "GenerateRequestProto: unexpected %s\n", spec.status().ToString().c_str());
       std::abort();
     }
-    return;
+    return false;
   }
   Require(spec->n >= 1 && spec->n <= kMaxSamples);
   Require(static_cast<int64_t>(spec->stop_strings.size()) <= kMaxStopStrings);
   for (int32_t id : spec->stop.stop_ids) Require(id >= 0 && id < config->vocab_size);
+  return true;
 }
 
-void TokenizerJson(const uint8_t* data, size_t size) {
+bool TokenizerJson(const uint8_t* data, size_t size) {
   auto tokenizer = Tokenizer::FromJson(std::string(reinterpret_cast<const char*>(data), size), "fuzz/tokenizer.json");
-  if (!tokenizer.ok()) return;
+  if (!tokenizer.ok()) return false;
   for (const char* text : {"Hello world", "  spaces  ", "caf\xc3\xa9 \xe6\x9d\xb1", ""}) {
     std::vector<int32_t> ids = tokenizer->Encode(text);
     std::string decoded = tokenizer->Decode(ids);
     Require(utf8::Sanitize(decoded) == decoded);
   }
+  return true;
 }
 
 void TokenizerText(const uint8_t* data, size_t size) {
