@@ -24,6 +24,6 @@ check() {  # tool program
   fi
   rm -f "$log"
 }
-for program in kernels_cuda_test compute_node_cuda_test memory_node_cuda_test; do check memcheck $program; done
+for program in kernels_cuda_test timing_cuda_test compute_node_cuda_test kv_cuda_test kv_lane_cuda_test; do check memcheck $program; done
 check synccheck kernels_cuda_test
 exit $failed
