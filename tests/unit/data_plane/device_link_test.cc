@@ -1,11 +1,25 @@
-// How a layer's rows split into chunks (data_plane/device_link.h): ChunksFor's count
-// and ChunkOf's ranges, which cover every row once.
+// The device links' front door (data_plane/device_link.h): names that are no device-side transport
+// refused by both ends, and how a layer's rows split into chunks (ChunksFor's count and
+// ChunkOf's ranges, which cover every row once).
 #include "data_plane/device_link.h"
+
+#include <string>
 
 #include "gtest/gtest.h"
 
 namespace lamina {
 namespace {
+
+TEST(DeviceLinkFactoryTest, ANameThatIsNoDeviceTransportIsRefusedByBothEnds) {
+  const LinkShape shape;
+  for (const char* name : {"tcp", "inproc", "", "CUDA_IPC"}) {
+    const auto compute = CreateComputeLinkEnd(name, shape, 0);
+    EXPECT_EQ(compute.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(compute.status().message(), std::string("'") + name + "' is not a device-side transport");
+    const auto memory = CreateMemoryLinkEnd(name, shape, 0, "");
+    EXPECT_EQ(memory.status().code(), absl::StatusCode::kInvalidArgument) << name;
+  }
+}
 
 TEST(ChunksForTest, ChunksOfAtLeastChunkRowsUpToTheMost) {
   EXPECT_EQ(ChunksFor(1, 4, 128), 1);
