@@ -108,6 +108,13 @@ void NodeMetrics(const MetricsPageInputs& in, PrometheusText& out) {
   each(
       "lamina_node_round_trip_seconds_total", kCounter, "Seconds of those round trips, summed.",
       [](const MemberInfo& node) { return node.load.round_trip_seconds(); }, compute);
+  each(
+      "lamina_node_attended_rows_total", kCounter,
+      "Rows a memory node attended over the host data plane (a row: one token at one layer).",
+      [](const MemberInfo& node) { return node.load.attended_rows(); }, memory);
+  each(
+      "lamina_node_attention_seconds_total", kCounter, "Seconds of that attention, summed.",
+      [](const MemberInfo& node) { return node.load.attention_seconds(); }, memory);
 }
 
 }  // namespace

@@ -43,8 +43,8 @@ absl::Status Status(const std::vector<std::string>& args) {
     std::printf("%s\n", balance->Describe().c_str());
   }
   std::printf("\n");
-  std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)", "SEQS",
-              "BUSY", "RTT/LAYER", "LAST HEARD");
+  std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s %12s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)",
+              "SEQS", "BUSY", "RTT/LAYER", "PACE", "LAST HEARD");
   for (const auto& n : s.nodes()) {
     const bool memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;
     // Memory nodes, and compute nodes with a pool of their own, hold KV caches.
@@ -61,9 +61,17 @@ absl::Status Status(const std::vector<std::string>& args) {
     const auto& load = n.load();
     std::string busy = load.clock_seconds() > 0 ? absl::StrFormat("%.0f%%", 100 * load.busy_seconds() / load.clock_seconds()) : "-";
     std::string rtt = load.round_trips() > 0 ? absl::StrFormat("%.0f us", 1e6 * load.round_trip_seconds() / load.round_trips()) : "-";
-    std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s  %s%s%s\n", n.name().c_str(), memory ? "memory" : "compute",
-                n.healthy() ? "healthy" : "DOWN", kv.c_str(), seqs.c_str(), busy.c_str(), rtt.c_str(), heard.c_str(),
-                n.detail().empty() ? "" : ": ", n.detail().c_str());
+    // What `balanced` placement sizes memory nodes' shares by: a memory node's attention per row
+    // (one token at one layer), a compute node's computing per step.
+    std::string pace = "-";
+    if (memory && load.attended_rows() > 0) {
+      pace = absl::StrFormat("%.1f us/row", 1e6 * load.attention_seconds() / load.attended_rows());
+    } else if (!memory && load.busy_count() > 0) {
+      pace = absl::StrFormat("%.1f ms/step", 1e3 * load.busy_seconds() / load.busy_count());
+    }
+    std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s %12s  %s%s%s\n", n.name().c_str(), memory ? "memory" : "compute",
+                n.healthy() ? "healthy" : "DOWN", kv.c_str(), seqs.c_str(), busy.c_str(), rtt.c_str(), pace.c_str(),
+                heard.c_str(), n.detail().empty() ? "" : ": ", n.detail().c_str());
   }
   return absl::OkStatus();
 }

@@ -24,6 +24,8 @@
 namespace lamina::testing {
 namespace {
 
+// With no moves allowed (failover_test has them recomputed), a dead memory node fails only its
+// sequences; `lamina up` restarts it.
 TEST(ClusterTest, KillingAMemoryNodeFailsOnlyItsSequencesAndTheSurvivorServesNewRequests) {
   ClusterOptions options;
   options.max_migrations = 0;

@@ -197,10 +197,11 @@ TEST(ClusterTest, StatusShowsWhatThePrefixCacheKeepsApartFromRequests) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find(absl::StrCat("0 / 8192 (", 8192 - cached)), std::string::npos) << out;
   EXPECT_NE(out.find(" cached"), std::string::npos) << out;
+  // The paces balanced placement goes by: the memory nodes' attention per row, the compute node's step.
+  EXPECT_NE(out.find(" us/row"), std::string::npos) << out;
+  EXPECT_NE(out.find(" ms/step"), std::string::npos) << out;
 }
 
-// With no moves allowed (failover_test has them recomputed), a dead memory node fails only its
-// sequences; `lamina up` restarts it.
 TEST(ClusterTest, NSamplesStoreThePromptOnceAndEachEqualsASingleRequestWithItsSeed) {
   ClusterOptions options;
   options.memory_nodes = 1;
