@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "common/transport/transport.h"
 
@@ -51,8 +52,8 @@ class Queue {
  private:
   std::mutex mu_;
   std::condition_variable ready_;
-  std::deque<Message> messages_;
-  bool closed_ = false;
+  std::deque<Message> messages_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class InprocConnection : public Connection {
@@ -92,7 +93,7 @@ class InprocListener;
 // Listeners by address, shared by every inproc transport of the process.
 struct Registry {
   std::mutex mu;
-  std::map<std::string, InprocListener*> listeners;
+  std::map<std::string, InprocListener*> listeners ABSL_GUARDED_BY(mu);
   static Registry& Get() {
     static Registry* registry = new Registry;
     return *registry;
@@ -142,8 +143,8 @@ class InprocListener : public Listener {
   std::string address_;
   std::mutex mu_;
   std::condition_variable ready_;
-  std::deque<std::unique_ptr<Connection>> pending_;
-  bool closed_ = false;
+  std::deque<std::unique_ptr<Connection>> pending_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class InprocTransport : public Transport {

@@ -73,7 +73,7 @@ class StepService final : public lamina::v1::ComputeNode::Service {
  private:
   struct Lane {
     StepLane parts;
-    bool held = false;  // guarded by lanes_mu_
+    bool held = false;  // guarded by StepService::lanes_mu_
   };
   // Blocks until a lane is free, then holds it; nullopt if the stream was cancelled meanwhile.
   std::optional<int> HoldLane(grpc::ServerContext* context);
