@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/cuda/cuda_check.h"
@@ -226,9 +227,9 @@ class Side {
 
   std::mutex mu_;
   std::condition_variable changed_;
-  std::deque<Send> sends_;
-  absl::Status poster_status_;
-  bool stopping_ = false;
+  std::deque<Send> sends_ ABSL_GUARDED_BY(mu_);
+  absl::Status poster_status_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread poster_;
 };
 
