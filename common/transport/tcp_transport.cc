@@ -21,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/net/sockets.h"
 #include "common/security/cluster_secret.h"
-#include "common/transport/link_handshake.h"
 #include "common/status/status_macros.h"
+#include "common/transport/link_handshake.h"
 #include "common/transport/transport.h"
 
 namespace lamina {
