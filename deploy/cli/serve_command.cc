@@ -32,6 +32,9 @@ const char kServeUsage[] =
     "  --memory-fraction F    share of the device's memory Lamina may use in all (default 0.9)\n"
     "  --kv-tokens N          the KV pool's tokens, instead of sizing it from memory\n"
     "  --kv-dtype T           auto (default), bfloat16, float8_e4m3 or float32 (CPU)\n"
+    "  --cpu-kv-tokens N      also a memory node on this host's CPUs holding N tokens: more\n"
+    "                         requests at once than the device holds (balanced placement)\n"
+    "  --memory-node-port P   that memory node's gRPC port, its data port the next (default 50071)\n"
     "  --max-batch N          sequences decoded together at most (default 64)\n"
     "  --api-key-file FILE    client API keys, one a line (docs/security.md)\n"
     "  --weights random       random weights of the model's shape, for experiments\n"
@@ -47,7 +50,8 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
       Flags flags,
       Flags::Parse(args,
                    {"model", "device", "host", "port", "http-port", "node-port", "memory-fraction", "kv-tokens",
-                    "kv-dtype", "max-batch", "api-key-file", "weights", "write-topology", "log-dir", "timeout"},
+                    "kv-dtype", "max-batch", "api-key-file", "weights", "write-topology", "log-dir", "timeout",
+                    "cpu-kv-tokens", "memory-node-port"},
                    {}));
   if (!flags.Has("model")) return absl::InvalidArgumentError("--model DIR is required");
   serve::ServeOptions options;
@@ -69,6 +73,13 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
     return absl::InvalidArgumentError("--memory-fraction must be in (0, 1]");
   }
   if (options.kv_tokens < 0) return absl::InvalidArgumentError("--kv-tokens must be positive");
+  LAMINA_ASSIGN_OR_RETURN(options.cpu_kv_tokens, flags.Int("cpu-kv-tokens", 0));
+  if (options.cpu_kv_tokens < 0) return absl::InvalidArgumentError("--cpu-kv-tokens must be positive");
+  LAMINA_ASSIGN_OR_RETURN(int64_t memory_node_port, flags.Int("memory-node-port", options.memory_node_port));
+  if (memory_node_port < 1 || memory_node_port > 65534) {
+    return absl::InvalidArgumentError("--memory-node-port must be from 1 to 65534 (its data port is the next)");
+  }
+  options.memory_node_port = static_cast<int>(memory_node_port);
   const std::string weights = flags.String("weights", "checkpoint");
   if (weights != "checkpoint" && weights != "random") {
     return absl::InvalidArgumentError(absl::StrCat("--weights: expected 'checkpoint' or 'random', got '", weights, "'"));
@@ -105,6 +116,10 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
                std::filesystem::path(options.model_dir).filename().c_str(), options.device.c_str(),
                serve::ParameterCount(config) * (device.is_cuda ? 2 : 4) * gib, static_cast<long long>(*kv_tokens),
                *kv_tokens * KvBytesPerToken(*kv_dtype, config) * gib, KvDtypeName(*kv_dtype));
+  if (options.cpu_kv_tokens > 0) {
+    std::fprintf(stderr, "lamina serve: and a memory node on the CPUs with %lld tokens (balanced placement)\n",
+                 static_cast<long long>(options.cpu_kv_tokens));
+  }
   std::fprintf(stderr, "lamina serve: topology in %s\n", topology.c_str());
   *exit_code = RunUp({topology, "--log-dir", log_dir, "--timeout", flags.String("timeout", "600")});
   return absl::OkStatus();

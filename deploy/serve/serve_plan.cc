@@ -46,7 +46,9 @@ absl::StatusOr<int64_t> SizeKvPool(const ServeOptions& options, const ModelConfi
 }
 
 std::string ServeTopologyYaml(const ServeOptions& options, int64_t kv_tokens) {
-  std::string yaml = absl::StrCat("# Written by lamina serve: one compute node with its own KV pool (deploy/TOPOLOGY.md).\n",
+  std::string yaml = absl::StrCat("# Written by lamina serve: one compute node with its own KV pool",
+                                  options.cpu_kv_tokens > 0 ? ", and a CPU memory node beside it" : "",
+                                  " (deploy/TOPOLOGY.md).\n",
                                   "model: ", options.model_dir, "\n");
   if (options.random_weights) absl::StrAppend(&yaml, "weights: random\n");
   absl::StrAppend(&yaml, "coordinator:\n  host: ", options.host, "\n  port: ", options.port, "\n  http_port: ",
@@ -54,9 +56,15 @@ std::string ServeTopologyYaml(const ServeOptions& options, int64_t kv_tokens) {
   if (!options.api_key_file.empty()) absl::StrAppend(&yaml, "  api_key_file: ", options.api_key_file, "\n");
   absl::StrAppend(&yaml, "scheduler:\n  max_batch: ", options.max_batch,
                   "\n  max_tokens_per_iteration: ", options.max_tokens_per_iteration, "\n");
+  if (options.cpu_kv_tokens > 0) absl::StrAppend(&yaml, "  placement: balanced\n");
   absl::StrAppend(&yaml, "nodes:\n  - name: compute-0\n    role: compute\n    host: ", options.host,
                   "\n    port: ", options.node_port, "\n    device: ", options.device,
                   "\n    kv_capacity_tokens: ", kv_tokens, "\n    kv_dtype: ", options.kv_dtype, "\n");
+  if (options.cpu_kv_tokens > 0) {
+    absl::StrAppend(&yaml, "  - name: memory-0\n    role: memory\n    host: ", options.host,
+                    "\n    port: ", options.memory_node_port, "\n    data_port: ", options.memory_node_port + 1,
+                    "\n    device: cpu\n    kv_capacity_tokens: ", options.cpu_kv_tokens, "\n");
+  }
   return yaml;
 }
 

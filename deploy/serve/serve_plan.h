@@ -1,5 +1,6 @@
 // What `lamina serve` runs: a one-node topology (a coordinator and one compute node that holds the
-// weights and a KV pool of its own, attended in its process) for a model folder, with the pool
+// weights and a KV pool of its own, attended in its process; optionally a CPU memory node beside
+// it for more KV, ServeOptions::cpu_kv_tokens) for a model folder, with the pool
 // sized from the device's memory as vLLM's gpu_memory_utilization sizes it:
 //
 //   pool bytes = total memory x memory_fraction - what others use now - weights - workspace
@@ -34,6 +35,11 @@ struct ServeOptions {
   double memory_fraction = 0.9;
   std::string api_key_file;  // absolute, or empty
   bool random_weights = false;
+  // > 0: a memory node on the host's CPUs holding this many tokens beside the compute node's pool
+  // (bfloat16 for a bfloat16 checkpoint), under `balanced` placement: more requests at once than
+  // the device's memory holds, without slowing its steps.
+  int64_t cpu_kv_tokens = 0;
+  int memory_node_port = 50071;  // its gRPC port; its data port is the next one
 };
 
 // The memory a device offers: for a GPU its total and free bytes, for the CPU the host's

@@ -5,10 +5,13 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/process/child_process.h"
 #include "common/topology/topology.h"
+#include "deploy/client/cluster_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster_harness.h"
@@ -63,6 +66,65 @@ TEST(ServeTest, OneCommandServesTheDemoModelOverOpenAisApiAndStopsOnSigterm) {
   EXPECT_EQ(text, golden["prompts"][3]["greedy_text"].get<std::string>().substr(0, text.size()));
   EXPECT_FALSE(text.empty());
 
+  ::kill(*pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(log);
+}
+
+TEST(ServeTest, ACpuMemoryNodeTakesTheRequestsTheDevicesPoolCannotHold) {
+  TempDir dir;
+  const int http_port = FreePort(), port = FreePort(), node_port = FreePort(), memory_port = FreePort();
+  const std::string log = dir.path() + "/serve.log";
+  // The compute node's pool holds one context (1,024 tokens); 32 requests of about 60 need more.
+  absl::StatusOr<pid_t> pid = SpawnLogged(
+      {LAMINA_BINARY, "serve", "--model", ModelDir("lamina-demo-6m"), "--http-port", std::to_string(http_port),
+       "--port", std::to_string(port), "--node-port", std::to_string(node_port), "--kv-tokens", "1024",
+       "--cpu-kv-tokens", "8192", "--memory-node-port", std::to_string(memory_port), "--log-dir",
+       dir.path() + "/logs"},
+      log);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadAll(log).find("Lamina is up") == std::string::npos && absl::Now() < deadline) {
+    int status;
+    ASSERT_NE(::waitpid(*pid, &status, WNOHANG), *pid) << ReadAll(log);
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const std::string started = ReadAll(log);
+  ASSERT_NE(started.find("Lamina is up"), std::string::npos) << started;
+  EXPECT_NE(started.find("a memory node on the CPUs with 8192 tokens"), std::string::npos) << started;
+
+  const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
+  const std::string expected = golden["prompts"][3]["greedy_text"].get<std::string>();
+  const nlohmann::json body = {{"prompt", "In this paper, we"}, {"max_tokens", 48}, {"temperature", 0}};
+  std::vector<std::string> texts(32);
+  std::vector<std::thread> clients;
+  for (std::string& text : texts) {
+    clients.emplace_back([&] {
+      absl::StatusOr<HttpReply> reply = HttpCall(absl::StrCat("127.0.0.1:", http_port), "POST", "/v1/completions",
+                                                 body.dump(), absl::Seconds(60));
+      if (reply.ok() && reply->status == 200) text = nlohmann::json::parse(reply->body)["choices"][0]["text"];
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  for (const std::string& text : texts) {
+    ASSERT_FALSE(text.empty()) << ReadAll(log);
+    EXPECT_EQ(text, expected.substr(0, text.size()));
+  }
+  // The memory node attended some of them (its heartbeats, every 500 ms by default, report it).
+  absl::StatusOr<std::unique_ptr<cli::ClusterClient>> client =
+      cli::ClusterClient::Connect(absl::StrCat("127.0.0.1:", port), cli::ClientAccess{});
+  ASSERT_TRUE(client.ok()) << client.status();
+  int64_t attended = 0;
+  for (const absl::Time until = absl::Now() + absl::Seconds(5); attended == 0 && absl::Now() < until;) {
+    absl::StatusOr<lamina::v1::ClusterStatusResponse> status = (*client)->Status(absl::Seconds(1));
+    ASSERT_TRUE(status.ok()) << status.status();
+    for (const auto& node : status->nodes()) {
+      if (node.name() == "memory-0") attended = node.load().attended_rows();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_GT(attended, 0) << "the memory node never attended a row";
   ::kill(*pid, SIGTERM);
   int status = 0;
   ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);

@@ -71,5 +71,24 @@ TEST(ServePlanTest, TheTopologyParsesAsOneComputeNodeWithItsPool) {
   EXPECT_EQ(topology->coordinator_port, 50051);
 }
 
+TEST(ServePlanTest, ACpuMemoryNodeBesideThePoolComesWithBalancedPlacement) {
+  testing::TempDir dir;
+  ServeOptions options;
+  options.model_dir = testing::ModelDir("lamina-demo-6m");
+  options.cpu_kv_tokens = 20000;
+  options.memory_node_port = 18071;
+  absl::StatusOr<Topology> topology = LoadTopology(dir.Write("serve.yaml", ServeTopologyYaml(options, 4096)));
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_EQ(topology->nodes.size(), 2u);
+  EXPECT_EQ(topology->placement, "balanced");
+  const NodeSpec* memory = topology->Find("memory-0");
+  ASSERT_NE(memory, nullptr);
+  EXPECT_EQ(memory->kind, NodeKind::kMemory);
+  EXPECT_EQ(memory->device, "cpu");
+  EXPECT_EQ(memory->kv_capacity_tokens, 20000);
+  EXPECT_EQ(memory->data_address(), "127.0.0.1:18072");
+  EXPECT_EQ(topology->Find("compute-0")->kv_capacity_tokens, 4096);
+}
+
 }  // namespace
 }  // namespace lamina::serve
