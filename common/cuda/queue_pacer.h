@@ -1,11 +1,10 @@
 // Keeps a thread from queuing work too far ahead of a GPU. Each CUDA stream holds about a thousand
-// launches that have not started (1021 on an H200 with CUDA 13, measured by queuing kernels behind
-// a wait); the launch after that blocks inside the driver until the GPU starts one, and while it
+// launches that have not started; the launch after that blocks inside the driver until the GPU
+// starts one, and while it
 // does, other threads' CUDA calls that take the driver's lock (cudaMallocHost among them) block
 // too. Behind a wait for another node (the data planes, the hand-overs) the GPU starts nothing
-// until that node moves, and it may be waiting on one of those blocked threads: on 2 x H200 a
-// memory node queued a prefill's k/v stores (about 1,100 launches) on one lane, blocked, and held
-// the other lanes until their waits timed out.
+// until that node moves, and it may be waiting on one of those blocked threads (a prefill's k/v
+// stores on one lane once held a memory node's other lanes so until their waits timed out).
 //
 // The caller marks the end of each unit of work it queues (a layer, a chunk: a few launches), and
 // Paced then holds the thread until the unit `most_units` back has finished on the GPU, so at most

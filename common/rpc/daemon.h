@@ -45,9 +45,7 @@ int DaemonMain(const char* program, const char* usage, int argc, char** argv,
 //  - Streams get 32 hardware queues, CUDA's most, rather than 8 (CUDA_DEVICE_MAX_CONNECTIONS).
 //    Streams beyond the queues share them, and a kernel spinning at the head of one (a wait for a
 //    peer, an NCCL exchange) then holds back the other streams' kernels behind it, which may be
-//    the ones its peer waits for. On 4 x H200, rotation over two compute nodes with nccl links to
-//    two memory nodes (a dozen streams a GPU) stalled in 2 of 2 runs at 8 queues and passed 3 of 3
-//    at 32.
+//    the ones its peer waits for (a rotating cluster with a dozen streams a GPU stalled so at 8).
 // Call first in main, before any CUDA call.
 void ConfigureCudaForWaitsOnOtherProcesses();
 

@@ -4,8 +4,8 @@
 // the device: it waits for every kernel queued before it, and kernels queued after it do not start
 // until it is done. Our device steps queue kernels that spin on flags another process raises (device
 // links, hand-overs), and that process may in turn wait for kernels held back here. A free while
-// such a step runs then stalls both until a spin times out: on 4 x H200, two memory nodes freeing
-// a killed compute node's links stalled the surviving compute node's steps for 4-6 s.
+// such a step runs then stalls both until a spin times out (seconds, when memory nodes free a
+// killed compute node's links beside a survivor's steps).
 //
 // So a process brackets each device step with BeginStep and EndStep (ScopedDeviceStep), and hands
 // objects owning device memory to Retire rather than destroying them: they are destroyed at once

@@ -19,24 +19,17 @@ enum class NodeKind { kCompute, kMemory };
 
 // A layer's decode rows to a memory node travel in at most this many chunks.
 inline constexpr int kMaxDataPlaneChunks = 4;
-// Rows per chunk below which a layer is not split. On two H200s (cuda_ipc, lamina-bench-data-plane),
-// rows behind a flag: chunks of 128 or more rows hid 0.3-0.5 of the transfer behind attention, and
-// chunks of 32 cost more time than they hid. As packets, whose every warp or block attends as soon
-// as its own rows are in, chunks of 256 rows were the best, context 1: 256 rows in one chunk 31.1
-// us a layer (two chunks of 128: 35.6), 512 rows in two 53.6 (one: 57.7; four of 128: 58.0),
-// 1024 rows in four 97.4 (one: 103.1); at context 1024 chunks changed little (1157-1174 at 1024
-// rows).
+// Rows per chunk below which a layer is not split: smaller chunks cost more than they hide of the
+// transfer behind attention (the data plane's figures: tests/bench/RESULTS.md).
 inline constexpr int64_t kDefaultChunkRows = 256;
-// Over cuda_ipc, decode chunks of at most this many rows travel as lines (kernels/cuda/line.h):
-// on two H200s lines took 0.56x the time of rows behind a flag at 1 row, 0.48x at 16 and 0.82x at
-// 32 (lamina-bench-data-plane, tests/bench/RESULTS.md). At most kMostLineRows, the rows one
+// Over cuda_ipc, decode chunks of at most this many rows travel as lines (kernels/cuda/line.h),
+// about twice as fast as rows behind a flag at a few rows; at most kMostLineRows, the rows one
 // receiving launch takes.
 inline constexpr int64_t kMostLineRows = 32;
 inline constexpr int64_t kDefaultLineRows = kMostLineRows;
 // Over cuda_ipc between GPUs joined by NVLink, larger decode chunks of at most this many rows (by
-// default every one) travel as packets (kernels/cuda/packets.h) rather than rows behind a flag: on
-// two H200s a layer took 0.82x the time at 64 rows, 0.83x at 128 and 0.91x at 256, and chunked
-// layers of 1024 rows no longer (lamina-bench-data-plane, tests/bench/RESULTS.md).
+// default every one) travel as packets (kernels/cuda/packets.h): faster than rows behind a flag up
+// to a few hundred rows, and no slower beyond.
 inline constexpr int64_t kDefaultPacketRows = int64_t{1} << 20;
 
 struct NodeSpec {
@@ -127,14 +120,14 @@ struct Topology {
   // alternating on it, and over R > 1 compute nodes R + 1 batches, slice k of batch j running on
   // compute node (j + k) mod R (each compute node then needs a data_port); `auto` (the default), `fixed`
   // with several compute nodes, and with one, `none` until more than `rotational_above` requests
-  // are running or waiting, then `rotational`. The default 16 is measured (TOPOLOGY.md): on two
-  // H200s two batches gave 1.05x the tokens/s at 8 requests in flight and 1.45-1.72x from 32 on.
+  // are running or waiting, then `rotational` (below that a second batch gains little;
+  // deploy/TOPOLOGY.md).
   std::string pipelining = "auto";
   int rotational_above = 80;
   // With several batches in flight, send each batch's step a share of a layer's time after the
   // others' (coordinator/scheduler/step_stagger.h), so that batches meeting on one compute node
-  // take their slices in turn. Off by default: with two batches on one H200 it gained nothing
-  // measurable (deploy/experiments/results/README.md, h200x2-stagger).
+  // take their slices in turn. Off by default: it gained nothing measurable on one GPU
+  // (deploy/experiments/results/README.md).
   bool stagger = false;
   // Where the coordinator places a new sequence when its batch's compute node has a pool of its own
   // and memory nodes have room too: `local_first` (the default: the compute node's pool while it
@@ -177,9 +170,8 @@ struct Topology {
 // being used, up to tcp (the host path, which always opens): the memory node's list with `auto`
 // resolved for this pair, as cuda_ipc (GPUs of one host), nccl (GPUs), then tcp; but neither
 // device link when both nodes are on one GPU, where processes take turns (CUDA time-slices them)
-// and a device link's spinning waits last through the other's turns: on an H100, a layer's round
-// trip over cuda_ipc between two processes of one GPU took 4.4 ms at batches 1 to 32, against
-// 0.14 to 1.1 ms over tcp (lamina-bench-data-plane, tests/bench/RESULTS.md). A cuda_ipc named
+// and a device link's spinning waits last through the other's turns (several times slower than
+// tcp there; tests/bench/RESULTS.md). A cuda_ipc named
 // outright is kept on one GPU (SharedGpuWarnings warns of it) and left out across hosts, where
 // CUDA IPC cannot reach. No duplicates.
 std::vector<std::string> TransportsBetween(const NodeSpec& compute, const NodeSpec& memory);

@@ -110,9 +110,8 @@ class KvBackend {
   virtual int device() const { return -1; }
   // A new lane of device-side decode steps of up to `max_chunks` (>= 1) chunks each;
   // FailedPrecondition on the CPU. The streams a step's chunks run on are made now, before any wait
-  // spins: on an H200 (CUDA 13), while a kernel spun, a process's first new streams came at once
-  // but about its 32nd took until the kernel ended, and other threads' CUDA calls waited behind it
-  // (a memory node under rotation over two compute GPUs stalled so at 512 requests in flight).
+  // spins: while a kernel spins, making a process's 32nd or so stream waits until the kernel ends,
+  // and other threads' CUDA calls wait behind it.
   virtual absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane(int max_chunks) {
     return absl::FailedPreconditionError("the KV pool is on the CPU: no device-side decode");
   }

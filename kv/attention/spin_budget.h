@@ -2,35 +2,21 @@
 //
 // A linked step queues its layers' attention ahead of their rows, and something on the GPU waits
 // for each: the attention launch itself (each block polls) or a small kernel queued before it. A
-// waiting block holds its SM's share (a deep-tiled attention block the whole SM) until the rows
-// arrive. The rows come from a compute node that interleaves the lanes' layers, so a lane's rows
-// may follow another lane's attention on this GPU. Were that attention unable to find an SM free of
-// waiting blocks, the two would wait on each other until the timeouts fired: two lanes whose
-// launches of 128 deep-tiled blocks each waited stalled a rotating cluster on two H200s.
+// waiting block holds its SM's share until the rows arrive. The rows come from a compute node that
+// interleaves the lanes' layers, so one lane's rows may follow another lane's attention; were that
+// attention unable to find an SM free of waiting blocks, the two would wait on each other until
+// their timeouts (it happened: two lanes of 128-block launches stalled a rotating cluster).
 //
-// So the lanes of one GPU share a budget of waiting blocks, half its SMs: the blocks past it wait
-// in no SM, and every launch that follows its rows finds SMs. A GPU's lone lane (a memory node
-// serving one batch: no other lane's attention can come between it and its rows) may take all
-// but a few: a launch past the budget waits behind a kernel, and that cost a lone lane's 128-block
-// launches 1.4-1.9x a layer when they were launched after that kernel (lamina-bench-hop's "ahead"
-// against "lines", tests/bench/RESULTS.md), and still 1.2-1.9x chained to it ("chained").
-// A lone lane counts a launch's blocks by the SMs they fill over kLoneLaneWaves waves: a launch of
-// small blocks (a warp per head or query head: 128 threads and a few KB of staged packets, several
-// of which share an SM) counts twice as many blocks as an SM holds as one, so that a launch of up
-// to two waves of them polls for itself; the second wave's blocks take the SMs of the first's as
-// those end, in the order the rows arrive. On two H200s, 24 to 128 rows of a warp per query head
-// (192 to 1024 blocks) then took 0.97-1.01 of the latency target, against 1.06-1.24 chained to a
-// kernel ahead; one wave rather than two, 96 and 128 rows took 1.01-1.12 (lamina-bench-data-plane,
-// tests/bench/RESULTS.md). With several lanes each block counts as an SM: the block scheduler
-// spreads a launch's blocks an SM each first, so that even small blocks may keep a deep-tiled
-// block of another lane off every SM they sit on. So does a lone lane whose compute end shares
-// its GPU (cuda_ipc within one GPU): two waves of polling blocks would keep the sender's kernel
-// off every SM until the polls timed out.
-// Counted whole, a warp per query head's launch past 8 rows of Llama-3-8B's shape (64 pairs, a
-// block each) is past the shared limit; as blocks of 2 or 4 pairs (FewestPairsPerBlock) it fits up
-// to 32 rows. On two H200s with several lanes, 16 to 32 rows then took 0.99-1.04 of the latency
-// target against 1.22-1.29 behind a kernel ahead; blocks of 4 pairs where a pair a block fits cost
-// 1 row 1.18 against 1.01, hence the fewest (lamina-bench-data-plane, tests/bench/RESULTS.md).
+// So the lanes of one GPU share a budget of waiting blocks, half its SMs: blocks past it wait in no
+// SM, and every launch that follows its rows finds SMs. A GPU's lone lane (one batch: no other
+// lane's attention can come between it and its rows) may take all but a few SMs, as a launch past
+// the budget waits behind a kernel, which costs a lone lane's large launches markedly. A lone lane
+// counts a launch's blocks by the SMs they fill over kLoneLaneWaves waves (small blocks share an
+// SM; the second wave takes the first's SMs as they end, in the order the rows arrive). With
+// several lanes, or a compute end on the same GPU, each block counts as an SM: the scheduler
+// spreads a launch's blocks an SM each first, and two waves of polling blocks would keep the
+// sender's kernel off every SM. Launches are cut into the fewest pairs a block that fit
+// (FewestPairsPerBlock). The figures behind these choices: tests/bench/RESULTS.md and its history.
 // A lane takes its step's blocks when it queues the step's first layer and gives them back when
 // the step has ended. Thread-safe.
 #ifndef LAMINA_KV_ATTENTION_SPIN_BUDGET_H_
@@ -133,17 +119,9 @@ ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_b
 // which its blocks count (CountOf, `blocks_an_sm(width)` of them an SM) within `most_in_launch` and
 // the lane's `share` of the budget for the step (SpinBudget::BeginStep), else within what is left of
 // it now, so that the launch polls for itself (ChooseChunkWait) rather than behind a kernel queued
-// ahead; 1 where none does. With several lanes each block counts as an SM: 16 rows of Llama-3-8B's
-// shape (128 pairs) fit the shared limit of an H200 (66) as 64 blocks of two pairs, and a share of
-// two lanes (33) as 32 blocks of four. Within the share first, so that a lane that queues its step
-// first leaves the others room for theirs: taking what was left, the first of two lanes stepping at
-// once kept 64 blocks at 8 to 16 rows, and the other's launches waited behind a kernel ahead (on
-// two H200s, at once with 20 us of compute before each send, the slower lane 1.29-1.33 of the
-// latency target against 1.07-1.11 with shares). A share counts only the lanes stepping: counting
-// every lane open, a lane stepping while the others idled paid for blocks wider than it needed (6
-// to 16 rows 1.02-1.07 of the target against 0.98-1.01 counting the lanes stepping; 2 to 6 rows
-// with a lane per column of lamina-bench-data-plane's table open, 1.04-1.12 against 0.99-1.01:
-// tests/bench/RESULTS.md).
+// ahead; 1 where none does. Within the share first, so that a lane that queues its step first
+// leaves the others room for theirs; a share counts only the lanes stepping, so that a lane
+// stepping alone does not pay for blocks wider than it needs.
 int FewestPairsPerBlock(int64_t pairs, int64_t most_in_launch, int64_t share, const SpinBudget& budget,
                         absl::FunctionRef<int64_t(int)> blocks_an_sm);
 
