@@ -6,10 +6,9 @@
 //
 // Asking cuBLASLt for an algorithm may load kernels into the CUDA context (cuLibraryLoadData), and
 // a load waits until the context's running kernels end. On a compute node whose device links have
-// waits spinning on the GPU, that wait may never end on its own: on two H200s, two rotating compute
-// nodes each sat in such a load while their spinning waits waited for the other's hand-overs, until
-// the waits timed out. Running an algorithm for the first time loads its kernels too (seen the same
-// way after the asking was moved to start-up). Prepare() therefore asks for every algorithm a node
+// waits spinning on the GPU, that wait may never end on its own (two rotating compute nodes each
+// sat in such a load, waiting for the other's hand-overs). Running an algorithm for the first time
+// loads its kernels too. Prepare() therefore asks for every algorithm a node
 // will need, and runs each once, before the node serves; a later shape reuses a prepared algorithm
 // rather than ask again.
 // Thread-compatible: one caller at a time per Gemm.

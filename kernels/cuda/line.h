@@ -3,8 +3,8 @@
 // that names the hop; the sender writes each line in one store, with no fence and no flag after
 // them, and the receiver polls the lines themselves until both tags match. A hop of lines costs
 // twice the bytes of plain rows but saves the fence that must drain the rows across the link
-// before a flag may follow them (about 4 us of a round trip between two H200s, .probe results in
-// tests/bench/RESULTS.md), so it suits hops of a few rows.
+// before a flag may follow them (a few microseconds of a round trip), so it suits hops of a few
+// rows.
 //
 // Lines mirror floats: the floats from a base address on map two to a line, float i into line
 // i / 2, so a buffer of lines holds twice the bytes of the rows it mirrors. Each hop must carry a

@@ -75,9 +75,7 @@ absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* ro
 // same stream after the SendPackets of the same exchange, with its `receive_starts_early` (other
 // sends may come between, as a compute node sends to each memory node before it receives), the
 // blocks start polling once the send's packets are stored, while the send ends, so that the GPU's
-// turn from one launch to the next is not on the hop's path (on two H200s the receive's first
-// block started about 3 us after the send's, 4 to 5.5 where another stream's kernel ran beside
-// them, and the packets came back at 4.2: tests/bench/RESULTS.md). By then the send has passed
+// turn from one launch to the next is not on the hop's path. By then the send has passed
 // its wait for the kernel before it, so everything queued before the send has ended.
 absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
                             uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,

@@ -8,10 +8,8 @@
 // The thresholds are found by radix selection over the logits' bits (no sort), and probability
 // masses are summed in 32.32 fixed point, so a draw is bit-for-bit reproducible. The selection
 // runs on the logits of the narrowest band below the row's maximum that holds everything it can
-// keep (up to 16,384 of them, gathered in id order into shared memory), else over the whole row.
-// On an H100, a row of 128,256 logits takes about 45-60 us with top-k 50, with or without top-p,
-// at batch 1 (130-150 us a call at batch 128), and about 1 ms with top-p alone over a flat row
-// (tests/bench/RESULTS.md). The random number
+// keep (up to 16,384 of them, gathered in id order into shared memory), else over the whole row
+// (top-p alone over a flat row: the slow case, tests/bench/RESULTS.md). The random number
 // is a counter-based hash of (seed, counter): pass the token's position as the counter and a
 // sequence resumes its stream anywhere. The CPU sampler (SampleToken) draws with the same masses
 // and numbers, so both draw the same token from the same logits; it is this kernel's oracle.

@@ -16,8 +16,8 @@
 
 namespace lamina::kernels::cuda {
 
-// Measured on an H100 against cuBLAS (tests/bench/RESULTS.md): 1.1-1.5x at m = 1, even at m = 4,
-// behind at m = 8, where the x reads per weight byte grow with m.
+// Up to this many rows the small-batch kernel beats cuBLAS; past a few it falls behind, as the x
+// reads per weight byte grow with m (tests/bench/RESULTS.md).
 inline constexpr int64_t kSmallBatchRows = 2;
 
 // True when SmallBatchGemm takes these operands: 1 ≤ m ≤ kSmallBatchRows, k a multiple of 8 and
