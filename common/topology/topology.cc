@@ -67,11 +67,28 @@ absl::Status ParseKvDtype(const Fields& f, NodeSpec* spec) {
   return absl::OkStatus();
 }
 
+// A compute node's `tuning:` block, when it has one.
+absl::StatusOr<DataPlaneTuning> ParseTuning(const Fields& node, const std::string& where) {
+  DataPlaneTuning tuning;
+  if (!node.Has("tuning")) return tuning;
+  Fields f(node.Get("tuning"), node.path(), where + ".tuning", {"chunk_rows", "line_rows", "packet_rows"});
+  LAMINA_RETURN_IF_ERROR(f.CheckShape());
+  LAMINA_ASSIGN_OR_RETURN(tuning.chunk_rows, f.Integer("chunk_rows", &kDefaultChunkRows, 0, int64_t{1} << 20));
+  LAMINA_ASSIGN_OR_RETURN(tuning.line_rows, f.Integer("line_rows", &kDefaultLineRows, 0, kMostLineRows));
+  LAMINA_ASSIGN_OR_RETURN(tuning.packet_rows, f.Integer("packet_rows", &kDefaultPacketRows, 0, kDefaultPacketRows));
+  return tuning;
+}
+
 absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& path, int index) {
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
            {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads", "kind",
-            "gpu_busy_timing", "chunk_rows", "line_rows", "packet_rows", "kv_dtype"});
+            "gpu_busy_timing", "tuning", "kv_dtype"});
+  if (node.IsMap()) {
+    for (const char* field : {"chunk_rows", "line_rows", "packet_rows"}) {
+      if (f.Has(field)) return f.Error(f.Get(field), field, "a data-plane tuning field: write it under `tuning:`");
+    }
+  }
   LAMINA_RETURN_IF_ERROR(f.CheckShape());
   NodeSpec spec;
   spec.line = node.Mark().line + 1;
@@ -105,14 +122,12 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
     LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
     LAMINA_RETURN_IF_ERROR(ParseKvDtype(f, &spec));
-    for (const char* field : {"gpu_busy_timing", "chunk_rows", "line_rows", "packet_rows"}) {
+    for (const char* field : {"gpu_busy_timing", "tuning"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only compute nodes have this field");
     }
   } else {
     LAMINA_ASSIGN_OR_RETURN(spec.gpu_busy_timing, f.Bool("gpu_busy_timing", false));
-    LAMINA_ASSIGN_OR_RETURN(spec.chunk_rows, f.Integer("chunk_rows", &kDefaultChunkRows, 0, int64_t{1} << 20));
-    LAMINA_ASSIGN_OR_RETURN(spec.line_rows, f.Integer("line_rows", &kDefaultLineRows, 0, kMostLineRows));
-    LAMINA_ASSIGN_OR_RETURN(spec.packet_rows, f.Integer("packet_rows", &kDefaultPacketRows, 0, kDefaultPacketRows));
+    LAMINA_ASSIGN_OR_RETURN(spec.tuning, ParseTuning(f, where));
     // Compute nodes: where the previous replica hands batches over under rotational pipelining.
     LAMINA_ASSIGN_OR_RETURN(int64_t data_port, f.Integer("data_port", &zero, 1, 65535));
     spec.data_port = static_cast<int>(data_port);

@@ -32,6 +32,20 @@ inline constexpr int64_t kDefaultLineRows = kMostLineRows;
 // to a few hundred rows, and no slower beyond.
 inline constexpr int64_t kDefaultPacketRows = int64_t{1} << 20;
 
+// How a compute node's decode rows travel over device links: a node entry's optional `tuning:`
+// block (deploy/TOPOLOGY.md). The defaults suit most; these exist for measuring.
+struct DataPlaneTuning {
+  // A layer goes to a memory node in up to kMaxDataPlaneChunks mini-batches of at least this many
+  // rows (communication-attention overlap); 0 sends one.
+  int64_t chunk_rows = kDefaultChunkRows;
+  // Over cuda_ipc, a chunk of 1 to this many rows travels as lines, which the receiver polls,
+  // rather than rows behind a flag; 0 never.
+  int64_t line_rows = kDefaultLineRows;
+  // Over cuda_ipc between GPUs joined by NVLink, a chunk of more than line_rows and at most this
+  // many rows travels as packets; 0 never.
+  int64_t packet_rows = kDefaultPacketRows;
+};
+
 struct NodeSpec {
   std::string name;
   NodeKind kind = NodeKind::kCompute;
@@ -53,16 +67,8 @@ struct NodeSpec {
   // Compute nodes on a GPU: busy time measured on the device (CUDA events between the slices and
   // the exchanges) rather than on the host, where the GPU's waits count as computing.
   bool gpu_busy_timing = false;
-  // Compute nodes: a decode step's layer goes to a memory node over a device link in up to
-  // kMaxDataPlaneChunks mini-batches of at least this many rows (communication-attention
-  // overlap); 0 sends one.
-  int64_t chunk_rows = kDefaultChunkRows;
-  // Compute nodes: over cuda_ipc, a decode chunk of 1 to this many rows travels as lines, which
-  // the receiver polls, rather than rows behind a flag; 0 never.
-  int64_t line_rows = kDefaultLineRows;
-  // Compute nodes: over cuda_ipc between GPUs joined by NVLink, a decode chunk of more than
-  // line_rows and at most this many rows travels as packets; 0 never.
-  int64_t packet_rows = kDefaultPacketRows;
+  // Compute nodes: the data plane's wire formats, from the entry's optional `tuning:` block.
+  DataPlaneTuning tuning;
   // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost
   // reports charge for it. Defaults to "cpu" on the CPU and to nothing on a GPU.
   std::string price_kind;

@@ -115,9 +115,10 @@ absl::Status Run(const std::vector<std::string>& args) {
           absl::Seconds(5)));
       remote = remotes.back().get();
       if (device.is_cuda) {
-        remote->EnableDeviceLinks(device.index, link_rows, device_transports, kMaxDataPlaneChunks, spec->chunk_rows);
-        remote->set_line_rows(spec->line_rows);
-        remote->set_packet_rows(spec->packet_rows);
+        remote->EnableDeviceLinks(device.index, link_rows, device_transports, kMaxDataPlaneChunks,
+                                  spec->tuning.chunk_rows);
+        remote->set_line_rows(spec->tuning.line_rows);
+        remote->set_packet_rows(spec->tuning.packet_rows);
         remote->OpenDeviceLinks(links_deadline);
       }
     }

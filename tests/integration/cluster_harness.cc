@@ -105,8 +105,9 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
                                                                                     : options.device;
     absl::StrAppend(&yaml, "  - name: compute-", i, "\n    role: compute\n    device: ", device,
                     "\n    port: ", FreePort(), "\n    data_port: ", FreePort(), "\n");
-    if (options.chunk_rows) absl::StrAppend(&yaml, "    chunk_rows: ", *options.chunk_rows, "\n");
-    if (options.line_rows) absl::StrAppend(&yaml, "    line_rows: ", *options.line_rows, "\n");
+    if (options.chunk_rows || options.line_rows) absl::StrAppend(&yaml, "    tuning:\n");
+    if (options.chunk_rows) absl::StrAppend(&yaml, "      chunk_rows: ", *options.chunk_rows, "\n");
+    if (options.line_rows) absl::StrAppend(&yaml, "      line_rows: ", *options.line_rows, "\n");
     if (options.compute_kv_capacity_tokens > 0) {
       absl::StrAppend(&yaml, "    kv_capacity_tokens: ", options.compute_kv_capacity_tokens, "\n");
     }

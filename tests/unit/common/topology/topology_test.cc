@@ -128,63 +128,35 @@ TEST(TopologyTest, GpuBusyTimingIsAComputeNodeChoiceOffByDefault) {
               "nodes[1].gpu_busy_timing: only compute nodes have this field");
 }
 
-TEST(TopologyTest, ChunkRowsIsAComputeNodeChoiceWithAMeasuredDefault) {
+TEST(TopologyTest, DataPlaneTuningIsAComputeNodesOptionalBlock) {
   const std::string original = Original();
   auto plain = ParseTopology(original, kPath);
   ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_EQ(plain->Find("compute-0")->chunk_rows, kDefaultChunkRows);
-  auto with = [&](const std::string& line) { return WithComputeLine(original, line); };
-  auto one_chunk = ParseTopology(with("chunk_rows: 0"), kPath);
-  ASSERT_TRUE(one_chunk.ok()) << one_chunk.status();
-  EXPECT_EQ(one_chunk->Find("compute-0")->chunk_rows, 0);
-  auto small = ParseTopology(with("chunk_rows: 16"), kPath);
-  ASSERT_TRUE(small.ok()) << small.status();
-  EXPECT_EQ(small->Find("compute-0")->chunk_rows, 16);
-  ExpectError(with("chunk_rows: -1"), "nodes[0].chunk_rows");
+  const DataPlaneTuning defaults = plain->Find("compute-0")->tuning;
+  EXPECT_EQ(defaults.chunk_rows, kDefaultChunkRows);
+  EXPECT_EQ(defaults.line_rows, kDefaultLineRows);
+  EXPECT_EQ(defaults.packet_rows, kDefaultPacketRows);
+  auto with = [&](const std::string& fields) { return WithComputeLine(original, "tuning:\n" + fields); };
+  auto tuned = ParseTopology(with("      chunk_rows: 0\n      line_rows: 32\n      packet_rows: 256"), kPath);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ(tuned->Find("compute-0")->tuning.chunk_rows, 0);
+  EXPECT_EQ(tuned->Find("compute-0")->tuning.line_rows, 32);
+  EXPECT_EQ(tuned->Find("compute-0")->tuning.packet_rows, 256);
+  auto partly = ParseTopology(with("      line_rows: 0"), kPath);  // the rest keep their defaults
+  ASSERT_TRUE(partly.ok()) << partly.status();
+  EXPECT_EQ(partly->Find("compute-0")->tuning.line_rows, 0);
+  EXPECT_EQ(partly->Find("compute-0")->tuning.chunk_rows, kDefaultChunkRows);
+  ExpectError(with("      chunk_rows: -1"), "nodes[0].tuning.chunk_rows");
+  ExpectError(with("      line_rows: 33"), "nodes[0].tuning.line_rows");  // more than one launch receives
+  ExpectError(with("      packet_rows: lots"), "nodes[0].tuning.packet_rows");
+  ExpectError(with("      rows: 4"), "nodes[0].tuning.rows: unknown field");
+  // Where they once were, they are named with where they go now.
+  ExpectError(WithComputeLine(original, "chunk_rows: 64"),
+              "nodes[0].chunk_rows: a data-plane tuning field: write it under `tuning:`");
   ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
-                                              "    kv_capacity_tokens: 8192\n    chunk_rows: 64\n\n"
+                                              "    kv_capacity_tokens: 8192\n    tuning:\n      chunk_rows: 64\n\n"
                                               "  - name: memory-1"}}),
-              "nodes[1].chunk_rows: only compute nodes have this field");
-}
-
-TEST(TopologyTest, LineRowsIsAComputeNodeChoiceUpToWhatOneLaunchReceives) {
-  const std::string original = Original();
-  auto plain = ParseTopology(original, kPath);
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_EQ(plain->Find("compute-0")->line_rows, kDefaultLineRows);
-  auto with = [&](const std::string& line) { return WithComputeLine(original, line); };
-  auto never = ParseTopology(with("line_rows: 0"), kPath);
-  ASSERT_TRUE(never.ok()) << never.status();
-  EXPECT_EQ(never->Find("compute-0")->line_rows, 0);
-  auto most = ParseTopology(with("line_rows: 32"), kPath);
-  ASSERT_TRUE(most.ok()) << most.status();
-  EXPECT_EQ(most->Find("compute-0")->line_rows, 32);
-  ExpectError(with("line_rows: 33"), "nodes[0].line_rows");
-  ExpectError(with("line_rows: -1"), "nodes[0].line_rows");
-  ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
-                                              "    kv_capacity_tokens: 8192\n    line_rows: 4\n\n"
-                                              "  - name: memory-1"}}),
-              "nodes[1].line_rows: only compute nodes have this field");
-}
-
-TEST(TopologyTest, PacketRowsIsAComputeNodeChoice) {
-  const std::string original = Original();
-  auto plain = ParseTopology(original, kPath);
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_EQ(plain->Find("compute-0")->packet_rows, kDefaultPacketRows);
-  auto with = [&](const std::string& line) { return WithComputeLine(original, line); };
-  auto never = ParseTopology(with("packet_rows: 0"), kPath);
-  ASSERT_TRUE(never.ok()) << never.status();
-  EXPECT_EQ(never->Find("compute-0")->packet_rows, 0);
-  auto some = ParseTopology(with("packet_rows: 256"), kPath);
-  ASSERT_TRUE(some.ok()) << some.status();
-  EXPECT_EQ(some->Find("compute-0")->packet_rows, 256);
-  ExpectError(with("packet_rows: -1"), "nodes[0].packet_rows");
-  ExpectError(with("packet_rows: lots"), "nodes[0].packet_rows");
-  ExpectError(absl::StrReplaceAll(original, {{"    kv_capacity_tokens: 8192\n\n  - name: memory-1",
-                                              "    kv_capacity_tokens: 8192\n    packet_rows: 64\n\n"
-                                              "  - name: memory-1"}}),
-              "nodes[1].packet_rows: only compute nodes have this field");
+              "nodes[1].tuning: only compute nodes have this field");
 }
 
 TEST(TopologyTest, TransportsAreAListInOrderOfPreference) {
