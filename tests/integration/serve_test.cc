@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/process/child_process.h"
+#include "common/status/status_macros.h"
 #include "common/topology/topology.h"
 #include "deploy/client/cluster_client.h"
 #include "gtest/gtest.h"
@@ -29,24 +30,37 @@ std::string ReadAll(const std::string& path) {
   return text.str();
 }
 
+// Starts `lamina serve` with `args` (its output to `log`) and waits until it is up: its pid, or an
+// error with what it printed.
+absl::StatusOr<pid_t> StartServe(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> command = {LAMINA_BINARY, "serve"};
+  command.insert(command.end(), args.begin(), args.end());
+  LAMINA_ASSIGN_OR_RETURN(const pid_t pid, SpawnLogged(command, log));
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadAll(log).find("Lamina is up") == std::string::npos) {
+    int status;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return absl::InternalError("lamina serve exited:\n" + ReadAll(log));
+    if (absl::Now() > deadline) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, &status, 0);
+      return absl::DeadlineExceededError("lamina serve did not come up in 60 s:\n" + ReadAll(log));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return pid;
+}
+
 TEST(ServeTest, OneCommandServesTheDemoModelOverOpenAisApiAndStopsOnSigterm) {
   TempDir dir;
   const int http_port = FreePort(), port = FreePort(), node_port = FreePort();
   const std::string log = dir.path() + "/serve.log", topology = dir.path() + "/served.yaml";
-  absl::StatusOr<pid_t> pid = SpawnLogged(
-      {LAMINA_BINARY, "serve", "--model", ModelDir("lamina-demo-6m"), "--http-port", std::to_string(http_port),
-       "--port", std::to_string(port), "--node-port", std::to_string(node_port), "--write-topology", topology,
-       "--log-dir", dir.path() + "/logs"},
-      log);
+  absl::StatusOr<pid_t> pid =
+      StartServe({"--model", ModelDir("lamina-demo-6m"), "--http-port", std::to_string(http_port), "--port",
+                  std::to_string(port), "--node-port", std::to_string(node_port), "--write-topology", topology,
+                  "--log-dir", dir.path() + "/logs"},
+                 log);
   ASSERT_TRUE(pid.ok()) << pid.status();
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ReadAll(log).find("Lamina is up") == std::string::npos && absl::Now() < deadline) {
-    int status;
-    ASSERT_NE(::waitpid(*pid, &status, WNOHANG), *pid) << ReadAll(log);
-    absl::SleepFor(absl::Milliseconds(100));
-  }
   const std::string started = ReadAll(log);
-  ASSERT_NE(started.find("Lamina is up"), std::string::npos) << started;
   EXPECT_NE(started.find("a KV pool of 65536 tokens"), std::string::npos)
       << "64 full contexts of 1,024 tokens: all this machine's memory could hold that is of use\n"
       << started;
@@ -77,21 +91,14 @@ TEST(ServeTest, ACpuMemoryNodeTakesTheRequestsTheDevicesPoolCannotHold) {
   const int http_port = FreePort(), port = FreePort(), node_port = FreePort(), memory_port = FreePort();
   const std::string log = dir.path() + "/serve.log";
   // The compute node's pool holds one context (1,024 tokens); 32 requests of about 60 need more.
-  absl::StatusOr<pid_t> pid = SpawnLogged(
-      {LAMINA_BINARY, "serve", "--model", ModelDir("lamina-demo-6m"), "--http-port", std::to_string(http_port),
-       "--port", std::to_string(port), "--node-port", std::to_string(node_port), "--kv-tokens", "1024",
-       "--cpu-kv-tokens", "8192", "--memory-node-port", std::to_string(memory_port), "--log-dir",
-       dir.path() + "/logs"},
-      log);
+  absl::StatusOr<pid_t> pid =
+      StartServe({"--model", ModelDir("lamina-demo-6m"), "--http-port", std::to_string(http_port), "--port",
+                  std::to_string(port), "--node-port", std::to_string(node_port), "--kv-tokens", "1024",
+                  "--cpu-kv-tokens", "8192", "--memory-node-port", std::to_string(memory_port), "--log-dir",
+                  dir.path() + "/logs"},
+                 log);
   ASSERT_TRUE(pid.ok()) << pid.status();
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ReadAll(log).find("Lamina is up") == std::string::npos && absl::Now() < deadline) {
-    int status;
-    ASSERT_NE(::waitpid(*pid, &status, WNOHANG), *pid) << ReadAll(log);
-    absl::SleepFor(absl::Milliseconds(100));
-  }
   const std::string started = ReadAll(log);
-  ASSERT_NE(started.find("Lamina is up"), std::string::npos) << started;
   EXPECT_NE(started.find("a memory node on the CPUs with 8192 tokens"), std::string::npos) << started;
 
   const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
