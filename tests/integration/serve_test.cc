@@ -2,8 +2,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,13 +21,6 @@
 namespace lamina::testing {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Starts `lamina serve` with `args` (its output to `log`) and waits until it is up: its pid, or an
 // error with what it printed.
 absl::StatusOr<pid_t> StartServe(const std::vector<std::string>& args, const std::string& log) {
@@ -37,13 +28,13 @@ absl::StatusOr<pid_t> StartServe(const std::vector<std::string>& args, const std
   command.insert(command.end(), args.begin(), args.end());
   LAMINA_ASSIGN_OR_RETURN(const pid_t pid, SpawnLogged(command, log));
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ReadAll(log).find("Lamina is up") == std::string::npos) {
+  while (ReadFileOrEmpty(log).find("Lamina is up") == std::string::npos) {
     int status;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return absl::InternalError("lamina serve exited:\n" + ReadAll(log));
+    if (::waitpid(pid, &status, WNOHANG) == pid) return absl::InternalError("lamina serve exited:\n" + ReadFileOrEmpty(log));
     if (absl::Now() > deadline) {
       ::kill(pid, SIGTERM);
       ::waitpid(pid, &status, 0);
-      return absl::DeadlineExceededError("lamina serve did not come up in 60 s:\n" + ReadAll(log));
+      return absl::DeadlineExceededError("lamina serve did not come up in 60 s:\n" + ReadFileOrEmpty(log));
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
@@ -60,7 +51,7 @@ TEST(ServeTest, OneCommandServesTheDemoModelOverOpenAisApiAndStopsOnSigterm) {
                   "--log-dir", dir.path() + "/logs"},
                  log);
   ASSERT_TRUE(pid.ok()) << pid.status();
-  const std::string started = ReadAll(log);
+  const std::string started = ReadFileOrEmpty(log);
   EXPECT_NE(started.find("a KV pool of 65536 tokens"), std::string::npos)
       << "64 full contexts of 1,024 tokens: all this machine's memory could hold that is of use\n"
       << started;
@@ -83,7 +74,7 @@ TEST(ServeTest, OneCommandServesTheDemoModelOverOpenAisApiAndStopsOnSigterm) {
   ::kill(*pid, SIGTERM);
   int status = 0;
   ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(log);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFileOrEmpty(log);
 }
 
 TEST(ServeTest, ACpuMemoryNodeTakesTheRequestsTheDevicesPoolCannotHold) {
@@ -98,7 +89,7 @@ TEST(ServeTest, ACpuMemoryNodeTakesTheRequestsTheDevicesPoolCannotHold) {
                   dir.path() + "/logs"},
                  log);
   ASSERT_TRUE(pid.ok()) << pid.status();
-  const std::string started = ReadAll(log);
+  const std::string started = ReadFileOrEmpty(log);
   EXPECT_NE(started.find("a memory node on the CPUs with 8192 tokens"), std::string::npos) << started;
 
   const nlohmann::json golden = LoadGoldenJson("lamina-demo-6m");
@@ -115,7 +106,7 @@ TEST(ServeTest, ACpuMemoryNodeTakesTheRequestsTheDevicesPoolCannotHold) {
   }
   for (std::thread& client : clients) client.join();
   for (const std::string& text : texts) {
-    ASSERT_FALSE(text.empty()) << ReadAll(log);
+    ASSERT_FALSE(text.empty()) << ReadFileOrEmpty(log);
     EXPECT_EQ(text, expected.substr(0, text.size()));
   }
   // The memory node attended some of them (its heartbeats, every 500 ms by default, report it).
@@ -135,7 +126,7 @@ TEST(ServeTest, ACpuMemoryNodeTakesTheRequestsTheDevicesPoolCannotHold) {
   ::kill(*pid, SIGTERM);
   int status = 0;
   ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(log);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFileOrEmpty(log);
 }
 
 TEST(ServeTest, AModelFolderThatIsNotOneIsNamed) {

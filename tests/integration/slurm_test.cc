@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -27,13 +26,6 @@
 
 namespace lamina::testing {
 namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Runs `command` in a shell with SLURM_CONF set; its output.
 std::string Slurm(const std::string& conf, const std::string& command) {
@@ -99,7 +91,7 @@ class LocalSlurm {
   }
   const std::string& conf() const { return conf_; }
   std::string Logs() const {
-    return ReadAll(dir_ + "/slurmctld.out") + ReadAll(dir_ + "/slurmd.out") + ReadAll(dir_ + "/munged.out");
+    return ReadFileOrEmpty(dir_ + "/slurmctld.out") + ReadFileOrEmpty(dir_ + "/slurmd.out") + ReadFileOrEmpty(dir_ + "/munged.out");
   }
 
  private:
@@ -136,12 +128,12 @@ TEST(SlurmTest, TheSbatchScriptServesTheDemoModelUntilCancelled) {
 
   const std::string output = dir.path() + "/job.out";
   const absl::Time deadline = absl::Now() + absl::Seconds(90);
-  while (ReadAll(output).find("Lamina is up") == std::string::npos && absl::Now() < deadline) {
+  while (ReadFileOrEmpty(output).find("Lamina is up") == std::string::npos && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(200));
   }
-  ASSERT_NE(ReadAll(output).find("Lamina is up"), std::string::npos)
-      << ReadAll(output) << Slurm(slurm.conf(), "squeue") << slurm.Logs();
-  EXPECT_NE(ReadAll(output).find("localhost: coordinator, compute-0, memory-0"), std::string::npos) << ReadAll(output);
+  ASSERT_NE(ReadFileOrEmpty(output).find("Lamina is up"), std::string::npos)
+      << ReadFileOrEmpty(output) << Slurm(slurm.conf(), "squeue") << slurm.Logs();
+  EXPECT_NE(ReadFileOrEmpty(output).find("localhost: coordinator, compute-0, memory-0"), std::string::npos) << ReadFileOrEmpty(output);
 
   const nlohmann::json body = {{"prompt", "In this paper, we"}, {"max_tokens", 12}, {"temperature", 0}};
   absl::StatusOr<HttpReply> reply =
@@ -155,10 +147,10 @@ TEST(SlurmTest, TheSbatchScriptServesTheDemoModelUntilCancelled) {
 
   Slurm(slurm.conf(), absl::StrCat("scancel ", job));
   const absl::Time stop_deadline = absl::Now() + absl::Seconds(60);
-  while (ReadAll(output).find("lamina up: stopped") == std::string::npos && absl::Now() < stop_deadline) {
+  while (ReadFileOrEmpty(output).find("lamina up: stopped") == std::string::npos && absl::Now() < stop_deadline) {
     absl::SleepFor(absl::Milliseconds(200));
   }
-  EXPECT_NE(ReadAll(output).find("lamina up: stopped"), std::string::npos) << ReadAll(output);
+  EXPECT_NE(ReadFileOrEmpty(output).find("lamina up: stopped"), std::string::npos) << ReadFileOrEmpty(output);
 }
 
 }  // namespace

@@ -45,4 +45,11 @@ std::string ReadFileOrDie(const std::string& path) {
   return buffer.str();
 }
 
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
 }  // namespace lamina::testing

@@ -24,6 +24,8 @@ class TempDir {
 };
 
 std::string ReadFileOrDie(const std::string& path);
+// The file's bytes, or "" when it cannot be read (a log not yet written).
+std::string ReadFileOrEmpty(const std::string& path);
 
 }  // namespace lamina::testing
 
