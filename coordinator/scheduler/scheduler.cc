@@ -621,6 +621,7 @@ void Scheduler::Prepare() {
     if (!any_alive) FailEverything(dead);
     return;
   }
+  WithdrawUnpaidOffload();
   Admit();
   PreemptWhereFull();
   if (batch_->running.empty()) return;
@@ -652,7 +653,10 @@ void Scheduler::Collect() {
     std::lock_guard<std::mutex> lock(mu_);
     iteration_seconds_ += absl::ToDoubleSeconds(absl::Now() - batch_->step_start);
     if (result.ok() && result->error_code() == 0) {
-      if (stagger_ && plan.prefill_size() == 0) stagger_->DecodeStepTook(absl::Now() - batch_->step_start);
+      if (plan.prefill_size() == 0) {
+        if (stagger_) stagger_->DecodeStepTook(absl::Now() - batch_->step_start);
+        RecordDecodePace(plan, absl::ToDoubleSeconds(absl::Now() - batch_->step_start));
+      }
       ++iterations_;
       decoded_sequences_ += plan.decode_size();
       for (const auto& item : plan.prefill()) prefilled_tokens_ += item.tokens_size();

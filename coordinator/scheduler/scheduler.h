@@ -65,6 +65,7 @@
 #include "common/topology/topology.h"
 #include "coordinator/cluster/membership.h"
 #include "coordinator/scheduler/admission_policy.h"
+#include "coordinator/scheduler/balanced_placement.h"
 #include "coordinator/scheduler/node_clients.h"
 #include "coordinator/scheduler/prefix_cache.h"
 #include "coordinator/scheduler/request.h"
@@ -173,6 +174,7 @@ class Scheduler {
     bool in_flight = false;
     lamina::v1::StepPlan plan;  // the plan in flight
     absl::Time step_start;
+    DecodePace pace;  // for balanced placement
     // When the step in flight started (0: none), for the watchdog that aborts a step past the
     // topology's step_timeout_ms.
     std::atomic<int64_t> step_started_ms{0};
@@ -217,9 +219,12 @@ class Scheduler {
   // After a prefill: keep the prompt's whole blocks on its memory node for later prompts.
   void CachePrompt(const Sequence& seq);
   // Under `balanced` placement, how many more of the current batch's rows each memory node may
-  // take (BalancedRowCap less the rows it holds); empty otherwise, or when the batch's compute node
-  // has no pool of its own.
+  // take (BalancedRowCap less the rows it holds; none while the pool's own steps are untimed and
+  // it holds rows, nor once the batch's DecodePace says offloading does not pay); empty otherwise,
+  // or when the batch's compute node has no pool of its own.
   std::map<std::string, int64_t> BalancedRowRoom(const std::vector<MemberInfo>& members) const;
+  // Under `balanced` placement, feeds the current batch's DecodePace with a decode step's time.
+  void RecordDecodePace(const lamina::v1::StepPlan& plan, double seconds);
   // Whether a sequence of the current batch may live on `m`: a live memory node, or the batch's own
   // compute node when it has a pool of its own.
   bool MayHold(const MemberInfo& m) const;
@@ -236,10 +241,17 @@ class Scheduler {
   // When a memory node would run dry in the next step: evict cached prefixes, then preempt the
   // youngest request there (its slots freed, its tokens kept, resumed later by recomputing).
   void PreemptWhereFull();
+  // Under `balanced` placement, once the batch's DecodePace says offloading does not pay: preempts
+  // the batch's requests on memory nodes, to resume in the compute node's own pool.
+  void WithdrawUnpaidOffload();
+  // Preempts one of the current batch's requests: its slots freed, its tokens kept, resumed later
+  // by recomputing.
+  void Preempt(const std::shared_ptr<RequestState>& request);
   // Whether a batch other than the current one has sequences on `node`.
   bool OtherBatchesUse(const std::string& node) const;
-  // Resumes preempted requests (before any new one); false while the oldest cannot fit yet.
-  bool ResumePreempted();
+  // Resumes preempted requests (before any new one), within `row_room` (BalancedRowRoom, reduced
+  // by what they take); false while the oldest cannot fit yet.
+  bool ResumePreempted(std::map<std::string, int64_t>* row_room);
   // Ends a sequence: the final event, its slots freed on its memory node (unless the caller
   // freed them: `slots_freed`), its sampler released.
   void Finish(Sequence& seq, FinishReason reason, const absl::Status& error, RequestEvent last = {},

@@ -3,7 +3,6 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -29,10 +28,10 @@ void Scheduler::Admit() {
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(index));
   };
 
-  if (!ResumePreempted()) return;  // preempted requests go first
+  std::map<std::string, int64_t> row_room = BalancedRowRoom(members);
+  if (!ResumePreempted(&row_room)) return;  // preempted requests go first
   std::map<std::string, int64_t> use;
   for (const MemberInfo& m : members) use[m.spec.name] = NodeUse(m.spec.name);
-  std::map<std::string, int64_t> row_room = BalancedRowRoom(members);
 
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = queue_.size(); i-- > 0;) {
@@ -131,6 +130,9 @@ void Scheduler::Admit() {
     admitted_tokens += candidate.prompt_tokens;
     use[request->memory_node] += Footprint(seq);
     if (auto rows = row_room.find(request->memory_node); rows != row_room.end()) rows->second -= request->spec.n;
+    if (best->spec.kind == NodeKind::kCompute && batch_->pace.local_step_seconds() == 0) {
+      for (auto& [node, rows] : row_room) rows = 0;  // as BalancedRowRoom: local steps are timed first
+    }
     batch_->running.push_back(std::move(seq));
   }
 }
@@ -147,14 +149,32 @@ std::map<std::string, int64_t> Scheduler::BalancedRowRoom(const std::vector<Memb
   if (compute == nullptr || !compute->spec.holds_kv()) return room;
   for (const MemberInfo& m : members) {
     if (m.spec.kind != NodeKind::kMemory) continue;
-    const int64_t cap = BalancedRowCap(compute->step_compute_seconds, config_.num_layers, m.row_attention_seconds);
-    int64_t rows = 0;
-    for (const Sequence& seq : batch_->running) {
-      if (seq.request->memory_node == m.spec.name) rows += 1 + static_cast<int64_t>(seq.forks.size());
+    if (!batch_->pace.OffloadingPays()) {
+      room[m.spec.name] = 0;
+      continue;
     }
-    room[m.spec.name] = cap == std::numeric_limits<int64_t>::max() ? cap : cap - rows;
+    int64_t rows = 0, local_rows = 0;
+    for (const Sequence& seq : batch_->running) {
+      const int64_t samples = 1 + static_cast<int64_t>(seq.forks.size());
+      if (seq.request->memory_node == m.spec.name) rows += samples;
+      if (seq.request->memory_node == compute->spec.name) local_rows += samples;
+    }
+    if (batch_->pace.local_step_seconds() == 0 && local_rows > 0) {
+      room[m.spec.name] = 0;  // the pool's own steps are timed first: they are what offloading must beat
+      continue;
+    }
+    const int64_t cap =
+        BalancedRowCap(batch_->pace.local_step_seconds(), config_.num_layers, m.row_attention_seconds);
+    room[m.spec.name] = cap - rows;
   }
   return room;
+}
+
+void Scheduler::RecordDecodePace(const lamina::v1::StepPlan& plan, double seconds) {
+  if (topology_.placement != "balanced") return;
+  int64_t local = 0, remote = 0;
+  for (const auto& item : plan.decode()) ++(batch_->Uses(item.memory_node()) ? local : remote);
+  batch_->pace.Record(local, remote, seconds);
 }
 
 bool Scheduler::MayHold(const MemberInfo& m) const {
@@ -221,29 +241,47 @@ void Scheduler::PreemptWhereFull() {
       // arrived. While another batch holds the node too, this batch gives way entirely (the
       // other's step is in flight and cannot be touched); it resumes once there is room.
       if (!youngest || (requests_here.size() < 2 && !OtherBatchesUse(node))) break;
-      std::vector<Sequence> samples, keep;
-      std::vector<int64_t> ids;
-      for (Sequence& seq : batch_->running) {
-        if (seq.request != youngest) {
-          keep.push_back(std::move(seq));
-          continue;
-        }
-        ids.push_back(seq.seq_id);
-        seq.prefilled = false;
-        seq.resume = !seq.output.empty();
-        seq.start_position = 0;
-        samples.push_back(std::move(seq));
-      }
-      batch_->running = std::move(keep);
-      memory_.Free(node, ids).IgnoreError();
-      batch_->preempted.push_back(std::move(samples));
-      std::lock_guard<std::mutex> lock(mu_);
-      ++preemptions_;
+      Preempt(youngest);
     }
   }
 }
 
-bool Scheduler::ResumePreempted() {
+void Scheduler::WithdrawUnpaidOffload() {
+  if (topology_.placement != "balanced" || batch_->pace.OffloadingPays()) return;
+  std::vector<std::shared_ptr<RequestState>> offloaded;
+  for (const Sequence& seq : batch_->running) {
+    const bool remote = !batch_->Uses(seq.request->memory_node);
+    if (remote && std::find(offloaded.begin(), offloaded.end(), seq.request) == offloaded.end()) {
+      offloaded.push_back(seq.request);
+    }
+  }
+  // Only where the compute node has a pool of its own to take them back.
+  if (offloaded.empty() || BalancedRowRoom(membership_->Snapshot()).empty()) return;
+  for (const std::shared_ptr<RequestState>& request : offloaded) Preempt(request);
+}
+
+void Scheduler::Preempt(const std::shared_ptr<RequestState>& request) {
+  std::vector<Sequence> samples, keep;
+  std::vector<int64_t> ids;
+  for (Sequence& seq : batch_->running) {
+    if (seq.request != request) {
+      keep.push_back(std::move(seq));
+      continue;
+    }
+    ids.push_back(seq.seq_id);
+    seq.prefilled = false;
+    seq.resume = !seq.output.empty();
+    seq.start_position = 0;
+    samples.push_back(std::move(seq));
+  }
+  batch_->running = std::move(keep);
+  memory_.Free(request->memory_node, ids).IgnoreError();
+  batch_->preempted.push_back(std::move(samples));
+  std::lock_guard<std::mutex> lock(mu_);
+  ++preemptions_;
+}
+
+bool Scheduler::ResumePreempted(std::map<std::string, int64_t>* row_room) {
   while (!batch_->preempted.empty() && static_cast<int>(batch_->running.size()) < topology_.max_batch) {
     std::vector<Sequence>& samples = batch_->preempted.front();
     if (samples[0].request->handle->cancelled()) {
@@ -261,6 +299,10 @@ bool Scheduler::ResumePreempted() {
       largest = std::max(largest, m.kv_capacity_slots);
       const int64_t room = m.kv_capacity_slots - NodeUse(m.spec.name);  // cached prefixes give way
       const int rank = PlacementRank(m, room, SlotsNeeded(samples[0].request->spec));
+      if (auto rows = row_room->find(m.spec.name);
+          rows != row_room->end() && rows->second < static_cast<int64_t>(samples.size())) {
+        continue;  // balanced: as for admission
+      }
       if (room >= need && (!best || rank < best_rank || (rank == best_rank && room > best_room))) {
         best = m;
         best_rank = rank;
@@ -279,6 +321,9 @@ bool Scheduler::ResumePreempted() {
     if (!best) return false;  // wait for running requests to finish
     MakeRoom(best->spec.name, best->kv_capacity_slots, need);
     samples[0].request->memory_node = best->spec.name;
+    if (auto rows = row_room->find(best->spec.name); rows != row_room->end()) {
+      rows->second -= static_cast<int64_t>(samples.size());
+    }
     for (Sequence& seq : samples) batch_->running.push_back(std::move(seq));
     batch_->preempted.pop_front();
   }

@@ -65,7 +65,10 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
   std::unique_ptr<ClusterHarness> h(new ClusterHarness());
   const int coordinator_port = FreePort();
   h->endpoint_ = absl::StrCat("127.0.0.1:", coordinator_port);
-  const std::string model = options.model.find('/') == std::string::npos ? ModelDir(options.model) : options.model;
+  // A path is written absolute: the topology file lives in a temporary folder.
+  const std::string model = options.model.find('/') == std::string::npos
+                                ? ModelDir(options.model)
+                                : std::filesystem::absolute(options.model).string();
   std::string yaml = absl::StrCat("model: ", model, "\n");
   if (!options.cluster_secret.empty()) {
     absl::StrAppend(&yaml, "cluster_secret_file: ", h->dir_.Write("cluster.secret", options.cluster_secret + "\n"), "\n");

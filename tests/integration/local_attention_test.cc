@@ -118,7 +118,7 @@ TEST(LocalAttentionTest, OffloadFirstPlacesOnMemoryNodesWhileTheyHaveRoom) {
 }
 
 TEST(LocalAttentionTest, BalancedPlacementFillsTheLocalPoolThenSizesTheMemoryNodesShares) {
-  // As local_first while the rates are unknown, then each memory node capped at the rows it
+  // One row on each memory node while the rates are unknown, then each memory node capped at the rows it
   // attends within the compute node's step (balanced_placement_test has the arithmetic): on this
   // machine's tiny model a memory node attends far faster than a step computes, so the caps are
   // wide, and every request runs with single-process outputs, the overflow on the memory nodes.
