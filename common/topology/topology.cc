@@ -83,7 +83,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
            {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads", "kind",
-            "gpu_busy_timing", "tuning", "kv_dtype"});
+            "gpu_busy_timing", "tuning", "kv_dtype", "layers"});
   if (node.IsMap()) {
     for (const char* field : {"chunk_rows", "line_rows", "packet_rows"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "a data-plane tuning field: write it under `tuning:`");
@@ -122,7 +122,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
     LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
     LAMINA_RETURN_IF_ERROR(ParseKvDtype(f, &spec));
-    for (const char* field : {"gpu_busy_timing", "tuning"}) {
+    for (const char* field : {"gpu_busy_timing", "tuning", "layers"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only compute nodes have this field");
     }
   } else {
@@ -138,6 +138,14 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     }
     LAMINA_RETURN_IF_ERROR(ParseKvDtype(f, &spec));
     if (f.Has("transport")) return f.Error(f.Get("transport"), "transport", "only memory nodes have this field");
+    if (f.Has("layers")) {
+      LAMINA_ASSIGN_OR_RETURN(std::vector<int64_t> layers, f.IntegerList("layers", 0, int64_t{1} << 20));
+      if (layers.size() != 2 || layers[0] >= layers[1]) {
+        return f.Error(f.Get("layers"), "layers", "expected [first, end): the node computes layers first .. end - 1");
+      }
+      spec.first_layer = layers[0];
+      spec.end_layer = layers[1];
+    }
   }
   return spec;
 }
@@ -164,6 +172,9 @@ std::vector<const NodeSpec*> Topology::BatchComputeNodes() const {
   // With no memory nodes every layer's attention runs on the compute node's own device: a second
   // batch there would only take turns with the first.
   if (pipelining == "auto" && computes.size() == 1 && NodesOf(NodeKind::kMemory).empty()) return {computes[0]};
+  if (LayerSplit() && computes.size() > 1) {
+    return std::vector<const NodeSpec*>(computes.size() + 1, computes[0]);  // slice 0 is the first node's
+  }
   if (pipelining == "fixed" || (pipelining == "auto" && computes.size() > 1)) return computes;
   if (pipelining == "rotational" && computes.size() > 1) {
     std::vector<const NodeSpec*> first_slices;  // batch j starts on replica j mod R
@@ -176,7 +187,42 @@ std::vector<const NodeSpec*> Topology::BatchComputeNodes() const {
 
 int Topology::RotationReplicas() const {
   const int computes = static_cast<int>(NodesOf(NodeKind::kCompute).size());
-  return pipelining == "rotational" && computes > 1 ? computes : 0;
+  return (pipelining == "rotational" || LayerSplit()) && computes > 1 ? computes : 0;
+}
+
+bool Topology::LayerSplit() const {
+  for (const NodeSpec& node : nodes) {
+    if (node.splits_layers()) return true;
+  }
+  return false;
+}
+
+SliceRoute Topology::RouteOf(int batch, int replica) const {
+  SliceRoute route{batch, replica, std::max(1, RotationReplicas()), {}};
+  if (LayerSplit()) {
+    for (const NodeSpec* node : NodesOf(NodeKind::kCompute)) route.first_layers.push_back(node->first_layer);
+  }
+  return route;
+}
+
+absl::Status CheckLayerSplit(const Topology& topology, int64_t num_layers) {
+  if (!topology.LayerSplit()) return absl::OkStatus();
+  int64_t next = 0;
+  for (const NodeSpec* node : topology.NodesOf(NodeKind::kCompute)) {
+    if (node->first_layer != next || node->end_layer > num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          topology.path, ":", node->line, ": nodes '", node->name, "'.layers: [", node->first_layer, ", ",
+          node->end_layer, ") does not ", node->first_layer != next ? "start" : "fit",
+          " where it must: the compute nodes, in topology order, split the model's ", num_layers,
+          " layers from 0, each starting where the one before ended (here at ", next, ")"));
+    }
+    next = node->end_layer;
+  }
+  if (next != num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(topology.path, ": nodes: the compute nodes' layers end at ", next,
+                                                   "; the model has ", num_layers, ": the last node's range must end there"));
+  }
+  return absl::OkStatus();
 }
 
 bool Topology::SecondBatchOnDemand() const {
@@ -383,13 +429,29 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
                                                      "fixed' or 'auto' (a batch each); 'none' runs one batch on one "
                                                      "compute node"));
     }
+    if (t.LayerSplit()) {
+      for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
+        if (!node->splits_layers()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ":", node->line, ": nodes '", node->name, "'.layers: missing; when one compute node splits the "
+              "model's layers (`layers: [first, end)`), every compute node takes its share"));
+        }
+      }
+      if (t.pipelining == "fixed" || t.pipelining == "none") {
+        return top.Error(top.Get("pipelining"), "pipelining",
+                         absl::StrCat("'", t.pipelining, "' cannot run a layer split: every batch passes through "
+                                      "every compute node ('auto' or 'rotational')"));
+      }
+    }
+    // How batches spread over the compute nodes, for messages.
+    const std::string spread = absl::StrCat(t.LayerSplit() ? "a layer split" : "'rotational' pipelining", " over ",
+                                            computes, " compute nodes");
     if (t.RotationReplicas() > 0) {
       for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
         if (node->data_port == 0) {
           return absl::InvalidArgumentError(absl::StrCat(
-              path, ":", node->line, ": nodes '", node->name, "'.data_port: 'rotational' pipelining over ", computes,
-              " compute nodes hands each batch's residual stream from one to the next over this port; give every "
-              "compute node one"));
+              path, ":", node->line, ": nodes '", node->name, "'.data_port: ", spread,
+              " hands each batch's residual stream from one to the next over this port; give every compute node one"));
         }
       }
     }
@@ -406,9 +468,9 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
         if (node->holds_kv()) {
           return absl::InvalidArgumentError(absl::StrCat(
-              path, ":", node->line, ": nodes '", node->name, "'.kv_capacity_tokens: 'rotational' pipelining over ",
-              computes, " compute nodes runs each batch's layers on every one of them, so its KV caches live on "
-              "memory nodes; a pool of the compute node's own cannot serve them"));
+              path, ":", node->line, ": nodes '", node->name, "'.kv_capacity_tokens: ", spread,
+              " runs each batch's layers on several of them, so its KV caches live on memory nodes; a pool of the "
+              "compute node's own cannot serve them"));
         }
       }
     }

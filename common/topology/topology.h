@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/security/tls_context.h"
+#include "common/topology/slice_route.h"
 
 namespace lamina {
 
@@ -69,6 +70,10 @@ struct NodeSpec {
   bool gpu_busy_timing = false;
   // Compute nodes: the data plane's wire formats, from the entry's optional `tuning:` block.
   DataPlaneTuning tuning;
+  // Compute nodes (optional): a layer split, `layers: [first, end)`: this node computes layers
+  // first .. end - 1 of every batch (slice_route.h); -1 when the node computes every layer.
+  int64_t first_layer = -1;
+  int64_t end_layer = -1;
   // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost
   // reports charge for it. Defaults to "cpu" on the CPU and to nothing on a GPU.
   std::string price_kind;
@@ -76,6 +81,7 @@ struct NodeSpec {
 
   // A node that holds KV caches: a memory node, or a compute node with a pool of its own.
   bool holds_kv() const { return kv_capacity_tokens > 0; }
+  bool splits_layers() const { return first_layer >= 0; }
   std::string grpc_address() const { return host + ":" + std::to_string(port); }
   std::string data_address() const { return host + ":" + std::to_string(data_port); }
 };
@@ -158,9 +164,14 @@ struct Topology {
   // The compute node of each batch in flight, in the order the coordinator drives them (under
   // rotation over several compute nodes, the one running the batch's first slice).
   std::vector<const NodeSpec*> BatchComputeNodes() const;
-  // R when `rotational` pipelining spreads each batch over R > 1 compute nodes (every batch then
-  // runs on all of them, in topology order), else 0.
+  // R when each batch spreads over R > 1 compute nodes (every batch then runs on all of them, in
+  // topology order): `rotational` pipelining, or a layer split; else 0.
   int RotationReplicas() const;
+  // Whether the compute nodes split the model's layers among them (`layers:`); they then run as
+  // R + 1 batches in flight, each through every node in topology order, as a pipeline.
+  bool LayerSplit() const;
+  // Batch `batch`'s route as seen by the `replica`-th compute node (RotationReplicas() > 0).
+  SliceRoute RouteOf(int batch, int replica) const;
   // `auto` on one compute node: the second batch admits only above `rotational_above` requests.
   bool SecondBatchOnDemand() const;
   // How many batches run on a compute node: the engines (lanes) it keeps.
@@ -181,6 +192,10 @@ struct Topology {
 // outright is kept on one GPU (SharedGpuWarnings warns of it) and left out across hosts, where
 // CUDA IPC cannot reach. No duplicates.
 std::vector<std::string> TransportsBetween(const NodeSpec& compute, const NodeSpec& memory);
+
+// A layer split must cover the model's `num_layers` layers exactly once, in topology order:
+// InvalidArgument naming the node, its range and the model's count otherwise. OK without a split.
+absl::Status CheckLayerSplit(const Topology& topology, int64_t num_layers);
 
 // Both nodes on one GPU of one host.
 bool SameGpu(const NodeSpec& a, const NodeSpec& b);

@@ -41,6 +41,11 @@
 namespace lamina {
 namespace {
 
+// What of the model this node holds: its share of a layer split, or all of it.
+WeightShare WeightShareOf(const NodeSpec& spec) {
+  return spec.splits_layers() ? WeightShare{spec.first_layer, spec.end_layer} : WeightShare{};
+}
+
 constexpr char kUsage[] =
     "usage: lamina-compute-node --topology FILE --name NODE\n"
     "  Runs compute node NODE of the topology: the model's weights and slices, and its own KV pool\n"
@@ -54,11 +59,13 @@ absl::Status Run(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(absl::StrCat(topology.path, ": no compute node named '", flags.String("name", ""), "'"));
   }
   LAMINA_ASSIGN_OR_RETURN(DeviceSpec device, ParseDevice(spec->device));
+  LAMINA_ASSIGN_OR_RETURN(const ModelConfig model_config, LoadModelConfig(topology.model_dir));
+  LAMINA_RETURN_IF_ERROR(CheckLayerSplit(topology, model_config.num_layers));
   const absl::Time started = absl::Now();  // start-up's stages are timed, for cold starts
   std::optional<uint64_t> random_seed;
   if (topology.random_weights) random_seed = topology.weights_seed;
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> weights,
-                          DeviceWeights::Load(device, topology.model_dir, random_seed));
+                          DeviceWeights::Load(device, topology.model_dir, random_seed, WeightShareOf(*spec)));
   const ModelConfig& config = weights->config();
   const absl::Time weights_loaded = absl::Now();
 
@@ -154,7 +161,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     LAMINA_ASSIGN_OR_RETURN(inbox, ResidualInbox::Start(transport.get(), ListenAddress(spec->data_address()), from_previous));
     for (int batch = 0; batch < num_lanes; ++batch) {
       relays.push_back(std::make_unique<SliceRelay>(
-          transport.get(), inbox.get(), SliceRoute{batch, self, replicas},
+          transport.get(), inbox.get(), topology.RouteOf(batch, self),
           RelayPeers{spec->name, next->name, next->data_address(), previous->name},
           absl::Milliseconds(topology.step_timeout_ms), to_next));
       relay_ptrs.push_back(relays.back().get());

@@ -18,28 +18,29 @@ DeviceWeights::~DeviceWeights() = default;
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const DeviceSpec& device,
                                                                      const std::string& model_dir,
-                                                                     std::optional<uint64_t> random_seed) {
+                                                                     std::optional<uint64_t> random_seed,
+                                                                     const WeightShare& share) {
   LAMINA_RETURN_IF_ERROR(UseDevice(device));  // before the (long) load: a missing GPU fails fast
 #ifdef LAMINA_HAVE_CUDA
   if (device.is_cuda && !random_seed) {  // straight to the GPU, without a float32 copy on the host
     std::unique_ptr<DeviceWeights> weights(new DeviceWeights(device));
-    LAMINA_ASSIGN_OR_RETURN(weights->gpu_, CudaModelWeights::Load(model_dir));
+    LAMINA_ASSIGN_OR_RETURN(weights->gpu_, CudaModelWeights::Load(model_dir, share));
     return weights;
   }
 #endif
   if (!random_seed) {
-    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> host, ModelWeights::Load(model_dir));
+    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> host, ModelWeights::Load(model_dir, share));
     return FromHost(device, std::move(host));
   }
   LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
 #ifdef LAMINA_HAVE_CUDA
   if (device.is_cuda) {
     std::unique_ptr<DeviceWeights> weights(new DeviceWeights(device));
-    LAMINA_ASSIGN_OR_RETURN(weights->gpu_, CudaModelWeights::Random(config, *random_seed));
+    LAMINA_ASSIGN_OR_RETURN(weights->gpu_, CudaModelWeights::Random(config, *random_seed, share));
     return weights;
   }
 #endif
-  return FromHost(device, ModelWeights::Random(config, *random_seed));
+  return FromHost(device, ModelWeights::Random(config, *random_seed, share));
 }
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::FromHost(const DeviceSpec& device,

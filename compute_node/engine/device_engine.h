@@ -25,9 +25,11 @@ class CudaModelWeights;
 class DeviceWeights {
  public:
   // The checkpoint in `model_dir`, or with `random_seed` weights of its shape drawn from that seed
-  // (on a GPU, drawn there). FailedPrecondition when the device cannot be used here.
+  // (on a GPU, drawn there); `share`'s tensors only. FailedPrecondition when the device cannot be
+  // used here.
   static absl::StatusOr<std::unique_ptr<DeviceWeights>> Load(const DeviceSpec& device, const std::string& model_dir,
-                                                             std::optional<uint64_t> random_seed = std::nullopt);
+                                                             std::optional<uint64_t> random_seed = std::nullopt,
+                                                             const WeightShare& share = {});
   // Weights already in host memory, moved onto `device`.
   static absl::StatusOr<std::unique_ptr<DeviceWeights>> FromHost(const DeviceSpec& device,
                                                                  std::unique_ptr<ModelWeights> host);

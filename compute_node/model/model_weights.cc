@@ -25,11 +25,10 @@ Tensor StackRows(std::vector<Tensor> parts) {
   return out;
 }
 
-absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, const ModelConfig& c, int64_t layer) {
-  const std::string p = absl::StrCat("model.layers.", layer, ".");
+// A layer's input norm, q/k/v projection and bias (`p`: its tensors' prefix).
+absl::Status LoadAttentionIn(const Checkpoint& ckpt, const ModelConfig& c, const std::string& p, LayerWeights* w) {
   const int64_t h = c.hidden_size;
-  LayerWeights w;
-  LAMINA_ASSIGN_OR_RETURN(w.input_norm, ckpt.ReadFloat32(p + "input_layernorm.weight", {h}));
+  LAMINA_ASSIGN_OR_RETURN(w->input_norm, ckpt.ReadFloat32(p + "input_layernorm.weight", {h}));
   LAMINA_ASSIGN_OR_RETURN(Tensor q, ckpt.ReadFloat32(p + "self_attn.q_proj.weight", {c.q_size(), h}));
   LAMINA_ASSIGN_OR_RETURN(Tensor k, ckpt.ReadFloat32(p + "self_attn.k_proj.weight", {c.kv_size(), h}));
   LAMINA_ASSIGN_OR_RETURN(Tensor v, ckpt.ReadFloat32(p + "self_attn.v_proj.weight", {c.kv_size(), h}));
@@ -37,7 +36,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, const ModelConfig
   qkv.push_back(std::move(q));
   qkv.push_back(std::move(k));
   qkv.push_back(std::move(v));
-  w.qkv = StackRows(std::move(qkv));
+  w->qkv = StackRows(std::move(qkv));
   if (c.attention_bias) {
     LAMINA_ASSIGN_OR_RETURN(Tensor qb, ckpt.ReadFloat32(p + "self_attn.q_proj.bias", {c.q_size()}));
     LAMINA_ASSIGN_OR_RETURN(Tensor kb, ckpt.ReadFloat32(p + "self_attn.k_proj.bias", {c.kv_size()}));
@@ -46,19 +45,24 @@ absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, const ModelConfig
     bias.push_back(std::move(qb));
     bias.push_back(std::move(kb));
     bias.push_back(std::move(vb));
-    w.qkv_bias = StackRows(std::move(bias));
+    w->qkv_bias = StackRows(std::move(bias));
   }
-  LAMINA_ASSIGN_OR_RETURN(w.o_proj, ckpt.ReadFloat32(p + "self_attn.o_proj.weight", {h, c.q_size()}));
-  LAMINA_ASSIGN_OR_RETURN(w.post_norm, ckpt.ReadFloat32(p + "post_attention_layernorm.weight", {h}));
-  const int64_t inter = c.intermediate_size;
+  return absl::OkStatus();
+}
+
+// A layer's o_proj, post-attention norm and MLP.
+absl::Status LoadAttentionOut(const Checkpoint& ckpt, const ModelConfig& c, const std::string& p, LayerWeights* w) {
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  LAMINA_ASSIGN_OR_RETURN(w->o_proj, ckpt.ReadFloat32(p + "self_attn.o_proj.weight", {h, c.q_size()}));
+  LAMINA_ASSIGN_OR_RETURN(w->post_norm, ckpt.ReadFloat32(p + "post_attention_layernorm.weight", {h}));
   LAMINA_ASSIGN_OR_RETURN(Tensor gate, ckpt.ReadFloat32(p + "mlp.gate_proj.weight", {inter, h}));
   LAMINA_ASSIGN_OR_RETURN(Tensor up, ckpt.ReadFloat32(p + "mlp.up_proj.weight", {inter, h}));
   std::vector<Tensor> gate_up;
   gate_up.push_back(std::move(gate));
   gate_up.push_back(std::move(up));
-  w.gate_up = StackRows(std::move(gate_up));
-  LAMINA_ASSIGN_OR_RETURN(w.down, ckpt.ReadFloat32(p + "mlp.down_proj.weight", {h, inter}));
-  return w;
+  w->gate_up = StackRows(std::move(gate_up));
+  LAMINA_ASSIGN_OR_RETURN(w->down, ckpt.ReadFloat32(p + "mlp.down_proj.weight", {h, inter}));
+  return absl::OkStatus();
 }
 
 uint64_t SplitMix64(uint64_t z) {
@@ -82,7 +86,7 @@ Tensor RandomTensor(std::vector<int64_t> shape, float scale, uint64_t seed) {
 
 }  // namespace
 
-std::unique_ptr<ModelWeights> ModelWeights::Random(const ModelConfig& config, uint64_t seed) {
+std::unique_ptr<ModelWeights> ModelWeights::Random(const ModelConfig& config, uint64_t seed, const WeightShare& share) {
   auto w = std::make_unique<ModelWeights>();
   w->config = config;
   w->config.tie_word_embeddings = false;
@@ -92,32 +96,45 @@ std::unique_ptr<ModelWeights> ModelWeights::Random(const ModelConfig& config, ui
   const float proj = 1.f / std::sqrt(static_cast<float>(h));
   const float down = 1.f / std::sqrt(static_cast<float>(c.intermediate_size));
   uint64_t stream = seed;  // one stream per tensor, in CudaModelWeights::Random's order
-  w->embed = RandomTensor({c.vocab_size, h}, 1.f, ++stream);
+  // The next stream's tensor when `held`, else empty (its stream skipped all the same).
+  auto draw = [&](bool held, std::vector<int64_t> shape, float scale) {
+    ++stream;
+    return held ? RandomTensor(std::move(shape), scale, stream) : Tensor();
+  };
+  w->embed = draw(share.HoldsEmbedding(c), {c.vocab_size, h}, 1.f);
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool in = share.HoldsAttentionIn(c, l), out = share.HoldsAttentionOut(c, l);
     LayerWeights layer;
-    layer.input_norm = RandomTensor({h}, 1.f, ++stream);
-    layer.qkv = RandomTensor({c.qkv_size(), h}, proj, ++stream);
-    layer.o_proj = RandomTensor({h, c.q_size()}, proj, ++stream);
-    layer.post_norm = RandomTensor({h}, 1.f, ++stream);
-    layer.gate_up = RandomTensor({2 * c.intermediate_size, h}, proj, ++stream);
-    layer.down = RandomTensor({h, c.intermediate_size}, down, ++stream);
+    layer.input_norm = draw(in, {h}, 1.f);
+    layer.qkv = draw(in, {c.qkv_size(), h}, proj);
+    layer.o_proj = draw(out, {h, c.q_size()}, proj);
+    layer.post_norm = draw(out, {h}, 1.f);
+    layer.gate_up = draw(out, {2 * c.intermediate_size, h}, proj);
+    layer.down = draw(out, {h, c.intermediate_size}, down);
     w->layers.push_back(std::move(layer));
   }
-  w->final_norm = RandomTensor({h}, 1.f, ++stream);
-  w->lm_head = RandomTensor({c.vocab_size, h}, proj, ++stream);
+  w->final_norm = draw(share.HoldsHead(c), {h}, 1.f);
+  w->lm_head = draw(share.HoldsHead(c), {c.vocab_size, h}, proj);
   return w;
 }
 
-absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir, const WeightShare& share) {
   auto weights = std::make_unique<ModelWeights>();
   LAMINA_ASSIGN_OR_RETURN(weights->config, LoadModelConfig(dir));
   const ModelConfig& c = weights->config;
   LAMINA_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
-  LAMINA_ASSIGN_OR_RETURN(weights->embed, ckpt.ReadFloat32("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
+  if (share.HoldsEmbedding(c)) {
+    LAMINA_ASSIGN_OR_RETURN(weights->embed,
+                            ckpt.ReadFloat32("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    LAMINA_ASSIGN_OR_RETURN(LayerWeights layer, LoadLayer(ckpt, c, l));
+    const std::string prefix = absl::StrCat("model.layers.", l, ".");
+    LayerWeights layer;
+    if (share.HoldsAttentionIn(c, l)) LAMINA_RETURN_IF_ERROR(LoadAttentionIn(ckpt, c, prefix, &layer));
+    if (share.HoldsAttentionOut(c, l)) LAMINA_RETURN_IF_ERROR(LoadAttentionOut(ckpt, c, prefix, &layer));
     weights->layers.push_back(std::move(layer));
   }
+  if (!share.HoldsHead(c)) return weights;
   LAMINA_ASSIGN_OR_RETURN(weights->final_norm, ckpt.ReadFloat32("model.norm.weight", {c.hidden_size}));
   if (!c.tie_word_embeddings) {
     LAMINA_ASSIGN_OR_RETURN(weights->lm_head, ckpt.ReadFloat32("lm_head.weight", {c.vocab_size, c.hidden_size}));

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/model_config/model_config.h"
 #include "common/tensor/tensor.h"
+#include "compute_node/model/weight_share.h"
 
 namespace lamina {
 
@@ -34,15 +35,17 @@ struct ModelWeights {
   Tensor lm_head;     // [vocab, hidden]; empty when tied to embed
   const Tensor& head() const { return lm_head.size() > 0 ? lm_head : embed; }
 
-  // Reads config.json and the safetensors checkpoint in `dir`. Errors name the file and the
-  // tensor: missing tensors, wrong shapes, unsupported dtypes, truncated or corrupt files.
-  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& dir);
+  // Reads config.json and the safetensors checkpoint in `dir` (the tensors of `share`: the others
+  // stay empty and are not read). Errors name the file and the tensor: missing tensors, wrong
+  // shapes, unsupported dtypes, truncated or corrupt files.
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& dir, const WeightShare& share = {});
 
   // Weights of `config`'s shape drawn from `seed` (a topology's `weights: random`): each tensor
   // uniform in [-scale, scale], scale about 1/sqrt(fan_in) for projections and 1 for norms and
   // the embedding. The values are those of CudaModelWeights::Random for the same seed before its
-  // bf16 rounding, so the CPU model is the GPU one's oracle. Untied head, no attention bias.
-  static std::unique_ptr<ModelWeights> Random(const ModelConfig& config, uint64_t seed);
+  // bf16 rounding, so the CPU model is the GPU one's oracle. Untied head, no attention bias. Only
+  // `share`'s tensors are drawn; each has the values it has in the whole model.
+  static std::unique_ptr<ModelWeights> Random(const ModelConfig& config, uint64_t seed, const WeightShare& share = {});
 };
 
 }  // namespace lamina

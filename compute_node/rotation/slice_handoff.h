@@ -1,8 +1,7 @@
-// Rotational pipelining over several compute nodes (the paper's section 5.1): slice k of batch j
-// runs on replica (j + k) mod R of the R compute nodes, so after each attention a batch moves on
-// to the next replica. A SliceHandoff is one replica's view of one batch's route: which slices run
-// here, and the hand-over of a slice's inputs (the residual stream, then the attention output) to
-// the replica that runs it. ComputeEngine's layer loops consult it; without one every slice runs
+// A step spanning several compute nodes, rotating or split by layers (common/topology/
+// slice_route.h says which slices run where). A SliceHandoff is one replica's view of one batch's
+// route: which slices run here, and the hand-over of a slice's inputs (the residual stream, then
+// the attention output) to the replica that runs it. ComputeEngine's layer loops consult it; without one every slice runs
 // on the engine's own node.
 // Thread-compatible: one step at a time.
 #ifndef LAMINA_COMPUTE_NODE_ROTATION_SLICE_HANDOFF_H_
@@ -12,20 +11,11 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/topology/slice_route.h"
 
 struct CUstream_st;
 
 namespace lamina {
-
-// Where batch `batch`'s slices run among `replicas` compute nodes.
-struct SliceRoute {
-  int batch = 0;
-  int replica = 0;   // this node's index among the compute nodes
-  int replicas = 1;
-
-  int OwnerOf(int64_t slice) const { return static_cast<int>((batch + slice) % replicas); }
-  bool Owns(int64_t slice) const { return OwnerOf(slice) == replica; }
-};
 
 class SliceHandoff {
  public:

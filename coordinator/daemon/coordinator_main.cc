@@ -43,6 +43,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   LAMINA_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args, {"topology"}, {}));
   LAMINA_ASSIGN_OR_RETURN(Topology topology, LoadTopology(flags.String("topology", "")));
   LAMINA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(topology.model_dir));
+  LAMINA_RETURN_IF_ERROR(CheckLayerSplit(topology, config.num_layers));
   LAMINA_ASSIGN_OR_RETURN(Tokenizer tokenizer, LoadModelTokenizer(topology.model_dir, config));
   const std::string model_name = std::filesystem::path(topology.model_dir).filename().string();
   LAMINA_ASSIGN_OR_RETURN(const std::optional<ClusterSecret> secret, ClusterSecret::Load(topology.cluster_secret_file));

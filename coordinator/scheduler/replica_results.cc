@@ -5,7 +5,7 @@
 namespace lamina {
 
 absl::StatusOr<lamina::v1::StepResult> MergeReplicaResults(
-    const std::vector<absl::StatusOr<lamina::v1::StepResult>>& results, int batch, int replicas, int64_t num_layers) {
+    const std::vector<absl::StatusOr<lamina::v1::StepResult>>& results, int last_replica) {
   if (results.empty()) return absl::InternalError("a step with no compute node");
   for (const auto& result : results) {
     if (!result.ok()) return result;
@@ -16,12 +16,11 @@ absl::StatusOr<lamina::v1::StepResult> MergeReplicaResults(
   for (const auto& result : results) {
     if (result->error_code() != 0) return result;
   }
-  if (replicas <= 0) return results[0];
-  const int64_t last = (batch + num_layers) % replicas;
-  if (last >= static_cast<int64_t>(results.size())) {
+  if (last_replica < 0) return results[0];
+  if (last_replica >= static_cast<int>(results.size())) {
     return absl::InternalError("the replica that ran the last slice did not answer");
   }
-  return results[last];
+  return results[last_replica];
 }
 
 }  // namespace lamina

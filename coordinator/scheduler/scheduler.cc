@@ -641,7 +641,8 @@ void Scheduler::Prepare() {
 absl::StatusOr<lamina::v1::StepResult> Scheduler::ReceiveResult() {
   std::vector<absl::StatusOr<lamina::v1::StepResult>> results;
   for (const std::unique_ptr<ComputeClient>& compute : batch_->computes) results.push_back(compute->Receive());
-  return MergeReplicaResults(results, batch_->index, batch_->rotation_replicas, config_.num_layers);
+  const int last = batch_->rotation_replicas > 0 ? topology_.RouteOf(batch_->index, 0).OwnerOf(config_.num_layers) : -1;
+  return MergeReplicaResults(results, last);
 }
 
 void Scheduler::Collect() {

@@ -114,6 +114,9 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
     if (options.compute_kv_capacity_tokens > 0) {
       absl::StrAppend(&yaml, "    kv_capacity_tokens: ", options.compute_kv_capacity_tokens, "\n");
     }
+    if (i < static_cast<int>(options.layers.size())) {
+      absl::StrAppend(&yaml, "    layers: [", options.layers[i].first, ", ", options.layers[i].second, "]\n");
+    }
   }
   for (int i = 0; i < options.memory_nodes; ++i) {
     const std::string device = i < static_cast<int>(options.memory_devices.size()) ? options.memory_devices[i]

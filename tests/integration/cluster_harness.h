@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,6 +36,8 @@ struct ClusterOptions {
   int max_tokens_per_iteration = 4096;         // and its `scheduler.max_tokens_per_iteration`
   bool chunked_prefill = true;                 // and its `scheduler.chunked_prefill`
   int compute_nodes = 1;
+  // Set: compute node i's `layers: [first, end)` (a layer split), one pair per compute node.
+  std::vector<std::pair<int64_t, int64_t>> layers;
   int64_t compute_kv_capacity_tokens = 0;  // > 0: each compute node's own pool (local attention)
   std::string placement;                   // set: the topology's `scheduler.placement`
   std::optional<int64_t> chunk_rows;  // set: the compute nodes' `chunk_rows`

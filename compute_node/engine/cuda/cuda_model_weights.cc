@@ -22,7 +22,9 @@ absl::StatusOr<cuda::DeviceBuffer> Allocate(size_t bytes, const std::string& nam
   return buffer;
 }
 
+// An empty tensor (one a WeightShare leaves out) stays an empty buffer.
 absl::StatusOr<cuda::DeviceBuffer> UploadBf16(const Tensor& t, const std::string& name) {
+  if (t.size() == 0) return cuda::DeviceBuffer();
   std::vector<bf16> host(t.size());
   for (int64_t i = 0; i < t.size(); ++i) host[i] = __float2bfloat16(t.data()[i]);
   LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, Allocate(host.size() * sizeof(bf16), name));
@@ -31,6 +33,7 @@ absl::StatusOr<cuda::DeviceBuffer> UploadBf16(const Tensor& t, const std::string
 }
 
 absl::StatusOr<cuda::DeviceBuffer> UploadFloat(const Tensor& t, const std::string& name) {
+  if (t.size() == 0) return cuda::DeviceBuffer();
   LAMINA_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, Allocate(t.size() * sizeof(float), name));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(buffer.data(), t.data(), buffer.bytes(), cudaMemcpyHostToDevice));
   return buffer;
@@ -101,7 +104,8 @@ int64_t CudaModelWeights::StepBytes() const {
   return bytes;
 }
 
-absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Load(const std::string& model_dir) {
+absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Load(const std::string& model_dir,
+                                                                         const WeightShare& share) {
   auto w = std::make_unique<CudaModelWeights>();
   LAMINA_ASSIGN_OR_RETURN(w->config, LoadModelConfig(model_dir));
   LAMINA_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(model_dir));
@@ -110,36 +114,47 @@ absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Load(const s
   auto one = [&](const std::string& name, int64_t rows, int64_t cols, const std::string& label) {
     return LoadStacked(checkpoint, {name}, {rows}, cols, label);
   };
-  LAMINA_ASSIGN_OR_RETURN(w->embed, one("model.embed_tokens.weight", c.vocab_size, h, "embed_tokens"));
+  if (share.HoldsEmbedding(c)) {
+    LAMINA_ASSIGN_OR_RETURN(w->embed, one("model.embed_tokens.weight", c.vocab_size, h, "embed_tokens"));
+  }
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, "."), name = absl::StrCat("layer ", i);
     CudaLayerWeights d;
-    LAMINA_ASSIGN_OR_RETURN(d.input_norm, one(p + "input_layernorm.weight", h, 1, name + " input_layernorm"));
-    LAMINA_ASSIGN_OR_RETURN(d.qkv, LoadStacked(checkpoint,
-                                               {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                                                p + "self_attn.v_proj.weight"},
-                                               {c.q_size(), c.kv_size(), c.kv_size()}, h, name + " qkv_proj"));
-    if (c.attention_bias) {
-      std::vector<float> bias;
-      for (const char* part : {"q", "k", "v"}) {
-        const std::string tensor = absl::StrCat(p, "self_attn.", part, "_proj.bias");
-        LAMINA_ASSIGN_OR_RETURN(Tensor t, checkpoint.ReadFloat32(tensor, {part[0] == 'q' ? c.q_size() : c.kv_size()}));
-        bias.insert(bias.end(), t.data(), t.data() + t.size());
+    if (share.HoldsAttentionIn(c, i)) {
+      LAMINA_ASSIGN_OR_RETURN(d.input_norm, one(p + "input_layernorm.weight", h, 1, name + " input_layernorm"));
+      LAMINA_ASSIGN_OR_RETURN(d.qkv, LoadStacked(checkpoint,
+                                                 {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                                  p + "self_attn.v_proj.weight"},
+                                                 {c.q_size(), c.kv_size(), c.kv_size()}, h, name + " qkv_proj"));
+      if (c.attention_bias) {
+        std::vector<float> bias;
+        for (const char* part : {"q", "k", "v"}) {
+          const std::string tensor = absl::StrCat(p, "self_attn.", part, "_proj.bias");
+          LAMINA_ASSIGN_OR_RETURN(Tensor t,
+                                  checkpoint.ReadFloat32(tensor, {part[0] == 'q' ? c.q_size() : c.kv_size()}));
+          bias.insert(bias.end(), t.data(), t.data() + t.size());
+        }
+        LAMINA_ASSIGN_OR_RETURN(d.qkv_bias, Allocate(bias.size() * sizeof(float), name + " qkv bias"));
+        LAMINA_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy(d.qkv_bias.data(), bias.data(), d.qkv_bias.bytes(), cudaMemcpyHostToDevice));
       }
-      LAMINA_ASSIGN_OR_RETURN(d.qkv_bias, Allocate(bias.size() * sizeof(float), name + " qkv bias"));
-      LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.qkv_bias.data(), bias.data(), d.qkv_bias.bytes(), cudaMemcpyHostToDevice));
     }
-    LAMINA_ASSIGN_OR_RETURN(d.o_proj, one(p + "self_attn.o_proj.weight", h, c.q_size(), name + " o_proj"));
-    LAMINA_ASSIGN_OR_RETURN(d.post_norm,
-                            one(p + "post_attention_layernorm.weight", h, 1, name + " post_attention_layernorm"));
-    LAMINA_ASSIGN_OR_RETURN(d.gate_up, LoadStacked(checkpoint, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                                                   {inter, inter}, h, name + " gate_up_proj"));
-    LAMINA_ASSIGN_OR_RETURN(d.down, one(p + "mlp.down_proj.weight", h, inter, name + " down_proj"));
+    if (share.HoldsAttentionOut(c, i)) {
+      LAMINA_ASSIGN_OR_RETURN(d.o_proj, one(p + "self_attn.o_proj.weight", h, c.q_size(), name + " o_proj"));
+      LAMINA_ASSIGN_OR_RETURN(d.post_norm,
+                              one(p + "post_attention_layernorm.weight", h, 1, name + " post_attention_layernorm"));
+      LAMINA_ASSIGN_OR_RETURN(d.gate_up,
+                              LoadStacked(checkpoint, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                                          {inter, inter}, h, name + " gate_up_proj"));
+      LAMINA_ASSIGN_OR_RETURN(d.down, one(p + "mlp.down_proj.weight", h, inter, name + " down_proj"));
+    }
     w->layers.push_back(std::move(d));
   }
-  LAMINA_ASSIGN_OR_RETURN(w->final_norm, one("model.norm.weight", h, 1, "norm"));
-  if (!c.tie_word_embeddings) {
-    LAMINA_ASSIGN_OR_RETURN(w->lm_head, one("lm_head.weight", c.vocab_size, h, "lm_head"));
+  if (share.HoldsHead(c)) {
+    LAMINA_ASSIGN_OR_RETURN(w->final_norm, one("model.norm.weight", h, 1, "norm"));
+    if (!c.tie_word_embeddings) {
+      LAMINA_ASSIGN_OR_RETURN(w->lm_head, one("lm_head.weight", c.vocab_size, h, "lm_head"));
+    }
   }
   LAMINA_RETURN_IF_ERROR(UploadRope(c, w.get()));
   return w;
@@ -172,26 +187,35 @@ absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Upload(const
   return w;
 }
 
-absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Random(const ModelConfig& c, uint64_t seed) {
+absl::StatusOr<std::unique_ptr<CudaModelWeights>> CudaModelWeights::Random(const ModelConfig& c, uint64_t seed,
+                                                                           const WeightShare& share) {
   auto w = std::make_unique<CudaModelWeights>();
   w->config = c;
   uint64_t stream = seed;
   // Scales keep activations of a deep random model finite: about 1/sqrt(fan_in).
   const float proj = 1.f / std::sqrt(static_cast<float>(c.hidden_size));
   const float down = 1.f / std::sqrt(static_cast<float>(c.intermediate_size));
-  LAMINA_ASSIGN_OR_RETURN(w->embed, RandomBf16(c.vocab_size * c.hidden_size, 1.f, ++stream, "embed_tokens"));
+  // The next stream's tensor when `held`, else an empty buffer (its stream skipped all the same).
+  auto draw = [&](bool held, int64_t count, float scale, const char* name) -> absl::StatusOr<cuda::DeviceBuffer> {
+    ++stream;
+    if (!held) return cuda::DeviceBuffer();
+    return RandomBf16(count, scale, stream, name);
+  };
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  LAMINA_ASSIGN_OR_RETURN(w->embed, draw(share.HoldsEmbedding(c), c.vocab_size * h, 1.f, "embed_tokens"));
   for (int64_t i = 0; i < c.num_layers; ++i) {
+    const bool in = share.HoldsAttentionIn(c, i), out = share.HoldsAttentionOut(c, i);
     CudaLayerWeights d;
-    LAMINA_ASSIGN_OR_RETURN(d.input_norm, RandomBf16(c.hidden_size, 1.f, ++stream, "input_layernorm"));
-    LAMINA_ASSIGN_OR_RETURN(d.qkv, RandomBf16(c.qkv_size() * c.hidden_size, proj, ++stream, "qkv_proj"));
-    LAMINA_ASSIGN_OR_RETURN(d.o_proj, RandomBf16(c.hidden_size * c.q_size(), proj, ++stream, "o_proj"));
-    LAMINA_ASSIGN_OR_RETURN(d.post_norm, RandomBf16(c.hidden_size, 1.f, ++stream, "post_attention_layernorm"));
-    LAMINA_ASSIGN_OR_RETURN(d.gate_up, RandomBf16(2 * c.intermediate_size * c.hidden_size, proj, ++stream, "gate_up"));
-    LAMINA_ASSIGN_OR_RETURN(d.down, RandomBf16(c.hidden_size * c.intermediate_size, down, ++stream, "down_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.input_norm, draw(in, h, 1.f, "input_layernorm"));
+    LAMINA_ASSIGN_OR_RETURN(d.qkv, draw(in, c.qkv_size() * h, proj, "qkv_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.o_proj, draw(out, h * c.q_size(), proj, "o_proj"));
+    LAMINA_ASSIGN_OR_RETURN(d.post_norm, draw(out, h, 1.f, "post_attention_layernorm"));
+    LAMINA_ASSIGN_OR_RETURN(d.gate_up, draw(out, 2 * inter * h, proj, "gate_up"));
+    LAMINA_ASSIGN_OR_RETURN(d.down, draw(out, h * inter, down, "down_proj"));
     w->layers.push_back(std::move(d));
   }
-  LAMINA_ASSIGN_OR_RETURN(w->final_norm, RandomBf16(c.hidden_size, 1.f, ++stream, "norm"));
-  LAMINA_ASSIGN_OR_RETURN(w->lm_head, RandomBf16(c.vocab_size * c.hidden_size, proj, ++stream, "lm_head"));
+  LAMINA_ASSIGN_OR_RETURN(w->final_norm, draw(share.HoldsHead(c), h, 1.f, "norm"));
+  LAMINA_ASSIGN_OR_RETURN(w->lm_head, draw(share.HoldsHead(c), c.vocab_size * h, proj, "lm_head"));
   LAMINA_RETURN_IF_ERROR(UploadRope(c, w.get()));
   LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return w;

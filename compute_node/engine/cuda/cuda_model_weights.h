@@ -46,9 +46,13 @@ struct CudaModelWeights {
 
   // Use the current device. ResourceExhausted naming the tensor when the GPU is full; Load's
   // checkpoint errors name the file and tensor, as ModelWeights::Load's do.
-  static absl::StatusOr<std::unique_ptr<CudaModelWeights>> Load(const std::string& model_dir);
+  // Load and Random hold `share`'s tensors only (the others stay empty buffers); Upload what the
+  // host weights hold.
+  static absl::StatusOr<std::unique_ptr<CudaModelWeights>> Load(const std::string& model_dir,
+                                                                const WeightShare& share = {});
   static absl::StatusOr<std::unique_ptr<CudaModelWeights>> Upload(const ModelWeights& weights);
-  static absl::StatusOr<std::unique_ptr<CudaModelWeights>> Random(const ModelConfig& config, uint64_t seed);
+  static absl::StatusOr<std::unique_ptr<CudaModelWeights>> Random(const ModelConfig& config, uint64_t seed,
+                                                                  const WeightShare& share = {});
 };
 
 }  // namespace lamina

@@ -37,10 +37,14 @@ constexpr int64_t kPreparedHeadRows = 1024;
 // The shapes of the layers' products (PreAttention, PostAttention), with the weights they run with.
 std::vector<kc::GemmShape> LayerProductShapes(const CudaModelWeights& w) {
   const ModelConfig& c = w.config;
-  const CudaLayerWeights* first = w.layers.empty() ? nullptr : &w.layers[0];
-  const bool qkv_bias = first != nullptr && first->qkv_bias.bytes() > 0;
-  auto of = [first](cuda::DeviceBuffer CudaLayerWeights::*member) {
-    return first == nullptr ? nullptr : (first->*member).as<bf16>();
+  // Each product's weights from the first layer that holds them (a layer split's share may not).
+  bool qkv_bias = false;
+  for (const CudaLayerWeights& l : w.layers) qkv_bias |= l.qkv_bias.bytes() > 0;
+  auto of = [&w](cuda::DeviceBuffer CudaLayerWeights::*member) -> const bf16* {
+    for (const CudaLayerWeights& l : w.layers) {
+      if ((l.*member).bytes() > 0) return (l.*member).as<bf16>();
+    }
+    return nullptr;
   };
   return {{c.qkv_size(), c.hidden_size, qkv_bias, false, of(&CudaLayerWeights::qkv)},
           {c.hidden_size, c.q_size(), false, true, of(&CudaLayerWeights::o_proj)},

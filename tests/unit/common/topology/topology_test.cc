@@ -388,6 +388,51 @@ TEST(TopologyTest, RotationOverSeveralComputeNodesKeepsKvOnMemoryNodes) {
   ExpectError(rotating, "nodes 'compute-0'.kv_capacity_tokens: 'rotational' pipelining over 2 compute nodes");
 }
 
+TEST(TopologyTest, ALayerSplitCoversTheModelsLayersOnceInTopologyOrder) {
+  const std::string first =
+      "nodes:\n  - name: compute-1\n    role: compute\n    host: 127.0.0.1\n    port: 50165\n    data_port: 50166\n"
+      "    device: cpu\n    layers: [0, 3]\n\n";
+  const std::string split =
+      absl::StrReplaceAll(WithComputeLine(WithoutComputePool(), "data_port: 50167\n    layers: [3, 6]"),
+                          {{"nodes:\n", first}, {"pipelining: none", "pipelining: auto"}});
+  auto topology = ParseTopology(split, kPath);
+  ASSERT_TRUE(topology.ok()) << topology.status() << "\n" << split;
+  EXPECT_TRUE(topology->LayerSplit());
+  EXPECT_EQ(topology->RotationReplicas(), 2);
+  // Three batches in flight, each starting on the first node (slice 0 is its).
+  ASSERT_EQ(topology->BatchComputeNodes().size(), 3u);
+  for (const NodeSpec* node : topology->BatchComputeNodes()) EXPECT_EQ(node->name, "compute-1");
+  EXPECT_EQ(topology->BatchesOn("compute-0"), 3);
+  const SliceRoute route = topology->RouteOf(2, 1);
+  EXPECT_EQ(route.first_layers, (std::vector<int64_t>{0, 3}));
+  EXPECT_TRUE(route.Owns(6));  // the last slice, with the head, on the node of the last layers
+  EXPECT_TRUE(CheckLayerSplit(*topology, 6).ok());
+
+  // Checked against the model's layers when its config is read (the coordinator and the nodes).
+  const absl::Status short_of = CheckLayerSplit(*topology, 8);
+  EXPECT_NE(short_of.message().find("the compute nodes' layers end at 6; the model has 8"), std::string::npos)
+      << short_of;
+  auto gap = ParseTopology(absl::StrReplaceAll(split, {{"layers: [3, 6]", "layers: [4, 6]"}}), kPath);
+  ASSERT_TRUE(gap.ok()) << gap.status();
+  const absl::Status gapped = CheckLayerSplit(*gap, 6);
+  EXPECT_EQ(gapped.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gapped.message().find("nodes 'compute-0'.layers: [4, 6) does not start where it must"), std::string::npos)
+      << gapped;
+  EXPECT_NE(gapped.message().find("(here at 3)"), std::string::npos) << gapped;
+  const absl::Status beyond = CheckLayerSplit(*topology, 5);
+  EXPECT_NE(beyond.message().find("nodes 'compute-0'.layers: [3, 6) does not fit"), std::string::npos) << beyond;
+
+  ExpectError(absl::StrReplaceAll(split, {{"    layers: [0, 3]\n", ""}}), "nodes 'compute-1'.layers: missing");
+  ExpectError(absl::StrReplaceAll(split, {{"pipelining: auto", "pipelining: fixed"}}),
+              "pipelining: 'fixed' cannot run a layer split");
+  ExpectError(absl::StrReplaceAll(split, {{"layers: [3, 6]", "layers: [3, 3]"}}), "layers: expected [first, end)");
+  ExpectError(absl::StrReplaceAll(split, {{"kv_capacity_tokens: 8192\n\n  - name: memory-1",
+                                           "kv_capacity_tokens: 8192\n    layers: [0, 1]\n\n  - name: memory-1"}}),
+              "layers: only compute nodes have this field");
+  ExpectError(absl::StrReplaceAll(split, {{"layers: [3, 6]", "layers: [3, 6]\n    kv_capacity_tokens: 64"}}),
+              "nodes 'compute-0'.kv_capacity_tokens: a layer split over 2 compute nodes");
+}
+
 TEST(TopologyTest, EveryBundledTopologyLoads) {
   int loaded = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(LAMINA_SOURCE_DIR) + "/deploy/topologies")) {

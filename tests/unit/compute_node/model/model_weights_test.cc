@@ -1,9 +1,11 @@
 // Broken model folders are refused with a message that names the file and what is wrong.
 #include "compute_node/model/model_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
@@ -23,6 +25,43 @@ void ExpectLoadError(const TempDir& dir, absl::StatusCode code, const std::vecto
   EXPECT_EQ(weights.status().code(), code) << weights.status();
   for (const std::string& part : parts) {
     EXPECT_NE(weights.status().message().find(part), std::string::npos) << weights.status() << "\nmissing: " << part;
+  }
+}
+
+// A layer split's shares: node [0, 2) of the demo model's 6 layers, node [2, 4) and node [4, 6)
+// (weight_share.h). Each holds exactly what its slices run, with the whole model's values.
+TEST(ModelWeightsTest, ALayerSplitsShareHoldsWhatItsSlicesRunAndNothingElse) {
+  auto whole = ModelWeights::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const ModelConfig& c = (*whole)->config;
+  ASSERT_EQ(c.num_layers, 6);
+  auto equal = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && std::equal(a.data(), a.data() + a.size(), b.data());
+  };
+  for (const WeightShare share : {WeightShare{0, 2}, WeightShare{2, 4}, WeightShare{4, 6}}) {
+    SCOPED_TRACE(::testing::Message() << "layers [" << share.first_layer << ", " << share.end_layer << ")");
+    auto loaded = ModelWeights::Load(ModelDir("lamina-demo-6m"), share);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    std::unique_ptr<ModelWeights> drawn = ModelWeights::Random(c, 3, share);
+    std::unique_ptr<ModelWeights> drawn_whole = ModelWeights::Random(c, 3);
+    for (const auto& [part, from] : {std::pair{loaded->get(), whole->get()}, std::pair{drawn.get(), drawn_whole.get()}}) {
+      for (int64_t l = 0; l < c.num_layers; ++l) {
+        // Attention-in of layers (first, end] and of layer 0 on the first node; attention-out of [first, end).
+        const bool in = (l == 0 && share.first_layer == 0) || (l > share.first_layer && l <= share.end_layer);
+        const bool out = l >= share.first_layer && l < share.end_layer;
+        const LayerWeights& got = part->layers[l];
+        const LayerWeights& want = from->layers[l];
+        EXPECT_EQ(in, equal(got.qkv, want.qkv) && equal(got.input_norm, want.input_norm)) << "layer " << l;
+        EXPECT_EQ(in, got.qkv.size() > 0) << "layer " << l;
+        EXPECT_EQ(out, equal(got.o_proj, want.o_proj) && equal(got.gate_up, want.gate_up) &&
+                           equal(got.down, want.down) && equal(got.post_norm, want.post_norm))
+            << "layer " << l;
+        EXPECT_EQ(out, got.down.size() > 0) << "layer " << l;
+      }
+      EXPECT_EQ(part->embed.size() > 0, share.first_layer == 0 || (c.tie_word_embeddings && share.end_layer == 6));
+      EXPECT_EQ(part->final_norm.size() > 0, share.end_layer == 6);
+      if (share.end_layer == 6) EXPECT_TRUE(equal(part->head(), from->head()));
+    }
   }
 }
 

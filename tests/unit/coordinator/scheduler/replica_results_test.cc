@@ -26,17 +26,15 @@ lamina::v1::StepResult Failed(const std::string& message, const std::string& mem
 }
 
 TEST(ReplicaResultsTest, OneComputeNodeAnswersAlone) {
-  auto merged = MergeReplicaResults(Results{Tokens(7)}, /*batch=*/0, /*replicas=*/0, /*num_layers=*/32);
+  auto merged = MergeReplicaResults(Results{Tokens(7)}, /*last_replica=*/-1);
   ASSERT_TRUE(merged.ok()) << merged.status();
   EXPECT_EQ(merged->tokens(0).token(), 7);
 }
 
 TEST(ReplicaResultsTest, TheReplicaThatRanTheLastSliceGivesTheTokens) {
-  // Slice k of batch j runs on replica (j + k) mod R; the last slice is k = num_layers.
   const Results results = {Tokens(100), Tokens(101), Tokens(102)};
-  EXPECT_EQ(MergeReplicaResults(results, 0, 3, 32)->tokens(0).token(), 102);  // 32 mod 3 = 2
-  EXPECT_EQ(MergeReplicaResults(results, 1, 3, 32)->tokens(0).token(), 100);  // 33 mod 3 = 0
-  EXPECT_EQ(MergeReplicaResults(Results{Tokens(100), Tokens(101)}, 1, 2, 32)->tokens(0).token(), 101);
+  EXPECT_EQ(MergeReplicaResults(results, 2)->tokens(0).token(), 102);
+  EXPECT_EQ(MergeReplicaResults(results, 0)->tokens(0).token(), 100);
 }
 
 TEST(ReplicaResultsTest, ABrokenStreamComesBeforeMemoryNodesReportedUnreachable) {
@@ -44,26 +42,26 @@ TEST(ReplicaResultsTest, ABrokenStreamComesBeforeMemoryNodesReportedUnreachable)
   // the memory nodes it was waiting with as unreachable. The broken stream is the cause.
   const Results results = {Failed("q/k/v did not arrive", "memory-0"),
                            absl::UnavailableError("compute node 'compute-1': stream closed")};
-  auto merged = MergeReplicaResults(results, 0, 2, 32);
+  auto merged = MergeReplicaResults(results, 0);
   ASSERT_FALSE(merged.ok());
   EXPECT_NE(merged.status().message().find("compute-1"), std::string::npos) << merged.status();
 }
 
 TEST(ReplicaResultsTest, UnreachableMemoryNodesComeBeforeOtherFailures) {
   const Results results = {Failed("out of memory"), Failed("memory node unreachable", "memory-1")};
-  auto merged = MergeReplicaResults(results, 0, 2, 32);
+  auto merged = MergeReplicaResults(results, 0);
   ASSERT_TRUE(merged.ok()) << merged.status();
   ASSERT_EQ(merged->failed_memory_nodes_size(), 1);
   EXPECT_EQ(merged->failed_memory_nodes(0).name(), "memory-1");
 
-  auto other = MergeReplicaResults(Results{Tokens(1), Failed("out of memory")}, 0, 2, 32);
+  auto other = MergeReplicaResults(Results{Tokens(1), Failed("out of memory")}, 0);
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ(other->error_message(), "out of memory") << "a failure anywhere fails the step";
 }
 
 TEST(ReplicaResultsTest, NoResultsOrTooFewAreInternalErrors) {
-  EXPECT_EQ(MergeReplicaResults(Results{}, 0, 0, 32).status().code(), absl::StatusCode::kInternal);
-  EXPECT_EQ(MergeReplicaResults(Results{Tokens(1)}, 0, 3, 32).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(MergeReplicaResults(Results{}, -1).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(MergeReplicaResults(Results{Tokens(1)}, 2).status().code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace
