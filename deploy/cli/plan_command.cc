@@ -81,13 +81,13 @@ absl::Status Plan(const std::vector<std::string>& args) {
               workload.tpot_target_ms > 0 ? ("; time per token <= " + std::to_string(static_cast<int>(workload.tpot_target_ms)) + " ms").c_str() : "",
               pipelining.c_str());
   std::printf("prices: %s\n\n", table.path.c_str());
-  std::printf("%4s  %-36s %7s %10s %8s %14s %8s %5s %9s %s %s\n", "rank", "design", "batch", "tokens/s", "$/h",
+  std::printf("%4s  %-44s %7s %10s %8s %14s %8s %5s %9s %s %s\n", "rank", "design", "batch", "tokens/s", "$/h",
               "tok/s per $/h", "TPOT ms", "MFU", "link GB/s", options.pipelined ? " balanced" : "", "bottleneck");
   int rank = 0;
   for (const planner::Prediction& p : planner::Plan(model, context, table, options)) {
     if (!p.infeasible.empty()) continue;
     if (++rank > top) break;
-    std::printf("%4d  %-36s %7lld %10.0f %8.2f %14.1f %8.1f %4.0f%% %9s %s %s\n", rank, p.design.Name().c_str(),
+    std::printf("%4d  %-44s %7lld %10.0f %8.2f %14.1f %8.1f %4.0f%% %9s %s %s\n", rank, p.design.Name().c_str(),
                 static_cast<long long>(p.batch), p.tokens_per_s, p.hourly_usd, p.tokens_per_s_per_usd_hour,
                 1e3 * p.step_s, 100 * p.mfu,
                 p.design.memory ? std::to_string(static_cast<int>(p.needed_link_gbs + 0.5)).c_str() : "-",

@@ -32,9 +32,31 @@ double MinInterconnectBytesPerSecond(const ModelShape& model, double achieved_fl
 
 std::string Design::Name() const {
   if (compute == nullptr) return "?";
-  if (memory == nullptr) return absl::StrCat("1 x ", compute->name, " (colocated)");
-  return absl::StrCat("1 x ", compute->name, " + ", memory_devices, " x ", memory->name,
-                      pipelined ? " (pipelined)" : "");
+  const std::string group = compute_devices > 1 ? absl::StrCat(compute_devices, " x ", compute->name, " (layer split)")
+                                                : absl::StrCat("1 x ", compute->name);
+  if (memory == nullptr) return absl::StrCat(group, " (colocated)");
+  return absl::StrCat(group, " + ", memory_devices, " x ", memory->name, pipelined ? " (pipelined)" : "");
+}
+
+namespace {
+
+// A layer split's G devices as one: memory, rates and price added.
+DeviceKind GroupOf(const DeviceKind& compute, int devices) {
+  DeviceKind group = compute;
+  group.memory_gb *= devices;
+  group.memory_bandwidth_gbs *= devices;
+  group.bf16_tflops *= devices;
+  group.hourly_usd *= devices;
+  return group;
+}
+
+}  // namespace
+
+int ComputeDevicesFor(const ModelShape& model, const DeviceKind& compute, const Efficiency& eff, int most) {
+  for (int g = 1; g <= most; ++g) {
+    if (model.weight_bytes() <= g * compute.memory_gb * 1e9 * eff.memory_usable) return g;
+  }
+  return 0;
 }
 
 Prediction PredictStep(const ModelShape& model, double context, const Design& design, const Efficiency& eff,
@@ -43,7 +65,8 @@ Prediction PredictStep(const ModelShape& model, double context, const Design& de
   p.design = design;
   p.batch = batch;
   p.context = context;
-  const DeviceKind& c = *design.compute;
+  const DeviceKind group = GroupOf(*design.compute, std::max(1, design.compute_devices));
+  const DeviceKind& c = group;
   const double b = static_cast<double>(batch);
   const double weight_read_s = model.weight_bytes() / (c.memory_bandwidth_gbs * 1e9 * eff.memory_bandwidth);
   const double math_s = 2.0 * model.matmul_params * b / (c.bf16_tflops * 1e12 * eff.compute);
@@ -79,13 +102,19 @@ Prediction PredictStep(const ModelShape& model, double context, const Design& de
 
 Prediction PredictBest(const ModelShape& model, double context, const Design& design, const Efficiency& eff,
                        int64_t max_batch, double tpot_target_s) {
-  const DeviceKind& c = *design.compute;
+  const int devices = std::max(1, design.compute_devices);
+  const DeviceKind c = GroupOf(*design.compute, devices);
   const double compute_memory = c.memory_gb * 1e9 * eff.memory_usable;
   Prediction none;
   none.design = design;
   none.context = context;
   if (model.weight_bytes() > compute_memory) {
-    none.infeasible = absl::StrFormat("the weights (%.1f GB) do not fit one %s", model.weight_bytes() / 1e9, c.name);
+    none.infeasible = absl::StrFormat("the weights (%.1f GB) do not fit %s %s", model.weight_bytes() / 1e9,
+                                      devices > 1 ? absl::StrCat(devices, " x") : "one", c.name);
+    return none;
+  }
+  if (devices > 1 && design.memory == nullptr) {
+    none.infeasible = "a layer split keeps its KV caches on memory nodes";
     return none;
   }
   const double kv_memory = design.memory == nullptr
@@ -121,13 +150,14 @@ Prediction PredictBest(const ModelShape& model, double context, const Design& de
 
 int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
                       double price_ratio, const Efficiency& eff, int64_t max_batch, double tpot_target_s,
-                      bool pipelined, int max_devices) {
+                      bool pipelined, int max_devices, int compute_devices) {
   DeviceKind priced = memory;
   priced.hourly_usd = price_ratio * compute.hourly_usd;
   int best = 0;
   double best_value = 0;
   for (int n = 1; n <= max_devices; ++n) {
     Design design{&compute, &priced, n, pipelined};
+    design.compute_devices = compute_devices;
     const Prediction p = PredictBest(model, context, design, eff, max_batch, tpot_target_s);
     if (p.infeasible.empty() && p.tokens_per_s_per_usd_hour > best_value * (1 + 1e-9)) {
       best_value = p.tokens_per_s_per_usd_hour;
@@ -138,9 +168,12 @@ int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind&
 }
 
 int BalancedMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
-                          const Efficiency& eff, int64_t max_batch, double tpot_target_s, int max_devices) {
+                          const Efficiency& eff, int64_t max_batch, double tpot_target_s, int max_devices,
+                          int compute_devices) {
   for (int n = 1; n <= max_devices; ++n) {
-    const Prediction p = PredictBest(model, context, {&compute, &memory, n, true}, eff, max_batch, tpot_target_s);
+    Design design{&compute, &memory, n, true};
+    design.compute_devices = compute_devices;
+    const Prediction p = PredictBest(model, context, design, eff, max_batch, tpot_target_s);
     if (p.infeasible.empty() && p.attention_s + p.link_s <= p.compute_s) return n;
   }
   return 0;

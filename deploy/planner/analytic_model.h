@@ -58,7 +58,13 @@ struct Design {
   int memory_devices = 0;
   bool pipelined = false;              // staggered pipelining overlaps compute and attention
   int64_t kv_capacity_tokens = 0;      // KV slots in all; 0: what the devices' memory holds
-  std::string Name() const;            // "1 x h100 + 2 x h20", "1 x h100 (colocated)"
+  // > 1: a layer split over this many compute devices (topology `layers:`), each holding its share
+  // of the weights, with that many batches more in flight than stages so that none idles. Its
+  // throughput is modelled as one device with their memory, memory rate and compute rate added
+  // (each stage computes 1/G of the layers while the others compute other batches); every
+  // device is priced. Its KV caches live on memory nodes: colocated, it is infeasible.
+  int compute_devices = 1;
+  std::string Name() const;  // "1 x h100 + 2 x h20", "1 x h100 (colocated)", "2 x h200 (layer split) + 4 x h20"
 };
 
 struct Prediction {
@@ -76,6 +82,10 @@ struct Prediction {
   std::string infeasible;            // why nothing fits; empty when it does
 };
 
+// The fewest compute devices of `compute` whose memory holds the weights, up to `most` (0 when
+// even that many do not).
+int ComputeDevicesFor(const ModelShape& model, const DeviceKind& compute, const Efficiency& eff, int most = 16);
+
 // The step at a given batch (no capacity or latency checks).
 Prediction PredictStep(const ModelShape& model, double context, const Design& design, const Efficiency& eff,
                        int64_t batch);
@@ -83,18 +93,20 @@ Prediction PredictStep(const ModelShape& model, double context, const Design& de
 // (0: no target).
 Prediction PredictBest(const ModelShape& model, double context, const Design& design, const Efficiency& eff,
                        int64_t max_batch, double tpot_target_s);
-// How many memory devices per compute device give the most tokens/s per dollar when a memory
-// device costs `price_ratio` (α) times a compute device, searching 1 to `max_devices`.
+// How many memory devices per compute device (per layer split of `compute_devices`) give the most
+// tokens/s per dollar when a memory device costs `price_ratio` (α) times a compute device,
+// searching 1 to `max_devices`.
 int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
                       double price_ratio, const Efficiency& eff, int64_t max_batch, double tpot_target_s,
-                      bool pipelined, int max_devices = 64);
+                      bool pipelined, int max_devices = 64, int compute_devices = 1);
 
 // The paper's sizing for rotational pipelining with two batches on one compute device: the fewest
 // memory devices (1 to `max_devices`) for which a step's attention and link time, at the best
 // batch they allow, fit within its compute time, so that each batch's attention hides behind the
 // other's slices. 0 when no count up to `max_devices` does. More devices only add KV room.
 int BalancedMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
-                          const Efficiency& eff, int64_t max_batch, double tpot_target_s, int max_devices = 64);
+                          const Efficiency& eff, int64_t max_batch, double tpot_target_s, int max_devices = 64,
+                          int compute_devices = 1);
 
 }  // namespace lamina::planner
 

@@ -38,19 +38,24 @@ std::vector<Prediction> Plan(const ModelShape& model, double context, const Pric
   };
   for (const auto& [compute_name, compute] : table.devices) {
     if (!allowed(options.compute_kinds, compute_name)) continue;
-    out.push_back(PredictBest(model, context, {&compute, nullptr, 0, false}, options.efficiency, options.max_batch,
-                              options.tpot_target_s));
+    // Weights larger than one device: the fewest that hold them, as a layer split.
+    const int devices = std::max(1, ComputeDevicesFor(model, compute, options.efficiency));
+    Design colocated{&compute, nullptr, 0, false};
+    colocated.compute_devices = devices;
+    out.push_back(PredictBest(model, context, colocated, options.efficiency, options.max_batch, options.tpot_target_s));
     for (const auto& [memory_name, memory] : table.devices) {
       if (!allowed(options.memory_kinds, memory_name)) continue;
       const double alpha = compute.hourly_usd > 0 ? memory.hourly_usd / compute.hourly_usd : 1;
       const int n = BestMemoryDevices(model, context, compute, memory, alpha, options.efficiency, options.max_batch,
-                                      options.tpot_target_s, options.pipelined);
+                                      options.tpot_target_s, options.pipelined, /*max_devices=*/64, devices);
       if (n == 0) continue;  // never feasible
-      Prediction p = PredictBest(model, context, {&compute, &memory, n, options.pipelined}, options.efficiency,
-                                 options.max_batch, options.tpot_target_s);
+      Design offloaded{&compute, &memory, n, options.pipelined};
+      offloaded.compute_devices = devices;
+      Prediction p = PredictBest(model, context, offloaded, options.efficiency, options.max_batch,
+                                 options.tpot_target_s);
       if (options.pipelined) {
         p.balanced_memory_devices = BalancedMemoryDevices(model, context, compute, memory, options.efficiency,
-                                                          options.max_batch, options.tpot_target_s);
+                                                          options.max_batch, options.tpot_target_s, 64, devices);
       }
       out.push_back(p);
     }

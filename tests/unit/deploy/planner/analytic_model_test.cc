@@ -162,5 +162,44 @@ TEST(PlannerTest, RanksFeasibleDesignsByTokensPerDollar) {
   EXPECT_FALSE(ranked.back().infeasible.empty());
 }
 
+TEST(PlannerTest, AModelLargerThanOneDeviceIsPlannedAsALayerSplit) {
+  // Llama-3.1-70B's shape: 141 GB of bf16 weights, more than one H100 (80 GB) holds.
+  absl::StatusOr<ModelConfig> c =
+      LoadModelConfig(std::string(LAMINA_SOURCE_DIR) + "/deploy/models/llama-3.1-70b-shape");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ModelShape m = ShapeOf(*c);
+  EXPECT_NEAR(m.weight_bytes() / 1e9, 141.1, 0.1);
+  const DeviceKind h100 = Device("h100", 80, 3350, 989, 50, 3.0);
+  const Efficiency eff;
+  EXPECT_EQ(ComputeDevicesFor(m, h100, eff), 2);  // 141.1 GB within 2 x 72 GB usable
+  EXPECT_EQ(ComputeDevicesFor(m, h100, eff, /*most=*/1), 0);
+
+  // A group of two prices and holds as two: the same batch then steps as one device with twice
+  // the rates, and costs twice as much.
+  const DeviceKind h20 = Device("h20", 96, 4000, 148, 50, 1.3);
+  Design split{&h100, &h20, 2, false};
+  split.compute_devices = 2;
+  EXPECT_EQ(split.Name(), "2 x h100 (layer split) + 2 x h20");
+  const Prediction p = PredictStep(m, 2048, split, eff, 64);
+  EXPECT_DOUBLE_EQ(p.hourly_usd, 2 * 3.0 + 2 * 1.3);
+  EXPECT_NEAR(p.compute_s, m.weight_bytes() / (2 * 3350e9 * eff.memory_bandwidth), 1e-12);  // weight reads bound
+  Design colocated{&h100, nullptr, 0, false};
+  colocated.compute_devices = 2;
+  EXPECT_EQ(PredictBest(m, 2048, colocated, eff, 4096, 0).infeasible, "a layer split keeps its KV caches on memory nodes");
+  EXPECT_NE(PredictBest(m, 2048, {&h100, &h20, 2, false}, eff, 4096, 0).infeasible.find("do not fit one h100"),
+            std::string::npos);
+
+  // `lamina plan` ranks such designs rather than finding none.
+  PriceTable table;
+  table.devices["h100"] = h100;
+  table.devices["h20"] = h20;
+  const std::vector<Prediction> ranked = Plan(m, 2048, table, PlanOptions{});
+  ASSERT_FALSE(ranked.empty());
+  EXPECT_TRUE(ranked[0].infeasible.empty()) << ranked[0].infeasible;
+  EXPECT_GT(ranked[0].design.compute_devices, 1) << ranked[0].design.Name();
+  EXPECT_NE(ranked[0].design.memory, nullptr);
+  EXPECT_GT(ranked[0].tokens_per_s, 0);
+}
+
 }  // namespace
 }  // namespace lamina::planner
