@@ -51,8 +51,11 @@ absl::Status PlaceOnHosts(const Topology& topology, const std::vector<std::strin
   };
   (*yaml)["coordinator"]["host"] = placed(topology.coordinator_host);
   YAML::Node nodes = (*yaml)["nodes"];
-  for (size_t i = 0; i < nodes.size() && i < topology.nodes.size(); ++i) {
-    nodes[i]["host"] = placed(topology.nodes[i].host);
+  // A tensor-parallel group's ranks come from one entry (its rank 0's), on its host.
+  size_t entry = 0;
+  for (size_t i = 0; i < topology.nodes.size() && entry < nodes.size(); ++i) {
+    if (topology.nodes[i].tp_rank > 0) continue;
+    nodes[entry++]["host"] = placed(topology.nodes[i].host);
   }
   return absl::OkStatus();
 }

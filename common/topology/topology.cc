@@ -83,7 +83,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
   const std::string where = absl::StrCat("nodes[", index, "]");
   Fields f(node, path, where,
            {"name", "role", "host", "port", "data_port", "device", "transport", "kv_capacity_tokens", "threads", "kind",
-            "gpu_busy_timing", "tuning", "kv_dtype", "layers"});
+            "gpu_busy_timing", "tuning", "kv_dtype", "layers", "tensor_parallel", "devices"});
   if (node.IsMap()) {
     for (const char* field : {"chunk_rows", "line_rows", "packet_rows"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "a data-plane tuning field: write it under `tuning:`");
@@ -122,7 +122,7 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     LAMINA_ASSIGN_OR_RETURN(spec.kv_capacity_tokens, f.Integer("kv_capacity_tokens", nullptr, 1, int64_t{1} << 40));
     LAMINA_ASSIGN_OR_RETURN(spec.transports, ParseTransports(f, spec.device));
     LAMINA_RETURN_IF_ERROR(ParseKvDtype(f, &spec));
-    for (const char* field : {"gpu_busy_timing", "tuning", "layers"}) {
+    for (const char* field : {"gpu_busy_timing", "tuning", "layers", "tensor_parallel", "devices"}) {
       if (f.Has(field)) return f.Error(f.Get(field), field, "only compute nodes have this field");
     }
   } else {
@@ -146,8 +146,53 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
       spec.first_layer = layers[0];
       spec.end_layer = layers[1];
     }
+    const int64_t one = 1;
+    LAMINA_ASSIGN_OR_RETURN(int64_t tensor_parallel, f.Integer("tensor_parallel", &one, 1, 64));
+    spec.tensor_parallel = static_cast<int>(tensor_parallel);
+    if (f.Has("devices") && !f.Has("tensor_parallel")) {
+      return f.Error(f.Get("devices"), "devices", "a device for each rank of `tensor_parallel` (use `device` otherwise)");
+    }
   }
   return spec;
+}
+
+// A compute node entry's processes: itself, or its `tensor_parallel` ranks (topology.h).
+absl::StatusOr<std::vector<NodeSpec>> ExpandRanks(const NodeSpec& spec, const YAML::Node& node,
+                                                  const std::string& path, int index) {
+  if (spec.tensor_parallel == 1) return std::vector<NodeSpec>{spec};
+  Fields f(node, path, absl::StrCat("nodes[", index, "]"), {});
+  std::vector<std::string> devices;
+  if (f.Has("devices")) {
+    const YAML::Node list = f.Get("devices");
+    if (!list.IsSequence() || static_cast<int>(list.size()) != spec.tensor_parallel) {
+      return f.Error(list, "devices", absl::StrCat("expected a list of ", spec.tensor_parallel, " devices, one a rank"));
+    }
+    for (const YAML::Node& item : list) {
+      if (!item.IsScalar() || !ParseDevice(item.Scalar()).ok()) {
+        return f.Error(item, "devices", "expected 'cpu' or 'cuda:N' for each rank");
+      }
+      devices.push_back(item.Scalar());
+    }
+  }
+  if (spec.data_port == 0) {
+    return f.Error(node, "data_port", "a tensor-parallel group's ranks exchange their partial sums over data_port + "
+                                      "rank: give the entry one");
+  }
+  std::vector<NodeSpec> ranks;
+  for (int r = 0; r < spec.tensor_parallel; ++r) {
+    NodeSpec rank = spec;
+    rank.tp_rank = r;
+    rank.tp_group = spec.name;
+    if (r > 0) rank.name = absl::StrCat(spec.name, "-rank", r);
+    rank.port = spec.port + r;
+    rank.data_port = spec.data_port + r;
+    if (!devices.empty()) rank.device = devices[r];
+    if (rank.port > 65535 || rank.data_port > 65535) {
+      return f.Error(node, "port", absl::StrCat("rank ", r, "'s ports run past 65535"));
+    }
+    ranks.push_back(std::move(rank));
+  }
+  return ranks;
 }
 
 }  // namespace
@@ -270,9 +315,38 @@ std::vector<std::string> TransportsBetween(const NodeSpec& compute, const NodeSp
 std::vector<const NodeSpec*> Topology::NodesOf(NodeKind kind) const {
   std::vector<const NodeSpec*> out;
   for (const NodeSpec& node : nodes) {
-    if (node.kind == kind) out.push_back(&node);
+    if (node.kind == kind && node.tp_rank == 0) out.push_back(&node);
   }
   return out;
+}
+
+std::vector<const NodeSpec*> Topology::RanksOf(const std::string& name) const {
+  std::vector<const NodeSpec*> out;
+  for (const NodeSpec& node : nodes) {
+    if (node.name == name || (!node.tp_group.empty() && node.tp_group == name)) out.push_back(&node);
+  }
+  std::sort(out.begin(), out.end(), [](const NodeSpec* a, const NodeSpec* b) { return a->tp_rank < b->tp_rank; });
+  return out;
+}
+
+absl::Status CheckTensorParallel(const Topology& topology, const ModelConfig& c) {
+  for (const NodeSpec* node : topology.NodesOf(NodeKind::kCompute)) {
+    const int n = node->tensor_parallel;
+    if (n == 1) continue;
+    const std::vector<std::pair<const char*, int64_t>> sizes = {
+        {"num_attention_heads", c.num_q_heads},
+        {"num_key_value_heads", c.num_kv_heads},
+        {"intermediate_size", c.intermediate_size},
+        {"vocab_size", c.tie_word_embeddings ? n : c.vocab_size}};
+    for (const auto& [field, size] : sizes) {
+      if (size % n != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            topology.path, ":", node->line, ": nodes '", node->name, "'.tensor_parallel: ", n,
+            " ranks must divide the model's ", field, " (", size, ", config.json) evenly"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::string& path) {
@@ -409,17 +483,25 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
         return absl::InvalidArgumentError(absl::StrCat(path, ":", spec.line, ": nodes[", index, "].name: duplicate node name '",
                                                        spec.name, "'"));
       }
-      std::vector<std::pair<std::string, std::string>> ports = {{"port", spec.grpc_address()}};
-      if (spec.data_port != 0) ports.push_back({"data_port", spec.data_address()});
-      for (const auto& [field, address] : ports) {
-        if (address == t.coordinator_address() || endpoints.count(address) ||
-            (t.coordinator_http_port != 0 && address == t.coordinator_http_address())) {
-          return absl::InvalidArgumentError(absl::StrCat(path, ":", spec.line, ": nodes[", index, "].", field,
-                                                         ": ", address, " is used twice in this topology"));
+      LAMINA_ASSIGN_OR_RETURN(std::vector<NodeSpec> ranks, ExpandRanks(spec, node, path, index));
+      for (const NodeSpec& rank : ranks) {
+        if (rank.tp_rank > 0 && !names.insert(rank.name).second) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ":", spec.line, ": nodes[", index, "].name: rank ",
+                                                         rank.tp_rank, "'s name '", rank.name, "' is taken"));
         }
-        endpoints[address] = spec.line;
+        const std::string of_rank = rank.tp_rank > 0 ? absl::StrCat(" (rank ", rank.tp_rank, ")") : "";
+        std::vector<std::pair<std::string, std::string>> ports = {{"port", rank.grpc_address()}};
+        if (rank.data_port != 0) ports.push_back({"data_port", rank.data_address()});
+        for (const auto& [field, address] : ports) {
+          if (address == t.coordinator_address() || endpoints.count(address) ||
+              (t.coordinator_http_port != 0 && address == t.coordinator_http_address())) {
+            return absl::InvalidArgumentError(absl::StrCat(path, ":", spec.line, ": nodes[", index, "].", field, ": ",
+                                                           address, of_rank, " is used twice in this topology"));
+          }
+          endpoints[address] = spec.line;
+        }
+        t.nodes.push_back(rank);
       }
-      t.nodes.push_back(spec);
       ++index;
     }
     const size_t computes = t.NodesOf(NodeKind::kCompute).size();
@@ -428,6 +510,24 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
       return absl::InvalidArgumentError(absl::StrCat(path, ": nodes: ", computes, " compute nodes need 'pipelining: "
                                                      "fixed' or 'auto' (a batch each); 'none' runs one batch on one "
                                                      "compute node"));
+    }
+    for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
+      if (node->tensor_parallel == 1) continue;
+      // What tensor-parallel groups run with so far: their own pools, one batch each.
+      const std::string group = absl::StrCat(path, ":", node->line, ": nodes '", node->name, "'.tensor_parallel: ");
+      if (!node->holds_kv()) {
+        return absl::InvalidArgumentError(absl::StrCat(group, "a tensor-parallel group keeps its KV caches in a pool "
+                                                       "of its own, each rank its heads' share: give it "
+                                                       "kv_capacity_tokens"));
+      }
+      if (!t.NodesOf(NodeKind::kMemory).empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(group, "memory nodes do not yet serve a tensor-parallel "
+                                                       "group (its ranks attend their heads in their own pools)"));
+      }
+      if (t.LayerSplit() || t.pipelining == "rotational") {
+        return absl::InvalidArgumentError(absl::StrCat(group, "not with a layer split or rotational pipelining: a "
+                                                       "group runs one batch of its own"));
+      }
     }
     if (t.LayerSplit()) {
       for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {

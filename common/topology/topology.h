@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model_config/model_config.h"
 #include "common/security/tls_context.h"
 #include "common/topology/slice_route.h"
 
@@ -74,13 +75,24 @@ struct NodeSpec {
   // first .. end - 1 of every batch (slice_route.h); -1 when the node computes every layer.
   int64_t first_layer = -1;
   int64_t end_layer = -1;
+  // Compute nodes (optional): a tensor-parallel group, `tensor_parallel: N`: the entry runs as N
+  // processes (ranks), each holding 1/N of every layer's heads and MLP and of the LM head, joined
+  // by all-reduces. Rank r listens on `port` + r and `data_port` + r, on `devices[r]` when the
+  // entry lists `devices`; rank 0 keeps the entry's name, rank r > 0 is named "<name>-rank<r>".
+  // The group's KV pool (kv_capacity_tokens) is rank 0's in the coordinator's accounting; each
+  // rank holds its heads' share of every slot.
+  int tensor_parallel = 1;
+  int tp_rank = 0;
+  std::string tp_group;  // the entry's name (rank 0's); empty without tensor parallelism
   // The hardware the node stands for, a device kind of the price table (e.g. "h100"): what cost
   // reports charge for it. Defaults to "cpu" on the CPU and to nothing on a GPU.
   std::string price_kind;
   int line = 0;                     // where the node is defined, for messages
 
   // A node that holds KV caches: a memory node, or a compute node with a pool of its own.
-  bool holds_kv() const { return kv_capacity_tokens > 0; }
+  // The coordinator places sequences on it: a memory node, or a compute node (rank 0 of a group)
+  // with a pool of its own.
+  bool holds_kv() const { return kv_capacity_tokens > 0 && tp_rank == 0; }
   bool splits_layers() const { return first_layer >= 0; }
   std::string grpc_address() const { return host + ":" + std::to_string(port); }
   std::string data_address() const { return host + ":" + std::to_string(data_port); }
@@ -160,7 +172,12 @@ struct Topology {
   const NodeSpec* Find(const std::string& name) const;
   // The nodes that hold KV caches: memory nodes and compute nodes with a pool of their own.
   std::vector<const NodeSpec*> KvNodes() const;
+  // Nodes of `kind`; for compute nodes, one per entry (a tensor-parallel group's rank 0). Every
+  // process, ranks included, is in `nodes`.
   std::vector<const NodeSpec*> NodesOf(NodeKind kind) const;
+  // The processes of compute node `name`: its ranks in order (itself alone without tensor
+  // parallelism); empty for an unknown name.
+  std::vector<const NodeSpec*> RanksOf(const std::string& name) const;
   // The compute node of each batch in flight, in the order the coordinator drives them (under
   // rotation over several compute nodes, the one running the batch's first slice).
   std::vector<const NodeSpec*> BatchComputeNodes() const;
@@ -196,6 +213,11 @@ std::vector<std::string> TransportsBetween(const NodeSpec& compute, const NodeSp
 // A layer split must cover the model's `num_layers` layers exactly once, in topology order:
 // InvalidArgument naming the node, its range and the model's count otherwise. OK without a split.
 absl::Status CheckLayerSplit(const Topology& topology, int64_t num_layers);
+
+// A tensor-parallel group of N ranks must divide the model's query and KV heads, its MLP's
+// intermediate size and (an untied LM head) its vocabulary by N: InvalidArgument naming the node,
+// the field and the numbers otherwise. OK without tensor parallelism.
+absl::Status CheckTensorParallel(const Topology& topology, const ModelConfig& config);
 
 // Both nodes on one GPU of one host.
 bool SameGpu(const NodeSpec& a, const NodeSpec& b);

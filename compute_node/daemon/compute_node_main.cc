@@ -35,6 +35,8 @@
 #include "compute_node/engine/device_engine.h"
 #include "compute_node/local/local_pool.h"
 #include "compute_node/local/placed_attention.h"
+#include "compute_node/tensor_parallel/rank_group.h"
+#include "compute_node/tensor_parallel/shard.h"
 #include "grpcpp/grpcpp.h"
 #include "kv/service/kv_pool_service.h"
 
@@ -44,6 +46,30 @@ namespace {
 // What of the model this node holds: its share of a layer split, or all of it.
 WeightShare WeightShareOf(const NodeSpec& spec) {
   return spec.splits_layers() ? WeightShare{spec.first_layer, spec.end_layer} : WeightShare{};
+}
+
+// The name plans give this node's own pool: a tensor-parallel group's (rank 0's) for every rank.
+std::string PoolName(const NodeSpec& spec) { return spec.tp_group.empty() ? spec.name : spec.tp_group; }
+
+// This node's weights: its share of a layer split, or a tensor-parallel rank's slices (read
+// whole, then cut: CPU ranks only so far), or the whole model.
+absl::StatusOr<std::unique_ptr<DeviceWeights>> LoadWeights(const NodeSpec& spec, const DeviceSpec& device,
+                                                           const std::string& model_dir,
+                                                           std::optional<uint64_t> random_seed) {
+  if (spec.tensor_parallel == 1) return DeviceWeights::Load(device, model_dir, random_seed, WeightShareOf(spec));
+  if (device.is_cuda) {
+    return absl::UnimplementedError(absl::StrCat("nodes '", spec.name, "': tensor parallelism runs on CPU ranks so "
+                                                 "far; a rank on ", spec.device, " is not built yet"));
+  }
+  std::unique_ptr<ModelWeights> host;
+  if (random_seed) {
+    LAMINA_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(model_dir));
+    host = ModelWeights::Random(config, *random_seed);
+  } else {
+    LAMINA_ASSIGN_OR_RETURN(host, ModelWeights::Load(model_dir));
+  }
+  ShardWeights(spec.tp_rank, spec.tensor_parallel, host.get());
+  return DeviceWeights::FromHost(device, std::move(host));
 }
 
 constexpr char kUsage[] =
@@ -64,8 +90,9 @@ absl::Status Run(const std::vector<std::string>& args) {
   const absl::Time started = absl::Now();  // start-up's stages are timed, for cold starts
   std::optional<uint64_t> random_seed;
   if (topology.random_weights) random_seed = topology.weights_seed;
+  LAMINA_RETURN_IF_ERROR(CheckTensorParallel(topology, model_config));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> weights,
-                          DeviceWeights::Load(device, topology.model_dir, random_seed, WeightShareOf(*spec)));
+                          LoadWeights(*spec, device, topology.model_dir, random_seed));
   const ModelConfig& config = weights->config();
   const absl::Time weights_loaded = absl::Now();
 
@@ -85,12 +112,21 @@ absl::Status Run(const std::vector<std::string>& args) {
   }
   LAMINA_ASSIGN_OR_RETURN(const std::optional<ClusterSecret> secret, ClusterSecret::Load(topology.cluster_secret_file));
   std::unique_ptr<Transport> transport = MakeTcpTransport(secret);
+  // A tensor-parallel rank joins its group before anything runs.
+  std::unique_ptr<RankGroup> rank_group;
+  if (spec->tensor_parallel > 1) {
+    const NodeSpec* leader = topology.RanksOf(spec->tp_group).front();
+    const std::string address = spec->tp_rank == 0 ? ListenAddress(leader->data_address()) : leader->data_address();
+    LAMINA_ASSIGN_OR_RETURN(rank_group, RankGroup::Join(transport.get(), spec->tp_rank, spec->tensor_parallel, address,
+                                                        absl::Milliseconds(topology.step_timeout_ms),
+                                                        absl::Now() + absl::Seconds(60)));
+  }
   ThreadPool pool(spec->threads);
   // A pool of its own: attended here, shared by the lanes.
   std::unique_ptr<LocalPool> local_pool;
   std::unique_ptr<KvPoolService> pool_service;
   DType kv_dtype = DType::kF32;
-  if (spec->holds_kv()) {
+  if (spec->kv_capacity_tokens > 0) {  // a tensor-parallel rank > 0 holds its heads' share of the group's pool
     LAMINA_ASSIGN_OR_RETURN(kv_dtype, ChooseKvDtype(spec->kv_dtype, config, device.is_cuda));
     LAMINA_ASSIGN_OR_RETURN(local_pool,
                             LocalPool::Create({config.num_layers,
@@ -130,9 +166,9 @@ absl::Status Run(const std::vector<std::string>& args) {
       }
     }
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<PlacedAttention> placed,
-                            PlacedAttention::Create(local_pool.get(), spec->name, remote));
+                            PlacedAttention::Create(local_pool.get(), PoolName(*spec), remote));
     attentions.push_back(std::move(placed));
-    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool));
+    LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool, rank_group.get()));
     engines.push_back(std::move(engine));
     lanes.push_back({engines.back().get(), attentions.back().get()});
   }

@@ -13,13 +13,11 @@ absl::Status CpuSliceBackend::RunFirst(absl::Span<const int32_t> tokens, absl::S
 }
 
 absl::Status CpuSliceBackend::RunMiddle(int64_t slice) {
-  slices_.RunMiddle(slice, &state_);
-  return absl::OkStatus();
+  return slices_.RunMiddle(slice, &state_);
 }
 
 absl::Status CpuSliceBackend::RunLast(absl::Span<const int64_t> rows, Tensor* logits) {
-  slices_.RunLast(rows, &state_, logits);
-  return absl::OkStatus();
+  return slices_.RunLast(rows, &state_, logits);
 }
 
 absl::Status CpuSliceBackend::PrefillAttention(int64_t first_row, int64_t count) {

@@ -10,7 +10,9 @@ namespace lamina {
 
 class CpuSliceBackend : public SliceBackend {
  public:
-  CpuSliceBackend(const ModelWeights* weights, ThreadPool* pool) : slices_(weights, pool), pool_(pool) {}
+  // `group`: the tensor-parallel group of a rank's weights (null: the whole model).
+  CpuSliceBackend(const ModelWeights* weights, ThreadPool* pool, RankGroup* group = nullptr)
+      : slices_(weights, pool, group), pool_(pool) {}
 
   const ModelConfig& config() const override { return slices_.config(); }
   QkvLayout qkv_layout() const override { return slices_.qkv_layout(); }

@@ -2,6 +2,7 @@
 
 #include "common/model_config/model_config.h"
 #include "common/status/status_macros.h"
+#include "compute_node/engine/cpu_slice_backend.h"
 #ifdef LAMINA_HAVE_CUDA
 #include "compute_node/engine/cuda/cuda_model_weights.h"
 #include "compute_node/engine/cuda/cuda_slice_backend.h"
@@ -65,8 +66,14 @@ const ModelConfig& DeviceWeights::config() const {
 }
 
 absl::StatusOr<std::unique_ptr<ComputeEngine>> DeviceWeights::MakeEngine(AttentionService* attention,
-                                                                          ThreadPool* pool) const {
-  if (!device_.is_cuda) return std::make_unique<ComputeEngine>(host_.get(), attention, pool);
+                                                                          ThreadPool* pool, RankGroup* group) const {
+  if (!device_.is_cuda) {
+    return std::make_unique<ComputeEngine>(std::make_unique<CpuSliceBackend>(host_.get(), pool, group),
+                                           std::make_unique<CpuSliceBackend>(host_.get(), pool, group), attention);
+  }
+  if (group != nullptr && group->size() > 1) {
+    return absl::UnimplementedError("tensor parallelism runs on CPU ranks so far; a rank on a GPU is not built yet");
+  }
 #ifdef LAMINA_HAVE_CUDA
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> prefill, CudaSliceBackend::Create(gpu_.get(), device_.index));
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaSliceBackend> decode,

@@ -17,6 +17,7 @@
 #include "common/threading/thread_pool.h"
 #include "compute_node/engine/compute_engine.h"
 #include "compute_node/model/model_weights.h"
+#include "compute_node/tensor_parallel/rank_group.h"
 
 namespace lamina {
 
@@ -39,9 +40,12 @@ class DeviceWeights {
   const DeviceSpec& device() const { return device_; }
 
   // A new engine over these weights reaching attention through `attention` (both must outlive it).
-  // On the CPU, `pool` runs the kernels.
+  // On the CPU, `pool` runs the kernels. `group`: the tensor-parallel group these weights are a
+  // rank's share of (tensor_parallel/shard.h; must outlive the engine): CPU ranks only so far,
+  // Unimplemented on a GPU.
   absl::StatusOr<std::unique_ptr<ComputeEngine>> MakeEngine(AttentionService* attention,
-                                                            ThreadPool* pool = &ThreadPool::Default()) const;
+                                                            ThreadPool* pool = &ThreadPool::Default(),
+                                                            RankGroup* group = nullptr) const;
 
  private:
   explicit DeviceWeights(const DeviceSpec& device);

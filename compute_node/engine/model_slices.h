@@ -4,18 +4,24 @@
 //   slice i (0<i<L):   the rest of layer i-1 (output projection, residual, MLP), then layer i up
 //                      to q/k/v;
 //   slice L:           the rest of layer L-1, the final norm and the LM head.
-// Thread-compatible: a SliceState belongs to one batch; ModelSlices itself is immutable.
+// As one rank of a tensor-parallel group (shard.h), the output projection's and the MLP's partial
+// sums are all-reduced over the group before joining the residual stream, and the LM head's
+// vocabulary slices are gathered, so every rank ends a slice with the whole model's values.
+// Thread-compatible: a SliceState belongs to one batch; ModelSlices itself is immutable (its group
+// serves one call at a time).
 #ifndef LAMINA_COMPUTE_NODE_ENGINE_MODEL_SLICES_H_
 #define LAMINA_COMPUTE_NODE_ENGINE_MODEL_SLICES_H_
 
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/attention/attention_service.h"
 #include "common/tensor/tensor.h"
 #include "common/threading/thread_pool.h"
 #include "compute_node/model/model_weights.h"
+#include "compute_node/tensor_parallel/rank_group.h"
 #include "kernels/cpu/rope.h"
 
 namespace lamina {
@@ -35,7 +41,8 @@ struct SliceState {
 
 class ModelSlices {
  public:
-  ModelSlices(const ModelWeights* weights, ThreadPool* pool);
+  // `group`: the tensor-parallel group this rank's `weights` belong to (null: the whole model).
+  ModelSlices(const ModelWeights* weights, ThreadPool* pool, RankGroup* group = nullptr);
 
   int64_t num_slices() const { return config().num_layers + 1; }
   const ModelConfig& config() const { return weights_->config; }
@@ -44,17 +51,21 @@ class ModelSlices {
 
   // Slice 0. `tokens` must be inside the vocabulary; state->positions must be set.
   void RunFirst(absl::Span<const int32_t> tokens, SliceState* state) const;
-  // Slice `slice`, 0 < slice < num_layers: reads attn_out, writes qkv.
-  void RunMiddle(int64_t slice, SliceState* state) const;
+  // Slice `slice`, 0 < slice < num_layers: reads attn_out, writes qkv. Fails only when the
+  // group's collectives do.
+  absl::Status RunMiddle(int64_t slice, SliceState* state) const;
   // The last slice: reads attn_out, writes logits [rows.size(), vocab] for the given token rows.
-  void RunLast(absl::Span<const int64_t> rows, SliceState* state, Tensor* logits) const;
+  absl::Status RunLast(absl::Span<const int64_t> rows, SliceState* state, Tensor* logits) const;
 
  private:
   void PreAttention(int64_t layer, SliceState* state) const;
-  void PostAttention(int64_t layer, SliceState* state) const;
+  absl::Status PostAttention(int64_t layer, SliceState* state) const;
+  // The group's sum of `t` (nothing without a group).
+  absl::Status Reduce(Tensor* t) const;
 
   const ModelWeights* weights_;
   ThreadPool* pool_;
+  RankGroup* group_;
   kernels::cpu::Rope rope_;
 };
 

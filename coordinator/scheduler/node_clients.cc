@@ -57,46 +57,59 @@ absl::Status ComputeClient::Broken() {
       absl::StrCat("compute node '", name_, "': ", status.ok() ? "stream closed" : status.error_message()));
 }
 
-MemoryClients::MemoryClients(const std::map<std::string, std::string>& nodes, std::optional<ClusterSecret> secret)
+MemoryClients::MemoryClients(const std::map<std::string, std::vector<std::string>>& nodes,
+                             std::optional<ClusterSecret> secret)
     : secret_(std::move(secret)) {
-  for (const auto& [name, address] : nodes) {
-    stubs_[name] = lamina::v1::MemoryNode::NewStub(CreateControlChannel(address));
+  for (const auto& [name, addresses] : nodes) {
+    for (const std::string& address : addresses) {
+      stubs_[name].push_back(lamina::v1::MemoryNode::NewStub(CreateControlChannel(address)));
+    }
   }
 }
 
-absl::StatusOr<lamina::v1::MemoryNode::Stub*> MemoryClients::StubOf(const std::string& node) {
+absl::StatusOr<const MemoryClients::Stubs*> MemoryClients::StubsOf(const std::string& node) {
   auto it = stubs_.find(node);
   if (it == stubs_.end()) return absl::NotFoundError(absl::StrCat("unknown memory node ", node));
-  return it->second.get();
+  return &it->second;
 }
 
 absl::StatusOr<lamina::v1::FreeSequencesResponse> MemoryClients::Free(const std::string& node, const std::vector<int64_t>& seqs) {
-  LAMINA_ASSIGN_OR_RETURN(lamina::v1::MemoryNode::Stub * stub, StubOf(node));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  AddClusterAuth(&context, secret_);
+  LAMINA_ASSIGN_OR_RETURN(const Stubs* stubs, StubsOf(node));
   lamina::v1::FreeSequencesRequest request;
   for (int64_t s : seqs) request.add_seq_ids(s);
-  lamina::v1::FreeSequencesResponse response;
-  grpc::Status status = stub->FreeSequences(&context, request, &response);
-  if (!status.ok()) return absl::UnavailableError(absl::StrCat("memory node ", node, ": ", status.error_message()));
-  return response;
+  lamina::v1::FreeSequencesResponse first;
+  for (size_t i = 0; i < stubs->size(); ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    AddClusterAuth(&context, secret_);
+    lamina::v1::FreeSequencesResponse response;
+    grpc::Status status = (*stubs)[i]->FreeSequences(&context, request, &response);
+    if (!status.ok()) {
+      return absl::UnavailableError(absl::StrCat("memory node ", node, i > 0 ? absl::StrCat(" (rank ", i, ")") : "",
+                                                 ": ", status.error_message()));
+    }
+    if (i == 0) first = std::move(response);
+  }
+  return first;
 }
 
 absl::Status MemoryClients::Fork(const std::string& node, int64_t from, int64_t to, int64_t length) {
-  LAMINA_ASSIGN_OR_RETURN(lamina::v1::MemoryNode::Stub * stub, StubOf(node));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  AddClusterAuth(&context, secret_);
+  LAMINA_ASSIGN_OR_RETURN(const Stubs* stubs, StubsOf(node));
   lamina::v1::ForkSequenceRequest request;
   request.set_from_seq_id(from);
   request.set_to_seq_id(to);
   request.set_length(length);
-  lamina::v1::ForkSequenceResponse response;
-  grpc::Status status = stub->ForkSequence(&context, request, &response);
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        absl::StrCat("memory node ", node, ": ", status.error_message()));
+  for (size_t i = 0; i < stubs->size(); ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    AddClusterAuth(&context, secret_);
+    lamina::v1::ForkSequenceResponse response;
+    grpc::Status status = (*stubs)[i]->ForkSequence(&context, request, &response);
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("memory node ", node, i > 0 ? absl::StrCat(" (rank ", i, ")") : "", ": ",
+                                       status.error_message()));
+    }
   }
   return absl::OkStatus();
 }

@@ -48,18 +48,21 @@ class ComputeClient {
 
 class MemoryClients {
  public:
-  // `nodes`: memory node name -> gRPC address; calls carry `secret`'s token when there is one.
-  MemoryClients(const std::map<std::string, std::string>& nodes, std::optional<ClusterSecret> secret);
+  // `nodes`: KV pool name -> the gRPC addresses holding it: a memory node's, or a compute node's
+  // (a tensor-parallel group's ranks, each holding its heads' share of the pool, which every call
+  // reaches in rank order). Calls carry `secret`'s token when there is one.
+  MemoryClients(const std::map<std::string, std::vector<std::string>>& nodes, std::optional<ClusterSecret> secret);
   // Frees sequences on a node, waiting at most a second; returns the node's report afterwards.
   absl::StatusOr<lamina::v1::FreeSequencesResponse> Free(const std::string& node, const std::vector<int64_t>& seqs);
   // Starts sequence `to` with the first `length` positions of `from` (shared, not copied).
   absl::Status Fork(const std::string& node, int64_t from, int64_t to, int64_t length);
 
  private:
-  absl::StatusOr<lamina::v1::MemoryNode::Stub*> StubOf(const std::string& node);
+  using Stubs = std::vector<std::unique_ptr<lamina::v1::MemoryNode::Stub>>;
+  absl::StatusOr<const Stubs*> StubsOf(const std::string& node);
 
   const std::optional<ClusterSecret> secret_;
-  std::map<std::string, std::unique_ptr<lamina::v1::MemoryNode::Stub>> stubs_;
+  std::map<std::string, Stubs> stubs_;
 };
 
 }  // namespace lamina

@@ -16,9 +16,12 @@ namespace lamina {
 namespace {
 
 // Every node holding KV caches serves lamina.v1.MemoryNode (frees and forks) on its gRPC port.
-std::map<std::string, std::string> KvGrpcAddresses(const Topology& topology) {
-  std::map<std::string, std::string> out;
-  for (const NodeSpec* node : topology.KvNodes()) out[node->name] = node->grpc_address();
+// Each KV pool's gRPC addresses: a tensor-parallel group's ranks all hold their share of it.
+std::map<std::string, std::vector<std::string>> KvGrpcAddresses(const Topology& topology) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const NodeSpec* node : topology.KvNodes()) {
+    for (const NodeSpec* rank : topology.RanksOf(node->name)) out[node->name].push_back(rank->grpc_address());
+  }
   return out;
 }
 
@@ -39,8 +42,8 @@ Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const 
       batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), topology.NodesOf(NodeKind::kCompute), secret));
       batches_.back()->rotation_replicas = topology.RotationReplicas();
     } else {
-      batches_.push_back(
-          std::make_unique<Batch>(static_cast<int>(j), std::vector<const NodeSpec*>{first_nodes[j]}, secret));
+      // A tensor-parallel group's ranks all run each plan.
+      batches_.push_back(std::make_unique<Batch>(static_cast<int>(j), topology.RanksOf(first_nodes[j]->name), secret));
     }
   }
   batch_ = batches_[0].get();
@@ -641,7 +644,9 @@ void Scheduler::Prepare() {
 absl::StatusOr<lamina::v1::StepResult> Scheduler::ReceiveResult() {
   std::vector<absl::StatusOr<lamina::v1::StepResult>> results;
   for (const std::unique_ptr<ComputeClient>& compute : batch_->computes) results.push_back(compute->Receive());
-  const int last = batch_->rotation_replicas > 0 ? topology_.RouteOf(batch_->index, 0).OwnerOf(config_.num_layers) : -1;
+  // The tokens: from the node that ran the last slice, or a tensor-parallel group's rank 0.
+  int last = batch_->computes.size() > 1 ? 0 : -1;
+  if (batch_->rotation_replicas > 0) last = topology_.RouteOf(batch_->index, 0).OwnerOf(config_.num_layers);
   return MergeReplicaResults(results, last);
 }
 

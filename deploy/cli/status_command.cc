@@ -43,7 +43,7 @@ absl::Status Status(const std::vector<std::string>& args) {
     std::printf("%s\n", balance->Describe().c_str());
   }
   std::printf("\n");
-  std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s %12s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)",
+  std::printf("%-16s %-8s %-9s %-24s %5s %6s %9s %12s  %s\n", "NODE", "ROLE", "HEALTH", "KV USED / TOTAL (FREE)",
               "SEQS", "BUSY", "RTT/LAYER", "PACE", "LAST HEARD");
   for (const auto& n : s.nodes()) {
     const bool memory = n.role() == lamina::v1::NODE_ROLE_MEMORY;
@@ -69,7 +69,7 @@ absl::Status Status(const std::vector<std::string>& args) {
     } else if (!memory && load.busy_count() > 0) {
       pace = absl::StrFormat("%.1f ms/step", 1e3 * load.busy_seconds() / load.busy_count());
     }
-    std::printf("%-14s %-8s %-9s %-24s %5s %6s %9s %12s  %s%s%s\n", n.name().c_str(), memory ? "memory" : "compute",
+    std::printf("%-16s %-8s %-9s %-24s %5s %6s %9s %12s  %s%s%s\n", n.name().c_str(), memory ? "memory" : "compute",
                 n.healthy() ? "healthy" : "DOWN", kv.c_str(), seqs.c_str(), busy.c_str(), rtt.c_str(), pace.c_str(),
                 heard.c_str(), n.detail().empty() ? "" : ": ", n.detail().c_str());
   }

@@ -241,8 +241,9 @@ absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
                              log_dir + "/coordinator.log"));
   }
   for (NodeKind kind : {NodeKind::kMemory, NodeKind::kCompute}) {
-    for (const NodeSpec* node : topology.NodesOf(kind)) {
-      if (!host.empty() && node->host != host) continue;
+    for (const NodeSpec& process : topology.nodes) {  // every process, tensor-parallel ranks included
+      const NodeSpec* node = &process;
+      if (node->kind != kind || (!host.empty() && node->host != host)) continue;
       std::string program = kind == NodeKind::kMemory ? "/lamina-memory-node" : "/lamina-compute-node";
       children.push_back(child(node->name, {bin + program, "--topology", abs_topology, "--name", node->name},
                                log_dir + "/" + node->name + ".log"));

@@ -130,6 +130,12 @@ YAML::Node Service(const Process& p, const ManifestOptions& options) {
 
 absl::StatusOr<std::string> Manifests(const Topology& topology, const ManifestOptions& options) {
   for (const NodeSpec& node : topology.nodes) {
+    if (node.tensor_parallel > 1) {
+      // Its ranks share the entry's host, which here would be one pod's service.
+      return absl::UnimplementedError(absl::StrCat(topology.path, ":", node.line, ": node '", node.tp_group,
+                                                   "': tensor-parallel groups are not yet placed by `lamina k8s` "
+                                                   "(they run under `lamina up` and Slurm)"));
+    }
     if (!ValidName(node.name)) {
       return absl::InvalidArgumentError(absl::StrCat(topology.path, ":", node.line, ": node '", node.name,
                                                      "' is not a valid Kubernetes name (lowercase letters, digits "

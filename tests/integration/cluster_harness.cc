@@ -19,11 +19,17 @@
 
 namespace lamina::testing {
 
+// Ports this process has handed out: never twice.
+std::set<int>& HandedOut() {
+  static std::set<int> handed_out;
+  return handed_out;
+}
+
 int FreePort() {
   // Never the band of deploy/topologies' fixed ports, which experiment_test's clusters take while
   // other tests run beside it.
   constexpr int kDeployPortsFirst = 50000, kDeployPortsLast = 50999;
-  static std::set<int> handed_out;
+  std::set<int>& handed_out = HandedOut();
   for (;;) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
@@ -36,6 +42,31 @@ int FreePort() {
     int port = ntohs(addr.sin_port);
     if (port >= kDeployPortsFirst && port <= kDeployPortsLast) continue;
     if (handed_out.insert(port).second) return port;
+  }
+}
+
+// Whether `port` on loopback can be bound now.
+bool Bindable(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// The first of `count` consecutive free ports (a tensor-parallel group's ranks take port + rank).
+int FreePorts(int count) {
+  for (;;) {
+    const int first = FreePort();
+    bool all = first + count - 1 <= 65535;
+    for (int i = 1; all && i < count; ++i) all = HandedOut().count(first + i) == 0 && Bindable(first + i);
+    if (all) {
+      for (int i = 1; i < count; ++i) HandedOut().insert(first + i);
+      return first;
+    }
   }
 }
 
@@ -106,8 +137,10 @@ absl::StatusOr<std::unique_ptr<ClusterHarness>> ClusterHarness::StartOnce(const 
   for (int i = 0; i < options.compute_nodes; ++i) {
     const std::string device = i < static_cast<int>(options.compute_devices.size()) ? options.compute_devices[i]
                                                                                     : options.device;
+    const int ranks = options.tensor_parallel;
     absl::StrAppend(&yaml, "  - name: compute-", i, "\n    role: compute\n    device: ", device,
-                    "\n    port: ", FreePort(), "\n    data_port: ", FreePort(), "\n");
+                    "\n    port: ", FreePorts(ranks), "\n    data_port: ", FreePorts(ranks), "\n");
+    if (ranks > 1) absl::StrAppend(&yaml, "    tensor_parallel: ", ranks, "\n");
     if (options.chunk_rows || options.line_rows) absl::StrAppend(&yaml, "    tuning:\n");
     if (options.chunk_rows) absl::StrAppend(&yaml, "      chunk_rows: ", *options.chunk_rows, "\n");
     if (options.line_rows) absl::StrAppend(&yaml, "      line_rows: ", *options.line_rows, "\n");

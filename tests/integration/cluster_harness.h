@@ -36,6 +36,7 @@ struct ClusterOptions {
   int max_tokens_per_iteration = 4096;         // and its `scheduler.max_tokens_per_iteration`
   bool chunked_prefill = true;                 // and its `scheduler.chunked_prefill`
   int compute_nodes = 1;
+  int tensor_parallel = 1;  // each compute node's `tensor_parallel`
   // Set: compute node i's `layers: [first, end)` (a layer split), one pair per compute node.
   std::vector<std::pair<int64_t, int64_t>> layers;
   int64_t compute_kv_capacity_tokens = 0;  // > 0: each compute node's own pool (local attention)

@@ -433,6 +433,67 @@ TEST(TopologyTest, ALayerSplitCoversTheModelsLayersOnceInTopologyOrder) {
               "nodes 'compute-0'.kv_capacity_tokens: a layer split over 2 compute nodes");
 }
 
+TEST(TopologyTest, ATensorParallelEntryRunsAsOneProcessPerRank) {
+  const std::string yaml =
+      "model: ../models/lamina-demo-6m\ncoordinator:\n  port: 50151\nnodes:\n"
+      "  - name: compute-0\n    role: compute\n    port: 50161\n    data_port: 50165\n    kv_capacity_tokens: 4096\n"
+      "    tensor_parallel: 4\n";
+  auto topology = ParseTopology(yaml, kPath);
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_EQ(topology->nodes.size(), 4u);
+  // One compute node (its group), one batch, one KV pool; four processes.
+  ASSERT_EQ(topology->NodesOf(NodeKind::kCompute).size(), 1u);
+  EXPECT_EQ(topology->BatchComputeNodes().size(), 1u);
+  ASSERT_EQ(topology->KvNodes().size(), 1u);
+  EXPECT_EQ(topology->KvNodes()[0]->name, "compute-0");
+  const std::vector<const NodeSpec*> ranks = topology->RanksOf("compute-0");
+  ASSERT_EQ(ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(ranks[r]->name, r == 0 ? "compute-0" : absl::StrCat("compute-0-rank", r));
+    EXPECT_EQ(ranks[r]->tp_rank, r);
+    EXPECT_EQ(ranks[r]->tp_group, "compute-0");
+    EXPECT_EQ(ranks[r]->port, 50161 + r);
+    EXPECT_EQ(ranks[r]->data_port, 50165 + r);
+    EXPECT_EQ(ranks[r]->holds_kv(), r == 0) << "the group's pool is rank 0's in the accounting";
+  }
+  EXPECT_EQ(topology->RanksOf("compute-0-rank2").size(), 1u);
+
+  // The model's sizes must divide: the demo model has 8 query and 4 KV heads, MLP 688, vocabulary 1024.
+  ModelConfig demo;
+  demo.num_q_heads = 8;
+  demo.num_kv_heads = 4;
+  demo.intermediate_size = 688;
+  demo.vocab_size = 1024;
+  EXPECT_TRUE(CheckTensorParallel(*topology, demo).ok());
+  demo.num_kv_heads = 2;
+  const absl::Status kv = CheckTensorParallel(*topology, demo);
+  EXPECT_EQ(kv.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(kv.message().find("nodes 'compute-0'.tensor_parallel: 4 ranks must divide the model's "
+                              "num_key_value_heads (2, config.json) evenly"),
+            std::string::npos)
+      << kv;
+  demo.num_kv_heads = 4;
+  demo.vocab_size = 1022;
+  EXPECT_NE(CheckTensorParallel(*topology, demo).message().find("vocab_size (1022"), std::string::npos);
+
+  auto with_devices = ParseTopology(
+      absl::StrReplaceAll(yaml, {{"tensor_parallel: 4\n", "tensor_parallel: 2\n    devices: [cpu, cpu]\n"}}), kPath);
+  ASSERT_TRUE(with_devices.ok()) << with_devices.status();
+  EXPECT_EQ(with_devices->nodes.size(), 2u);
+
+  ExpectError(absl::StrReplaceAll(yaml, {{"tensor_parallel: 4\n", "tensor_parallel: 2\n    devices: [cpu]\n"}}),
+              "devices: expected a list of 2 devices, one a rank");
+  ExpectError(absl::StrReplaceAll(yaml, {{"    data_port: 50165\n", ""}}), "data_port: a tensor-parallel group's ranks");
+  ExpectError(absl::StrReplaceAll(yaml, {{"    kv_capacity_tokens: 4096\n", ""}}),
+              "give it kv_capacity_tokens");
+  ExpectError(absl::StrReplaceAll(yaml, {{"coordinator:\n  port: 50151\n", "coordinator:\n  port: 50163\n"}}),
+              "nodes[0].port: 127.0.0.1:50163 (rank 2) is used twice");
+  ExpectError(yaml + "  - name: memory-0\n    role: memory\n    port: 50171\n    data_port: 50172\n"
+                     "    kv_capacity_tokens: 64\n",
+              "memory nodes do not yet serve a tensor-parallel group");
+  ExpectError(absl::StrReplaceAll(yaml, {{"tensor_parallel: 4", "tensor_parallel: 0"}}), "tensor_parallel");
+}
+
 TEST(TopologyTest, EveryBundledTopologyLoads) {
   int loaded = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(LAMINA_SOURCE_DIR) + "/deploy/topologies")) {

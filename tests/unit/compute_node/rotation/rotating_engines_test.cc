@@ -1,7 +1,8 @@
-// ComputeEngine under rotational pipelining: R engines, one per replica, each running only the
-// slices its replica owns and handing the batch on through SliceRelays (in-process transport),
-// give the golden logits (float64 reference) and exactly the logits one engine gives alone, for
-// prefill and teacher-forced decode, whichever replica the batch starts on.
+// ComputeEngine under rotational pipelining and under a layer split: R engines, one per replica,
+// each running only the slices its replica owns and handing the batch on through SliceRelays
+// (in-process transport), give the golden logits (float64 reference) and exactly the logits one
+// engine gives alone, for prefill and teacher-forced decode, whichever replica the batch starts
+// on (rotation) and however the layers are split.
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,7 +37,8 @@ struct Replicas {
   std::unique_ptr<ComputeEngine> alone;  // every slice on one engine, for comparison
   uint64_t step = 0;
 
-  Replicas(const std::string& model, int replicas, int batch) {
+  // `first_layers`: a layer split's replicas' first layers (empty: rotation).
+  Replicas(const std::string& model, int replicas, int batch, const std::vector<int64_t>& first_layers) {
     weights = std::move(*ModelWeights::Load(ModelDir(model)));
     const ModelConfig& c = weights->config;
     memory = std::move(*AttentionExecutor::Create(
@@ -48,7 +50,7 @@ struct Replicas {
     for (int r = 0; r < replicas; ++r) {
       const int next = (r + 1) % replicas, previous = (r + replicas - 1) % replicas;
       relays.push_back(std::make_unique<SliceRelay>(
-          transport.get(), inboxes[r].get(), SliceRoute{batch, r, replicas},
+          transport.get(), inboxes[r].get(), SliceRoute{batch, r, replicas, first_layers},
           RelayPeers{absl::StrCat("compute-", r), absl::StrCat("compute-", next), absl::StrCat(name, "-", next),
                      absl::StrCat("compute-", previous)},
           absl::Seconds(20)));
@@ -89,13 +91,14 @@ struct RotationCase {
   std::string model;
   int replicas;
   int batch;
+  std::vector<int64_t> first_layers;  // a layer split (empty: rotation)
 };
 
 class RotatingEnginesTest : public ::testing::TestWithParam<RotationCase> {};
 
 TEST_P(RotatingEnginesTest, GivesTheGoldenLogitsAndExactlyWhatOneEngineGives) {
   const RotationCase& param = GetParam();
-  Replicas replicas(param.model, param.replicas, param.batch);
+  Replicas replicas(param.model, param.replicas, param.batch, param.first_layers);
   GoldenTensors golden(param.model);
   // Two prompts in one batch, so that rows stay apart through the hand-overs.
   std::vector<std::vector<int32_t>> ids = {golden.Ids(Key(0, "ids")), golden.Ids(Key(1, "ids"))};
@@ -138,12 +141,17 @@ TEST_P(RotatingEnginesTest, GivesTheGoldenLogitsAndExactlyWhatOneEngineGives) {
 
 INSTANTIATE_TEST_SUITE_P(
     Routes, RotatingEnginesTest,
-    ::testing::Values(RotationCase{"tiny-llama2", 2, 0}, RotationCase{"tiny-llama2", 2, 1},
-                      RotationCase{"tiny-llama3", 3, 2}),
+    ::testing::Values(RotationCase{"tiny-llama2", 2, 0, {}}, RotationCase{"tiny-llama2", 2, 1, {}},
+                      RotationCase{"tiny-llama3", 3, 2, {}},
+                      // Layer splits: tiny-llama2 has 3 layers, tiny-llama3 4.
+                      RotationCase{"tiny-llama2", 2, 0, {0, 2}}, RotationCase{"tiny-llama3", 2, 1, {0, 1}},
+                      RotationCase{"tiny-llama3", 3, 2, {0, 1, 3}}),
     [](const ::testing::TestParamInfo<RotationCase>& info) {
       std::string model = info.param.model;
       std::replace(model.begin(), model.end(), '-', '_');
-      return absl::StrCat(model, "_", info.param.replicas, "_replicas_batch_", info.param.batch);
+      std::string split = info.param.first_layers.empty() ? "" : "_split_at";
+      for (int64_t first : info.param.first_layers) absl::StrAppend(&split, "_", first);
+      return absl::StrCat(model, "_", info.param.replicas, "_replicas_batch_", info.param.batch, split);
     });
 
 }  // namespace

@@ -1,0 +1,135 @@
+#include "compute_node/tensor_parallel/rank_group.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status/status_macros.h"
+
+namespace lamina {
+namespace {
+
+constexpr uint32_t kHello = 1;  // tag: the connecting rank
+constexpr uint32_t kPart = 2;   // a rank's part of a sum or a gather
+constexpr uint32_t kTotal = 3;  // rank 0's answer
+
+ByteSpan Bytes(const void* data, size_t bytes) { return ByteSpan(static_cast<const uint8_t*>(data), bytes); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Join(Transport* transport, int rank, int size,
+                                                           const std::string& leader_address, absl::Duration timeout,
+                                                           absl::Time deadline) {
+  if (rank < 0 || rank >= size) return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", size));
+  std::unique_ptr<RankGroup> group(new RankGroup(rank, size, timeout));
+  if (rank > 0) {
+    absl::StatusOr<std::unique_ptr<Connection>> connection;
+    // Rank 0 may not listen yet: try until the deadline.
+    for (;;) {
+      connection = transport->Connect(leader_address, deadline);
+      if (connection.ok() || absl::Now() >= deadline) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (!connection.ok()) {
+      return absl::UnavailableError(absl::StrCat("rank ", rank, " could not reach rank 0 of its tensor-parallel group at ",
+                                                 leader_address, ": ", connection.status().message()));
+    }
+    LAMINA_RETURN_IF_ERROR((*connection)->Send({kHello, 0, static_cast<uint64_t>(rank)}, {}));
+    group->peers_.push_back(std::move(*connection));
+    return group;
+  }
+  LAMINA_ASSIGN_OR_RETURN(group->listener_, transport->Listen(leader_address));
+  group->peers_.resize(size - 1);
+  group->parts_.resize(size - 1);
+  for (int joined = 1; joined < size;) {
+    absl::StatusOr<std::unique_ptr<Connection>> connection = group->listener_->Accept(deadline);
+    if (!connection.ok()) {
+      return absl::Status(connection.status().code(),
+                          absl::StrCat("rank 0 waited for its tensor-parallel group's ", size - 1, " other ranks; ",
+                                       joined - 1, " joined: ", connection.status().message()));
+    }
+    MessageHeader hello;
+    std::vector<uint8_t> payload;
+    if (!(*connection)->Receive(&hello, &payload, deadline).ok() || hello.type != kHello || hello.tag < 1 ||
+        hello.tag >= static_cast<uint64_t>(size) || group->peers_[hello.tag - 1] != nullptr) {
+      continue;  // not one of the group's ranks (or a repeat): ignored
+    }
+    group->peers_[hello.tag - 1] = std::move(*connection);
+    ++joined;
+  }
+  return group;
+}
+
+absl::Status RankGroup::Collect(size_t bytes) {
+  const absl::Time deadline = absl::Now() + timeout_;
+  for (int r = 1; r < size_; ++r) {
+    MessageHeader header;
+    absl::Status received = peers_[r - 1]->Receive(&header, &parts_[r - 1], deadline);
+    if (!received.ok()) {
+      return absl::Status(received.code(), absl::StrCat("tensor-parallel rank ", r, ": ", received.message()));
+    }
+    if (header.type != kPart || parts_[r - 1].size() != bytes) {
+      return absl::InternalError(absl::StrCat("tensor-parallel rank ", r, " sent ", parts_[r - 1].size(),
+                                              " bytes where ", bytes, " were due: do the ranks run the same plans?"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RankGroup::SendToAll(const float* data, size_t count) {
+  for (int r = 1; r < size_; ++r) {
+    const ByteSpan part = Bytes(data, count * sizeof(float));
+    LAMINA_RETURN_IF_ERROR(peers_[r - 1]->Send({kTotal, 0, 0}, {&part, 1}));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RankGroup::AllReduceSum(absl::Span<float> data) {
+  if (size_ == 1) return absl::OkStatus();
+  const size_t bytes = data.size() * sizeof(float);
+  if (rank_ > 0) {
+    const ByteSpan part = Bytes(data.data(), bytes);
+    LAMINA_RETURN_IF_ERROR(peers_[0]->Send({kPart, 0, 0}, {&part, 1}));
+    MessageHeader header;
+    LAMINA_RETURN_IF_ERROR(peers_[0]->Receive(&header, &reply_, absl::Now() + timeout_));
+    if (header.type != kTotal || reply_.size() != bytes) {
+      return absl::InternalError("tensor-parallel rank 0 answered a sum with the wrong size");
+    }
+    std::memcpy(data.data(), reply_.data(), bytes);
+    return absl::OkStatus();
+  }
+  LAMINA_RETURN_IF_ERROR(Collect(bytes));
+  for (int r = 1; r < size_; ++r) {
+    const float* part = reinterpret_cast<const float*>(parts_[r - 1].data());
+    for (size_t i = 0; i < data.size(); ++i) data[i] += part[i];
+  }
+  return SendToAll(data.data(), data.size());
+}
+
+absl::Status RankGroup::AllGather(absl::Span<const float> mine, absl::Span<float> all) {
+  if (all.size() != mine.size() * static_cast<size_t>(size_)) {
+    return absl::InvalidArgumentError("a gather's output must hold every rank's part");
+  }
+  if (size_ == 1) {
+    std::memcpy(all.data(), mine.data(), mine.size() * sizeof(float));
+    return absl::OkStatus();
+  }
+  const size_t bytes = mine.size() * sizeof(float);
+  if (rank_ > 0) {
+    const ByteSpan part = Bytes(mine.data(), bytes);
+    LAMINA_RETURN_IF_ERROR(peers_[0]->Send({kPart, 0, 0}, {&part, 1}));
+    MessageHeader header;
+    LAMINA_RETURN_IF_ERROR(peers_[0]->Receive(&header, &reply_, absl::Now() + timeout_));
+    if (header.type != kTotal || reply_.size() != all.size() * sizeof(float)) {
+      return absl::InternalError("tensor-parallel rank 0 answered a gather with the wrong size");
+    }
+    std::memcpy(all.data(), reply_.data(), reply_.size());
+    return absl::OkStatus();
+  }
+  LAMINA_RETURN_IF_ERROR(Collect(bytes));
+  std::memcpy(all.data(), mine.data(), bytes);
+  for (int r = 1; r < size_; ++r) std::memcpy(all.data() + r * mine.size(), parts_[r - 1].data(), bytes);
+  return SendToAll(all.data(), all.size());
+}
+
+}  // namespace lamina

@@ -1,0 +1,119 @@
+// Tensor-parallel compute nodes on a real cluster (`lamina up`, one process per rank on loopback):
+// each rank holds 1/N of every layer's heads and MLP and of the LM head, the ranks all-reduce
+// their partial sums and gather the logits (compute_node/tensor_parallel/), and attend their own
+// heads in their share of the group's pool. The outputs are single-process mode's, and a dead
+// rank fails its group's requests promptly, naming it.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/embedded/local_cluster.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_harness.h"
+#include "tests/integration/requests_in_flight.h"
+#include "tests/integration/single_process.h"
+#include "tests/support/golden.h"
+
+namespace lamina::testing {
+namespace {
+
+// 32 concurrent requests of the demo model (8 query and 4 KV heads, MLP 688, vocabulary 1024):
+// greedy ones must equal single-process mode; seeded sampling every fourth must equal one rank's.
+std::vector<lamina::v1::GenerateRequest> Requests(LocalCluster& local) {
+  const std::vector<std::string> texts = {"Attention offloading", "The memory devices", "FlashAttention",
+                                          "In this paper, we",    "Decode attention is", "GPU memory"};
+  std::vector<lamina::v1::GenerateRequest> requests;
+  for (int i = 0; i < 32; ++i) {
+    lamina::v1::GenerateRequest r = IdsRequest(local.tokenizer().EncodePrompt(texts[i % texts.size()]), 8 + (i * 7) % 41);
+    if (i % 4 == 3) {
+      r.mutable_sampling()->set_temperature(0.8f);
+      r.mutable_sampling()->set_top_k(40);
+      r.mutable_sampling()->set_seed(200 + i);
+    }
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+std::vector<std::vector<int32_t>> Serve(int ranks, const std::vector<lamina::v1::GenerateRequest>& requests) {
+  ClusterOptions options;
+  options.memory_nodes = 0;
+  options.compute_kv_capacity_tokens = 8192;
+  options.tensor_parallel = ranks;
+  auto cluster = ClusterHarness::Start(options);
+  if (!cluster.ok()) {
+    ADD_FAILURE() << cluster.status();
+    return {};
+  }
+  const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
+  std::vector<std::vector<int32_t>> ids;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    EXPECT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
+    ids.push_back(outcomes[i].ids);
+  }
+  // Every rank ran the plans.
+  absl::SleepFor(absl::Milliseconds(300));  // a heartbeat past the last step
+  auto status = (*cluster)->client().Status(absl::Seconds(5));
+  EXPECT_TRUE(status.ok()) << status.status();
+  int computes = 0;
+  if (status.ok()) {
+    for (const auto& node : status->nodes()) {
+      if (node.role() != lamina::v1::NODE_ROLE_COMPUTE) continue;
+      ++computes;
+      EXPECT_GT(node.load().busy_count(), 0) << node.name() << " ran no plan";
+    }
+  }
+  EXPECT_EQ(computes, ranks);
+  return ids;
+}
+
+TEST(TensorParallelTest, TwoAndFourRanksServeThirtyTwoRequestsAsOneRankDoes) {
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::vector<lamina::v1::GenerateRequest> requests = Requests(**local);
+  const std::vector<std::vector<int32_t>> one = Serve(1, requests);
+  ASSERT_EQ(one.size(), requests.size());
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat(ranks, " ranks"));
+    const std::vector<std::vector<int32_t>> ids = Serve(ranks, requests);
+    ASSERT_EQ(ids.size(), requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_EQ(ids[i].size(), static_cast<size_t>(requests[i].max_tokens())) << "request " << i;
+      if (requests[i].sampling().temperature() == 0) {
+        std::vector<int32_t> prompt(requests[i].token_ids().ids().begin(), requests[i].token_ids().ids().end());
+        EXPECT_EQ(ids[i], SingleProcessIds(**local, prompt, requests[i].max_tokens())) << "request " << i;
+      }
+      EXPECT_EQ(ids[i], one[i]) << "request " << i;
+    }
+  }
+}
+
+TEST(TensorParallelTest, AKilledRankFailsItsGroupsRequestsPromptlyNamingIt) {
+  ClusterOptions options;
+  options.memory_nodes = 0;
+  options.compute_kv_capacity_tokens = 8192;
+  options.tensor_parallel = 2;
+  options.max_migrations = 0;  // one group: nowhere to recompute
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  RequestsInFlight requests((*cluster)->client(), std::vector(4, IdsRequest(prompt, 600)));
+  ASSERT_TRUE(requests.AwaitTokens(10, absl::Seconds(30))) << "the requests never got going";
+  auto pid = (*cluster)->NodePid("compute-0-rank1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  for (const Outcome& outcome : requests.Join()) {
+    ASSERT_FALSE(outcome.status.ok()) << "a request outlived its group's rank";
+    EXPECT_EQ(outcome.status.code(), absl::StatusCode::kUnavailable) << outcome.status;
+    EXPECT_NE(std::string(outcome.status.message()).find("compute-0"), std::string::npos) << outcome.status;
+    EXPECT_LT(outcome.ended - killed, absl::Seconds(10));
+  }
+}
+
+}  // namespace
+}  // namespace lamina::testing
