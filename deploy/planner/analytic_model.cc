@@ -65,9 +65,14 @@ Prediction PredictStep(const ModelShape& model, double context, const Design& de
   p.design = design;
   p.batch = batch;
   p.context = context;
-  const DeviceKind group = GroupOf(*design.compute, std::max(1, design.compute_devices));
+  // A layer split over g devices keeps g batches in flight, each of batch / g rows: every stage
+  // time each device runs its layers for one of them, so the group works like one device with
+  // their rates added on batch / g rows, and a sequence waits g stage times (its batch's pass
+  // through every device) for each token.
+  const int g = std::max(1, design.compute_devices);
+  const DeviceKind group = GroupOf(*design.compute, g);
   const DeviceKind& c = group;
-  const double b = static_cast<double>(batch);
+  const double b = static_cast<double>(batch) / g;
   const double weight_read_s = model.weight_bytes() / (c.memory_bandwidth_gbs * 1e9 * eff.memory_bandwidth);
   const double math_s = 2.0 * model.matmul_params * b / (c.bf16_tflops * 1e12 * eff.compute);
   p.compute_s = std::max(weight_read_s, math_s);
@@ -84,7 +89,11 @@ Prediction PredictStep(const ModelShape& model, double context, const Design& de
     p.step_s = design.pipelined ? std::max(p.compute_s, p.attention_s + p.link_s)
                                 : p.compute_s + p.attention_s + p.link_s;
   }
-  p.tokens_per_s = b / p.step_s;
+  p.compute_s *= g;
+  p.attention_s *= g;
+  p.link_s *= g;
+  p.step_s *= g;
+  p.tokens_per_s = static_cast<double>(batch) / p.step_s;
   p.mfu = 2.0 * model.matmul_params * p.tokens_per_s / (c.bf16_tflops * 1e12);
   if (design.memory != nullptr) p.needed_link_gbs = p.tokens_per_s * model.wire_bytes_per_token() / 1e9;
   p.hourly_usd = c.hourly_usd + (design.memory ? design.memory_devices * design.memory->hourly_usd : 0);

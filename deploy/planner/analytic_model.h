@@ -58,11 +58,12 @@ struct Design {
   int memory_devices = 0;
   bool pipelined = false;              // staggered pipelining overlaps compute and attention
   int64_t kv_capacity_tokens = 0;      // KV slots in all; 0: what the devices' memory holds
-  // > 1: a layer split over this many compute devices (topology `layers:`), each holding its share
-  // of the weights, with that many batches more in flight than stages so that none idles. Its
-  // throughput is modelled as one device with their memory, memory rate and compute rate added
-  // (each stage computes 1/G of the layers while the others compute other batches); every
-  // device is priced. Its KV caches live on memory nodes: colocated, it is infeasible.
+  // > 1: a layer split over this many compute devices G (topology `layers:`), each holding its
+  // share of the weights. Its batch (every sequence in flight) runs as G batches in a pipeline:
+  // each stage time every device computes its layers for one of them, so a step is that of one
+  // device with the G devices' memory, memory rate and compute rate on batch / G rows, and a
+  // sequence's time per token is G such steps. Every device is priced. Its KV caches live on
+  // memory nodes: colocated, it is infeasible.
   int compute_devices = 1;
   std::string Name() const;  // "1 x h100 + 2 x h20", "1 x h100 (colocated)", "2 x h200 (layer split) + 4 x h20"
 };

@@ -174,15 +174,19 @@ TEST(PlannerTest, AModelLargerThanOneDeviceIsPlannedAsALayerSplit) {
   EXPECT_EQ(ComputeDevicesFor(m, h100, eff), 2);  // 141.1 GB within 2 x 72 GB usable
   EXPECT_EQ(ComputeDevicesFor(m, h100, eff, /*most=*/1), 0);
 
-  // A group of two prices and holds as two: the same batch then steps as one device with twice
-  // the rates, and costs twice as much.
+  // A group of two prices and holds as two; 64 sequences in flight run as two batches of 32, each
+  // step one device's rates doubled on 32 rows, and each sequence waits two such steps a token.
   const DeviceKind h20 = Device("h20", 96, 4000, 148, 50, 1.3);
   Design split{&h100, &h20, 2, false};
   split.compute_devices = 2;
   EXPECT_EQ(split.Name(), "2 x h100 (layer split) + 2 x h20");
   const Prediction p = PredictStep(m, 2048, split, eff, 64);
   EXPECT_DOUBLE_EQ(p.hourly_usd, 2 * 3.0 + 2 * 1.3);
-  EXPECT_NEAR(p.compute_s, m.weight_bytes() / (2 * 3350e9 * eff.memory_bandwidth), 1e-12);  // weight reads bound
+  EXPECT_NEAR(p.compute_s, 2 * m.weight_bytes() / (2 * 3350e9 * eff.memory_bandwidth), 1e-12);  // weight reads
+  EXPECT_NEAR(p.tokens_per_s, 64 / p.step_s, 1e-9);
+  Design one{&h100, &h20, 2, false};  // what one device (were it large enough) would do with 32 rows
+  const Prediction half = PredictStep(m, 2048, one, eff, 32);
+  EXPECT_NEAR(p.attention_s, 2 * half.attention_s, 1e-12);
   Design colocated{&h100, nullptr, 0, false};
   colocated.compute_devices = 2;
   EXPECT_EQ(PredictBest(m, 2048, colocated, eff, 4096, 0).infeasible, "a layer split keeps its KV caches on memory nodes");
