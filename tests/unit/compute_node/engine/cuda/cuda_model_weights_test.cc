@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda/device.h"
@@ -66,6 +67,49 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaModelWeightsTest, ::testing::Values("lamina
                            for (char& ch : name) ch = ch == '-' ? '_' : ch;
                            return name;
                          });
+
+// A layer split's share on the GPU (weight_share.h): read from the checkpoint or drawn at random,
+// it holds exactly its tensors, with the whole model's bits, and leaves the others empty.
+TEST(CudaModelWeightsLoadTest, ALayerSplitsShareHoldsItsTensorsWithTheWholeModelsBits) {
+  if (const std::string why = NoGpuReason(); !why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(UseDevice({true, 0}).ok());
+  const std::string dir = testing::ModelDir("lamina-demo-6m");
+  absl::StatusOr<std::unique_ptr<CudaModelWeights>> whole = CudaModelWeights::Load(dir);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const ModelConfig& c = (*whole)->config;
+  absl::StatusOr<std::unique_ptr<CudaModelWeights>> drawn_whole = CudaModelWeights::Random(c, 9);
+  ASSERT_TRUE(drawn_whole.ok()) << drawn_whole.status();
+  for (const WeightShare share : {WeightShare{0, 2}, WeightShare{2, 6}}) {
+    SCOPED_TRACE(::testing::Message() << "layers [" << share.first_layer << ", " << share.end_layer << ")");
+    absl::StatusOr<std::unique_ptr<CudaModelWeights>> loaded = CudaModelWeights::Load(dir, share);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    absl::StatusOr<std::unique_ptr<CudaModelWeights>> drawn = CudaModelWeights::Random(c, 9, share);
+    ASSERT_TRUE(drawn.ok()) << drawn.status();
+    for (const auto& [part, from] : {std::pair{loaded->get(), whole->get()}, std::pair{drawn->get(), drawn_whole->get()}}) {
+      for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string layer = "layer " + std::to_string(l);
+        const CudaLayerWeights& got = part->layers[l];
+        const CudaLayerWeights& want = from->layers[l];
+        if (share.HoldsAttentionIn(c, l)) {
+          ExpectSame(got.qkv, want.qkv, layer + " qkv");
+          ExpectSame(got.input_norm, want.input_norm, layer + " input_norm");
+        } else {
+          EXPECT_EQ(got.qkv.bytes(), 0u) << layer;
+        }
+        if (share.HoldsAttentionOut(c, l)) {
+          ExpectSame(got.o_proj, want.o_proj, layer + " o_proj");
+          ExpectSame(got.down, want.down, layer + " down");
+        } else {
+          EXPECT_EQ(got.down.bytes(), 0u) << layer;
+        }
+      }
+      EXPECT_EQ(part->embed.bytes() > 0, share.first_layer == 0);
+      EXPECT_EQ(part->lm_head.bytes() > 0, share.end_layer == c.num_layers);
+      if (share.end_layer == c.num_layers) ExpectSame(part->lm_head, from->lm_head, "lm_head");
+      EXPECT_LT(part->StepBytes(), from->StepBytes());
+    }
+  }
+}
 
 TEST(CudaModelWeightsLoadTest, AMissingTensorIsNamed) {
   if (const std::string why = NoGpuReason(); !why.empty()) GTEST_SKIP() << why;
