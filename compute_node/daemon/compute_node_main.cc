@@ -253,8 +253,15 @@ absl::Status Run(const std::vector<std::string>& args) {
           : absl::StrFormat(", its own KV pool of %lld slots in %s (%.1f MB)",
                             static_cast<long long>(spec->kv_capacity_tokens), KvDtypeName(kv_dtype),
                             spec->kv_capacity_tokens * KvBytesPerToken(kv_dtype, config) / 1e6);
-  std::fprintf(stderr, "%s: %s, %lld layers%s on %s, gRPC on %s%s, %zu memory nodes, %d lane%s%s\n",
-               spec->name.c_str(), config.architecture.c_str(), static_cast<long long>(config.num_layers),
+  // What of the model it computes: all of it, a layer split's range, or a tensor-parallel rank.
+  std::string share = absl::StrCat(config.num_layers, " layers");
+  if (spec->splits_layers()) share = absl::StrCat("layers ", spec->first_layer, "..", spec->end_layer - 1);
+  if (spec->tensor_parallel > 1) {
+    absl::StrAppend(&share, ", tensor-parallel rank ", spec->tp_rank, " of ", spec->tensor_parallel, " (",
+                    config.num_q_heads, " query heads)");
+  }
+  std::fprintf(stderr, "%s: %s, %s%s on %s, gRPC on %s%s, %zu memory nodes, %d lane%s%s\n",
+               spec->name.c_str(), config.architecture.c_str(), share.c_str(),
                topology.random_weights ? " (random weights)" : "", spec->device.c_str(),
                spec->grpc_address().c_str(), own_pool.c_str(), memory_nodes.size(), num_lanes,
                num_lanes == 1 ? "" : "s", inbox ? absl::StrCat(", hand-overs on ", inbox->address()).c_str() : "");
