@@ -374,10 +374,8 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
   // Whether a chunk of `rows` rows as packets, the layer's only one, has its receive start with
   // its send (ReceivePackets' starts_with_send, where it polls from the start): the GPU's turn
   // from the send's launch to the receive's then leaves the round trip, which matters where
-  // another stream's kernels run beside them (a compute node's other batches). On two H200s, a
-  // lane's round trip beside another stream's busy-waits, before and after: 2 rows 7.4 against
-  // 5.3 us, 16 rows 8.6 against 6.7, 64 rows 12.5 against 12.1; alone, 2 rows 5.4 against 5.2 and
-  // 64 rows 11.9 against 11.8-12.1 (tests/bench/RESULTS.md).
+  // another stream's kernels run beside them (a compute node's other batches): there a small
+  // hop's round trip shortens by about a quarter, and alone it is unchanged.
   bool ReceiveStartsWithSend(int chunks, int64_t rows) const { return chunks == 1 && AsPackets(shape_, rows); }
 
   // The layer's hop clock words (SetHopClock), or null.

@@ -1,9 +1,8 @@
 // Placements that start and serve but run slowly: nodes of one host on one GPU with device links
 // between them. Processes on one GPU take turns on it (CUDA time-slices their contexts), and a
 // device link's waits spin on the GPU through their process's turns, so every exchange between
-// the two may wait for a turn to end. On 2 x H200, rotation over two compute nodes, one of them
-// on the memory node's GPU, gave 0.14x the output tokens/s of one compute node on a GPU of its own
-// (deploy/experiments/results/README.md, 2026-11-23). tcp links do not spin.
+// the two may wait for a turn to end (several times slower: deploy/experiments/results/README.md).
+// tcp links do not spin.
 #ifndef LAMINA_COMMON_TOPOLOGY_SHARED_GPUS_H_
 #define LAMINA_COMMON_TOPOLOGY_SHARED_GPUS_H_
 

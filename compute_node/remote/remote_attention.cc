@@ -337,8 +337,7 @@ void RemoteAttention::EnableDeviceLinks(int device, int64_t max_rows,
   max_rows_ = max_rows;
   // The most chunks a step of up to max_rows rows takes: the memory nodes make a stream for each
   // when the link opens (kv_backend.h). More than a step needs are not harmless: with four a lane
-  // where steps took one, GpuPipeliningTest's rotation over two compute GPUs stalled once (4 x
-  // H200; not traced further).
+  // where steps took one, rotation over two compute GPUs stalled once (not traced further).
   max_chunks_ = ChunksFor(max_rows, std::max(1, max_chunks), chunk_rows);
   chunk_rows_ = chunk_rows;
   for (auto& [name, node] : nodes_) {

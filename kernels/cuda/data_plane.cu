@@ -15,23 +15,20 @@ namespace {
 
 constexpr int kThreads = 256;
 // ScatterRows and GatherRows: a block a row, so that a local copy of a chunk's rows has enough
-// bytes in flight. With 4 rows a block, the compute node's scatter of attention outputs held a
-// layer back (two H200s, batch 1024 at context 1 in 4 chunks: 142.8 against 137.5 us).
+// bytes in flight (with more rows a block, the compute node's scatter of attention outputs held a
+// layer back).
 constexpr int64_t kCopyRowsPerBlock = 1;
-// SendRows' blocks take fewer rows, so that a chunk of 64 to 256 rows still spreads over enough SMs:
-// on two H200s, 4 chunks of 64 q/k/v rows went from 78 to 65 us a layer (lamina-bench-data-plane).
-// Its rate over NVLink stayed 0.80 of the copy engine's whatever the rows, threads or loads in
-// flight per block. Sends that would fill fewer than kSendFewestBlocks blocks so go a block a piece
-// of a row instead (kSendPieceItems, one round of loads a thread): on an H100, lamina-bench-hop's
-// rows echo at 64 rows took 14.2 against 16.2 us; at 256 and 1024 rows pieces were slower (18.9
-// against 17.9, 54.5 against 47.0).
+// SendRows' blocks take few rows, so that a chunk of 64 to 256 rows still spreads over enough SMs
+// (its rate over NVLink is about 0.8 of the copy engine's whatever the rows, threads or loads in
+// flight per block). Sends that would fill fewer than kSendFewestBlocks blocks so go a block a
+// piece of a row instead (kSendPieceItems, one round of loads a thread): faster at tens of rows,
+// slower at hundreds (lamina-bench-hop; the figures are in this file's history).
 constexpr int64_t kSendRowsPerBlock = 2;
 constexpr int64_t kSendFewestBlocks = 128;
 // ReceiveRows: a block a row, up to 32. Its blocks spin while they wait, so they stay a small share
 // of the GPU, which another lane's slices may need meanwhile; more rows take a one-thread WaitFlag
-// and ScatterRows. On two H200s, against 4 rows a block up to 128: batch 8 at context 1 took 21.4
-// against 24.5 us, 32 took 23.1 against 26.5, 128 took 38.4 against 40.1. Up to 512 rows in one
-// launch, saving the scatter's launch, gained nothing.
+// and ScatterRows (faster than 4 rows a block up to 128; up to 512 rows in one launch, saving the
+// scatter's launch, gained nothing).
 constexpr int64_t kReceiveRowsMax = 32;
 constexpr int64_t kReceiveRowsPerBlock = 1;
 // ReceiveLines: lines each thread polls at once (PollLines), enough for a Llama-3-8B attention
@@ -316,16 +313,13 @@ absl::Status SendLines(const float* src, int64_t src_stride, const int32_t* rows
   }
   if (count == 0) return absl::OkStatus();
   // A few rows go a block a piece of a row, up to kSendLinesPieceBlocks blocks, each thread with
-  // one round of loads, so that their lines leave from several SMs at once: on two H200s, batch 1
-  // took 7.3-7.4 against 8.1-8.2 us a layer, batch 4 7.8 against 8.4 (lamina-bench-data-plane,
-  // context 1). More rows go a block a row: at 16 rows, three pieces each took 13.7-13.9 us
-  // against 13.1.
+  // one round of loads, so that their lines leave from several SMs at once (faster up to a few
+  // rows). More rows go a block a row, which is faster from about 16 rows.
   const int64_t lines = cols / 2;
   const int64_t pieces = std::max<int64_t>(
       1, std::min((lines + kSendPieceItems - 1) / kSendPieceItems, kSendLinesPieceBlocks / count));
   // A programmatic dependent launch: the send's blocks start while the kernel before it finishes
-  // (a launch's latency off the hop's path; on two H200s about 1 us of a 12 us round trip,
-  // .probe results in tests/bench/RESULTS.md), and wait for it in WaitForPreviousKernel().
+  // (a launch's latency off the hop's path), and wait for it in WaitForPreviousKernel().
   LAMINA_CUDA_RETURN_IF_ERROR(LaunchDependent(SendLinesKernel, dim3(static_cast<unsigned>(count * pieces)),
                                               dim3(kThreads), stream, /*early=*/true, src, src_stride, rows, cols,
                                               dst, dst_stride, tag, error, Aligned8(src, src_stride),

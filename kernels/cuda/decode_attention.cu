@@ -75,11 +75,9 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // registers before its polls (LoadEarlyTurns): contexts up to 16 tokens at head_dim 128 (2 groups
 // of 4 tokens a turn). It does where its blocks fit in one wave of the kernel that does so
 // (EarlyTurnsFit): their registers hold it to fewer blocks an SM (4 at head_dim 128 and 4 query
-// heads a kv head, 108 registers a thread). On two H200s (lamina-bench-data-plane, one lane), the
-// early turns took context 16's round trip from 1.13-1.21 of the latency target to 1.01-1.06 at 1
-// to 64 rows, but 96 and 128 rows', past that wave, from 1.02-1.03 to 1.11-1.13
-// (tests/bench/RESULTS.md). Copying the tokens into shared memory instead, or prefetching them into
-// L1, gained half as much or less.
+// heads a kv head, 108 registers a thread): within that wave the early turns shorten the round
+// trip, past it they lengthen it. Copying the tokens into shared memory instead, or prefetching
+// them into L1, gained half as much or less (the figures: this file's history).
 constexpr int kEarlyTurns = 2;
 
 // The query heads a warp of a warp-per-head launch attends to: all kG of its pair's, or, by query
@@ -168,9 +166,9 @@ __global__ void __launch_bounds__(kThreads * kPairs)
                                          kGroupsPerWarp, early);
           }
         }
-        // The pair's threads poll once: each warp polling its own heads and the token doubled the
-        // polls, and made the hop 0.3 us slower on two H200s (tests/bench/RESULTS.md). Those of a
-        // pair past the last (in a block's last pairs) skip it and the rest of the pair's work.
+        // The pair's threads poll once: each warp polling its own heads and the token doubles the
+        // polls and slows the hop. Those of a pair past the last (in a block's last pairs) skip it
+        // and the rest of the pair's work.
         if (kPairs == 1 || in_pairs) {
           failed = SyncOr<kThreads>(
               PollInputPackets<kDim, kG, kThreads>(link, q, q_stride, seq, kv_head, staged, kv, true, rank), barrier);
@@ -506,9 +504,9 @@ int DecodeBlocksPerSm(const AttentionShape& shape) {
 
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
                       int blocks_per_sm, bool deep_tiles_fit) {
-  // Tiled, but for short contexts at large batches (below): in Llama-3-8B decode steps on an H100
-  // the tiled kernel beat the CUDA-core one from batch 1 (8 pairs) on, once deep tiles no longer
-  // asked for an SM's whole shared memory (tests/bench/RESULTS.md).
+  // Tiled, but for short contexts at large batches (below): in Llama-3-8B decode steps the tiled
+  // kernel beats the CUDA-core one from batch 1 (8 pairs) on, once deep tiles no longer ask for
+  // an SM's whole shared memory (tests/bench/RESULTS.md, decode attention kernels).
   DecodePlan plan;
   plan.tiled = true;
   const int64_t pairs = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
@@ -533,14 +531,10 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
   }
   if (plan.splits > 1) plan.workspace_floats = num_seqs * shape.num_q_heads * plan.splits * (shape.head_dim + 1);
   // Short contexts leave the tiles from 2 pairs an SM. A warp each pays once a block each needs
-  // more than a full load of blocks (with fewer, on two H200s, it was as fast at batch 64 and 2 us
-  // slower at batch 1), and below that where the context is short for the pairs: each warp reads
-  // its whole context, while a block each pays for its waves. On an H100 (32/8 heads of 128, 132
-  // SMs), a warp each was 1.98x, 1.59x and 1.27x the tiled kernel's speed at batch 128 (1024 pairs)
-  // and contexts 1, 16 and 64, and 1.02x at 128; 1.44x and 1.25x at batch 64 and contexts 1 and 16,
-  // 0.90x at 64. Where no warp each is taken, a block each on the CUDA cores beat the tiles: 1.09-
-  // 1.16x at batch 64 and contexts 64 to 256, 1.05-1.15x at batch 128 and 128 to 256
-  // (lamina-bench-kernels --only short).
+  // more than a full load of blocks, and below that where the context is short for the pairs: each
+  // warp reads its whole context, while a block each pays for its waves. Where no warp each is
+  // taken, a block each on the CUDA cores beats the tiles (the thresholds' measurements:
+  // `lamina-bench-kernels --only short`, and this file's history).
   if (plan.splits == 1 && max_context <= kShortMaxContext && pairs >= kShortPairsPerSm * num_sms) {
     plan.tiled = plan.deep_tiles = false;
     plan.warp_per_head = pairs >= kWarpPairsPerSm * num_sms || max_context * num_sms <= kWarpTokensPerPairPerSm * pairs;
@@ -554,11 +548,9 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
 
 DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs,
                             int64_t max_context, int num_sms) {
-  // On two H200s (lamina-bench-data-plane, Llama-3-8B's shape, context 1), PlanDecode's tiled
-  // blocks against a warp each: 12 rows (96 pairs) 10.5 against 9.6 us a layer, 16 rows 10.7-10.8
-  // against 9.9-10.0, 24 rows 10.9-11.2 against 10.6-10.7, 32 rows 13.5-14.0 against 12.2; but 8
-  // rows (64 pairs) 8.4 against 9.2; at context 16, 16 and 24 rows 11.0 against 11.5 and 11.4
-  // against 12.5, 32 rows 13.8-14.3 against 14.0-14.2 (tests/bench/RESULTS.md).
+  // Where its rows are polled, a warp each beats PlanDecode's tiled blocks from more pairs than
+  // half the SMs at the shortest contexts (measured with lamina-bench-data-plane; this file's
+  // history has the figures).
   const int64_t pairs = num_seqs * shape.num_kv_heads;
   const int64_t context = std::max<int64_t>(1, max_context);
   DecodePlan polled = plan;
@@ -568,13 +560,7 @@ DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan,
     polled.warp_per_head = true;
   }
   // A warp per query head runs a quarter of a warp per head's instructions between its polls and
-  // its sends. On two H200s (lamina-bench-data-plane, Llama-3-8B's shape), the round trip against
-  // the pick above, context 1: 1 to 8 rows 5.3-6.0 against 6.6-7.2 us, 16 rows 8.4-8.6 against
-  // 8.8, 32 rows 11.3-11.6 against 11.3, 64 rows 14.9 against 16.0, 96 rows 16.1-16.4 against
-  // 18.2-18.4, 132 rows (1056 pairs) 17.9 against 19.8-20.0; context 16: 1 to 8 rows 6.2-6.9
-  // against 6.6-7.3, 64 rows 15.9-16.0 against 18.0-18.1, 132 rows 20.5-20.8 against 21.9-22.0.
-  // On one H200, both ends on it (lamina-bench-hop, packets), context 24: 1 to 32 rows 0.93-1.02
-  // of deep or shallow tiles' time, but 0.77 of a warp per pair's at 64 rows (tests/bench/RESULTS.md).
+  // its sends: the shortest round trip at short contexts, up to a few warps' worth of pairs an SM.
   if (QueryHeadWarpsServe(shape) && polled.splits == 1 && pairs <= int64_t{kQueryHeadWarpPairsPerSm} * num_sms &&
       (context <= kQueryHeadWarpMaxContext || polled.warp_per_head)) {
     DecodePlan query_heads;

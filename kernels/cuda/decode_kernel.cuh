@@ -314,9 +314,8 @@ __global__ void MergeSplitsKernel(const float* __restrict__ partial_out, const f
   }
 }
 
-// Two blocks of DecodeKernel an SM stream the cache fastest: on an H100 a third one (the registers
-// allow three) made every large batch slower, 0.95 rather than 0.98 of the read rate for MHA at
-// batch 128 (tests/bench/RESULTS.md). A launch asks for enough shared memory to keep it at two.
+// Two blocks of DecodeKernel an SM stream the cache fastest: a third one (the registers allow
+// three) makes every large batch slower. A launch asks for enough shared memory to keep it at two.
 constexpr int kTileBlocksPerSm = 2;
 
 // The dynamic shared memory of a tiled DecodeKernel<kDim, kG, kLinked, kStages, Kv> launch on the
@@ -352,8 +351,8 @@ absl::StatusOr<int> PrepareTiledLaunch() {
   const int static_bytes = static_cast<int>(attributes.sharedSizeBytes);
   // Float8's deep tiles take half bf16's bytes, which two blocks an SM could hold: a chained
   // launch asks for a byte past half an SM, so that its early blocks do not pair up on SMs while
-  // others idle (batch 1 took 1.3x as long so on an H100). A linked launch is not chained, and ran
-  // 1.14x slower at batch 1 asking so (tests/bench/RESULTS.md).
+  // others idle (small batches take far longer so). A linked launch is not chained, and is slower
+  // asking so.
   const int one_an_sm = per_sm / 2 - reserved - static_bytes + 1;
   const bool one_block_an_sm = kIsFloat8<Kv> && !kLinked;
   const int bytes =

@@ -283,8 +283,7 @@ __device__ void MergeSplits(const float* partial_out, const float* partial_lse, 
 // blocks raises the done flag and adds the launch's busy time. With no done flag (outputs as
 // lines, which the peer polls), nothing fences: a system-scope fence here drains the block's
 // output lines across the link before the launch may end and the next layer's may start, on the
-// path of every hop of a few rows (2.0 of 9.5 us a layer at batch 1 on one H100, both ends in one
-// process: lamina-bench-hop).
+// path of every hop of a few rows (a fifth of a small hop's time, lamina-bench-hop).
 __device__ inline void ArriveAndFinish(const DecodeLink& link, uint32_t blocks) {
   if (link.done == nullptr && link.busy_ns == nullptr) return;
   if (ArriveAndRaise(link.counters, blocks, link.done, link.done_value, link.error) && link.busy_ns != nullptr) {

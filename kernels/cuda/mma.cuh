@@ -24,7 +24,7 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
 
 // Copies 16 bytes from global `src` to shared address `dst` (16-byte aligned, both), without
 // passing through registers or L1, and has L2 fetch the 256 bytes around them (a KV row of head_dim
-// 128 in one DRAM access; on an H100 decode attention read 2-4% faster so). When !valid, writes 16
+// 128 in one DRAM access: decode attention reads a few percent faster so). When !valid, writes 16
 // zero bytes instead and reads nothing.
 __device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)

@@ -16,7 +16,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kPacketsARound = kThreads / kPacketPieces;  // a block's packets in one store instruction a lane
-// How the packet kernels are cut, from lamina-bench-link-echo on two H200s (tests/bench/RESULTS.md):
+// How the packet kernels are cut (measured with lamina-bench-link-echo; the figures are in this
+// file's history):
 //  - SendPackets: a block a round of 32 packets, one piece a lane, so that a hop leaves from as
 //    many SMs as it can (4 rounds a lane took 256 rows from 37.7 to 44 us);
 //  - ReceivePackets: a block a group of 4 rounds (128 packets), every group at once: a block taking

@@ -7,9 +7,8 @@ namespace lamina::kernels::cuda {
 
 // The factor that normalizes a softmax's weighted sum of values by the weights' `sum` (0 when
 // nothing was weighted): one reciprocal a head, multiplied into each of its outputs. A division
-// each output cost far more: CUDA's IEEE division leaves its fast path for a zero numerator (a
-// value's dims that are zero), and its slow path took about 2.8 us a warp-per-head launch at 64
-// rows on an H200 (tests/bench/RESULTS.md).
+// each output costs far more: CUDA's IEEE division leaves its fast path for a zero numerator (a
+// value's dims that are zero), and its slow path costs microseconds a launch.
 __device__ __forceinline__ float OutputScale(float sum) { return sum > 0.f ? 1.f / sum : 0.f; }
 
 template <typename T>

@@ -29,10 +29,9 @@ using bf16 = __nv_bfloat16;
 namespace kc = kernels::cuda;
 
 // The largest linked attention launch that waits for its rows in every block (QueueLinkedChunk):
-// on a flag, and polling lines or packets, where each block reads its own. On two H200s, 128
-// blocks polling (batch 16, or batch 1 at context 1024 in 16 splits) took 12.6 and 21.0 us a
-// layer where polling ahead in a kernel of its own took 20.6 and 26.4 (lamina-bench-data-plane).
-// Keep them within one wave of the GPU: 128 SMs' worth, counted as the spin budget counts them
+// on a flag, and polling lines or packets, where each block reads its own. Many spinning blocks
+// slow the round trip (their figures: the data plane's section of tests/bench/RESULTS.md and this
+// file's history), so they stay within one wave of the GPU, counted as the spin budget counts them
 // (spin_budget.h; a lone lane's small blocks by the SMs they fill). The lanes of a GPU share that
 // budget: a launch past it waits behind a kernel of a few blocks instead.
 constexpr int64_t kMostWaitingBlocks = 16;
@@ -45,19 +44,8 @@ constexpr int64_t kMostPollingBlocks = 128;
 // kLongPacketContext tokens: each block then attends as soon as its own rows are in while the rest
 // travel, having started its first tiles before it polls, and sends its outputs itself. Past
 // that, short contexts' many waves of blocks that each poll and have little to attend to cost
-// more than the planner's launch behind a ReceivePackets queued ahead that puts the rows in place.
-// Against the build before (every chunk polled ahead, its outputs sent after the launch), one
-// chunk, us a layer (lamina-bench-data-plane): every chunk polled by its blocks, two H100s,
-// context 1: 16 rows 11.8 against 15.6, 64 rows (two waves) 20.0 against 23.4, 128 rows 31.8
-// against 30.5, 1024 rows 188 against 177 (4 chunks of 256 rows: 191 against 123); blocks within
-// two waves, two H200s: context 1: 64 rows 18.4 against 22.8, 1024 rows 173 against 171; context
-// 256: 64 rows 33.6 against 44.5, 1024 rows 396 against 483; context 1024: 64 rows 84.0 against
-// 94.9, 1024 rows 1163 against 1313. Then a warp per head polling (two H200s, against blocks
-// within two waves and the planner's launch behind a poll past them): context 1: 64 rows 17.1
-// against 17.9, 128 rows 22.3 against 30.1, 256 rows 31.0 against 47.0, 1024 rows 103.0 against
-// 172.8; context 256, 1024 rows 367.1 against 387.7. Where the planner picks blocks, a chunk of
-// packets still takes a warp per head from more pairs than half the SMs at contexts of a few
-// tokens (kc::PlanPolledDecode, which says where warps were measured faster and slower).
+// more than the planner's launch behind a ReceivePackets queued ahead that puts the rows in place
+// (where each was measured faster: kc::PlanPolledDecode, and this file's history).
 constexpr int64_t kMostPacketPollingWaves = 2;
 constexpr int64_t kLongPacketContext = 256;
 
@@ -434,9 +422,8 @@ class CudaKvLane : public DeviceKvLane {
     link.line_tag = hop.line_tag;
     cudaStream_t stream = ChunkStream(chunk);
     // Every block of a linked launch spins until the rows arrive. A few spinning blocks cost
-    // nothing, but many made the round trip slower: on two H200s, 64 or 128 of them took it from
-    // 30 or 34 us to 78 or 137 us (lamina-bench-data-plane). Larger grids, and grids past the
-    // lanes' budget, wait behind a small kernel queued ahead instead.
+    // nothing, but many make the round trip slower (kMostWaitingBlocks). Larger grids, and grids
+    // past the lanes' budget, wait behind a small kernel queued ahead instead.
     kc::DecodePlan plan = side_by_side_plans_[chunk];
     // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
     // or query head (short contexts for its pairs) runs the tiled blocks the planner would pick
@@ -505,8 +492,7 @@ class CudaKvLane : public DeviceKvLane {
       }
       if (!wait.in_launch && (lines || hop.ready != nullptr)) {
         // A kernel queued ahead waits for the rows; the launch, chained to it, starts once they
-        // have come and finds them there (lamina-bench-hop: "chained" against "ahead", a plain
-        // launch after the rows were put in place).
+        // have come and finds them there.
         if (lines) {
           LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns,
                                                   hop.error, hop.error_code, nullptr, r.count, layout.row_stride,
