@@ -1,7 +1,5 @@
-// The KV pool in GPU memory (one [slot][kv_head][head_dim] array per layer for K and for V, of bf16
-// values, or of float8 codes with a [slot][kv_head] array of scales each) with the CUDA kernels.
-// Host inputs are staged on the node's stream; Attend returns once the outputs are back in host
-// memory.
+// The CUDA KV backend's device lanes (DeviceKvLane: decode steps whose rows arrive over device
+// links) and its factory; the pool itself is cuda_kv_pool.h.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -19,14 +17,13 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/data_plane.h"
 #include "kernels/cuda/packets.h"
+#include "kv/attention/cuda_kv_pool.h"
 #include "kv/attention/kv_backend.h"
 #include "kv/attention/spin_budget.h"
 
 namespace lamina {
+namespace cuda_kv {
 namespace {
-
-using bf16 = __nv_bfloat16;
-namespace kc = kernels::cuda;
 
 // The largest linked attention launch that waits for its rows in every block (QueueLinkedChunk):
 // on a flag, and polling lines or packets, where each block reads its own. Many spinning blocks
@@ -54,192 +51,6 @@ constexpr int64_t kLongPacketContext = 256;
 // GPU: 512 of the 1021 a stream holds (common/cuda/queue_pacer.h). A step of 32 layers in 4
 // chunks is 128 units.
 constexpr int kMostQueuedUnits = 64;
-
-class CudaKvBackend : public KvBackend {
- public:
-  static absl::StatusOr<std::unique_ptr<CudaKvBackend>> Create(const KvBackendOptions& options, int device) {
-    LAMINA_RETURN_IF_ERROR(UseDevice({true, device}));
-    std::unique_ptr<CudaKvBackend> b(new CudaKvBackend(options, device));
-    // Values first (bf16, or float8 codes), then float8's scales.
-    const int64_t value_bytes = b->float8_ ? 1 : static_cast<int64_t>(sizeof(bf16));
-    b->scales_offset_ = 2 * options.num_layers * b->layer_slots_ * b->kv_size_ * value_bytes;
-    const int64_t scale_bytes =
-        b->float8_ ? 2 * options.num_layers * b->layer_slots_ * options.attention.num_kv_heads * sizeof(float) : 0;
-    absl::StatusOr<cuda::DeviceBuffer> pool = cuda::DeviceBuffer::Create(b->scales_offset_ + scale_bytes);
-    if (!pool.ok()) {
-      return absl::ResourceExhaustedError(absl::StrCat("KV pool of ", options.num_slots, " slots does not fit on cuda:",
-                                                       device, ": ", pool.status().message()));
-    }
-    b->pool_ = std::move(*pool);
-    LAMINA_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&b->num_sms_, cudaDevAttrMultiProcessorCount, device));
-    b->spin_budget_ = SpinBudget::ForSms(b->num_sms_);
-    return b;
-  }
-
-  absl::Status Store(int64_t layer, absl::Span<const int32_t> slots, const float* k, const float* v,
-                     int64_t row_stride) override {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    const int64_t n = static_cast<int64_t>(slots.size());
-    if (n == 0) return absl::OkStatus();
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&stage_k_, n * kv_size_ * sizeof(float), stream_.get()));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&stage_v_, n * kv_size_ * sizeof(float), stream_.get()));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&stage_slots_, n * sizeof(int32_t), stream_.get()));
-    const size_t row_bytes = kv_size_ * sizeof(float);
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(stage_k_.data(), row_bytes, k, row_stride * sizeof(float), row_bytes,
-                                                  n, cudaMemcpyHostToDevice, stream()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(stage_v_.data(), row_bytes, v, row_stride * sizeof(float), row_bytes,
-                                                  n, cudaMemcpyHostToDevice, stream()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_slots_.data(), slots.data(), n * sizeof(int32_t),
-                                                cudaMemcpyHostToDevice, stream()));
-    // No wait here: copies from pageable memory return once the source is staged, the next use of
-    // the staging buffers is ordered after this kernel on the same stream, and growing them
-    // (cudaFree) synchronizes. Attend() waits for its own results.
-    return StoreRows(layer, stage_k_.as<float>(), stage_v_.as<float>(), kv_size_, stage_slots_.as<int32_t>(), n,
-                     stream());
-  }
-
-  absl::Status SetContexts(absl::Span<const int32_t> slot_ids, absl::Span<const int64_t> slot_begin) override {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    num_seqs_ = static_cast<int64_t>(slot_begin.size()) - 1;
-    max_context_ = 0;
-    std::vector<int32_t> begin32(slot_begin.size());
-    for (size_t i = 0; i < slot_begin.size(); ++i) {
-      begin32[i] = static_cast<int32_t>(slot_begin[i]);
-      if (i > 0) max_context_ = std::max(max_context_, slot_begin[i] - slot_begin[i - 1]);
-    }
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(
-        &slot_ids_, std::max<size_t>(1, slot_ids.size()) * sizeof(int32_t), stream_.get()));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&slot_begin_, begin32.size() * sizeof(int32_t), stream_.get()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot_ids_.data(), slot_ids.data(), slot_ids.size() * sizeof(int32_t),
-                                                cudaMemcpyHostToDevice, stream()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot_begin_.data(), begin32.data(), begin32.size() * sizeof(int32_t),
-                                                cudaMemcpyHostToDevice, stream()));
-    plan_ = Plan(num_seqs_, max_context_, num_sms_);
-    LAMINA_RETURN_IF_ERROR(
-        cuda::EnsureCapacityOnStream(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float),
-                                     stream_.get()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));  // begin32 goes away on return
-    return absl::OkStatus();
-  }
-
-  absl::Status Attend(int64_t layer, const float* q, int64_t q_stride, float* out, int64_t out_stride) override {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    if (num_seqs_ == 0) return absl::OkStatus();
-    const int64_t q_size = options_.attention.num_q_heads * options_.attention.head_dim;
-    const size_t row_bytes = q_size * sizeof(float);
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&q_, num_seqs_ * row_bytes, stream_.get()));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityOnStream(&out_, num_seqs_ * row_bytes, stream_.get()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(q_.data(), row_bytes, q, q_stride * sizeof(float), row_bytes,
-                                                  num_seqs_, cudaMemcpyHostToDevice, stream()));
-    LAMINA_RETURN_IF_ERROR(Decode(layer, plan_, q_.as<float>(), q_size, slot_ids_.as<int32_t>(),
-                                  slot_begin_.as<int32_t>(), out_.as<float>(), q_size, num_seqs_,
-                                  workspace_.as<float>(), stream()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out, out_stride * sizeof(float), out_.data(), row_bytes, row_bytes,
-                                                  num_seqs_, cudaMemcpyDeviceToHost, stream()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
-    return absl::OkStatus();
-  }
-
-  int device() const override { return device_; }
-  absl::StatusOr<std::unique_ptr<DeviceKvLane>> NewDeviceLane(int max_chunks) override;
-  absl::StatusOr<std::unique_ptr<LocalKvStep>> NewLocalStep() override;
-  // The slot past the pool's own, which no sequence holds.
-  int32_t scratch_slot() const { return static_cast<int32_t>(options_.num_slots); }
-
-  // What a lane reads of the pool.
-  const KvBackendOptions& options() const { return options_; }
-  int num_sms() const { return num_sms_; }
-  SpinBudget* spin_budget() const { return spin_budget_.get(); }
-  cudaStream_t host_path_stream() const { return stream_.get(); }
-
-  // A decode plan over this pool (tiled for float8, kc::Float8Plan).
-  kc::DecodePlan Plan(int64_t num_seqs, int64_t max_context, int num_sms) const {
-    const kc::DecodePlan plan = kc::PlanDecode(options_.attention, num_seqs, max_context, num_sms);
-    return float8_ ? kc::Float8Plan(plan) : plan;
-  }
-  // `plan` (Plan's) for a linked launch that polls its own packets (kc::PlanPolledDecode; float8
-  // caches keep their tiles).
-  kc::DecodePlan PolledPlan(const kc::DecodePlan& plan, int64_t num_seqs, int64_t max_context, int num_sms) const {
-    return float8_ ? plan : kc::PlanPolledDecode(options_.attention, plan, num_seqs, max_context, num_sms);
-  }
-
-  // The pool's kernels for one layer, whatever its element type: k/v rows (float, [count,
-  // row_stride]) stored at `slots`; decode attention; the same linked.
-  absl::Status StoreRows(int64_t layer, const float* k, const float* v, int64_t row_stride, const int32_t* slots,
-                         int64_t count, cudaStream_t stream) const {
-    if (float8_) {
-      return kc::StoreKv(k, v, row_stride, slots, Float8Layer(layer), count, options_.attention.num_kv_heads,
-                         options_.attention.head_dim, stream);
-    }
-    return kc::StoreKv(k, v, row_stride, slots, keys(layer), values(layer), count, kv_size_, stream);
-  }
-  absl::Status Decode(int64_t layer, const kc::DecodePlan& plan, const float* q, int64_t q_stride,
-                      const int32_t* slot_ids, const int32_t* slot_begin, float* out, int64_t out_stride,
-                      int64_t num_seqs, float* workspace, cudaStream_t stream) const {
-    if (float8_) {
-      return kc::DecodeAttention(options_.attention, plan, q, q_stride, Float8Layer(layer), slot_ids, slot_begin, out,
-                                 out_stride, num_seqs, workspace, stream);
-    }
-    return kc::DecodeAttention(options_.attention, plan, q, q_stride, keys(layer), values(layer), slot_ids, slot_begin,
-                               out, out_stride, num_seqs, workspace, stream);
-  }
-  absl::Status LinkedDecode(int64_t layer, const kc::DecodePlan& plan, const float* q, int64_t q_stride,
-                            const int32_t* slot_ids, const int32_t* slot_begin, float* out, int64_t out_stride,
-                            int64_t num_seqs, float* workspace, const kc::DecodeLink& link, cudaStream_t stream) const {
-    if (float8_) {
-      return kc::LinkedDecodeAttention(options_.attention, plan, q, q_stride, Float8Layer(layer), slot_ids, slot_begin,
-                                       out, out_stride, num_seqs, workspace, link, stream);
-    }
-    return kc::LinkedDecodeAttention(options_.attention, plan, q, q_stride, keys(layer), values(layer), slot_ids,
-                                     slot_begin, out, out_stride, num_seqs, workspace, link, stream);
-  }
-
- private:
-  CudaKvBackend(const KvBackendOptions& options, int device)
-      : options_(options),
-        device_(device),
-        float8_(options.kv_dtype == DType::kF8E4M3),
-        kv_size_(options.attention.num_kv_heads * options.attention.head_dim),
-        layer_slots_(options.num_slots + 1) {}
-  cudaStream_t stream() const { return stream_.get(); }
-
-  bf16* keys(int64_t layer) const { return pool_.as<bf16>() + (2 * layer) * layer_slots_ * kv_size_; }
-  bf16* values(int64_t layer) const { return pool_.as<bf16>() + (2 * layer + 1) * layer_slots_ * kv_size_; }
-  kc::Float8KvLayer Float8Layer(int64_t layer) const {
-    uint8_t* codes = pool_.as<uint8_t>();
-    float* scales = reinterpret_cast<float*>(codes + scales_offset_);
-    const int64_t layer_codes = layer_slots_ * kv_size_;
-    const int64_t layer_scales = layer_slots_ * options_.attention.num_kv_heads;
-    return {codes + 2 * layer * layer_codes, codes + (2 * layer + 1) * layer_codes, scales + 2 * layer * layer_scales,
-            scales + (2 * layer + 1) * layer_scales};
-  }
-
-  KvBackendOptions options_;
-  int device_;
-  bool float8_;  // the pool's element type: float8 codes and scales, else bf16
-  int64_t kv_size_;
-  // Slots a layer holds: the pool's, then one scratch slot that a local step's padding rows write
-  // and read (scratch_slot()).
-  int64_t layer_slots_;
-  int64_t scales_offset_ = 0;  // float8: bytes into pool_ where the scales start
-  int num_sms_ = 0;
-  std::unique_ptr<SpinBudget> spin_budget_;  // shared by the lanes: blocks waiting for rows
-  // bf16 [layers][K, V][num_slots + 1, kv_heads, head_dim]; float8: the same of uint8 codes, then
-  // float [layers][K, V][num_slots + 1, kv_heads] scales.
-  cuda::DeviceBuffer pool_;
-  cuda::Stream stream_;
-  // Staging, grown on demand and reused.
-  cuda::DeviceBuffer stage_k_, stage_v_;  // float [rows, kv_size]
-  cuda::DeviceBuffer stage_slots_;        // int32 [rows]
-  cuda::DeviceBuffer slot_ids_;           // int32 [total context]
-  cuda::DeviceBuffer slot_begin_;         // int32 [seqs + 1]
-  cuda::DeviceBuffer q_, out_;            // float [seqs, q_size]
-  cuda::DeviceBuffer workspace_;          // float [plan_.workspace_floats]
-  int64_t num_seqs_ = 0;
-  int64_t max_context_ = 0;
-  kc::DecodePlan plan_;
-};
 
 // One lane of device-side decode steps: its own stream, slot lists, plans and outputs.
 class CudaKvLane : public DeviceKvLane {
@@ -649,171 +460,20 @@ class CudaKvLane : public DeviceKvLane {
   int64_t max_context_ = 0;  // the step's longest context
 };
 
-// The smallest power of two at least `context`: a local step plans its attention for that longest
-// context, so that a plan (and the graphs holding it) lasts while contexts grow. Any plan serves
-// shorter contexts: its splits cut each sequence's own context.
-int64_t PlannedContext(int64_t context) {
-  int64_t planned = 1;
-  while (planned < context) planned *= 2;
-  return planned;
-}
+}  // namespace
 
-// A caller's local steps on the pool's GPU: the tables live in device buffers that only grow (each
-// growth a new generation, which graph_key() tells), uploaded from pinned staging on the caller's
-// stream.
-class CudaLocalStep : public LocalKvStep {
- public:
-  static absl::StatusOr<std::unique_ptr<CudaLocalStep>> Create(const CudaKvBackend* pool) {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool->device()));
-    std::unique_ptr<CudaLocalStep> step(new CudaLocalStep(pool));
-    LAMINA_ASSIGN_OR_RETURN(step->pool_writes_, cuda::Event::CreateForOrdering());
-    LAMINA_ASSIGN_OR_RETURN(step->uploaded_, cuda::Event::CreateForOrdering());
-    LAMINA_ASSIGN_OR_RETURN(step->fence_, cuda::DeviceBuffer::CreateZeroed(sizeof(uint32_t)));
-    return step;
-  }
-
-  absl::Status SetStep(absl::Span<const int32_t> write_slots, absl::Span<const int32_t> slot_ids,
-                       absl::Span<const int64_t> slot_begin, int64_t padded_rows, bool repeats,
-                       CUstream_st* stream) override {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
-    const int64_t n = static_cast<int64_t>(write_slots.size());
-    const int64_t padded = std::max<int64_t>(padded_rows, n);
-    if (padded == 0) return absl::InvalidArgumentError("a local step of no rows");
-    const int64_t ids = static_cast<int64_t>(slot_ids.size()) + (padded - n);
-    // [write slots: padded][slot begins: padded + 1][slot ids: ids]
-    const int64_t entries = 2 * padded + 1 + ids;
-    LAMINA_RETURN_IF_ERROR(StagingFree());
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, entries * sizeof(int32_t), &retired_));
-    LAMINA_RETURN_IF_ERROR(Grow(&tables_, entries * sizeof(int32_t)));
-    int32_t* h = host_.as<int32_t>();
-    const int32_t scratch = pool_->scratch_slot();
-    int32_t* begin = h + padded;
-    int32_t* id = begin + padded + 1;
-    int64_t max_context = 1;
-    for (int64_t s = 0; s < padded; ++s) h[s] = s < n ? write_slots[s] : scratch;
-    std::copy(slot_ids.begin(), slot_ids.end(), id);
-    for (int64_t s = 0; s <= n; ++s) {
-      begin[s] = static_cast<int32_t>(slot_begin[s]);
-      if (s > 0) max_context = std::max(max_context, slot_begin[s] - slot_begin[s - 1]);
-    }
-    for (int64_t s = n; s < padded; ++s) {  // a padding row attends to the scratch slot alone
-      id[begin[s]] = scratch;
-      begin[s + 1] = begin[s] + 1;
-    }
-    plan_ = pool_->Plan(padded, PlannedContext(max_context), pool_->num_sms());
-    LAMINA_RETURN_IF_ERROR(Grow(&workspace_, std::max<int64_t>(1, plan_.workspace_floats) * sizeof(float)));
-    // After the pool's host-path writes (prompts stored through host memory) that the step reads.
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, pool_writes_.get(), 0));
-    LAMINA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(tables_.data(), h, entries * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_.get(), stream));
-    write_slots_ = tables_.as<int32_t>();
-    slot_begin_ = write_slots_ + padded;
-    slot_ids_ = slot_begin_ + padded + 1;
-    rows_ = padded;
-    repeats_ = repeats;
-    return absl::OkStatus();
-  }
-
-  uint64_t graph_key() const override {
-    // Everything a captured layer bakes in: the tables' and workspace's generation, the rows, the
-    // plan and whether stores are fenced from the attention.
-    uint64_t key = generation_;
-    for (const int64_t part : {rows_, int64_t{plan_.splits}, int64_t{plan_.warp_per_head}, int64_t{plan_.tiled},
-                               int64_t{plan_.deep_tiles}, int64_t{plan_.warp_per_query_head},
-                               int64_t{plan_.pairs_per_block}, int64_t{repeats_}}) {
-      key = key * 1000003u + static_cast<uint64_t>(part);
-    }
-    return key;
-  }
-
-  absl::Status QueueLayer(int64_t layer, const float* qkv, const QkvLayout& layout, float* out, int64_t out_stride,
-                          CUstream_st* stream) override {
-    if (rows_ == 0) return absl::FailedPreconditionError("a local step's layer queued before its SetStep");
-    LAMINA_RETURN_IF_ERROR(pool_->StoreRows(layer, qkv + layout.k_offset, qkv + layout.v_offset, layout.row_stride,
-                                            write_slots_, rows_, stream));
-    if (repeats_) {
-      // Work that is not a chained kernel: the attention below may not start before the stores
-      // are done (kernels/cuda/attention.h: a tiled plan reads all but each context's last token
-      // early).
-      LAMINA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(fence_.data(), 0, sizeof(uint32_t), stream));
-    }
-    return pool_->Decode(layer, plan_, qkv + layout.q_offset, layout.row_stride, slot_ids_, slot_begin_, out,
-                         out_stride, rows_, workspace_.as<float>(), stream);
-  }
-
-  absl::Status SetStoreSlots(absl::Span<const int32_t> slots, CUstream_st* stream) override {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaSetDevice(pool_->device()));
-    store_count_ = static_cast<int64_t>(slots.size());
-    if (store_count_ == 0) return absl::OkStatus();
-    LAMINA_RETURN_IF_ERROR(StagingFree());
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacityKeepingOld(&host_, slots.size() * sizeof(int32_t), &retired_));
-    LAMINA_RETURN_IF_ERROR(cuda::EnsureCapacity(&store_slots_, slots.size() * sizeof(int32_t)));
-    std::copy(slots.begin(), slots.end(), host_.as<int32_t>());
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(pool_writes_.get(), pool_->host_path_stream()));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, pool_writes_.get(), 0));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(store_slots_.data(), host_.data(), slots.size() * sizeof(int32_t),
-                                                cudaMemcpyHostToDevice, stream));
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_.get(), stream));
-    return absl::OkStatus();
-  }
-
-  absl::Status QueueStore(int64_t layer, const float* qkv, const QkvLayout& layout, CUstream_st* stream) override {
-    if (store_count_ == 0) return absl::OkStatus();
-    return pool_->StoreRows(layer, qkv + layout.k_offset, qkv + layout.v_offset, layout.row_stride,
-                            store_slots_.as<int32_t>(), store_count_, stream);
-  }
-
- private:
-  explicit CudaLocalStep(const CudaKvBackend* pool) : pool_(pool) {}
-
-  // The last upload from the pinned staging has been read.
-  absl::Status StagingFree() {
-    LAMINA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_.get()));
-    return absl::OkStatus();
-  }
-  // Grows a buffer that captured graphs point into: a new generation when it moves. Not ordered on
-  // the caller's stream, which may be gone before this step (its buffers) is.
-  absl::Status Grow(cuda::DeviceBuffer* buffer, size_t bytes) {
-    if (buffer->bytes() >= bytes) return absl::OkStatus();
-    ++generation_;
-    return cuda::EnsureCapacity(buffer, std::max(bytes, 2 * buffer->bytes()));
-  }
-
-  const CudaKvBackend* pool_;
-  cuda::Event pool_writes_;  // the pool's host-path writes so far
-  cuda::Event uploaded_;     // the latest upload from host_
-  cuda::PinnedBuffer host_;  // int32 staging of the tables or store slots
-  std::vector<cuda::PinnedBuffer> retired_;
-  cuda::DeviceBuffer tables_;       // int32 [write slots][slot begins][slot ids]
-  cuda::DeviceBuffer workspace_;    // float [plan_.workspace_floats]
-  cuda::DeviceBuffer store_slots_;  // int32 [store_count_]
-  cuda::DeviceBuffer fence_;        // a word that repeats_ steps clear between stores and attention
-  uint64_t generation_ = 0;
-  int32_t* write_slots_ = nullptr;
-  int32_t* slot_begin_ = nullptr;
-  int32_t* slot_ids_ = nullptr;
-  int64_t rows_ = 0;
-  bool repeats_ = false;
-  kc::DecodePlan plan_;
-  int64_t store_count_ = 0;
-};
-
-absl::StatusOr<std::unique_ptr<LocalKvStep>> CudaKvBackend::NewLocalStep() {
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaLocalStep> step, CudaLocalStep::Create(this));
-  return std::unique_ptr<LocalKvStep>(std::move(step));
-}
+absl::StatusOr<std::unique_ptr<LocalKvStep>> CudaKvBackend::NewLocalStep() { return NewCudaLocalStep(this); }
 
 absl::StatusOr<std::unique_ptr<DeviceKvLane>> CudaKvBackend::NewDeviceLane(int max_chunks) {
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaKvLane> lane, CudaKvLane::Create(this, max_chunks));
   return std::unique_ptr<DeviceKvLane>(std::move(lane));
 }
 
-}  // namespace
+}  // namespace cuda_kv
 
 absl::StatusOr<std::unique_ptr<KvBackend>> CreateCudaKvBackend(const KvBackendOptions& options, int device) {
-  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<CudaKvBackend> backend, CudaKvBackend::Create(options, device));
+  LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<cuda_kv::CudaKvBackend> backend,
+                          cuda_kv::CudaKvBackend::Create(options, device));
   return std::unique_ptr<KvBackend>(std::move(backend));
 }
 
