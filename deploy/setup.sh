@@ -33,6 +33,6 @@ fi
 
 export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
 echo "setup: configuring build/"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "$@" >/dev/null
 echo "setup: building (the first build takes 10-20 minutes on 2 cores; later ones only what changed)"
 cmake --build build -j "$(nproc)"

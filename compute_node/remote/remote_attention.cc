@@ -36,7 +36,7 @@ void PutLayers(absl::Span<const int64_t> layers, WireWriter* w) {
 
 }  // namespace
 
-RemoteAttention::RemoteAttention(Transport* transport, std::map<std::string, std::string> nodes,
+RemoteAttention::RemoteAttention(Transport* transport, const std::map<std::string, std::string>& nodes,
                                  const AttentionWireShape& shape, absl::Duration timeout)
     : transport_(transport), shape_(shape), timeout_(timeout) {
   for (auto& [name, address] : nodes) {

@@ -39,7 +39,7 @@ namespace lamina {
 class RemoteAttention : public AttentionService, public DeviceDecode {
  public:
   // `nodes`: memory node name -> data-plane address.
-  RemoteAttention(Transport* transport, std::map<std::string, std::string> nodes, const AttentionWireShape& shape,
+  RemoteAttention(Transport* transport, const std::map<std::string, std::string>& nodes, const AttentionWireShape& shape,
                   absl::Duration timeout = absl::Seconds(10));
 
   // Routes `seq` to memory node `node` (which must be one of `nodes`).

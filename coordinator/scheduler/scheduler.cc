@@ -29,7 +29,7 @@ std::map<std::string, std::vector<std::string>> KvGrpcAddresses(const Topology& 
 
 Scheduler::Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer,
                      Membership* membership, std::unique_ptr<AdmissionPolicy> policy,
-                     std::optional<ClusterSecret> secret)
+                     const std::optional<ClusterSecret>& secret)
     : topology_(topology),
       config_(config),
       tokenizer_(tokenizer),

@@ -100,7 +100,7 @@ class Scheduler {
   // `policy` picks which waiting request to admit next; null means FIFO. Calls to the nodes carry
   // `secret`'s token when there is one.
   Scheduler(const Topology& topology, const ModelConfig& config, const Tokenizer* tokenizer, Membership* membership,
-            std::unique_ptr<AdmissionPolicy> policy = nullptr, std::optional<ClusterSecret> secret = std::nullopt);
+            std::unique_ptr<AdmissionPolicy> policy = nullptr, const std::optional<ClusterSecret>& secret = std::nullopt);
   ~Scheduler();  // stops the loop; unfinished requests end with UNAVAILABLE
 
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationSpec spec);

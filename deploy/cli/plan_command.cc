@@ -1,5 +1,6 @@
 #include "deploy/cli/plan_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -90,7 +91,7 @@ absl::Status Plan(const std::vector<std::string>& args) {
     std::printf("%4d  %-44s %7lld %10.0f %8.2f %14.1f %8.1f %4.0f%% %9s %s %s\n", rank, p.design.Name().c_str(),
                 static_cast<long long>(p.batch), p.tokens_per_s, p.hourly_usd, p.tokens_per_s_per_usd_hour,
                 1e3 * p.step_s, 100 * p.mfu,
-                p.design.memory ? std::to_string(static_cast<int>(p.needed_link_gbs + 0.5)).c_str() : "-",
+                p.design.memory ? std::to_string(std::lround(p.needed_link_gbs)).c_str() : "-",
                 options.pipelined ? BalancedColumn(p).c_str() : "", p.bottleneck.c_str());
   }
   if (rank == 0) std::printf("no design fits this model and workload\n");

@@ -182,7 +182,7 @@ int WaitForSignal(absl::Duration timeout) {
 absl::Status Up(const std::vector<std::string>& args, int* exit_code) {
   // The topology comes first: lamina up TOPOLOGY.yaml [flags].
   if (args.empty() || args[0].rfind("--", 0) == 0) return absl::InvalidArgumentError("missing TOPOLOGY.yaml");
-  const std::string topology_path = args[0];
+  const std::string& topology_path = args[0];
   LAMINA_ASSIGN_OR_RETURN(Flags flags,
                           Flags::Parse({args.begin() + 1, args.end()}, {"log-dir", "timeout", "host"}, {}));
   const std::string host = flags.String("host", "");  // "": every process of the topology
