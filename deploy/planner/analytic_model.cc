@@ -11,6 +11,9 @@ namespace lamina::planner {
 ModelShape ShapeOf(const ModelConfig& c, DType kv_dtype) {
   ModelShape m;
   m.layers = c.num_layers;
+  m.hidden = c.hidden_size;
+  m.tensor_parallel_sizes = {c.num_q_heads, c.num_kv_heads, c.intermediate_size,
+                             c.tie_word_embeddings ? 1 : c.vocab_size};
   m.q_size = c.q_size();
   m.kv_size = c.kv_size();
   m.kv_token_bytes = static_cast<double>(KvBytesPerToken(kv_dtype, c));
@@ -32,8 +35,10 @@ double MinInterconnectBytesPerSecond(const ModelShape& model, double achieved_fl
 
 std::string Design::Name() const {
   if (compute == nullptr) return "?";
-  const std::string group = compute_devices > 1 ? absl::StrCat(compute_devices, " x ", compute->name, " (layer split)")
-                                                : absl::StrCat("1 x ", compute->name);
+  const std::string group =
+      compute_devices > 1
+          ? absl::StrCat(compute_devices, " x ", compute->name, tensor_parallel ? " (tensor parallel)" : " (layer split)")
+          : absl::StrCat("1 x ", compute->name);
   if (memory == nullptr) return absl::StrCat(group, " (colocated)");
   return absl::StrCat(group, " + ", memory_devices, " x ", memory->name, pipelined ? " (pipelined)" : "");
 }
@@ -52,9 +57,13 @@ DeviceKind GroupOf(const DeviceKind& compute, int devices) {
 
 }  // namespace
 
-int ComputeDevicesFor(const ModelShape& model, const DeviceKind& compute, const Efficiency& eff, int most) {
+int ComputeDevicesFor(const ModelShape& model, const DeviceKind& compute, const Efficiency& eff, int most,
+                      bool tensor_parallel) {
   for (int g = 1; g <= most; ++g) {
-    if (model.weight_bytes() <= g * compute.memory_gb * 1e9 * eff.memory_usable) return g;
+    if (model.weight_bytes() > g * compute.memory_gb * 1e9 * eff.memory_usable) continue;
+    bool divides = true;
+    for (int64_t size : model.tensor_parallel_sizes) divides &= !tensor_parallel || g == 1 || size % g == 0;
+    if (divides) return g;
   }
   return 0;
 }
@@ -69,13 +78,21 @@ Prediction PredictStep(const ModelShape& model, double context, const Design& de
   // time each device runs its layers for one of them, so the group works like one device with
   // their rates added on batch / g rows, and a sequence waits g stage times (its batch's pass
   // through every device) for each token.
-  const int g = std::max(1, design.compute_devices);
-  const DeviceKind group = GroupOf(*design.compute, g);
+  const int devices = std::max(1, design.compute_devices);
+  const bool split = devices > 1 && !design.tensor_parallel;
+  const int g = split ? devices : 1;  // pipelined batches, each of batch / g rows
+  const DeviceKind group = GroupOf(*design.compute, devices);
   const DeviceKind& c = group;
   const double b = static_cast<double>(batch) / g;
   const double weight_read_s = model.weight_bytes() / (c.memory_bandwidth_gbs * 1e9 * eff.memory_bandwidth);
   const double math_s = 2.0 * model.matmul_params * b / (c.bf16_tflops * 1e12 * eff.compute);
   p.compute_s = std::max(weight_read_s, math_s);
+  if (devices > 1 && design.tensor_parallel) {
+    // Two all-reduces of [batch, hidden] a layer, over a ring: 2 (G - 1) / G of the bytes each.
+    const double bytes = b * model.hidden * model.bytes_per_value;
+    const double ring = 2.0 * (devices - 1) / devices * bytes / (design.compute->link_gbs * 1e9 * eff.link);
+    p.compute_s += model.layers * 2 * (ring + eff.layer_latency_us * 1e-6);
+  }
   const double kv_bytes = b * context * model.kv_bytes_per_token();
   if (design.memory == nullptr) {
     p.attention_s = kv_bytes / (c.memory_bandwidth_gbs * 1e9 * eff.memory_bandwidth);
@@ -122,8 +139,12 @@ Prediction PredictBest(const ModelShape& model, double context, const Design& de
                                       devices > 1 ? absl::StrCat(devices, " x") : "one", c.name);
     return none;
   }
-  if (devices > 1 && design.memory == nullptr) {
+  if (devices > 1 && !design.tensor_parallel && design.memory == nullptr) {
     none.infeasible = "a layer split keeps its KV caches on memory nodes";
+    return none;
+  }
+  if (devices > 1 && design.tensor_parallel && design.memory != nullptr) {
+    none.infeasible = "memory nodes do not yet serve a tensor-parallel group";
     return none;
   }
   const double kv_memory = design.memory == nullptr

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/model_config/model_config.h"
 #include "common/tensor/dtype.h"
@@ -25,6 +26,10 @@ struct ModelShape {
   double params = 0;          // every weight, embedding and LM head included
   double matmul_params = 0;   // N: weights multiplied per token (the embedding lookup is not)
   int64_t layers = 0;
+  int64_t hidden = 0;         // the residual stream's width (what a tensor-parallel all-reduce sums)
+  // What a tensor-parallel group's size must divide (CheckTensorParallel): heads, KV heads, the
+  // MLP's width, and the vocabulary of an untied head (1 when tied).
+  std::vector<int64_t> tensor_parallel_sizes;
   int64_t q_size = 0;         // values of q (and of o) per token per layer
   int64_t kv_size = 0;        // values of k (and of v) per token per layer
   double bytes_per_value = 2;  // e: bf16, for weights and what crosses the link
@@ -65,7 +70,14 @@ struct Design {
   // sequence's time per token is G such steps. Every device is priced. Its KV caches live on
   // memory nodes: colocated, it is infeasible.
   int compute_devices = 1;
-  std::string Name() const;  // "1 x h100 + 2 x h20", "1 x h100 (colocated)", "2 x h200 (layer split) + 4 x h20"
+  // With compute_devices > 1: a tensor-parallel group (topology `tensor_parallel:`) instead of a
+  // layer split: one batch on the G devices' added rates, plus two all-reduces of the batch's
+  // residual rows a layer over the compute link (a ring's 2 (G - 1) / G of the bytes, and a
+  // layer's latency each). Its KV caches live in its own pools: offloaded, it is infeasible.
+  bool tensor_parallel = false;
+  // "1 x h100 + 2 x h20", "1 x h100 (colocated)", "2 x h200 (layer split) + 4 x h20",
+  // "2 x h100 (tensor parallel) (colocated)"
+  std::string Name() const;
 };
 
 struct Prediction {
@@ -84,8 +96,9 @@ struct Prediction {
 };
 
 // The fewest compute devices of `compute` whose memory holds the weights, up to `most` (0 when
-// even that many do not).
-int ComputeDevicesFor(const ModelShape& model, const DeviceKind& compute, const Efficiency& eff, int most = 16);
+// even that many do not); with `tensor_parallel`, the fewest that also divide the model evenly.
+int ComputeDevicesFor(const ModelShape& model, const DeviceKind& compute, const Efficiency& eff, int most = 16,
+                      bool tensor_parallel = false);
 
 // The step at a given batch (no capacity or latency checks).
 Prediction PredictStep(const ModelShape& model, double context, const Design& design, const Efficiency& eff,

@@ -40,8 +40,12 @@ std::vector<Prediction> Plan(const ModelShape& model, double context, const Pric
     if (!allowed(options.compute_kinds, compute_name)) continue;
     // Weights larger than one device: the fewest that hold them, as a layer split.
     const int devices = std::max(1, ComputeDevicesFor(model, compute, options.efficiency));
+    // Colocated, the group is tensor-parallel (its ranks' own pools hold the KV), of a size that
+    // divides the model's heads and widths.
     Design colocated{&compute, nullptr, 0, false};
-    colocated.compute_devices = devices;
+    colocated.compute_devices =
+        devices == 1 ? 1 : std::max(devices, ComputeDevicesFor(model, compute, options.efficiency, 16, true));
+    colocated.tensor_parallel = devices > 1;
     out.push_back(PredictBest(model, context, colocated, options.efficiency, options.max_batch, options.tpot_target_s));
     for (const auto& [memory_name, memory] : table.devices) {
       if (!allowed(options.memory_kinds, memory_name)) continue;

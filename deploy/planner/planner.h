@@ -1,5 +1,6 @@
 // `lamina plan`'s search: every compute device kind of the price table, as one device or, when the
-// weights need more, the fewest that hold them as a layer split; colocated and with each memory kind at its best device count (BestMemoryDevices at the table's
+// weights need more, the fewest that hold them (colocated as a tensor-parallel group, offloaded as a
+// layer split: what each serves so far); colocated and with each memory kind at its best device count (BestMemoryDevices at the table's
 // price ratio), ranked by predicted tokens/s per dollar-hour. With pipelining, each offloaded design
 // also carries the paper's balanced memory-device count (BalancedMemoryDevices).
 // Pure functions; thread-safe.

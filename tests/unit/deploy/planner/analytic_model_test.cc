@@ -158,11 +158,15 @@ TEST(PlannerTest, RanksFeasibleDesignsByTokensPerDollar) {
     if (!ranked[i].infeasible.empty()) continue;
     EXPECT_GE(ranked[i - 1].tokens_per_s_per_usd_hour, ranked[i].tokens_per_s_per_usd_hour);
   }
-  EXPECT_EQ(ranked.back().design.compute->name, "tiny");  // cannot hold the weights
-  EXPECT_FALSE(ranked.back().infeasible.empty());
+  // 8 GB cannot hold the weights: "tiny" comes as groups, three devices as a layer split, four (the
+  // fewest that divide 32 heads, 8 KV heads, the MLP and the vocabulary) tensor-parallel.
+  for (const Prediction& p : ranked) {
+    if (p.design.compute->name != "tiny") continue;
+    EXPECT_EQ(p.design.compute_devices, p.design.tensor_parallel ? 4 : 3) << p.design.Name();
+  }
 }
 
-TEST(PlannerTest, AModelLargerThanOneDeviceIsPlannedAsALayerSplit) {
+TEST(PlannerTest, AModelLargerThanOneDeviceIsPlannedAsAGroupOfThem) {
   // Llama-3.1-70B's shape: 141 GB of bf16 weights, more than one H100 (80 GB) holds.
   absl::StatusOr<ModelConfig> c =
       LoadModelConfig(std::string(LAMINA_SOURCE_DIR) + "/deploy/models/llama-3.1-70b-shape");
@@ -193,16 +197,41 @@ TEST(PlannerTest, AModelLargerThanOneDeviceIsPlannedAsALayerSplit) {
   EXPECT_NE(PredictBest(m, 2048, {&h100, &h20, 2, false}, eff, 4096, 0).infeasible.find("do not fit one h100"),
             std::string::npos);
 
-  // `lamina plan` ranks such designs rather than finding none.
+  // A tensor-parallel pair instead: one batch on the doubled rates, plus two ring all-reduces of
+  // [64, 8192] bf16 rows a layer over the 50 GB/s link, with the KV in its own pools.
+  Design group{&h100, nullptr, 0, false};
+  group.compute_devices = 2;
+  group.tensor_parallel = true;
+  EXPECT_EQ(group.Name(), "2 x h100 (tensor parallel) (colocated)");
+  const Prediction tp = PredictStep(m, 2048, group, eff, 64);
+  const double weights = m.weight_bytes() / (2 * 3350e9 * eff.memory_bandwidth);
+  const double all_reduce = 2.0 * (2 - 1) / 2 * 64 * 8192 * 2 / (50e9 * eff.link) + eff.layer_latency_us * 1e-6;
+  EXPECT_NEAR(tp.compute_s, weights + 80 * 2 * all_reduce, 1e-12);
+  EXPECT_TRUE(PredictBest(m, 2048, group, eff, 4096, 0).infeasible.empty());
+  Design offloaded_group = group;
+  offloaded_group.memory = &h20;
+  offloaded_group.memory_devices = 2;
+  EXPECT_EQ(PredictBest(m, 2048, offloaded_group, eff, 4096, 0).infeasible,
+            "memory nodes do not yet serve a tensor-parallel group");
+
+  // `lamina plan` ranks such designs rather than finding none: tensor-parallel colocated, layer
+  // splits offloaded.
   PriceTable table;
   table.devices["h100"] = h100;
   table.devices["h20"] = h20;
   const std::vector<Prediction> ranked = Plan(m, 2048, table, PlanOptions{});
   ASSERT_FALSE(ranked.empty());
   EXPECT_TRUE(ranked[0].infeasible.empty()) << ranked[0].infeasible;
-  EXPECT_GT(ranked[0].design.compute_devices, 1) << ranked[0].design.Name();
-  EXPECT_NE(ranked[0].design.memory, nullptr);
-  EXPECT_GT(ranked[0].tokens_per_s, 0);
+  bool tensor_parallel = false, layer_split = false;
+  for (const Prediction& p : ranked) {
+    if (!p.infeasible.empty()) continue;
+    EXPECT_GT(p.design.compute_devices, 1) << p.design.Name();
+    EXPECT_GT(p.tokens_per_s, 0);
+    tensor_parallel |= p.design.tensor_parallel && p.design.memory == nullptr;
+    layer_split |= !p.design.tensor_parallel && p.design.memory != nullptr;
+  }
+  EXPECT_TRUE(tensor_parallel);
+  EXPECT_TRUE(layer_split);
 }
 
 }  // namespace
