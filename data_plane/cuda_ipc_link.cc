@@ -340,11 +340,12 @@ class CudaIpcComputeEnd : public ComputeLinkEnd {
     }
     if (AsPackets(shape_, r.count)) {
       const int64_t parts = shape_.out_segments;
-      return kc::ReceivePackets(RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.q_size, parts),
-                                kc::PacketsPerRow(shape_.q_size, parts), kc::LineTag(FlagValue(shape_, step, layer)),
-                                absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
-                                rows_.device_rows() + r.first, r.count, shape_.q_size, out, out_stride, stream,
-                                BackAt(layer), MostPollingBlocks(), parts, ReceiveStartsWithSend(chunks, r.count));
+      return kc::ReceivePackets({RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.q_size, parts),
+                                 kc::PacketsPerRow(shape_.q_size, parts), kc::LineTag(FlagValue(shape_, step, layer)),
+                                 r.count, shape_.q_size, parts},
+                                {absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut},
+                                {out, out_stride, rows_.device_rows() + r.first}, stream,
+                                {BackAt(layer), MostPollingBlocks(), ReceiveStartsWithSend(chunks, r.count)});
     }
     if (r.count >= 1 && r.count <= kc::ReceiveRowsMaxCount()) {
       return kc::ReceiveRows(local_.flags.as<uint64_t>() + chunk, FlagValue(shape_, step, layer),
@@ -432,11 +433,11 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
                               shape_.qkv_size, stream);
     }
     if (AsPackets(shape_, r.count)) {
-      return kc::ReceivePackets(RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.qkv_size),
-                                kc::PacketsPerRow(shape_.qkv_size), kc::LineTag(FlagValue(shape_, step, layer)),
-                                absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut,
-                                nullptr, r.count, shape_.qkv_size,
-                                local_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size, stream);
+      return kc::ReceivePackets({RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.qkv_size),
+                                 kc::PacketsPerRow(shape_.qkv_size), kc::LineTag(FlagValue(shape_, step, layer)),
+                                 r.count, shape_.qkv_size},
+                                {absl::ToInt64Nanoseconds(shape_.timeout), local_.error.get(), kReceiveTimedOut},
+                                {local_.receive.as<float>() + r.first * shape_.qkv_size, shape_.qkv_size}, stream);
     }
     return WaitForFlag(step, layer, chunk, stream);
   }

@@ -150,10 +150,20 @@ absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* ro
   return absl::OkStatus();
 }
 
-absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
-                            uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
-                            int64_t dst_stride, cudaStream_t stream, uint64_t* back_at, int64_t most_polling_blocks,
-                            int64_t segments, bool starts_with_send) {
+absl::Status ReceivePackets(const PacketRows& in, const PollLimit& limit, const RowsOut& out, cudaStream_t stream,
+                            const ReceiveOptions& options) {
+  const Packet* src = in.packets;
+  const int64_t src_stride = in.stride, count = in.count, cols = in.cols, segments = in.segments;
+  const uint32_t tag = in.tag;
+  const int64_t timeout_ns = limit.timeout_ns;
+  uint32_t* error = limit.error;
+  const uint32_t code = limit.code;
+  const int32_t* rows = out.rows;
+  float* dst = out.base;
+  const int64_t dst_stride = out.stride;
+  uint64_t* back_at = options.back_at;
+  const int64_t most_polling_blocks = options.most_polling_blocks;
+  const bool starts_with_send = options.starts_with_send;
   LAMINA_RETURN_IF_ERROR(CheckShape("ReceivePackets", count, cols, src_stride, segments));
   const int64_t part_cols = cols / segments, per_row = PacketsPerRow(cols, segments), total = count * per_row;
   if (total == 0) return absl::OkStatus();

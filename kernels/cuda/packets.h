@@ -60,28 +60,53 @@ absl::Status SendPackets(const float* src, int64_t src_stride, const int32_t* ro
                          Packet* dst, int64_t dst_stride, uint32_t tag, const uint32_t* error, cudaStream_t stream,
                          uint64_t* sent_at = nullptr, int64_t segments = 1, bool receive_starts_early = false);
 
-// Polls the packets of `count` rows of `cols` floats in `segments` parts in `src` (rows
-// `src_stride` packets apart) until each is tagged `tag`, and writes row i into dst row
-// (rows ? rows[i] : i). A poll gives up after `timeout_ns` as WaitFlag does (setting *error =
-// code when still 0, and taking the packets as they are), and once *error is set later polls pass
-// at once. A hop of up to
-// `most_polling_blocks` blocks' packets (ReceivePacketsBlocks) is polled by all its blocks from
-// the start; a larger one waits behind one warp polling its first packet, so that its blocks hold
-// SMs only while the rows travel (about 3 us more for a small hop); a chained kernel after such a
-// hop (chaining.h) may then place its blocks at once, and waits for its end before reading. Any
-// other kernel queued after it starts once it has ended. `back_at`: as ReceiveRows' hop clock
-// (data_plane.h).
-// `starts_with_send` (a hop polled in two stages starts behind its wait regardless): queued on the
-// same stream after the SendPackets of the same exchange, with its `receive_starts_early` (other
-// sends may come between, as a compute node sends to each memory node before it receives), the
-// blocks start polling once the send's packets are stored, while the send ends, so that the GPU's
-// turn from one launch to the next is not on the hop's path. By then the send has passed
-// its wait for the kernel before it, so everything queued before the send has ended.
-absl::Status ReceivePackets(const Packet* src, int64_t src_stride, uint32_t tag, int64_t timeout_ns, uint32_t* error,
-                            uint32_t code, const int32_t* rows, int64_t count, int64_t cols, float* dst,
-                            int64_t dst_stride, cudaStream_t stream, uint64_t* back_at = nullptr,
-                            int64_t most_polling_blocks = kMostPacketPollingBlocks, int64_t segments = 1,
-                            bool starts_with_send = false);
+// A hop's packets to receive: `count` rows of `cols` floats in `segments` parts (which must divide
+// cols), row i's at `packets` + i * `stride`, each in once tagged `tag`.
+struct PacketRows {
+  const Packet* packets = nullptr;
+  int64_t stride = 0;
+  uint32_t tag = 0;
+  int64_t count = 0;
+  int64_t cols = 0;
+  int64_t segments = 1;
+};
+
+// How a poll gives up: after `timeout_ns` as WaitFlag does, setting *error = code when still 0.
+struct PollLimit {
+  int64_t timeout_ns = 0;
+  uint32_t* error = nullptr;
+  uint32_t code = 0;
+};
+
+// Where received rows go: row i to `base` row (rows ? rows[i] : i), rows `stride` floats apart.
+struct RowsOut {
+  float* base = nullptr;
+  int64_t stride = 0;
+  const int32_t* rows = nullptr;
+};
+
+struct ReceiveOptions {
+  uint64_t* back_at = nullptr;  // as ReceiveRows' hop clock (data_plane.h)
+  int64_t most_polling_blocks = kMostPacketPollingBlocks;
+  bool starts_with_send = false;
+};
+
+// Polls `in` until each packet is tagged, and writes its rows to `out`. A poll gives up per `limit`
+// (taking the packets as they are), and once *limit.error is set later polls pass at once. A hop of
+// up to `options.most_polling_blocks` blocks' packets (ReceivePacketsBlocks) is polled by all its
+// blocks from the start; a larger one waits behind one warp polling its first packet, so that its
+// blocks hold SMs only while the rows travel (about 3 us more for a small hop); a chained kernel
+// after such a hop (chaining.h) may then place its blocks at once, and waits for its end before
+// reading. Any other kernel queued after it starts once it has ended.
+// `options.starts_with_send` (a hop polled in two stages starts behind its wait regardless):
+// queued on the same stream after the SendPackets of the same exchange, with its
+// `receive_starts_early` (other sends may come between, as a compute node sends to each memory
+// node before it receives), the blocks start polling once the send's packets are stored, while the
+// send ends, so that the GPU's turn from one launch to the next is not on the hop's path. By then
+// the send has passed its wait for the kernel before it, so everything queued before the send has
+// ended.
+absl::Status ReceivePackets(const PacketRows& in, const PollLimit& limit, const RowsOut& out, cudaStream_t stream,
+                            const ReceiveOptions& options = {});
 
 // The blocks that poll a hop of `count` rows of `cols` floats in `segments` parts (each 256
 // threads).

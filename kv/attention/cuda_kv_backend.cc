@@ -278,10 +278,10 @@ class CudaKvLane : public DeviceKvLane {
         link.chained_to_wait = !wait.in_launch;
       } else {
         const ChunkWait& wait = PacketsWaitOf(chunk, kc::ReceivePacketsBlocks(r.count, layout.row_stride));
-        LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(hop.packets, kc::PacketsPerRow(layout.row_stride), hop.line_tag,
-                                                  hop.timeout_ns, hop.error, hop.error_code, nullptr, r.count,
-                                                  layout.row_stride, hop.packets_mirror, layout.row_stride, stream,
-                                                  nullptr, wait.ahead_blocks));
+        LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(
+            {hop.packets, kc::PacketsPerRow(layout.row_stride), hop.line_tag, r.count, layout.row_stride},
+            {hop.timeout_ns, hop.error, hop.error_code}, {hop.packets_mirror, layout.row_stride}, stream,
+            {nullptr, wait.ahead_blocks}));
         link.chained_to_wait = true;
       }
       const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;

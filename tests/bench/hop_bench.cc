@@ -297,8 +297,8 @@ absl::Status Hop::Queue(PacketsEnd memory, int64_t layers, uint32_t* tag, const 
   for (int64_t layer = 0; layer < layers; ++layer) {
     const uint32_t line_tag = kc::LineTag(++*tag);
     if (memory.plan == nullptr) {
-      LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(in, in_per_row, line_tag, kTimeoutNs, error_word, 2, nullptr, batch,
-                                                kQkv, mirror.as<float>(), kQkv, attention));
+      LAMINA_RETURN_IF_ERROR(kc::ReceivePackets({in, in_per_row, line_tag, batch, kQkv}, {kTimeoutNs, error_word, 2},
+                                                {mirror.as<float>(), kQkv}, attention));
       LAMINA_RETURN_IF_ERROR(kc::SendPackets(rows, kQkv, nullptr, batch, kQ, out_packets.as<kc::Packet>(),
                                              out_per_row, line_tag, error_word, attention, nullptr, kKvHeads));
     } else {
@@ -320,9 +320,8 @@ absl::Status Hop::Queue(PacketsEnd memory, int64_t layers, uint32_t* tag, const 
     if (layer == layers / 4) LAMINA_RETURN_IF_ERROR(mid.Record(compute));
     LAMINA_RETURN_IF_ERROR(kc::SendPackets(qkv.as<float>(), kQkv, nullptr, batch, kQkv, in_packets.as<kc::Packet>(),
                                            in_per_row, line_tag, error_word, compute));
-    LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(out_packets.as<kc::Packet>(), out_per_row, line_tag, kTimeoutNs,
-                                              error_word, 4, nullptr, batch, kQ, out.as<float>(), kQ, compute, nullptr,
-                                              kc::kMostPacketPollingBlocks, kKvHeads));
+    LAMINA_RETURN_IF_ERROR(kc::ReceivePackets({out_packets.as<kc::Packet>(), out_per_row, line_tag, batch, kQ, kKvHeads},
+                                              {kTimeoutNs, error_word, 4}, {out.as<float>(), kQ}, compute));
   }
   return end.Record(compute);
 }

@@ -127,9 +127,8 @@ absl::Status Echo::Queue(Way way, int64_t layers, uint32_t* tag, const cuda::Eve
                                              line_tag, error_word, memory));
         break;
       case Way::kPackets:
-        LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(in_packets.as<kc::Packet>(), in_per_row, line_tag, kTimeoutNs,
-                                                  error_word, 2, nullptr, batch, kQkv, mirror.as<float>(), kQkv,
-                                                  memory));
+        LAMINA_RETURN_IF_ERROR(kc::ReceivePackets({in_packets.as<kc::Packet>(), in_per_row, line_tag, batch, kQkv},
+                                                  {kTimeoutNs, error_word, 2}, {mirror.as<float>(), kQkv}, memory));
         LAMINA_RETURN_IF_ERROR(kc::SendPackets(mirror.as<float>(), kQkv, nullptr, batch, kQ,
                                                out_packets.as<kc::Packet>(), out_per_row, line_tag, error_word,
                                                memory));
@@ -164,9 +163,9 @@ absl::Status Echo::Queue(Way way, int64_t layers, uint32_t* tag, const cuda::Eve
         LAMINA_RETURN_IF_ERROR(kc::SendPackets(qkv.as<float>(), kQkv, nullptr, batch, kQkv,
                                                in_packets.as<kc::Packet>(), in_per_row, line_tag, error_word, compute,
                                                sent_at));
-        LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(out_packets.as<kc::Packet>(), out_per_row, line_tag, kTimeoutNs,
-                                                  error_word, 4, nullptr, batch, kQ, out.as<float>(), kQ, compute,
-                                                  back_at));
+        LAMINA_RETURN_IF_ERROR(kc::ReceivePackets({out_packets.as<kc::Packet>(), out_per_row, line_tag, batch, kQ},
+                                                  {kTimeoutNs, error_word, 4}, {out.as<float>(), kQ}, compute,
+                                                  {back_at}));
         break;
     }
   }

@@ -125,9 +125,9 @@ class Peer {
                                                   hop->error_code, nullptr, r.count, qkv, hop->lines_mirror, qkv,
                                                   stream_.get()));
         } else if (hop.has_value() && hop->packets != nullptr) {
-          LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(hop->packets, kc::PacketsPerRow(qkv), hop->line_tag,
-                                                    hop->timeout_ns, hop->error, hop->error_code, nullptr, r.count,
-                                                    qkv, hop->packets_mirror, qkv, stream_.get()));
+          LAMINA_RETURN_IF_ERROR(kc::ReceivePackets({hop->packets, kc::PacketsPerRow(qkv), hop->line_tag, r.count, qkv},
+                                                    {hop->timeout_ns, hop->error, hop->error_code},
+                                                    {hop->packets_mirror, qkv}, stream_.get()));
         } else if (hop.has_value()) {
           LAMINA_RETURN_IF_ERROR(kc::WaitFlag(hop->ready, hop->ready_value, hop->timeout_ns, hop->error,
                                               hop->error_code, stream_.get()));

@@ -306,8 +306,8 @@ TEST_P(HopClockTest, TimesTheHopFromTheSendsStartToTheRowsInPlace) {
       ASSERT_TRUE(ScatterRows(d_received.as<float>(), cols, to, n, cols, out, cols, receiver, back_at).ok());
       break;
     case HopKind::kPackets:
-      ASSERT_TRUE(ReceivePackets(d_packets.as<Packet>(), PacketsPerRow(cols), 5, 5'000'000'000, ends.error_word(), 1,
-                                 to, n, cols, out, cols, receiver, back_at)
+      ASSERT_TRUE(ReceivePackets({d_packets.as<Packet>(), PacketsPerRow(cols), 5, n, cols},
+                                 {5'000'000'000, ends.error_word(), 1}, {out, cols, to}, receiver, {back_at})
                       .ok());
       break;
   }

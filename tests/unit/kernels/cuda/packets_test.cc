@@ -54,9 +54,9 @@ TEST_P(PacketShapesTest, RowsLandInTheirPlacesAndStalePacketsDoNotPass) {
     auto d_src = Upload(src);
     auto d_out = Upload(std::vector<float>(out_rows * cols, -1.f));
     // The receiver polls first, and meanwhile sees the packets of the hop before (or zeros).
-    ASSERT_TRUE(ReceivePackets(d_packets.as<Packet>(), per_row, tag, 5'000'000'000, error_.as<uint32_t>(), 1,
-                               d_dest.as<int32_t>(), n, cols, d_out.as<float>(), cols, receiver->get(), nullptr,
-                               kMostPacketPollingBlocks, parts)
+    ASSERT_TRUE(ReceivePackets({d_packets.as<Packet>(), per_row, tag, n, cols, parts},
+                               {5'000'000'000, error_.as<uint32_t>(), 1}, {d_out.as<float>(), cols, d_dest.as<int32_t>()},
+                               receiver->get())
                     .ok());
     absl::SleepFor(absl::Milliseconds(20));
     ASSERT_TRUE(SendPackets(d_src.as<float>(), stride, d_picked.as<int32_t>(), n, cols, d_packets.as<Packet>(),
@@ -115,8 +115,8 @@ TEST_F(PacketsTest, AReceiveThatStartsWithItsSendGetsTheHopBack) {
     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 977) * 0.25f + static_cast<float>(tag);
     auto d_src = Upload(src);
     auto d_out = Upload(std::vector<float>(out_rows * out_cols, -1.f));
-    ASSERT_TRUE(ReceivePackets(d_in.as<Packet>(), in_per_row, tag, 5'000'000'000, error, 1, nullptr, n, in_cols,
-                               d_mid.as<float>(), in_cols, echo->get())
+    ASSERT_TRUE(ReceivePackets({d_in.as<Packet>(), in_per_row, tag, n, in_cols}, {5'000'000'000, error, 1},
+                               {d_mid.as<float>(), in_cols}, echo->get())
                     .ok());
     ASSERT_TRUE(SendPackets(d_mid.as<float>(), in_cols, nullptr, n, out_cols, d_back.as<Packet>(), out_per_row, tag,
                             error, echo->get(), nullptr, parts)
@@ -124,9 +124,9 @@ TEST_F(PacketsTest, AReceiveThatStartsWithItsSendGetsTheHopBack) {
     ASSERT_TRUE(SendPackets(d_src.as<float>(), in_cols, nullptr, n, in_cols, d_in.as<Packet>(), in_per_row, tag, error,
                             exchange->get(), nullptr, 1, /*receive_starts_early=*/true)
                     .ok());
-    ASSERT_TRUE(ReceivePackets(d_back.as<Packet>(), out_per_row, tag, 5'000'000'000, error, 2, d_dest.as<int32_t>(), n,
-                               out_cols, d_out.as<float>(), out_cols, exchange->get(), nullptr,
-                               kMostPacketPollingBlocks, parts, /*starts_with_send=*/true)
+    ASSERT_TRUE(ReceivePackets({d_back.as<Packet>(), out_per_row, tag, n, out_cols, parts}, {5'000'000'000, error, 2},
+                               {d_out.as<float>(), out_cols, d_dest.as<int32_t>()}, exchange->get(),
+                               {nullptr, kMostPacketPollingBlocks, /*starts_with_send=*/true})
                     .ok());
     ASSERT_TRUE(exchange->Synchronize().ok());
     ASSERT_TRUE(echo->Synchronize().ok());
@@ -159,15 +159,15 @@ TEST_F(PacketsTest, PacketsOfAFailedStepAreNotSentAndTheirPollsGiveUp) {
   for (const Packet& packet : Download<Packet>(d_packets, n * per_row)) ASSERT_EQ(packet.tag, 0u);
   // Packets that never come: the poll gives up after 2 ms and says so.
   *error = 0;
-  ASSERT_TRUE(ReceivePackets(d_packets.as<Packet>(), per_row, 3, 2'000'000, error, 6, nullptr, n, cols,
-                             d_out.as<float>(), cols, stream->get())
+  ASSERT_TRUE(ReceivePackets({d_packets.as<Packet>(), per_row, 3, n, cols}, {2'000'000, error, 6},
+                             {d_out.as<float>(), cols}, stream->get())
                   .ok());
   ASSERT_TRUE(stream->Synchronize().ok());
   EXPECT_EQ(*error, 6u);
   // Once the error word is set, later polls pass at once rather than after their 10 s.
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(ReceivePackets(d_packets.as<Packet>(), per_row, 4, 10'000'000'000, error, 6, nullptr, n, cols,
-                             d_out.as<float>(), cols, stream->get())
+  ASSERT_TRUE(ReceivePackets({d_packets.as<Packet>(), per_row, 4, n, cols}, {10'000'000'000, error, 6},
+                             {d_out.as<float>(), cols}, stream->get())
                   .ok());
   ASSERT_TRUE(stream->Synchronize().ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
@@ -176,8 +176,8 @@ TEST_F(PacketsTest, PacketsOfAFailedStepAreNotSentAndTheirPollsGiveUp) {
   auto d_many = Upload(std::vector<Packet>(many * per_row, Packet{}));
   auto d_many_out = Upload(std::vector<float>(many * cols, -1.f));
   *error = 0;
-  ASSERT_TRUE(ReceivePackets(d_many.as<Packet>(), per_row, 3, 2'000'000, error, 7, nullptr, many, cols,
-                             d_many_out.as<float>(), cols, stream->get())
+  ASSERT_TRUE(ReceivePackets({d_many.as<Packet>(), per_row, 3, many, cols}, {2'000'000, error, 7},
+                             {d_many_out.as<float>(), cols}, stream->get())
                   .ok());
   ASSERT_TRUE(stream->Synchronize().ok());
   EXPECT_EQ(*error, 7u);
@@ -188,9 +188,9 @@ TEST_F(PacketsTest, ShapesThePacketsCannotHoldAreRefused) {
   absl::Status status = SendPackets(nullptr, 32, nullptr, 1, 32, nullptr, 1, 1, nullptr, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("at least 2"), std::string::npos) << status;
-  status = ReceivePackets(nullptr, 1, 1, 1, nullptr, 1, nullptr, 1, 32, nullptr, 32, nullptr);
+  status = ReceivePackets({nullptr, 1, 1, 1, 32}, {1, nullptr, 1}, {nullptr, 32}, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  status = ReceivePackets(nullptr, 2, 1, 1, nullptr, 1, nullptr, -1, 32, nullptr, 32, nullptr);
+  status = ReceivePackets({nullptr, 2, 1, -1, 32}, {1, nullptr, 1}, {nullptr, 32}, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   // 64 floats in 2 parts take two packets a row, in 4 parts four.
   status = SendPackets(nullptr, 64, nullptr, 1, 64, nullptr, 3, 1, nullptr, nullptr, nullptr, 4);
@@ -198,8 +198,7 @@ TEST_F(PacketsTest, ShapesThePacketsCannotHoldAreRefused) {
   EXPECT_NE(status.message().find("at least 4"), std::string::npos) << status;
   // Parts of a row must hold whole floats, and be one at least.
   for (const int64_t parts : {int64_t{3}, int64_t{0}}) {
-    status = ReceivePackets(nullptr, 8, 1, 1, nullptr, 1, nullptr, 1, 64, nullptr, 64, nullptr, nullptr,
-                            kMostPacketPollingBlocks, parts);
+    status = ReceivePackets({nullptr, 8, 1, 1, 64, parts}, {1, nullptr, 1}, {nullptr, 64}, nullptr);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_NE(status.message().find("parts"), std::string::npos) << status;
   }
