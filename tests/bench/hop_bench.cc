@@ -359,7 +359,8 @@ absl::StatusOr<double> SteadyMicros(const Hop& hop, End memory, const Bench& b, 
                                                       "): the hop's kernels did not run side by side"));
     }
     LAMINA_ASSIGN_OR_RETURN(const float ms, end.ElapsedSince(mid));
-    const double us = ms * 1e3 / (layers - layers / 4);
+    const int64_t timed_layers = layers - layers / 4;  // the last three quarters are timed
+    const double us = ms * 1e3 / static_cast<double>(timed_layers);
     if (rep >= 0 && (best < 0 || us < best)) best = us;
   }
   return best;

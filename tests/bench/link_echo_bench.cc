@@ -220,7 +220,8 @@ absl::StatusOr<double> SteadyMicros(const Echo& echo, Way way, const Bench& b, c
       us = sum.first * 1e-3 / sum.second;
     } else {
       LAMINA_ASSIGN_OR_RETURN(const float ms, end.ElapsedSince(mid));
-      us = ms * 1e3 / (b.layers - b.layers / 4);
+      const int64_t timed_layers = b.layers - b.layers / 4;  // the last three quarters are timed
+      us = ms * 1e3 / static_cast<double>(timed_layers);
     }
     if (rep >= 0 && (best < 0 || us < best)) best = us;
   }

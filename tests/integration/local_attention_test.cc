@@ -153,6 +153,18 @@ TEST(LocalAttentionTest, KillingAMemoryNodeLeavesTheLocalPoolsSequencesGoingOn) 
 
   RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
   ASSERT_TRUE(requests.AwaitTokens(20, absl::Seconds(30))) << "the requests never got going";
+  // memory-1 holds some of them before it dies.
+  int64_t held = 0;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(10); held == 0 && absl::Now() < deadline;) {
+    auto status = (*cluster)->client().Status(absl::Seconds(1));
+    if (status.ok()) {
+      for (const auto& node : status->nodes()) {
+        if (node.name() == "memory-1") held = node.num_sequences();
+      }
+    }
+    if (held == 0) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GT(held, 0) << "memory-1 never held a sequence";
   auto pid = (*cluster)->NodePid("memory-1");
   ASSERT_TRUE(pid.ok()) << pid.status();
   ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);

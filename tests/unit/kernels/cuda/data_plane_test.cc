@@ -189,7 +189,7 @@ class DataPlaneLinesTest : public DataPlaneKernelsTest,
                            public ::testing::WithParamInterface<std::pair<int64_t, int64_t>> {};
 
 TEST_P(DataPlaneLinesTest, LinesLandInTheirRowsAndStaleOnesDoNotPass) {
-  const auto [cols, stride] = GetParam();
+  const int64_t cols = GetParam().first, stride = GetParam().second;
   const int64_t src_rows = 9, out_rows = 10;
   const std::vector<int32_t> picked = {4, 1, 8, 0, 5};  // the batch rows sent, in order
   const std::vector<int32_t> dest = {9, 2, 0, 7, 4};    // where each arriving row belongs
