@@ -2,8 +2,6 @@
 // with `layers: [first, end)` each compute their share of every batch, which passes from one to
 // the next (common/topology/slice_route.h), with several batches in flight. The outputs are those
 // of single-process mode, whichever way the layers and the KV caches are spread.
-#include <signal.h>
-
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +10,7 @@
 #include "coordinator/embedded/local_cluster.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
+#include "tests/integration/kill_checks.h"
 #include "tests/integration/requests_in_flight.h"
 #include "tests/integration/single_process.h"
 #include "tests/support/golden.h"
@@ -118,19 +117,8 @@ TEST(LayerSplitTest, AKilledNodeFailsTheRequestsInFlightPromptlyNamingIt) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok()) << local.status();
-  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
-  RequestsInFlight requests((*cluster)->client(), std::vector(6, IdsRequest(prompt, 600)));
-  ASSERT_TRUE(requests.AwaitTokens(10, absl::Seconds(30))) << "the requests never got going";
-  auto pid = (*cluster)->NodePid("compute-1");
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  const absl::Time killed = absl::Now();
-  for (const Outcome& outcome : requests.Join()) {
-    ASSERT_FALSE(outcome.status.ok()) << "a request outlived a node of its split";
-    EXPECT_EQ(outcome.status.code(), absl::StatusCode::kUnavailable) << outcome.status;
-    EXPECT_NE(std::string(outcome.status.message()).find("compute-1"), std::string::npos) << outcome.status;
-    EXPECT_LT(outcome.ended - killed, absl::Seconds(10));
-  }
+  ExpectKillingFailsEveryRequest(**cluster, (*local)->tokenizer().EncodePrompt("The memory devices"), 6, "compute-1",
+                                 "compute-1");
 }
 
 }  // namespace

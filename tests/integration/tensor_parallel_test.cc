@@ -3,8 +3,6 @@
 // their partial sums and gather the logits (compute_node/tensor_parallel/), and attend their own
 // heads in their share of the group's pool. The outputs are single-process mode's, and a dead
 // rank fails its group's requests promptly, naming it.
-#include <signal.h>
-
 #include <string>
 #include <vector>
 
@@ -12,6 +10,7 @@
 #include "coordinator/embedded/local_cluster.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
+#include "tests/integration/kill_checks.h"
 #include "tests/integration/requests_in_flight.h"
 #include "tests/integration/single_process.h"
 #include "tests/support/golden.h"
@@ -100,19 +99,8 @@ TEST(TensorParallelTest, AKilledRankFailsItsGroupsRequestsPromptlyNamingIt) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok()) << local.status();
-  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
-  RequestsInFlight requests((*cluster)->client(), std::vector(4, IdsRequest(prompt, 600)));
-  ASSERT_TRUE(requests.AwaitTokens(10, absl::Seconds(30))) << "the requests never got going";
-  auto pid = (*cluster)->NodePid("compute-0-rank1");
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  const absl::Time killed = absl::Now();
-  for (const Outcome& outcome : requests.Join()) {
-    ASSERT_FALSE(outcome.status.ok()) << "a request outlived its group's rank";
-    EXPECT_EQ(outcome.status.code(), absl::StatusCode::kUnavailable) << outcome.status;
-    EXPECT_NE(std::string(outcome.status.message()).find("compute-0"), std::string::npos) << outcome.status;
-    EXPECT_LT(outcome.ended - killed, absl::Seconds(10));
-  }
+  ExpectKillingFailsEveryRequest(**cluster, (*local)->tokenizer().EncodePrompt("The memory devices"), 4,
+                                 "compute-0-rank1", "compute-0");
 }
 
 }  // namespace
