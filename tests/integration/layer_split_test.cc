@@ -10,7 +10,7 @@
 #include "coordinator/embedded/local_cluster.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
-#include "tests/integration/kill_checks.h"
+#include "tests/integration/spread_model_checks.h"
 #include "tests/integration/requests_in_flight.h"
 #include "tests/integration/single_process.h"
 #include "tests/support/golden.h"
@@ -37,33 +37,6 @@ std::vector<lamina::v1::GenerateRequest> Requests(LocalCluster& local, int count
   return requests;
 }
 
-std::vector<std::vector<int32_t>> Serve(const ClusterOptions& options,
-                                        const std::vector<lamina::v1::GenerateRequest>& requests) {
-  auto cluster = ClusterHarness::Start(options);
-  if (!cluster.ok()) {
-    ADD_FAILURE() << cluster.status();
-    return {};
-  }
-  const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
-  std::vector<std::vector<int32_t>> ids;
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    EXPECT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
-    ids.push_back(outcomes[i].ids);
-  }
-  // Every node of the split ran plans.
-  absl::SleepFor(absl::Milliseconds(300));  // a heartbeat past the last step
-  auto status = (*cluster)->client().Status(absl::Seconds(5));
-  EXPECT_TRUE(status.ok()) << status.status();
-  if (status.ok()) {
-    for (const auto& node : status->nodes()) {
-      if (node.role() == lamina::v1::NODE_ROLE_COMPUTE) {
-        EXPECT_GT(node.load().busy_count(), 0) << node.name() << " ran no plan";
-      }
-    }
-  }
-  return ids;
-}
-
 TEST(LayerSplitTest, SplitsOverTwoAndThreeComputeNodesGiveSingleProcessOutputs) {
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok()) << local.status();
@@ -71,7 +44,7 @@ TEST(LayerSplitTest, SplitsOverTwoAndThreeComputeNodesGiveSingleProcessOutputs) 
 
   ClusterOptions whole;  // one compute node: the sampled requests' reference
   whole.max_batch = 4;
-  const std::vector<std::vector<int32_t>> reference = Serve(whole, requests);
+  const std::vector<std::vector<int32_t>> reference = ServeOnEveryComputeProcess(whole, requests).ids;
   ASSERT_EQ(reference.size(), requests.size());
 
   struct Case {
@@ -91,7 +64,7 @@ TEST(LayerSplitTest, SplitsOverTwoAndThreeComputeNodesGiveSingleProcessOutputs) 
     options.memory_nodes = c.memory_nodes;
     options.pipelining = "auto";
     options.max_batch = 4;  // several batches in flight, each admitting over several steps
-    const std::vector<std::vector<int32_t>> ids = Serve(options, requests);
+    const std::vector<std::vector<int32_t>> ids = ServeOnEveryComputeProcess(options, requests).ids;
     ASSERT_EQ(ids.size(), requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_EQ(ids[i].size(), static_cast<size_t>(requests[i].max_tokens())) << "request " << i;

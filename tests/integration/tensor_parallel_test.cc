@@ -10,7 +10,7 @@
 #include "coordinator/embedded/local_cluster.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
-#include "tests/integration/kill_checks.h"
+#include "tests/integration/spread_model_checks.h"
 #include "tests/integration/requests_in_flight.h"
 #include "tests/integration/single_process.h"
 #include "tests/support/golden.h"
@@ -41,31 +41,9 @@ std::vector<std::vector<int32_t>> Serve(int ranks, const std::vector<lamina::v1:
   options.memory_nodes = 0;
   options.compute_kv_capacity_tokens = 8192;
   options.tensor_parallel = ranks;
-  auto cluster = ClusterHarness::Start(options);
-  if (!cluster.ok()) {
-    ADD_FAILURE() << cluster.status();
-    return {};
-  }
-  const std::vector<Outcome> outcomes = GenerateConcurrently((*cluster)->client(), requests);
-  std::vector<std::vector<int32_t>> ids;
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    EXPECT_TRUE(outcomes[i].status.ok()) << "request " << i << ": " << outcomes[i].status;
-    ids.push_back(outcomes[i].ids);
-  }
-  // Every rank ran the plans.
-  absl::SleepFor(absl::Milliseconds(300));  // a heartbeat past the last step
-  auto status = (*cluster)->client().Status(absl::Seconds(5));
-  EXPECT_TRUE(status.ok()) << status.status();
-  int computes = 0;
-  if (status.ok()) {
-    for (const auto& node : status->nodes()) {
-      if (node.role() != lamina::v1::NODE_ROLE_COMPUTE) continue;
-      ++computes;
-      EXPECT_GT(node.load().busy_count(), 0) << node.name() << " ran no plan";
-    }
-  }
-  EXPECT_EQ(computes, ranks);
-  return ids;
+  SpreadServed served = ServeOnEveryComputeProcess(options, requests);
+  EXPECT_EQ(served.compute_processes, ranks);
+  return served.ids;
 }
 
 TEST(TensorParallelTest, TwoAndFourRanksServeThirtyTwoRequestsAsOneRankDoes) {
