@@ -24,6 +24,10 @@
 //             listed
 //   kEndDecode    (empty): waits for the step queued last (decode or store) and replies with its
 //             outcome
+//   kSelectHeads  i64 first_kv_head, i64 kv_heads: this connection's later kStoreKv and kDecode
+//             carry only those kv heads (a tensor-parallel rank's share, KvHeadWindow): k/v rows
+//             of kv_heads x head_dim floats, q and output rows of their query heads. Host path
+//             only: a connection with a window opens no device link
 // Reply payload (type kReply, same tag):
 //   i32 status code, string message, then for kDecode the outputs [n, q_size], for kOpenLink the
 //   memory end's answer (string)
@@ -43,6 +47,10 @@ struct AttentionWireShape {
   // part a kv head (LinkShape::out_segments). 1 where unknown: the memory node then sends them
   // after its attention launch.
   int64_t num_kv_heads = 1;
+  // >= 0: a tensor-parallel rank's calls, which carry only kv heads [first_kv_head, first_kv_head
+  // + num_kv_heads) of the model's (the sizes above are the rank's); the connection says so first
+  // (kSelectHeads).
+  int64_t first_kv_head = -1;
 };
 
 namespace attention_protocol {
@@ -56,6 +64,7 @@ enum MessageType : uint32_t {
   kBeginDecode = 6,
   kEndDecode = 7,
   kBeginStore = 8,
+  kSelectHeads = 9,
   kReply = 100,
 };
 

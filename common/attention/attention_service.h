@@ -42,6 +42,14 @@ struct QkvLayout {
   int64_t v_offset;
 };
 
+// A tensor-parallel rank's share of a sequence's KV (head-level partitioning): kv heads [first,
+// first + count) and the query heads grouped with them. The rank's k/v rows hold just those kv
+// heads, and its q and output rows just their query heads.
+struct KvHeadWindow {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
 class DeviceDecode;
 class LocalDeviceDecode;
 
@@ -75,6 +83,10 @@ class AttentionService {
   virtual DeviceDecode* device_decode() { return nullptr; }
   // Attention on the compute node's own GPU in its own process (a local KV pool); null otherwise.
   virtual LocalDeviceDecode* local_device_decode() { return nullptr; }
+  // Whether some sequences' KV is in a pool of the caller's own (its share of a layer split's
+  // pool, say), which the caller must reserve in itself even where another node reserves on the
+  // memory nodes.
+  virtual bool has_own_pool() const { return false; }
 };
 
 // Decode steps whose exchanges run on the GPUs: q/k/v are read from, and attention outputs written

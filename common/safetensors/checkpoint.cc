@@ -43,7 +43,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
       }
       const std::string shard = it->get<std::string>();
       if (by_shard.count(shard) == 0) {
-        LAMINA_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(dir + "/" + shard));
+        LAMINA_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(absl::StrCat(dir, "/", shard)));
         files.push_back(std::make_unique<SafetensorsFile>(std::move(file)));
         by_shard[shard] = files.back().get();
       }
@@ -99,6 +99,49 @@ absl::StatusOr<Tensor> Checkpoint::ReadFloat32(const std::string& name,
   LAMINA_ASSIGN_OR_RETURN(TensorView view, GetWeight(name, expected_shape));
   Tensor tensor(expected_shape);
   ConvertToFloat32(view.dtype, view.data, static_cast<size_t>(view.NumElements()), tensor.data());
+  return tensor;
+}
+
+namespace {
+
+absl::Status CheckRange(const std::string& name, int64_t first, int64_t count, int64_t size, const char* what) {
+  if (first < 0 || count < 1 || first + count > size) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", what, " [", first, ", ", first + count,
+                                                   ") are not inside its ", size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Checkpoint::ReadFloat32Rows(const std::string& name, const std::vector<int64_t>& expected_shape,
+                                                   int64_t first, int64_t count) const {
+  LAMINA_ASSIGN_OR_RETURN(TensorView view, GetWeight(name, expected_shape));
+  if (expected_shape.empty()) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no rows"));
+  LAMINA_RETURN_IF_ERROR(CheckRange(name, first, count, expected_shape[0], "rows"));
+  std::vector<int64_t> shape = expected_shape;
+  shape[0] = count;
+  Tensor tensor(shape);
+  const int64_t row = tensor.size() / count;  // elements a row
+  const size_t bytes = DTypeSize(view.dtype);
+  ConvertToFloat32(view.dtype, view.data + first * row * bytes, static_cast<size_t>(tensor.size()), tensor.data());
+  return tensor;
+}
+
+absl::StatusOr<Tensor> Checkpoint::ReadFloat32Columns(const std::string& name,
+                                                      const std::vector<int64_t>& expected_shape, int64_t first,
+                                                      int64_t count) const {
+  LAMINA_ASSIGN_OR_RETURN(TensorView view, GetWeight(name, expected_shape));
+  if (expected_shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': columns of a tensor that is not 2-D"));
+  }
+  const int64_t rows = expected_shape[0], cols = expected_shape[1];
+  LAMINA_RETURN_IF_ERROR(CheckRange(name, first, count, cols, "columns"));
+  Tensor tensor({rows, count});
+  const size_t bytes = DTypeSize(view.dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    ConvertToFloat32(view.dtype, view.data + (r * cols + first) * bytes, static_cast<size_t>(count), tensor.row(r));
+  }
   return tensor;
 }
 

@@ -29,6 +29,14 @@ class Checkpoint {
   // Reads a tensor as float32, checking it as GetWeight does.
   absl::StatusOr<Tensor> ReadFloat32(const std::string& name,
                                      const std::vector<int64_t>& expected_shape) const;
+  // Part of a tensor as float32, checked as GetWeight checks the whole, reading only that part:
+  // rows [first, first + count) (of a 1-D tensor, elements), or columns [first, first + count) of
+  // each row of a 2-D tensor. What a tensor-parallel rank holds of a weight. InvalidArgument when
+  // the range is not inside the tensor.
+  absl::StatusOr<Tensor> ReadFloat32Rows(const std::string& name, const std::vector<int64_t>& expected_shape,
+                                         int64_t first, int64_t count) const;
+  absl::StatusOr<Tensor> ReadFloat32Columns(const std::string& name, const std::vector<int64_t>& expected_shape,
+                                            int64_t first, int64_t count) const;
   // The file that holds `name` (for error messages).
   std::string FileOf(const std::string& name) const;
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -154,6 +155,33 @@ absl::StatusOr<NodeSpec> ParseNode(const YAML::Node& node, const std::string& pa
     }
   }
   return spec;
+}
+
+// A layer split's compute nodes keep their sequences' KV either all on memory nodes or each in a
+// pool of its own holding its layers' share of every slot: one pool, named after the first node
+// (NodeSpec::kv_pool), of the same size on every node, on the CPU so far.
+absl::Status ShareLayerSplitPool(Topology* t) {
+  const std::vector<const NodeSpec*> computes = t->NodesOf(NodeKind::kCompute);
+  const NodeSpec* first = computes.front();
+  for (const NodeSpec* node : computes) {
+    if (node->kv_capacity_tokens == first->kv_capacity_tokens && node->kv_dtype == first->kv_dtype) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        t->path, ":", node->line, ": nodes '", node->name, "'.kv_capacity_tokens: a layer split's compute nodes hold "
+        "one KV pool together, each its layers' share of every slot: give every one the same kv_capacity_tokens "
+        "and kv_dtype (", first->name, " has ", first->kv_capacity_tokens, ", ", node->name, " ",
+        node->kv_capacity_tokens, "), or none"));
+  }
+  if (first->kv_capacity_tokens == 0) return absl::OkStatus();
+  for (NodeSpec& node : t->nodes) {
+    if (node.kind != NodeKind::kCompute) continue;
+    if (absl::StartsWith(node.device, "cuda")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t->path, ":", node.line, ": nodes '", node.name, "'.kv_capacity_tokens: a layer split's own KV pool runs on "
+          "the CPU so far; on ", node.device, " keep the KV caches on memory nodes"));
+    }
+    node.kv_pool = first->name;
+  }
+  return absl::OkStatus();
 }
 
 // A compute node entry's processes: itself, or its `tensor_parallel` ranks (topology.h).
@@ -316,6 +344,14 @@ std::vector<const NodeSpec*> Topology::NodesOf(NodeKind kind) const {
   std::vector<const NodeSpec*> out;
   for (const NodeSpec& node : nodes) {
     if (node.kind == kind && node.tp_rank == 0) out.push_back(&node);
+  }
+  return out;
+}
+
+std::vector<const NodeSpec*> Topology::PoolMembers(const std::string& pool) const {
+  std::vector<const NodeSpec*> out;
+  for (const NodeSpec& node : nodes) {
+    if (node.kv_capacity_tokens > 0 && node.pool_name() == pool) out.push_back(&node);
   }
   return out;
 }
@@ -513,16 +549,23 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     }
     for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
       if (node->tensor_parallel == 1) continue;
-      // What tensor-parallel groups run with so far: their own pools, one batch each.
+      // What tensor-parallel groups run with so far: one batch each, their KV in a pool of their
+      // own or on memory nodes, each rank attending its heads' share.
       const std::string group = absl::StrCat(path, ":", node->line, ": nodes '", node->name, "'.tensor_parallel: ");
-      if (!node->holds_kv()) {
-        return absl::InvalidArgumentError(absl::StrCat(group, "a tensor-parallel group keeps its KV caches in a pool "
-                                                       "of its own, each rank its heads' share: give it "
-                                                       "kv_capacity_tokens"));
-      }
-      if (!t.NodesOf(NodeKind::kMemory).empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(group, "memory nodes do not yet serve a tensor-parallel "
-                                                       "group (its ranks attend their heads in their own pools)"));
+      for (const NodeSpec* memory : t.NodesOf(NodeKind::kMemory)) {
+        // A rank's share of the heads travels on the host path, to a pool that attends a window
+        // of its heads: the CPU kernels over bfloat16 or float32.
+        const std::string where = absl::StrCat(path, ":", memory->line, ": nodes '", memory->name, "'.");
+        if (absl::StartsWith(memory->device, "cuda")) {
+          return absl::InvalidArgumentError(absl::StrCat(where, "device: ", memory->device, ": memory nodes serving "
+                                                         "tensor-parallel group '", node->name, "' run on the CPU "
+                                                         "so far (each rank's heads travel on the host path)"));
+        }
+        if (memory->kv_dtype == "float8_e4m3") {
+          return absl::InvalidArgumentError(absl::StrCat(where, "kv_dtype: float8_e4m3: a memory node serving "
+                                                         "tensor-parallel group '", node->name, "' holds bfloat16 "
+                                                         "or float32 (a float8 pool attends whole heads only)"));
+        }
       }
       if (t.LayerSplit() || t.pipelining == "rotational") {
         return absl::InvalidArgumentError(absl::StrCat(group, "not with a layer split or rotational pipelining: a "
@@ -557,20 +600,22 @@ absl::StatusOr<Topology> ParseTopology(const std::string& yaml_text, const std::
     }
     if (t.NodesOf(NodeKind::kMemory).empty()) {
       for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
-        if (!node->holds_kv()) {
+        if (node->kv_capacity_tokens == 0) {
           return absl::InvalidArgumentError(absl::StrCat(
               path, ":", node->line, ": nodes '", node->name, "': no memory node holds its sequences' KV caches; "
               "give it a pool of its own (kv_capacity_tokens) or add a memory node"));
         }
       }
     }
-    if (t.RotationReplicas() > 0) {
+    if (t.LayerSplit()) {
+      LAMINA_RETURN_IF_ERROR(ShareLayerSplitPool(&t));
+    } else if (t.RotationReplicas() > 0) {
       for (const NodeSpec* node : t.NodesOf(NodeKind::kCompute)) {
         if (node->holds_kv()) {
           return absl::InvalidArgumentError(absl::StrCat(
               path, ":", node->line, ": nodes '", node->name, "'.kv_capacity_tokens: ", spread,
-              " runs each batch's layers on several of them, so its KV caches live on memory nodes; a pool of the "
-              "compute node's own cannot serve them"));
+              " runs each batch's layers on several of them in turn, so its KV caches live on memory nodes; a pool "
+              "of the compute node's own cannot serve them"));
         }
       }
     }

@@ -80,7 +80,8 @@ struct NodeSpec {
   // by all-reduces. Rank r listens on `port` + r and `data_port` + r, on `devices[r]` when the
   // entry lists `devices`; rank 0 keeps the entry's name, rank r > 0 is named "<name>-rank<r>".
   // The group's KV pool (kv_capacity_tokens) is rank 0's in the coordinator's accounting; each
-  // rank holds its heads' share of every slot.
+  // rank holds its heads' share of every slot. On memory nodes, each rank sends and receives only
+  // its heads' rows (AttentionWireShape::first_kv_head).
   int tensor_parallel = 1;
   int tp_rank = 0;
   std::string tp_group;  // the entry's name (rank 0's); empty without tensor parallelism
@@ -89,10 +90,15 @@ struct NodeSpec {
   std::string price_kind;
   int line = 0;                     // where the node is defined, for messages
 
-  // A node that holds KV caches: a memory node, or a compute node with a pool of its own.
-  // The coordinator places sequences on it: a memory node, or a compute node (rank 0 of a group)
-  // with a pool of its own.
-  bool holds_kv() const { return kv_capacity_tokens > 0 && tp_rank == 0; }
+  // The KV pool this node's kv_capacity_tokens is part of: its own (empty), or a group's, whose
+  // nodes each hold a share of every slot (a layer split's nodes their layers, named after the
+  // first; a tensor-parallel group's ranks their heads, named after the group).
+  std::string kv_pool;
+  std::string pool_name() const { return !kv_pool.empty() ? kv_pool : !tp_group.empty() ? tp_group : name; }
+
+  // A node the coordinator places sequences on, whose pool it accounts: a memory node, or a
+  // compute node with a pool of its own (the first of a group sharing one).
+  bool holds_kv() const { return kv_capacity_tokens > 0 && pool_name() == name; }
   bool splits_layers() const { return first_layer >= 0; }
   std::string grpc_address() const { return host + ":" + std::to_string(port); }
   std::string data_address() const { return host + ":" + std::to_string(data_port); }
@@ -172,6 +178,9 @@ struct Topology {
   const NodeSpec* Find(const std::string& name) const;
   // The nodes that hold KV caches: memory nodes and compute nodes with a pool of their own.
   std::vector<const NodeSpec*> KvNodes() const;
+  // The nodes holding a share of KV pool `pool` (NodeSpec::pool_name), in file and rank order:
+  // the pool's own node, or every node of the group sharing it.
+  std::vector<const NodeSpec*> PoolMembers(const std::string& pool) const;
   // Nodes of `kind`; for compute nodes, one per entry (a tensor-parallel group's rank 0). Every
   // process, ranks included, is in `nodes`.
   std::vector<const NodeSpec*> NodesOf(NodeKind kind) const;

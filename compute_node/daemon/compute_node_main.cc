@@ -48,11 +48,9 @@ WeightShare WeightShareOf(const NodeSpec& spec) {
   return spec.splits_layers() ? WeightShare{spec.first_layer, spec.end_layer} : WeightShare{};
 }
 
-// The name plans give this node's own pool: a tensor-parallel group's (rank 0's) for every rank.
-std::string PoolName(const NodeSpec& spec) { return spec.tp_group.empty() ? spec.name : spec.tp_group; }
 
-// This node's weights: its share of a layer split, or a tensor-parallel rank's slices (read
-// whole, then cut: CPU ranks only so far), or the whole model.
+// This node's weights: its share of a layer split, or a tensor-parallel rank's slices (only they
+// are read; random weights are drawn whole and cut: CPU ranks only so far), or the whole model.
 absl::StatusOr<std::unique_ptr<DeviceWeights>> LoadWeights(const NodeSpec& spec, const DeviceSpec& device,
                                                            const std::string& model_dir,
                                                            std::optional<uint64_t> random_seed) {
@@ -65,10 +63,13 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> LoadWeights(const NodeSpec& spec,
   if (random_seed) {
     LAMINA_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(model_dir));
     host = ModelWeights::Random(config, *random_seed);
+    ShardWeights(spec.tp_rank, spec.tensor_parallel, host.get());
   } else {
-    LAMINA_ASSIGN_OR_RETURN(host, ModelWeights::Load(model_dir));
+    WeightShare share;
+    share.rank = spec.tp_rank;
+    share.ranks = spec.tensor_parallel;
+    LAMINA_ASSIGN_OR_RETURN(host, ModelWeights::Load(model_dir, share));
   }
-  ShardWeights(spec.tp_rank, spec.tensor_parallel, host.get());
   return DeviceWeights::FromHost(device, std::move(host));
 }
 
@@ -126,16 +127,21 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::unique_ptr<LocalPool> local_pool;
   std::unique_ptr<KvPoolService> pool_service;
   DType kv_dtype = DType::kF32;
-  if (spec->kv_capacity_tokens > 0) {  // a tensor-parallel rank > 0 holds its heads' share of the group's pool
+  if (spec->kv_capacity_tokens > 0) {
+    // A share of a group's pool, as plans name it (NodeSpec::pool_name): a tensor-parallel rank's
+    // heads, or the layers a node of a layer split attends.
     LAMINA_ASSIGN_OR_RETURN(kv_dtype, ChooseKvDtype(spec->kv_dtype, config, device.is_cuda));
+    const WeightShare share = WeightShareOf(*spec);
+    const int64_t first_layer = share.FirstAttentionLayer();
+    const int64_t layers = std::max<int64_t>(1, share.EndAttentionLayer(config) - first_layer);
     LAMINA_ASSIGN_OR_RETURN(local_pool,
-                            LocalPool::Create({config.num_layers,
+                            LocalPool::Create({layers,
                                                spec->kv_capacity_tokens,
                                                {config.num_q_heads, config.num_kv_heads, config.head_dim,
                                                 config.sliding_window},
                                                device.is_cuda ? device.index : -1,
                                                kv_dtype},
-                                              &pool));
+                                              &pool, first_layer));
     pool_service = std::make_unique<KvPoolService>(local_pool->executor(), local_pool->mu(), secret);
   }
   const absl::Time pool_made = absl::Now();
@@ -152,10 +158,11 @@ absl::Status Run(const std::vector<std::string>& args) {
   for (int i = 0; i < num_lanes; ++i) {
     RemoteAttention* remote = nullptr;
     if (!memory_nodes.empty()) {
-      remotes.push_back(std::make_unique<RemoteAttention>(
-          transport.get(), memory_nodes,
-          AttentionWireShape{config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads},
-          absl::Seconds(5)));
+      // A tensor-parallel rank's config holds its share of the heads; it sends and receives only
+      // theirs (head-level partitioning).
+      AttentionWireShape shape{config.num_layers, config.q_size(), config.kv_size(), config.num_kv_heads};
+      if (spec->tensor_parallel > 1) shape.first_kv_head = spec->tp_rank * config.num_kv_heads;
+      remotes.push_back(std::make_unique<RemoteAttention>(transport.get(), memory_nodes, shape, absl::Seconds(5)));
       remote = remotes.back().get();
       if (device.is_cuda) {
         remote->EnableDeviceLinks(device.index, link_rows, device_transports, kMaxDataPlaneChunks,
@@ -166,11 +173,11 @@ absl::Status Run(const std::vector<std::string>& args) {
       }
     }
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<PlacedAttention> placed,
-                            PlacedAttention::Create(local_pool.get(), PoolName(*spec), remote));
+                            PlacedAttention::Create(local_pool.get(), spec->pool_name(), remote));
     attentions.push_back(std::move(placed));
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool, rank_group.get()));
     engines.push_back(std::move(engine));
-    lanes.push_back({engines.back().get(), attentions.back().get()});
+    lanes.push_back({engines.back().get(), attentions.back().get(), rank_group.get()});
   }
   // Rotational pipelining over several compute nodes: an inbox for batches handed over by the
   // previous replica, and a relay per batch to the next one.

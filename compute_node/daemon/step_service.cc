@@ -119,8 +119,11 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   lamina::v1::StepResult result;
   result.set_step_id(plan.step_id());
   SliceRelay* rotating = nullptr;  // this step's relay to the next compute node, once begun
+  RankGroup* group = lane.parts.rank_group;
+  if (group != nullptr) group->BeginStep(plan.step_id());
   auto fail = [&](const absl::Status& status) {
     if (rotating != nullptr) rotating->AbandonStep();
+    if (group != nullptr) group->AbandonStep();  // the other ranks' waits on this step end now
     // The coordinator ends the step's sequences; the node's log says why, for whoever reads it.
     std::fprintf(stderr, "step %llu (batch lane %d) failed: %s\n", static_cast<unsigned long long>(plan.step_id()),
                  lane_index, status.ToString().c_str());

@@ -31,14 +31,17 @@
 #include "compute_node/rotation/slice_relay.h"
 #include "compute_node/sampling/penalties.h"
 #include "compute_node/sampling/sampler.h"
+#include "compute_node/tensor_parallel/rank_group.h"
 #include "lamina/v1/node.grpc.pb.h"
 
 namespace lamina {
 
-// One engine and its attention (local pool, data-plane connections); owned by the caller.
+// One engine and its attention (local pool, data-plane connections), and a tensor-parallel
+// rank's group (null otherwise), whose collectives each plan brackets; owned by the caller.
 struct StepLane {
   ComputeEngine* engine;
   PlacedAttention* attention;
+  RankGroup* rank_group = nullptr;
 };
 
 class StepService final : public lamina::v1::ComputeNode::Service {

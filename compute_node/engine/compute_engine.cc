@@ -90,7 +90,9 @@ absl::Status ComputeEngine::PrefillThen(absl::Span<const PrefillSequence> prompt
   }
   std::vector<Reservation> reservations;
   for (const PrefillSequence& p : prompts) reservations.push_back({p.seq, static_cast<int32_t>(p.tokens.size())});
-  if (Owns(0)) LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
+  // The node running slice 0 reserves on the memory nodes; a node with a share of a pool of its
+  // own reserves there too.
+  if (Owns(0) || attention_->has_own_pool()) LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));
   // From here on a failure frees the prompts' slots, so nothing is left half-written.
   absl::Status status = RunPrefill(prompts, tokens, positions, last);
   if (!status.ok()) {
@@ -318,8 +320,9 @@ absl::Status ComputeEngine::DecodeThen(absl::Span<const DecodeToken> batch, Last
   const bool on_device = device != nullptr && device->CanDecodeOnDevice(entries_, qkv) && b.SetAttentionOnDevice(true);
   if (!on_device) b.SetAttentionOnDevice(false);
   // The node running slice 0 reserves; the others' attention calls come after it, in causal
-  // order, except on device links, where every node's memory nodes begin its layers at once.
-  if (Owns(0) || (handoff_ != nullptr && on_device)) {
+  // order, except on device links, where every node's memory nodes begin its layers at once. A
+  // node with a share of a pool of its own reserves there too.
+  if (Owns(0) || (handoff_ != nullptr && on_device) || attention_->has_own_pool()) {
     std::vector<Reservation> reservations;
     for (const DecodeToken& t : batch) reservations.push_back({t.seq, t.position + 1});
     LAMINA_RETURN_IF_ERROR(attention_->Reserve(reservations));

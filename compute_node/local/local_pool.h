@@ -17,8 +17,11 @@ namespace lamina {
 
 class LocalPool {
  public:
+  // The pool holds `options.num_layers` of the model's layers from `first_layer` (a node of a
+  // layer split holds those it attends): the executor's layer l is the model's first_layer + l.
   static absl::StatusOr<std::unique_ptr<LocalPool>> Create(const AttentionExecutorOptions& options,
-                                                           ThreadPool* pool = &ThreadPool::Default());
+                                                           ThreadPool* pool = &ThreadPool::Default(),
+                                                           int64_t first_layer = 0);
 
   // Runs `f(AttentionExecutor&)` holding the pool's lock; returns what it returns.
   template <typename F>
@@ -29,16 +32,19 @@ class LocalPool {
   // The GPU the pool lives on; -1 on the CPU.
   int device() const { return device_; }
   const AttentionExecutorOptions& options() const { return options_; }
+  // The model's layer the executor's layer 0 is.
+  int64_t first_layer() const { return first_layer_; }
   // The executor and its lock, for a service that takes both (kv/service/kv_pool_service.h).
   AttentionExecutor* executor() { return executor_.get(); }
   std::mutex* mu() { return &mu_; }
 
  private:
-  LocalPool(const AttentionExecutorOptions& options, std::unique_ptr<AttentionExecutor> executor)
-      : options_(options), device_(options.cuda_device), executor_(std::move(executor)) {}
+  LocalPool(const AttentionExecutorOptions& options, std::unique_ptr<AttentionExecutor> executor, int64_t first_layer)
+      : options_(options), device_(options.cuda_device), first_layer_(first_layer), executor_(std::move(executor)) {}
 
   const AttentionExecutorOptions options_;
   const int device_;
+  const int64_t first_layer_;
   std::mutex mu_;
   std::unique_ptr<AttentionExecutor> executor_ ABSL_PT_GUARDED_BY(mu_);
 };

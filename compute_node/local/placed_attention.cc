@@ -56,7 +56,7 @@ absl::Status PlacedAttention::StoreKv(int64_t layer, SequenceId seq, int32_t fir
                                       const float* k, const float* v, int64_t row_stride) {
   if (!IsLocal(seq)) return remote_->StoreKv(layer, seq, first_position, count, k, v, row_stride);
   return local_->With(
-      [&](AttentionExecutor& e) { return e.StoreKv(layer, seq, first_position, count, k, v, row_stride); });
+      [&](AttentionExecutor& e) { return e.StoreKv(Local(layer), seq, first_position, count, k, v, row_stride); });
 }
 
 absl::Status PlacedAttention::FlushStores() { return remote_ != nullptr ? remote_->FlushStores() : absl::OkStatus(); }
@@ -67,7 +67,8 @@ absl::Status PlacedAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
   remote_rows_.clear();
   for (size_t i = 0; i < entries.size(); ++i) (IsLocal(entries[i].seq) ? local_rows_ : remote_rows_).push_back(i);
   if (remote_rows_.empty()) {
-    return local_->With([&](AttentionExecutor& e) { return e.Decode(layer, entries, qkv, layout, out, out_stride); });
+    return local_->With(
+        [&](AttentionExecutor& e) { return e.Decode(Local(layer), entries, qkv, layout, out, out_stride); });
   }
   if (local_rows_.empty()) return remote_->Decode(layer, entries, qkv, layout, out, out_stride);
   // The remote rows leave first; the local ones are attended while the memory nodes work on theirs.
@@ -76,7 +77,8 @@ absl::Status PlacedAttention::Decode(int64_t layer, absl::Span<const DecodeEntry
   Gather(entries, local_rows_, qkv, layout, &local_part_);
   local_part_.out.resize(local_rows_.size() * out_stride);
   const absl::Status local = local_->With([&](AttentionExecutor& e) {
-    return e.Decode(layer, local_part_.entries, local_part_.qkv.data(), layout, local_part_.out.data(), out_stride);
+    return e.Decode(Local(layer), local_part_.entries, local_part_.qkv.data(), layout, local_part_.out.data(),
+                    out_stride);
   });
   remote_part_.out.resize(remote_rows_.size() * out_stride);
   const absl::Status gathered = remote_->GatherDecode(remote_part_.out.data(), out_stride);
@@ -173,7 +175,7 @@ absl::StatusOr<uint64_t> PlacedAttention::BeginStep(absl::Span<const DecodeEntry
 
 absl::Status PlacedAttention::QueueLayer(int64_t layer, const float* qkv, const QkvLayout& layout, float* out,
                                          int64_t out_stride, CUstream_st* stream) {
-  return step_->QueueLayer(layer, qkv, layout, out, out_stride, stream);
+  return step_->QueueLayer(Local(layer), qkv, layout, out, out_stride, stream);
 }
 
 absl::Status PlacedAttention::BeginStore(absl::Span<const PromptRows> prompts, CUstream_st* stream) {
@@ -184,7 +186,7 @@ absl::Status PlacedAttention::BeginStore(absl::Span<const PromptRows> prompts, C
 
 absl::Status PlacedAttention::QueueStore(int64_t layer, const float* qkv, const QkvLayout& layout,
                                          CUstream_st* stream) {
-  return step_->QueueStore(layer, qkv, layout, stream);
+  return step_->QueueStore(Local(layer), qkv, layout, stream);
 }
 
 }  // namespace lamina

@@ -55,6 +55,7 @@ class PlacedAttention : public AttentionService, public DeviceDecode, public Loc
   void Free(SequenceId seq) override;
   DeviceDecode* device_decode() override;
   LocalDeviceDecode* local_device_decode() override { return step_ != nullptr ? this : nullptr; }
+  bool has_own_pool() const override { return local_ != nullptr; }
 
   // DeviceDecode: the memory nodes' device links, for steps with no local sequence.
   bool CanDecodeOnDevice(absl::Span<const DecodeEntry> entries, const QkvLayout& layout) override;
@@ -82,6 +83,8 @@ class PlacedAttention : public AttentionService, public DeviceDecode, public Loc
   PlacedAttention(LocalPool* local, std::string local_name, RemoteAttention* remote)
       : local_(local), local_name_(std::move(local_name)), remote_(remote) {}
   bool IsLocal(SequenceId seq) const { return local_ != nullptr && !remote_seqs_.contains(seq); }
+  // The local pool's index of the model's layer `layer` (a layer split's node holds only its own).
+  int64_t Local(int64_t layer) const { return layer - local_->first_layer(); }
   // One side's rows of a mixed step: their entries, q/k/v and outputs, gathered apart.
   struct Part {
     std::vector<DecodeEntry> entries;

@@ -25,43 +25,43 @@ Tensor StackRows(std::vector<Tensor> parts) {
   return out;
 }
 
-// A layer's input norm, q/k/v projection and bias (`p`: its tensors' prefix).
-absl::Status LoadAttentionIn(const Checkpoint& ckpt, const ModelConfig& c, const std::string& p, LayerWeights* w) {
+// A layer's input norm, q/k/v projection and bias (`p`: its tensors' prefix), or a
+// tensor-parallel rank's heads of them.
+absl::Status LoadAttentionIn(const Checkpoint& ckpt, const ModelConfig& c, const WeightShare& share,
+                             const std::string& p, LayerWeights* w) {
   const int64_t h = c.hidden_size;
+  const ModelConfig part = RankConfig(c, share.ranks);
+  const int64_t q = part.q_size(), kv = part.kv_size();
   LAMINA_ASSIGN_OR_RETURN(w->input_norm, ckpt.ReadFloat32(p + "input_layernorm.weight", {h}));
-  LAMINA_ASSIGN_OR_RETURN(Tensor q, ckpt.ReadFloat32(p + "self_attn.q_proj.weight", {c.q_size(), h}));
-  LAMINA_ASSIGN_OR_RETURN(Tensor k, ckpt.ReadFloat32(p + "self_attn.k_proj.weight", {c.kv_size(), h}));
-  LAMINA_ASSIGN_OR_RETURN(Tensor v, ckpt.ReadFloat32(p + "self_attn.v_proj.weight", {c.kv_size(), h}));
-  std::vector<Tensor> qkv;
-  qkv.push_back(std::move(q));
-  qkv.push_back(std::move(k));
-  qkv.push_back(std::move(v));
+  std::vector<Tensor> qkv(3);
+  LAMINA_ASSIGN_OR_RETURN(qkv[0], ckpt.ReadFloat32Rows(p + "self_attn.q_proj.weight", {c.q_size(), h}, share.rank * q, q));
+  LAMINA_ASSIGN_OR_RETURN(qkv[1], ckpt.ReadFloat32Rows(p + "self_attn.k_proj.weight", {c.kv_size(), h}, share.rank * kv, kv));
+  LAMINA_ASSIGN_OR_RETURN(qkv[2], ckpt.ReadFloat32Rows(p + "self_attn.v_proj.weight", {c.kv_size(), h}, share.rank * kv, kv));
   w->qkv = StackRows(std::move(qkv));
   if (c.attention_bias) {
-    LAMINA_ASSIGN_OR_RETURN(Tensor qb, ckpt.ReadFloat32(p + "self_attn.q_proj.bias", {c.q_size()}));
-    LAMINA_ASSIGN_OR_RETURN(Tensor kb, ckpt.ReadFloat32(p + "self_attn.k_proj.bias", {c.kv_size()}));
-    LAMINA_ASSIGN_OR_RETURN(Tensor vb, ckpt.ReadFloat32(p + "self_attn.v_proj.bias", {c.kv_size()}));
-    std::vector<Tensor> bias;
-    bias.push_back(std::move(qb));
-    bias.push_back(std::move(kb));
-    bias.push_back(std::move(vb));
+    std::vector<Tensor> bias(3);
+    LAMINA_ASSIGN_OR_RETURN(bias[0], ckpt.ReadFloat32Rows(p + "self_attn.q_proj.bias", {c.q_size()}, share.rank * q, q));
+    LAMINA_ASSIGN_OR_RETURN(bias[1], ckpt.ReadFloat32Rows(p + "self_attn.k_proj.bias", {c.kv_size()}, share.rank * kv, kv));
+    LAMINA_ASSIGN_OR_RETURN(bias[2], ckpt.ReadFloat32Rows(p + "self_attn.v_proj.bias", {c.kv_size()}, share.rank * kv, kv));
     w->qkv_bias = StackRows(std::move(bias));
   }
   return absl::OkStatus();
 }
 
-// A layer's o_proj, post-attention norm and MLP.
-absl::Status LoadAttentionOut(const Checkpoint& ckpt, const ModelConfig& c, const std::string& p, LayerWeights* w) {
+// A layer's o_proj, post-attention norm and MLP, or a tensor-parallel rank's columns of them.
+absl::Status LoadAttentionOut(const Checkpoint& ckpt, const ModelConfig& c, const WeightShare& share,
+                              const std::string& p, LayerWeights* w) {
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
-  LAMINA_ASSIGN_OR_RETURN(w->o_proj, ckpt.ReadFloat32(p + "self_attn.o_proj.weight", {h, c.q_size()}));
+  const ModelConfig part = RankConfig(c, share.ranks);
+  const int64_t q = part.q_size(), mine = part.intermediate_size;
+  LAMINA_ASSIGN_OR_RETURN(w->o_proj, ckpt.ReadFloat32Columns(p + "self_attn.o_proj.weight", {h, c.q_size()},
+                                                             share.rank * q, q));
   LAMINA_ASSIGN_OR_RETURN(w->post_norm, ckpt.ReadFloat32(p + "post_attention_layernorm.weight", {h}));
-  LAMINA_ASSIGN_OR_RETURN(Tensor gate, ckpt.ReadFloat32(p + "mlp.gate_proj.weight", {inter, h}));
-  LAMINA_ASSIGN_OR_RETURN(Tensor up, ckpt.ReadFloat32(p + "mlp.up_proj.weight", {inter, h}));
-  std::vector<Tensor> gate_up;
-  gate_up.push_back(std::move(gate));
-  gate_up.push_back(std::move(up));
+  std::vector<Tensor> gate_up(2);
+  LAMINA_ASSIGN_OR_RETURN(gate_up[0], ckpt.ReadFloat32Rows(p + "mlp.gate_proj.weight", {inter, h}, share.rank * mine, mine));
+  LAMINA_ASSIGN_OR_RETURN(gate_up[1], ckpt.ReadFloat32Rows(p + "mlp.up_proj.weight", {inter, h}, share.rank * mine, mine));
   w->gate_up = StackRows(std::move(gate_up));
-  LAMINA_ASSIGN_OR_RETURN(w->down, ckpt.ReadFloat32(p + "mlp.down_proj.weight", {h, inter}));
+  LAMINA_ASSIGN_OR_RETURN(w->down, ckpt.ReadFloat32Columns(p + "mlp.down_proj.weight", {h, inter}, share.rank * mine, mine));
   return absl::OkStatus();
 }
 
@@ -130,15 +130,19 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string prefix = absl::StrCat("model.layers.", l, ".");
     LayerWeights layer;
-    if (share.HoldsAttentionIn(c, l)) LAMINA_RETURN_IF_ERROR(LoadAttentionIn(ckpt, c, prefix, &layer));
-    if (share.HoldsAttentionOut(c, l)) LAMINA_RETURN_IF_ERROR(LoadAttentionOut(ckpt, c, prefix, &layer));
+    if (share.HoldsAttentionIn(c, l)) LAMINA_RETURN_IF_ERROR(LoadAttentionIn(ckpt, c, share, prefix, &layer));
+    if (share.HoldsAttentionOut(c, l)) LAMINA_RETURN_IF_ERROR(LoadAttentionOut(ckpt, c, share, prefix, &layer));
     weights->layers.push_back(std::move(layer));
   }
-  if (!share.HoldsHead(c)) return weights;
-  LAMINA_ASSIGN_OR_RETURN(weights->final_norm, ckpt.ReadFloat32("model.norm.weight", {c.hidden_size}));
-  if (!c.tie_word_embeddings) {
-    LAMINA_ASSIGN_OR_RETURN(weights->lm_head, ckpt.ReadFloat32("lm_head.weight", {c.vocab_size, c.hidden_size}));
+  if (share.HoldsHead(c)) {
+    LAMINA_ASSIGN_OR_RETURN(weights->final_norm, ckpt.ReadFloat32("model.norm.weight", {c.hidden_size}));
+    if (!c.tie_word_embeddings) {
+      const int64_t vocab = c.vocab_size / share.ranks;
+      LAMINA_ASSIGN_OR_RETURN(weights->lm_head, ckpt.ReadFloat32Rows("lm_head.weight", {c.vocab_size, c.hidden_size},
+                                                                     share.rank * vocab, vocab));
+    }
   }
+  weights->config = RankConfig(c, share.ranks);
   return weights;
 }
 

@@ -36,15 +36,17 @@ struct ModelWeights {
   const Tensor& head() const { return lm_head.size() > 0 ? lm_head : embed; }
 
   // Reads config.json and the safetensors checkpoint in `dir` (the tensors of `share`: the others
-  // stay empty and are not read). Errors name the file and the tensor: missing tensors, wrong
-  // shapes, unsupported dtypes, truncated or corrupt files.
+  // stay empty and are not read; of a tensor-parallel rank's, only its slices are read, and
+  // `config` is the rank's, RankConfig). Errors name the file and the tensor: missing tensors,
+  // wrong shapes, unsupported dtypes, truncated or corrupt files.
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& dir, const WeightShare& share = {});
 
   // Weights of `config`'s shape drawn from `seed` (a topology's `weights: random`): each tensor
   // uniform in [-scale, scale], scale about 1/sqrt(fan_in) for projections and 1 for norms and
   // the embedding. The values are those of CudaModelWeights::Random for the same seed before its
   // bf16 rounding, so the CPU model is the GPU one's oracle. Untied head, no attention bias. Only
-  // `share`'s tensors are drawn; each has the values it has in the whole model.
+  // `share`'s layers' tensors are drawn, whole (a tensor-parallel rank's slices are then cut by
+  // ShardWeights); each has the values it has in the whole model.
   static std::unique_ptr<ModelWeights> Random(const ModelConfig& config, uint64_t seed, const WeightShare& share = {});
 };
 

@@ -89,7 +89,23 @@ absl::Status RemoteAttention::Connect(Node* node) {
   auto connection = transport_->Connect(node->address, absl::Now() + timeout_);
   if (!connection.ok()) return Failed(node, connection.status());
   node->connection = std::move(*connection);
-  return absl::OkStatus();
+  if (shape_.first_kv_head < 0) return absl::OkStatus();
+  // A tensor-parallel rank's share of the heads, said once per connection (its own buffers: the
+  // caller may have a request ready in node->send).
+  std::vector<uint8_t> select;
+  WireWriter w(&select);
+  w.Put<int64_t>(shape_.first_kv_head);
+  w.Put<int64_t>(shape_.num_kv_heads);
+  constexpr uint64_t tag = 0;  // no request's (they count from 1), and next_tag_ stays the caller's
+  const ByteSpan parts[] = {select};
+  if (absl::Status sent = node->connection->Send({ap::kSelectHeads, 0, tag}, parts); !sent.ok()) {
+    return Failed(node, sent);
+  }
+  const uint8_t* data = nullptr;
+  size_t size;
+  absl::Status selected = AwaitTagged(node, tag, &data, &size);
+  if (!selected.ok() && node->connection) Drop(node);  // selects again on the next use
+  return selected;
 }
 
 absl::Status RemoteAttention::SendTo(Node* node, uint32_t type, absl::Span<const ByteSpan> extra) {
@@ -333,6 +349,7 @@ void RemoteAttention::Free(SequenceId seq) {
 void RemoteAttention::EnableDeviceLinks(int device, int64_t max_rows,
                                         std::map<std::string, std::vector<std::string>> transports, int max_chunks,
                                         int64_t chunk_rows) {
+  if (shape_.first_kv_head >= 0) return;  // links carry whole heads: a rank's share stays on the host path
   device_ = device;
   max_rows_ = max_rows;
   // The most chunks a step of up to max_rows rows takes: the memory nodes make a stream for each

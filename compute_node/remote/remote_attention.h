@@ -13,6 +13,7 @@
 // A node whose preferred transports cannot open falls back to the next one, down to the host path.
 // While a device step runs, a PeerWatch aborts the link of a node whose connection closes, so that
 // a dead memory node fails its sequences at once rather than after the link's timeout.
+// A tensor-parallel rank's (a shape with first_kv_head) sends and receives only its heads' rows.
 // Thread-compatible: one step at a time.
 #ifndef LAMINA_COMPUTE_NODE_REMOTE_REMOTE_ATTENTION_H_
 #define LAMINA_COMPUTE_NODE_REMOTE_REMOTE_ATTENTION_H_
@@ -59,7 +60,8 @@ class RemoteAttention : public AttentionService, public DeviceDecode {
   // caller's compute time leaves out the waits. Null (the default): nothing is paused.
   void set_compute_meter(BusyUnion* computing) { computing_ = computing; }
 
-  // Device-side data planes from GPU `device`: memory node `name` is tried over
+  // Device-side data planes from GPU `device` (none for a tensor-parallel rank's share of the
+  // heads, AttentionWireShape::first_kv_head): memory node `name` is tried over
   // transports.at(name) in order ("cuda_ipc", "nccl"; "tcp" is the host path and ends the list),
   // the first that opens serving its decode steps of up to `max_rows` rows. A node missing from
   // `transports` stays on the host path. A layer travels as up to `max_chunks` mini-batches of at

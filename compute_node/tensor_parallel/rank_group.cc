@@ -9,9 +9,11 @@
 namespace lamina {
 namespace {
 
-constexpr uint32_t kHello = 1;  // tag: the connecting rank
-constexpr uint32_t kPart = 2;   // a rank's part of a sum or a gather
-constexpr uint32_t kTotal = 3;  // rank 0's answer
+// Message types. A part and its answer carry the step (tag) and the step's call (flags).
+constexpr uint32_t kHello = 1;    // tag: the connecting rank
+constexpr uint32_t kPart = 2;     // a rank's part of a sum or a gather
+constexpr uint32_t kTotal = 3;    // rank 0's answer
+constexpr uint32_t kAbandon = 4;  // tag: a step the sender abandoned
 
 ByteSpan Bytes(const void* data, size_t bytes) { return ByteSpan(static_cast<const uint8_t*>(data), bytes); }
 
@@ -60,15 +62,38 @@ absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Join(Transport* transport,
   return group;
 }
 
+void RankGroup::BeginStep(uint64_t step) {
+  step_ = step;
+  call_ = 0;
+}
+
+void RankGroup::AbandonStep() {
+  // Best effort: a peer that cannot be told has failed, and its own calls say so.
+  for (const std::unique_ptr<Connection>& peer : peers_) {
+    if (peer) peer->Send({kAbandon, 0, step_}, {}).IgnoreError();
+  }
+}
+
 absl::Status RankGroup::Collect(size_t bytes) {
   const absl::Time deadline = absl::Now() + timeout_;
   for (int r = 1; r < size_; ++r) {
-    MessageHeader header;
-    absl::Status received = peers_[r - 1]->Receive(&header, &parts_[r - 1], deadline);
-    if (!received.ok()) {
-      return absl::Status(received.code(), absl::StrCat("tensor-parallel rank ", r, ": ", received.message()));
+    for (;;) {
+      MessageHeader header;
+      absl::Status received = peers_[r - 1]->Receive(&header, &parts_[r - 1], deadline);
+      if (!received.ok()) {
+        return absl::Status(received.code(), absl::StrCat("tensor-parallel rank ", r, ": ", received.message()));
+      }
+      if (header.type == kAbandon && header.tag == step_) {
+        return absl::AbortedError(absl::StrCat("tensor-parallel rank ", r, " abandoned step ", step_));
+      }
+      if (header.type != kPart || header.tag < step_) continue;  // left by an abandoned step (its sender was told)
+      if (header.tag != step_ || header.flags != call_) {
+        return absl::DataLossError(absl::StrCat("tensor-parallel rank ", r, " is at step ", header.tag, ", call ",
+                                                header.flags, "; rank 0 at step ", step_, ", call ", call_));
+      }
+      break;
     }
-    if (header.type != kPart || parts_[r - 1].size() != bytes) {
+    if (parts_[r - 1].size() != bytes) {
       return absl::InternalError(absl::StrCat("tensor-parallel rank ", r, " sent ", parts_[r - 1].size(),
                                               " bytes where ", bytes, " were due: do the ranks run the same plans?"));
     }
@@ -76,10 +101,25 @@ absl::Status RankGroup::Collect(size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status RankGroup::Exchange(const void* data, size_t bytes) {
+  const ByteSpan part = Bytes(data, bytes);
+  LAMINA_RETURN_IF_ERROR(peers_[0]->Send({kPart, call_, step_}, {&part, 1}));
+  const absl::Time deadline = absl::Now() + timeout_;
+  for (;;) {
+    MessageHeader header;
+    LAMINA_RETURN_IF_ERROR(peers_[0]->Receive(&header, &reply_, deadline));
+    if (header.type == kAbandon && header.tag == step_) {
+      return absl::AbortedError(absl::StrCat("tensor-parallel rank 0 abandoned step ", step_));
+    }
+    if (header.type == kTotal && header.tag == step_ && header.flags == call_) return absl::OkStatus();
+    // Anything else was left by a step abandoned earlier.
+  }
+}
+
 absl::Status RankGroup::SendToAll(const float* data, size_t count) {
   for (int r = 1; r < size_; ++r) {
     const ByteSpan part = Bytes(data, count * sizeof(float));
-    LAMINA_RETURN_IF_ERROR(peers_[r - 1]->Send({kTotal, 0, 0}, {&part, 1}));
+    LAMINA_RETURN_IF_ERROR(peers_[r - 1]->Send({kTotal, call_, step_}, {&part, 1}));
   }
   return absl::OkStatus();
 }
@@ -88,14 +128,10 @@ absl::Status RankGroup::AllReduceSum(absl::Span<float> data) {
   if (size_ == 1) return absl::OkStatus();
   const size_t bytes = data.size() * sizeof(float);
   if (rank_ > 0) {
-    const ByteSpan part = Bytes(data.data(), bytes);
-    LAMINA_RETURN_IF_ERROR(peers_[0]->Send({kPart, 0, 0}, {&part, 1}));
-    MessageHeader header;
-    LAMINA_RETURN_IF_ERROR(peers_[0]->Receive(&header, &reply_, absl::Now() + timeout_));
-    if (header.type != kTotal || reply_.size() != bytes) {
-      return absl::InternalError("tensor-parallel rank 0 answered a sum with the wrong size");
-    }
+    LAMINA_RETURN_IF_ERROR(Exchange(data.data(), bytes));
+    if (reply_.size() != bytes) return absl::InternalError("tensor-parallel rank 0 answered a sum with the wrong size");
     std::memcpy(data.data(), reply_.data(), bytes);
+    ++call_;
     return absl::OkStatus();
   }
   LAMINA_RETURN_IF_ERROR(Collect(bytes));
@@ -103,7 +139,9 @@ absl::Status RankGroup::AllReduceSum(absl::Span<float> data) {
     const float* part = reinterpret_cast<const float*>(parts_[r - 1].data());
     for (size_t i = 0; i < data.size(); ++i) data[i] += part[i];
   }
-  return SendToAll(data.data(), data.size());
+  LAMINA_RETURN_IF_ERROR(SendToAll(data.data(), data.size()));
+  ++call_;
+  return absl::OkStatus();
 }
 
 absl::Status RankGroup::AllGather(absl::Span<const float> mine, absl::Span<float> all) {
@@ -116,20 +154,20 @@ absl::Status RankGroup::AllGather(absl::Span<const float> mine, absl::Span<float
   }
   const size_t bytes = mine.size() * sizeof(float);
   if (rank_ > 0) {
-    const ByteSpan part = Bytes(mine.data(), bytes);
-    LAMINA_RETURN_IF_ERROR(peers_[0]->Send({kPart, 0, 0}, {&part, 1}));
-    MessageHeader header;
-    LAMINA_RETURN_IF_ERROR(peers_[0]->Receive(&header, &reply_, absl::Now() + timeout_));
-    if (header.type != kTotal || reply_.size() != all.size() * sizeof(float)) {
+    LAMINA_RETURN_IF_ERROR(Exchange(mine.data(), bytes));
+    if (reply_.size() != all.size() * sizeof(float)) {
       return absl::InternalError("tensor-parallel rank 0 answered a gather with the wrong size");
     }
     std::memcpy(all.data(), reply_.data(), reply_.size());
+    ++call_;
     return absl::OkStatus();
   }
   LAMINA_RETURN_IF_ERROR(Collect(bytes));
   std::memcpy(all.data(), mine.data(), bytes);
   for (int r = 1; r < size_; ++r) std::memcpy(all.data() + r * mine.size(), parts_[r - 1].data(), bytes);
-  return SendToAll(all.data(), all.size());
+  LAMINA_RETURN_IF_ERROR(SendToAll(all.data(), all.size()));
+  ++call_;
+  return absl::OkStatus();
 }
 
 }  // namespace lamina

@@ -30,14 +30,6 @@ Tensor Columns(const Tensor& t, int64_t first, int64_t count) {
 
 }  // namespace
 
-ModelConfig RankConfig(const ModelConfig& config, int size) {
-  ModelConfig c = config;
-  c.num_q_heads /= size;
-  c.num_kv_heads /= size;
-  c.intermediate_size /= size;
-  return c;
-}
-
 void ShardWeights(int rank, int size, ModelWeights* w) {
   if (size == 1) return;
   const ModelConfig whole = w->config;

@@ -11,11 +11,9 @@
 
 namespace lamina {
 
-// What a rank computes with: query heads, KV heads and the MLP's width divided by `size` (each
-// must divide; CheckTensorParallel says so at start-up).
-ModelConfig RankConfig(const ModelConfig& config, int size);
-
-// Keeps rank `rank`'s slices of whole weights `w` and sets w->config to RankConfig.
+// Keeps rank `rank`'s slices of whole weights `w` and sets w->config to RankConfig
+// (model/weight_share.h): for weights drawn whole (random ones). A checkpoint's rank reads only
+// its slices (ModelWeights::Load with a WeightShare of the rank), the same values.
 void ShardWeights(int rank, int size, ModelWeights* w);
 
 }  // namespace lamina

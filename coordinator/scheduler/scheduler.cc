@@ -16,11 +16,12 @@ namespace lamina {
 namespace {
 
 // Every node holding KV caches serves lamina.v1.MemoryNode (frees and forks) on its gRPC port.
-// Each KV pool's gRPC addresses: a tensor-parallel group's ranks all hold their share of it.
+// Each KV pool's gRPC addresses: a group's nodes (tensor-parallel ranks, a layer split) all hold
+// their share of it.
 std::map<std::string, std::vector<std::string>> KvGrpcAddresses(const Topology& topology) {
   std::map<std::string, std::vector<std::string>> out;
   for (const NodeSpec* node : topology.KvNodes()) {
-    for (const NodeSpec* rank : topology.RanksOf(node->name)) out[node->name].push_back(rank->grpc_address());
+    for (const NodeSpec* member : topology.PoolMembers(node->name)) out[node->name].push_back(member->grpc_address());
   }
   return out;
 }

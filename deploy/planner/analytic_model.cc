@@ -143,8 +143,8 @@ Prediction PredictBest(const ModelShape& model, double context, const Design& de
     none.infeasible = "a layer split keeps its KV caches on memory nodes";
     return none;
   }
-  if (devices > 1 && design.tensor_parallel && design.memory != nullptr) {
-    none.infeasible = "memory nodes do not yet serve a tensor-parallel group";
+  if (devices > 1 && design.tensor_parallel && design.memory != nullptr && design.pipelined) {
+    none.infeasible = "a tensor-parallel group runs one batch (no pipelining over memory nodes)";
     return none;
   }
   const double kv_memory = design.memory == nullptr
@@ -180,7 +180,7 @@ Prediction PredictBest(const ModelShape& model, double context, const Design& de
 
 int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
                       double price_ratio, const Efficiency& eff, int64_t max_batch, double tpot_target_s,
-                      bool pipelined, int max_devices, int compute_devices) {
+                      bool pipelined, int max_devices, int compute_devices, bool tensor_parallel) {
   DeviceKind priced = memory;
   priced.hourly_usd = price_ratio * compute.hourly_usd;
   int best = 0;
@@ -188,6 +188,7 @@ int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind&
   for (int n = 1; n <= max_devices; ++n) {
     Design design{&compute, &priced, n, pipelined};
     design.compute_devices = compute_devices;
+    design.tensor_parallel = tensor_parallel;
     const Prediction p = PredictBest(model, context, design, eff, max_batch, tpot_target_s);
     if (p.infeasible.empty() && p.tokens_per_s_per_usd_hour > best_value * (1 + 1e-9)) {
       best_value = p.tokens_per_s_per_usd_hour;

@@ -107,12 +107,12 @@ Prediction PredictStep(const ModelShape& model, double context, const Design& de
 // (0: no target).
 Prediction PredictBest(const ModelShape& model, double context, const Design& design, const Efficiency& eff,
                        int64_t max_batch, double tpot_target_s);
-// How many memory devices per compute device (per layer split of `compute_devices`) give the most
-// tokens/s per dollar when a memory device costs `price_ratio` (α) times a compute device,
-// searching 1 to `max_devices`.
+// How many memory devices per compute device (per group of `compute_devices`: a layer split, or
+// with `tensor_parallel` a tensor-parallel group) give the most tokens/s per dollar when a memory
+// device costs `price_ratio` (α) times a compute device, searching 1 to `max_devices`.
 int BestMemoryDevices(const ModelShape& model, double context, const DeviceKind& compute, const DeviceKind& memory,
                       double price_ratio, const Efficiency& eff, int64_t max_batch, double tpot_target_s,
-                      bool pipelined, int max_devices = 64, int compute_devices = 1);
+                      bool pipelined, int max_devices = 64, int compute_devices = 1, bool tensor_parallel = false);
 
 // The paper's sizing for rotational pipelining with two batches on one compute device: the fewest
 // memory devices (1 to `max_devices`) for which a step's attention and link time, at the best

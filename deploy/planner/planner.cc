@@ -62,6 +62,18 @@ std::vector<Prediction> Plan(const ModelShape& model, double context, const Pric
                                                           options.max_batch, options.tpot_target_s, 64, devices);
       }
       out.push_back(p);
+      if (devices == 1) continue;
+      // The same devices as a tensor-parallel group, its ranks sending memory nodes their heads:
+      // one batch, the all-reduces on the compute devices' link.
+      const int group = colocated.compute_devices;
+      const int m = BestMemoryDevices(model, context, compute, memory, alpha, options.efficiency, options.max_batch,
+                                      options.tpot_target_s, /*pipelined=*/false, 64, group, /*tensor_parallel=*/true);
+      if (m == 0) continue;
+      Design tensor_parallel{&compute, &memory, m, false};
+      tensor_parallel.compute_devices = group;
+      tensor_parallel.tensor_parallel = true;
+      out.push_back(PredictBest(model, context, tensor_parallel, options.efficiency, options.max_batch,
+                                options.tpot_target_s));
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {

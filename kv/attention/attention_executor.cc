@@ -81,6 +81,28 @@ absl::Status AttentionExecutor::Reserve(absl::Span<const Reservation> reservatio
 
 absl::Status AttentionExecutor::StoreKv(int64_t layer, SequenceId seq, int32_t first_position,
                                         int64_t count, const float* k, const float* v, int64_t row_stride) {
+  return StoreKvHeads({0, options_.attention.num_kv_heads}, layer, seq, first_position, count, k, v, row_stride);
+}
+
+absl::Status AttentionExecutor::CheckHeadWindow(const KvHeadWindow& heads) const {
+  const int64_t all = options_.attention.num_kv_heads;
+  if (heads.first < 0 || heads.count < 1 || heads.first + heads.count > all) {
+    return absl::InvalidArgumentError(absl::StrCat("kv heads [", heads.first, ", ", heads.first + heads.count,
+                                                   ") are not a window of the pool's ", all));
+  }
+  // Checked here, before anything is written: a call that fails changes nothing.
+  if (!IsWhole(heads) && (options_.cuda_device >= 0 || options_.kv_dtype == DType::kF8E4M3)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "a tensor-parallel rank's share of the kv heads needs a KV pool on the CPU in bfloat16 or float32; this one is ",
+        options_.cuda_device >= 0 ? "on a GPU" : "float8"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionExecutor::StoreKvHeads(const KvHeadWindow& heads, int64_t layer, SequenceId seq,
+                                             int32_t first_position, int64_t count, const float* k, const float* v,
+                                             int64_t row_stride) {
+  LAMINA_RETURN_IF_ERROR(CheckHeadWindow(heads));
   LAMINA_ASSIGN_OR_RETURN(const std::vector<SlotId>* slots, SlotsOf(seq));
   if (layer < 0 || layer >= options_.num_layers) return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " out of range"));
   if (first_position < 0 || first_position + count > static_cast<int64_t>(slots->size())) {
@@ -89,7 +111,8 @@ absl::Status AttentionExecutor::StoreKv(int64_t layer, SequenceId seq, int32_t f
   }
   LAMINA_RETURN_IF_ERROR(CheckWritable(seq, *slots, first_position, count));
   write_slots_.assign(slots->begin() + first_position, slots->begin() + first_position + count);
-  return backend_->Store(layer, write_slots_, k, v, row_stride);
+  if (IsWhole(heads)) return backend_->Store(layer, write_slots_, k, v, row_stride);
+  return backend_->StoreHeads(heads, layer, write_slots_, k, v, row_stride);
 }
 
 absl::Status AttentionExecutor::CheckWritable(SequenceId seq, const std::vector<SlotId>& slots, int64_t first,
@@ -262,9 +285,19 @@ absl::Status AttentionExecutor::FinishDeviceDecode(DeviceKvLane* kv, MemoryLinkE
 absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEntry> entries,
                                        const float* qkv, const QkvLayout& layout, float* out,
                                        int64_t out_stride) {
+  return DecodeHeads({0, options_.attention.num_kv_heads}, layer, entries, qkv, layout, out, out_stride);
+}
+
+absl::Status AttentionExecutor::DecodeHeads(const KvHeadWindow& heads, int64_t layer,
+                                            absl::Span<const DecodeEntry> entries, const float* qkv,
+                                            const QkvLayout& layout, float* out, int64_t out_stride) {
+  LAMINA_RETURN_IF_ERROR(CheckHeadWindow(heads));
   LAMINA_RETURN_IF_ERROR(CheckDecode(layer, entries));
-  LAMINA_RETURN_IF_ERROR(backend_->Store(layer, write_slots_, qkv + layout.k_offset, qkv + layout.v_offset,
-                                         layout.row_stride));
+  const bool whole = IsWhole(heads);
+  LAMINA_RETURN_IF_ERROR(whole ? backend_->Store(layer, write_slots_, qkv + layout.k_offset, qkv + layout.v_offset,
+                                                 layout.row_stride)
+                               : backend_->StoreHeads(heads, layer, write_slots_, qkv + layout.k_offset,
+                                                      qkv + layout.v_offset, layout.row_stride));
   // Every layer of a step attends over the same slots: gather them once per step.
   const bool same_step = entries.size() == gathered_for_.size() &&
                          std::equal(entries.begin(), entries.end(), gathered_for_.begin(),
@@ -277,7 +310,8 @@ absl::Status AttentionExecutor::Decode(int64_t layer, absl::Span<const DecodeEnt
     LAMINA_RETURN_IF_ERROR(backend_->SetContexts(gathered_slots_, slot_begin_));
     gathered_for_.assign(entries.begin(), entries.end());
   }
-  return backend_->Attend(layer, qkv + layout.q_offset, layout.row_stride, out, out_stride);
+  if (whole) return backend_->Attend(layer, qkv + layout.q_offset, layout.row_stride, out, out_stride);
+  return backend_->AttendHeads(heads, layer, qkv + layout.q_offset, layout.row_stride, out, out_stride);
 }
 
 absl::Status AttentionExecutor::Fork(SequenceId from, SequenceId to, int64_t length) {

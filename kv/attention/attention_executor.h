@@ -43,6 +43,16 @@ class AttentionExecutor : public AttentionService {
   absl::Status Decode(int64_t layer, absl::Span<const DecodeEntry> entries, const float* qkv,
                       const QkvLayout& layout, float* out, int64_t out_stride) override;
   void Free(SequenceId seq) override;
+  // StoreKv and Decode over a window of the kv heads (a tensor-parallel rank's, whose rows hold
+  // only its heads: KvHeadWindow). Each rank of a group writes and attends its own heads of the
+  // same sequences and slots. InvalidArgument for a window outside the pool's heads; Unimplemented
+  // where the pool attends whole heads only (on a GPU, or float8).
+  absl::Status StoreKvHeads(const KvHeadWindow& heads, int64_t layer, SequenceId seq, int32_t first_position,
+                            int64_t count, const float* k, const float* v, int64_t row_stride);
+  absl::Status DecodeHeads(const KvHeadWindow& heads, int64_t layer, absl::Span<const DecodeEntry> entries,
+                           const float* qkv, const QkvLayout& layout, float* out, int64_t out_stride);
+  // What those two check of the window, for a caller that would rather know before any call.
+  absl::Status CheckHeadWindow(const KvHeadWindow& heads) const;
   // Frees every sequence (a new coordinator knows none of them).
   void FreeAll();
 
@@ -134,6 +144,9 @@ class AttentionExecutor : public AttentionService {
                       std::vector<int64_t>* slot_begin) const;
   // The slots the pieces' positions hold, back to back, once each is checked reserved and writable.
   absl::Status StoreSlots(absl::Span<const StorePiece> pieces, std::vector<int32_t>* slots) const;
+  bool IsWhole(const KvHeadWindow& heads) const {
+    return heads.first == 0 && heads.count == options_.attention.num_kv_heads;
+  }
   // Slots `reservations` still need beyond what their sequences hold.
   int64_t SlotsNeeded(absl::Span<const Reservation> reservations) const;
 

@@ -27,19 +27,26 @@ class CpuKvBackend : public KvBackend {
 
   absl::Status Store(int64_t layer, absl::Span<const int32_t> slots, const float* k, const float* v,
                      int64_t row_stride) override {
+    return StoreHeads(Whole(), layer, slots, k, v, row_stride);
+  }
+
+  absl::Status StoreHeads(const KvHeadWindow& heads, int64_t layer, absl::Span<const int32_t> slots, const float* k,
+                          const float* v, int64_t row_stride) override {
     const int64_t stride = pool_.shape().slot_stride();
-    T* keys = pool_.keys(layer);
-    T* values = pool_.values(layer);
+    const int64_t head_dim = options_.attention.head_dim;
+    const int64_t floats = heads.count * head_dim;  // of a row, k or v
+    T* keys = pool_.keys(layer) + heads.first * head_dim;
+    T* values = pool_.values(layer) + heads.first * head_dim;
     for (size_t t = 0; t < slots.size(); ++t) {
       if constexpr (KvPool<T>::kScaled) {
-        const int64_t heads = options_.attention.num_kv_heads, head_dim = options_.attention.head_dim;
-        QuantizeFloat8E4M3(k + t * row_stride, heads, head_dim, keys + slots[t] * stride,
-                           pool_.key_scales(layer) + slots[t] * heads);
-        QuantizeFloat8E4M3(v + t * row_stride, heads, head_dim, values + slots[t] * stride,
-                           pool_.value_scales(layer) + slots[t] * heads);
+        const int64_t all_heads = options_.attention.num_kv_heads;
+        QuantizeFloat8E4M3(k + t * row_stride, heads.count, head_dim, keys + slots[t] * stride,
+                           pool_.key_scales(layer) + slots[t] * all_heads + heads.first);
+        QuantizeFloat8E4M3(v + t * row_stride, heads.count, head_dim, values + slots[t] * stride,
+                           pool_.value_scales(layer) + slots[t] * all_heads + heads.first);
       } else {
-        Put(k + t * row_stride, stride, keys + slots[t] * stride);
-        Put(v + t * row_stride, stride, values + slots[t] * stride);
+        Put(k + t * row_stride, floats, keys + slots[t] * stride);
+        Put(v + t * row_stride, floats, values + slots[t] * stride);
       }
     }
     return absl::OkStatus();
@@ -57,15 +64,38 @@ class CpuKvBackend : public KvBackend {
       kernels::cpu::DecodeAttention(options_.attention, q, q_stride, pool_.keys(layer), pool_.values(layer),
                                     pool_.shape().slot_stride(), pool_.key_scales(layer), pool_.value_scales(layer),
                                     slot_ids_.data(), slot_begin_.data(), out, out_stride, seqs, *threads_);
+      return absl::OkStatus();
     } else {
-      kernels::cpu::DecodeAttention(options_.attention, q, q_stride, pool_.keys(layer), pool_.values(layer),
-                                    pool_.shape().slot_stride(), slot_ids_.data(), slot_begin_.data(), out, out_stride,
-                                    seqs, *threads_);
+      return AttendHeads(Whole(), layer, q, q_stride, out, out_stride);
     }
-    return absl::OkStatus();
+  }
+
+  // The window's heads are a narrower attention over the same slots: their keys and values start
+  // `first` heads into each slot's row, which keeps its stride.
+  absl::Status AttendHeads(const KvHeadWindow& heads, int64_t layer, const float* q, int64_t q_stride, float* out,
+                           int64_t out_stride) override {
+    if constexpr (KvPool<T>::kScaled) {
+      if (heads.first != 0 || heads.count != options_.attention.num_kv_heads) {
+        return absl::UnimplementedError("a float8 KV pool attends whole heads only: give a memory node serving a "
+                                        "tensor-parallel group kv_dtype bfloat16 or float32");
+      }
+      return Attend(layer, q, q_stride, out, out_stride);
+    } else {
+      const kernels::cpu::AttentionShape& all = options_.attention;
+      const int64_t group = all.num_q_heads / all.num_kv_heads;
+      const kernels::cpu::AttentionShape window{heads.count * group, heads.count, all.head_dim, all.sliding_window};
+      const int64_t offset = heads.first * all.head_dim;
+      const int64_t seqs = static_cast<int64_t>(slot_begin_.size()) - 1;
+      kernels::cpu::DecodeAttention(window, q, q_stride, pool_.keys(layer) + offset, pool_.values(layer) + offset,
+                                    pool_.shape().slot_stride(), slot_ids_.data(), slot_begin_.data(), out,
+                                    out_stride, seqs, *threads_);
+      return absl::OkStatus();
+    }
   }
 
  private:
+  KvHeadWindow Whole() const { return {0, options_.attention.num_kv_heads}; }
+
   KvBackendOptions options_;
   KvPool<T> pool_;
   ThreadPool* threads_;

@@ -130,6 +130,21 @@ class KvBackend {
   // out[s] = attention of q[s] over sequence s's context, for every sequence of SetContexts.
   virtual absl::Status Attend(int64_t layer, const float* q, int64_t q_stride,  // [seqs, q_stride]
                               float* out, int64_t out_stride) = 0;               // [seqs, out_stride]
+
+  // Store and Attend over a window of the kv heads alone (a tensor-parallel rank's: its k/v rows
+  // hold `heads.count` heads, its q and output rows their query heads); the executor has checked
+  // the window lies inside the pool's heads. Unimplemented where the backend attends whole heads
+  // only (a GPU pool; a float8 pool's attention).
+  virtual absl::Status StoreHeads(const KvHeadWindow& heads, int64_t layer, absl::Span<const int32_t> slots,
+                                  const float* k, const float* v, int64_t row_stride) {
+    return absl::UnimplementedError("this KV pool stores whole heads only (a GPU pool): a tensor-parallel rank's "
+                                    "share of the heads needs a pool on the CPU");
+  }
+  virtual absl::Status AttendHeads(const KvHeadWindow& heads, int64_t layer, const float* q, int64_t q_stride,
+                                   float* out, int64_t out_stride) {
+    return absl::UnimplementedError("this KV pool attends whole heads only (a GPU pool): a tensor-parallel rank's "
+                                    "share of the heads needs a pool on the CPU");
+  }
 };
 
 // The pool of options.kv_dtype on the CPU kernels: each stored k/v value rounded to it (to nearest

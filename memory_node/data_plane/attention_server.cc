@@ -68,6 +68,8 @@ void AttentionServer::AcceptLoop() {
 
 void AttentionServer::Serve(Connection* connection) {
   Scratch s;
+  s.q_size = shape_.q_size;
+  s.kv_size = shape_.kv_size;
   MessageHeader header;
   while (!stopping_) {
     if (!connection->Receive(&header, &s.request, absl::InfiniteFuture()).ok()) {
@@ -188,12 +190,16 @@ absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
       LAMINA_RETURN_IF_ERROR(r.Get(&count));
       if (count < 0 || count > (int64_t{1} << 24)) return absl::InvalidArgumentError("bad token count");
       const uint8_t *k = nullptr, *v = nullptr;
-      const size_t bytes = static_cast<size_t>(count * shape_.kv_size) * sizeof(float);
+      const size_t bytes = static_cast<size_t>(count * scratch->kv_size) * sizeof(float);
       LAMINA_RETURN_IF_ERROR(r.GetBytes(bytes, &k));
       LAMINA_RETURN_IF_ERROR(r.GetBytes(bytes, &v));
+      const auto* keys = reinterpret_cast<const float*>(k);
+      const auto* values = reinterpret_cast<const float*>(v);
       std::lock_guard<std::mutex> lock(*service_mu_);
-      return service_->StoreKv(layer, seq, first, count, reinterpret_cast<const float*>(k),
-                               reinterpret_cast<const float*>(v), shape_.kv_size);
+      if (scratch->windowed) {
+        return executor_->StoreKvHeads(scratch->heads, layer, seq, first, count, keys, values, scratch->kv_size);
+      }
+      return service_->StoreKv(layer, seq, first, count, keys, values, shape_.kv_size);
     }
     case ap::kDecode: {
       int64_t layer;
@@ -203,16 +209,18 @@ absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
       LAMINA_RETURN_IF_ERROR(CheckCount(n, sizeof(int64_t) + sizeof(int32_t), r));
       std::vector<DecodeEntry>& entries = scratch->entries;
       LAMINA_RETURN_IF_ERROR(ReadEntries(n, &r, &entries));
-      const int64_t row = shape_.q_size + 2 * shape_.kv_size;
+      const int64_t q = scratch->q_size, kv = scratch->kv_size, row = q + 2 * kv;
       const uint8_t* qkv = nullptr;
       LAMINA_RETURN_IF_ERROR(r.GetBytes(static_cast<size_t>(n * row) * sizeof(float), &qkv));
-      out->resize(static_cast<size_t>(n * shape_.q_size));
+      out->resize(static_cast<size_t>(n * q));
+      const auto* rows = reinterpret_cast<const float*>(qkv);
+      const QkvLayout layout{row, 0, q, q + kv};
       std::lock_guard<std::mutex> lock(*service_mu_);
       ScopedBusy timed(&decode_busy_);
       attended_rows_.fetch_add(n, std::memory_order_relaxed);
-      absl::Status status = service_->Decode(layer, entries, reinterpret_cast<const float*>(qkv),
-                                             {row, 0, shape_.q_size, shape_.q_size + shape_.kv_size}, out->data(),
-                                             shape_.q_size);
+      absl::Status status = scratch->windowed
+                                ? executor_->DecodeHeads(scratch->heads, layer, entries, rows, layout, out->data(), q)
+                                : service_->Decode(layer, entries, rows, layout, out->data(), q);
       if (!status.ok()) out->clear();
       return status;
     }
@@ -227,6 +235,8 @@ absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
       for (SequenceId s : seqs) service_->Free(s);
       return absl::OkStatus();
     }
+    case ap::kSelectHeads:
+      return SelectHeads(&r, scratch);
     case ap::kOpenLink:
     case ap::kBeginDecode:
     case ap::kBeginStore:
@@ -237,9 +247,34 @@ absl::Status AttentionServer::Handle(uint32_t type, Scratch* scratch) {
   }
 }
 
+absl::Status AttentionServer::SelectHeads(WireReader* r, Scratch* scratch) {
+  int64_t first, count;
+  LAMINA_RETURN_IF_ERROR(r->Get(&first));
+  LAMINA_RETURN_IF_ERROR(r->Get(&count));
+  if (executor_ == nullptr) return absl::FailedPreconditionError("this data plane serves whole heads only");
+  if (scratch->link) {
+    return absl::FailedPreconditionError("a device link is open on this connection: it carries whole heads only");
+  }
+  if (shape_.num_kv_heads != executor_->options().attention.num_kv_heads) {
+    return absl::FailedPreconditionError("this data plane was started without the model's kv heads");
+  }
+  const KvHeadWindow heads{first, count};
+  LAMINA_RETURN_IF_ERROR(executor_->CheckHeadWindow(heads));
+  const int64_t head_dim = shape_.kv_size / shape_.num_kv_heads;
+  const int64_t group = shape_.q_size / shape_.kv_size;
+  scratch->windowed = true;
+  scratch->heads = heads;
+  scratch->kv_size = count * head_dim;
+  scratch->q_size = count * group * head_dim;
+  return absl::OkStatus();
+}
+
 absl::Status AttentionServer::HandleLink(uint32_t type, WireReader* r, Scratch* scratch) {
   if (executor_ == nullptr || executor_->device() < 0) {
     return absl::FailedPreconditionError("this memory node keeps its KV cache on the CPU: no device-side data plane");
+  }
+  if (scratch->windowed) {
+    return absl::FailedPreconditionError("this connection carries a share of the heads (kSelectHeads): host path only");
   }
   switch (type) {
     case ap::kOpenLink: {

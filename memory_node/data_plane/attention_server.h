@@ -10,6 +10,8 @@
 // aborted (MemoryLinkEnd::Abort), so that the step's waits end then rather than at their timeout.
 // Device steps are bracketed for the process's QuiescentRelease, and a closed connection's link
 // and lane are retired there: freeing their memory while other steps' waits spin would stall them.
+// A connection may carry a tensor-parallel rank's share of the heads (kSelectHeads): its calls go
+// to the executor's windowed StoreKvHeads and DecodeHeads, on the host path.
 #ifndef LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 #define LAMINA_MEMORY_NODE_DATA_PLANE_ATTENTION_SERVER_H_
 
@@ -82,6 +84,12 @@ class AttentionServer {
     // waits for the compute node, so a compute node that dies then must end the waits from here.
     PeerWatch queueing_watch;
     bool step_open = false;  // a step is queued on the link and not yet ended (kEndDecode)
+    // The kv heads this connection's calls carry (kSelectHeads; every head until then), and the
+    // floats of q and of k (or v) a row holds.
+    bool windowed = false;
+    KvHeadWindow heads;
+    int64_t q_size = 0;
+    int64_t kv_size = 0;
     std::vector<float> out;  // kDecode's outputs
     std::vector<Reservation> reservations;
     std::vector<DecodeEntry> entries;
@@ -99,6 +107,7 @@ class AttentionServer {
   // is freed once no device step runs.
   void RetireLink(Scratch* scratch);
   absl::Status HandleLink(uint32_t type, WireReader* r, Scratch* scratch);
+  absl::Status SelectHeads(WireReader* r, Scratch* scratch);
 
   std::unique_ptr<Listener> listener_;
   AttentionWireShape shape_;

@@ -1,7 +1,8 @@
 // A layer split on a real cluster (`lamina up`, separate processes on loopback): compute nodes
 // with `layers: [first, end)` each compute their share of every batch, which passes from one to
 // the next (common/topology/slice_route.h), with several batches in flight. The outputs are those
-// of single-process mode, whichever way the layers and the KV caches are spread.
+// of single-process mode, whichever way the layers and the KV caches are spread: on memory nodes,
+// in the split's own pool (each node holding its layers' share of every slot), or both.
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,21 +48,28 @@ TEST(LayerSplitTest, SplitsOverTwoAndThreeComputeNodesGiveSingleProcessOutputs) 
   const std::vector<std::vector<int32_t>> reference = ServeOnEveryComputeProcess(whole, requests).ids;
   ASSERT_EQ(reference.size(), requests.size());
 
+  // The KV caches on memory nodes, in the split's own pool (each node holding the layers it
+  // attends), or in both: a pool too small for the load beside a memory node.
   struct Case {
     Split layers;
     int memory_nodes;
+    int64_t pool_tokens;
   };
-  for (const Case& c : std::vector<Case>{{{{0, 3}, {3, 6}}, 1},
-                                         {{{0, 3}, {3, 6}}, 2},
-                                         {{{0, 1}, {1, 4}, {4, 6}}, 2},
-                                         {{{0, 5}, {5, 6}}, 1}}) {
+  for (const Case& c : std::vector<Case>{{{{0, 3}, {3, 6}}, 1, 0},
+                                         {{{0, 3}, {3, 6}}, 2, 0},
+                                         {{{0, 1}, {1, 4}, {4, 6}}, 2, 0},
+                                         {{{0, 5}, {5, 6}}, 1, 0},
+                                         {{{0, 3}, {3, 6}}, 0, 4096},
+                                         {{{0, 1}, {1, 4}, {4, 6}}, 0, 4096},
+                                         {{{0, 5}, {5, 6}}, 1, 160}}) {
     std::string name;
     for (const auto& [first, end] : c.layers) absl::StrAppend(&name, "[", first, ",", end, ")");
-    SCOPED_TRACE(absl::StrCat(name, " with ", c.memory_nodes, " memory nodes"));
+    SCOPED_TRACE(absl::StrCat(name, " with ", c.memory_nodes, " memory nodes and pools of ", c.pool_tokens));
     ClusterOptions options;
     options.compute_nodes = static_cast<int>(c.layers.size());
     options.layers = c.layers;
     options.memory_nodes = c.memory_nodes;
+    options.compute_kv_capacity_tokens = c.pool_tokens;
     options.pipelining = "auto";
     options.max_batch = 4;  // several batches in flight, each admitting over several steps
     const std::vector<std::vector<int32_t>> ids = ServeOnEveryComputeProcess(options, requests).ids;

@@ -3,8 +3,6 @@
 // attends some sequences locally and sends the others to the memory nodes. Outputs must be those
 // of single-process mode wherever each sequence was placed, and a dead memory node must cost only
 // its own sequences.
-#include <signal.h>
-
 #include <atomic>
 #include <map>
 #include <string>
@@ -16,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
 #include "tests/integration/requests_in_flight.h"
+#include "tests/integration/spread_model_checks.h"
 #include "tests/integration/single_process.h"
 #include "tests/support/golden.h"
 
@@ -130,13 +129,16 @@ TEST(LocalAttentionTest, BalancedPlacementFillsTheLocalPoolThenSizesTheMemoryNod
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::map<std::string, int64_t> most = ExpectThirtyTwoRequestsMatchSingleProcessMode(**cluster);
   EXPECT_GT(most.at("compute-0"), 0) << "the local pool never held a sequence";
-  EXPECT_GT(most.at("memory-0") + most.at("memory-1"), 0) << "no memory node held a sequence";
-  // The memory nodes reported what they attended, from which the coordinator sized their shares.
+  // The memory nodes attended rows (at least the probes) and reported them, from which the
+  // coordinator sized their shares. How many rows they keep depends on the machine's load: a
+  // mixed step slower than the pool's own withdraws them (DecodePace), so no count is asserted.
   auto status = (*cluster)->client().Status(absl::Seconds(1));
   ASSERT_TRUE(status.ok()) << status.status();
   int64_t rows = 0;
-  for (const auto& node : status->nodes()) rows += node.load().attended_rows();
-  EXPECT_GT(rows, 0);
+  for (const auto& node : status->nodes()) {
+    if (node.role() == lamina::v1::NODE_ROLE_MEMORY) rows += node.load().attended_rows();
+  }
+  EXPECT_GT(rows, 0) << "no memory node attended a row";
 }
 
 TEST(LocalAttentionTest, KillingAMemoryNodeLeavesTheLocalPoolsSequencesGoingOn) {
@@ -149,41 +151,8 @@ TEST(LocalAttentionTest, KillingAMemoryNodeLeavesTheLocalPoolsSequencesGoingOn) 
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok());
   const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
-  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 600);
-
-  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 600)));
-  ASSERT_TRUE(requests.AwaitTokens(20, absl::Seconds(30))) << "the requests never got going";
-  // memory-1 holds some of them before it dies.
-  int64_t held = 0;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(10); held == 0 && absl::Now() < deadline;) {
-    auto status = (*cluster)->client().Status(absl::Seconds(1));
-    if (status.ok()) {
-      for (const auto& node : status->nodes()) {
-        if (node.name() == "memory-1") held = node.num_sequences();
-      }
-    }
-    if (held == 0) absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_GT(held, 0) << "memory-1 never held a sequence";
-  auto pid = (*cluster)->NodePid("memory-1");
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
-  const std::vector<Outcome> outcomes = requests.Join();
-
-  int failed = 0, succeeded = 0;
-  for (const Outcome& outcome : outcomes) {
-    if (outcome.status.ok()) {
-      ++succeeded;
-      EXPECT_EQ(outcome.ids, expected) << "a survivor's output must be unaffected";
-    } else {
-      ++failed;
-      EXPECT_EQ(outcome.status.code(), absl::StatusCode::kUnavailable) << outcome.status;
-      EXPECT_NE(std::string(outcome.status.message()).find("memory-1"), std::string::npos) << outcome.status;
-    }
-  }
   // The local pool's two and memory-0's survive; memory-1's fail.
-  EXPECT_GE(succeeded, 2);
-  EXPECT_GT(failed, 0);
+  ExpectKillingMemoryOneEndsOnlyItsSequences(**cluster, prompt, SingleProcessIds(**local, prompt, 600), 8, 2);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Checks the tests of a model spread over several compute processes share (layer splits,
-// tensor-parallel groups): every process takes part in serving, and a process whose death no request
-// can outlive fails every request promptly.
+// tensor-parallel groups): every process takes part in serving, a process whose death no request
+// can outlive fails every request promptly, and a dead memory node ends only its own sequences.
 #ifndef LAMINA_TESTS_INTEGRATION_SPREAD_MODEL_CHECKS_H_
 #define LAMINA_TESTS_INTEGRATION_SPREAD_MODEL_CHECKS_H_
 
@@ -19,6 +19,7 @@ namespace lamina::testing {
 struct SpreadServed {
   std::vector<std::vector<int32_t>> ids;  // each request's tokens, in order
   int compute_processes = 0;              // compute processes `lamina status` listed
+  int memory_nodes_attending = 0;         // memory nodes that attended rows
 };
 
 // Starts a cluster of `options`, serves `requests` concurrently (each must succeed), and expects
@@ -41,6 +42,9 @@ inline SpreadServed ServeOnEveryComputeProcess(const ClusterOptions& options,
   EXPECT_TRUE(status.ok()) << status.status();
   if (status.ok()) {
     for (const auto& node : status->nodes()) {
+      if (node.role() == lamina::v1::NODE_ROLE_MEMORY && node.load().attended_rows() > 0) {
+        ++served.memory_nodes_attending;
+      }
       if (node.role() != lamina::v1::NODE_ROLE_COMPUTE) continue;
       ++served.compute_processes;
       EXPECT_GT(node.load().busy_count(), 0) << node.name() << " ran no plan";
@@ -65,6 +69,44 @@ inline void ExpectKillingFailsEveryRequest(ClusterHarness& cluster, const std::v
     EXPECT_NE(std::string(outcome.status.message()).find(named), std::string::npos) << outcome.status;
     EXPECT_LT(outcome.ended - killed, absl::Seconds(10));
   }
+}
+
+// Sends `count` greedy requests of `prompt` (600 tokens each, single-process mode's being
+// `expected`), kills memory-1 once it holds some of them, and expects only its sequences to end:
+// each fails UNAVAILABLE naming it, every other request gives `expected`, at least
+// `least_surviving` of them.
+inline void ExpectKillingMemoryOneEndsOnlyItsSequences(ClusterHarness& cluster, const std::vector<int32_t>& prompt,
+                                                       const std::vector<int32_t>& expected, int count,
+                                                       int least_surviving) {
+  RequestsInFlight requests(cluster.client(), std::vector(count, IdsRequest(prompt, 600)));
+  ASSERT_TRUE(requests.AwaitTokens(20, absl::Seconds(30))) << "the requests never got going";
+  int64_t held = 0;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(10); held == 0 && absl::Now() < deadline;) {
+    auto status = cluster.client().Status(absl::Seconds(1));
+    if (status.ok()) {
+      for (const auto& node : status->nodes()) {
+        if (node.name() == "memory-1") held = node.num_sequences();
+      }
+    }
+    if (held == 0) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GT(held, 0) << "memory-1 never held a sequence";
+  auto pid = cluster.NodePid("memory-1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  int failed = 0, succeeded = 0;
+  for (const Outcome& outcome : requests.Join()) {
+    if (outcome.status.ok()) {
+      ++succeeded;
+      EXPECT_EQ(outcome.ids, expected) << "a survivor's output must be unaffected";
+    } else {
+      ++failed;
+      EXPECT_EQ(outcome.status.code(), absl::StatusCode::kUnavailable) << outcome.status;
+      EXPECT_NE(std::string(outcome.status.message()).find("memory-1"), std::string::npos) << outcome.status;
+    }
+  }
+  EXPECT_GE(succeeded, least_surviving);
+  EXPECT_GT(failed, 0);
 }
 
 }  // namespace lamina::testing

@@ -1,8 +1,9 @@
 // Tensor-parallel compute nodes on a real cluster (`lamina up`, one process per rank on loopback):
 // each rank holds 1/N of every layer's heads and MLP and of the LM head, the ranks all-reduce
 // their partial sums and gather the logits (compute_node/tensor_parallel/), and attend their own
-// heads in their share of the group's pool. The outputs are single-process mode's, and a dead
-// rank fails its group's requests promptly, naming it.
+// heads in their share of the group's pool or on memory nodes, each rank sending only its heads'
+// q/k/v. The outputs are single-process mode's; a dead rank fails its group's requests promptly,
+// naming it, and a dead memory node only its own sequences.
 #include <string>
 #include <vector>
 
@@ -36,13 +37,23 @@ std::vector<lamina::v1::GenerateRequest> Requests(LocalCluster& local) {
   return requests;
 }
 
-std::vector<std::vector<int32_t>> Serve(int ranks, const std::vector<lamina::v1::GenerateRequest>& requests) {
+// Where a group keeps its KV: a pool of its own (each rank its heads' share of every slot), or
+// memory nodes, to which each rank sends only its heads' q/k/v (head-level partitioning).
+struct Placement {
+  int ranks;
+  int memory_nodes;  // 0: the group's own pool
+};
+
+std::vector<std::vector<int32_t>> Serve(const Placement& placement,
+                                        const std::vector<lamina::v1::GenerateRequest>& requests) {
   ClusterOptions options;
-  options.memory_nodes = 0;
-  options.compute_kv_capacity_tokens = 8192;
-  options.tensor_parallel = ranks;
+  options.memory_nodes = placement.memory_nodes;
+  options.kv_dtype = placement.memory_nodes > 0 ? "bfloat16" : "";
+  options.compute_kv_capacity_tokens = placement.memory_nodes > 0 ? 0 : 8192;
+  options.tensor_parallel = placement.ranks;
   SpreadServed served = ServeOnEveryComputeProcess(options, requests);
-  EXPECT_EQ(served.compute_processes, ranks);
+  EXPECT_EQ(served.compute_processes, placement.ranks);
+  EXPECT_EQ(served.memory_nodes_attending, placement.memory_nodes) << "every memory node serves the group";
   return served.ids;
 }
 
@@ -50,11 +61,11 @@ TEST(TensorParallelTest, TwoAndFourRanksServeThirtyTwoRequestsAsOneRankDoes) {
   auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
   ASSERT_TRUE(local.ok()) << local.status();
   const std::vector<lamina::v1::GenerateRequest> requests = Requests(**local);
-  const std::vector<std::vector<int32_t>> one = Serve(1, requests);
+  const std::vector<std::vector<int32_t>> one = Serve({1, 0}, requests);
   ASSERT_EQ(one.size(), requests.size());
-  for (int ranks : {2, 4}) {
-    SCOPED_TRACE(absl::StrCat(ranks, " ranks"));
-    const std::vector<std::vector<int32_t>> ids = Serve(ranks, requests);
+  for (const Placement& placement : {Placement{2, 0}, Placement{4, 0}, Placement{2, 1}, Placement{4, 2}}) {
+    SCOPED_TRACE(absl::StrCat(placement.ranks, " ranks, ", placement.memory_nodes, " memory nodes"));
+    const std::vector<std::vector<int32_t>> ids = Serve(placement, requests);
     ASSERT_EQ(ids.size(), requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_EQ(ids[i].size(), static_cast<size_t>(requests[i].max_tokens())) << "request " << i;
@@ -79,6 +90,21 @@ TEST(TensorParallelTest, AKilledRankFailsItsGroupsRequestsPromptlyNamingIt) {
   ASSERT_TRUE(local.ok()) << local.status();
   ExpectKillingFailsEveryRequest(**cluster, (*local)->tokenizer().EncodePrompt("The memory devices"), 4,
                                  "compute-0-rank1", "compute-0");
+}
+
+TEST(TensorParallelTest, AKilledMemoryNodeEndsOnlyItsSequencesOfTheGroup) {
+  ClusterOptions options;
+  options.memory_nodes = 2;
+  options.kv_dtype = "bfloat16";
+  options.tensor_parallel = 2;
+  options.max_migrations = 0;  // the blast radius, not the recomputation
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  // Six requests over the two memory nodes: memory-0's go on.
+  ExpectKillingMemoryOneEndsOnlyItsSequences(**cluster, prompt, SingleProcessIds(**local, prompt, 600), 6, 1);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/safetensors/checkpoint.h"
 #include "gtest/gtest.h"
@@ -101,6 +102,30 @@ TEST(CheckpointTest, ReadsShardedCheckpointsThroughTheIndex) {
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(wrong.status().message().find("part-1.safetensors"), std::string::npos) << wrong.status();
   EXPECT_NE(wrong.status().message().find("tensor 'a' has shape [1], expected [2]"), std::string::npos);
+}
+
+// A tensor-parallel rank's slices: rows, or columns of each row, read alone and converted; a
+// range outside the tensor is refused, naming it.
+TEST(CheckpointTest, ReadsRowsAndColumnsOfATensor) {
+  TempDir dir;
+  dir.Write("model.safetensors", MakeFile(R"({"m": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})",
+                                          Floats({1, 2, 3, 4, 5, 6})));
+  auto ckpt = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto row = ckpt->ReadFloat32Rows("m", {2, 3}, 1, 1);
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_EQ(row->shape(), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(std::vector<float>(row->data(), row->data() + 3), (std::vector<float>{4, 5, 6}));
+  auto columns = ckpt->ReadFloat32Columns("m", {2, 3}, 1, 2);
+  ASSERT_TRUE(columns.ok()) << columns.status();
+  EXPECT_EQ(columns->shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(std::vector<float>(columns->data(), columns->data() + 4), (std::vector<float>{2, 3, 5, 6}));
+  const absl::Status beyond = ckpt->ReadFloat32Columns("m", {2, 3}, 2, 2).status();
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(beyond.message().find("tensor 'm': columns [2, 4) are not inside its 3"), std::string::npos) << beyond;
+  EXPECT_EQ(ckpt->ReadFloat32Rows("m", {2, 3}, 0, 3).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ckpt->ReadFloat32Rows("m", {3, 2}, 0, 1).status().code(), absl::StatusCode::kInvalidArgument)
+      << "the shape is checked as for a whole read";
 }
 
 TEST(CheckpointTest, IndexPointingAtTheWrongShardIsAnError) {

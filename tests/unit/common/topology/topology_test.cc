@@ -429,8 +429,26 @@ TEST(TopologyTest, ALayerSplitCoversTheModelsLayersOnceInTopologyOrder) {
   ExpectError(absl::StrReplaceAll(split, {{"kv_capacity_tokens: 8192\n\n  - name: memory-1",
                                            "kv_capacity_tokens: 8192\n    layers: [0, 1]\n\n  - name: memory-1"}}),
               "layers: only compute nodes have this field");
+  // The split's own pool: every node holds its layers' share of the same slots, one pool named
+  // after the first node, whose frees and forks reach every node.
   ExpectError(absl::StrReplaceAll(split, {{"layers: [3, 6]", "layers: [3, 6]\n    kv_capacity_tokens: 64"}}),
-              "nodes 'compute-0'.kv_capacity_tokens: a layer split over 2 compute nodes");
+              "nodes 'compute-0'.kv_capacity_tokens: a layer split's compute nodes hold one KV pool together");
+  auto pooled = ParseTopology(
+      absl::StrReplaceAll(split, {{"layers: [3, 6]", "layers: [3, 6]\n    kv_capacity_tokens: 64"},
+                                  {"layers: [0, 3]", "layers: [0, 3]\n    kv_capacity_tokens: 64"}}),
+      kPath);
+  ASSERT_TRUE(pooled.ok()) << pooled.status();
+  std::vector<std::string> pools;
+  for (const NodeSpec* node : pooled->KvNodes()) pools.push_back(node->name);
+  EXPECT_EQ(pools, (std::vector<std::string>{"compute-1", "memory-0", "memory-1"}));
+  const std::vector<const NodeSpec*> members = pooled->PoolMembers("compute-1");
+  ASSERT_EQ(members.size(), 2u);
+  EXPECT_EQ(members[1]->name, "compute-0");
+  EXPECT_EQ(members[1]->pool_name(), "compute-1");
+  ExpectError(absl::StrReplaceAll(split, {{"layers: [3, 6]", "layers: [3, 6]\n    kv_capacity_tokens: 64"},
+                                          {"device: cpu\n    layers: [0, 3]",
+                                           "device: cuda:0\n    layers: [0, 3]\n    kv_capacity_tokens: 64"}}),
+              "nodes 'compute-1'.kv_capacity_tokens: a layer split's own KV pool runs on the CPU so far");
 }
 
 TEST(TopologyTest, ATensorParallelEntryRunsAsOneProcessPerRank) {
@@ -485,12 +503,19 @@ TEST(TopologyTest, ATensorParallelEntryRunsAsOneProcessPerRank) {
               "devices: expected a list of 2 devices, one a rank");
   ExpectError(absl::StrReplaceAll(yaml, {{"    data_port: 50165\n", ""}}), "data_port: a tensor-parallel group's ranks");
   ExpectError(absl::StrReplaceAll(yaml, {{"    kv_capacity_tokens: 4096\n", ""}}),
-              "give it kv_capacity_tokens");
+              "give it a pool of its own (kv_capacity_tokens) or add a memory node");
   ExpectError(absl::StrReplaceAll(yaml, {{"coordinator:\n  port: 50151\n", "coordinator:\n  port: 50163\n"}}),
               "nodes[0].port: 127.0.0.1:50163 (rank 2) is used twice");
-  ExpectError(yaml + "  - name: memory-0\n    role: memory\n    port: 50171\n    data_port: 50172\n"
-                     "    kv_capacity_tokens: 64\n",
-              "memory nodes do not yet serve a tensor-parallel group");
+  // Memory nodes serve the group, each rank sending its own heads, on the CPU in bfloat16 or float32.
+  const std::string memory = "  - name: memory-0\n    role: memory\n    port: 50171\n    data_port: 50172\n"
+                             "    kv_capacity_tokens: 64\n";
+  auto offloaded = ParseTopology(absl::StrReplaceAll(yaml, {{"    kv_capacity_tokens: 4096\n", ""}}) + memory, kPath);
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+  EXPECT_EQ(offloaded->KvNodes().size(), 1u);
+  ExpectError(yaml + memory + "    kv_dtype: float8_e4m3\n",
+              "nodes 'memory-0'.kv_dtype: float8_e4m3: a memory node serving tensor-parallel group 'compute-0' "
+              "holds bfloat16 or float32");
+  ExpectError(yaml + memory + "    device: cuda:0\n", "nodes 'memory-0'.device: cuda:0: memory nodes serving");
   ExpectError(absl::StrReplaceAll(yaml, {{"tensor_parallel: 4", "tensor_parallel: 0"}}), "tensor_parallel");
 }
 

@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 #include <mutex>
+#include <random>
 
 #include "compute_node/engine/compute_engine.h"
 #include "gtest/gtest.h"
@@ -181,6 +182,103 @@ TEST_F(RemoteAttentionTest, ALaterRequestReadsItsOwnReplyBehindUnansweredStores)
   Reservation three[] = {{7, 3}};
   EXPECT_TRUE(remote_->Reserve(three).ok());
   EXPECT_TRUE(remote_->FlushStores().ok());
+}
+
+// A memory node of 4 kv heads (8 query heads of 16 dims, 2 layers) serving a client of whole
+// heads, or tensor-parallel ranks of a share each (AttentionWireShape::first_kv_head).
+struct HeadsNode {
+  static constexpr int64_t kLayers = 2, kQ = 8 * 16, kKv = 4 * 16, kStride = kQ + 2 * kKv, kTokens = 9;
+  explicit HeadsNode(Transport* transport) {
+    auto made = AttentionExecutor::Create({kLayers, 64, {8, 4, 16, 0}});
+    EXPECT_TRUE(made.ok());
+    executor = std::move(*made);
+    auto started = AttentionServer::Start(transport, "127.0.0.1:0", {kLayers, kQ, kKv, 4}, executor.get(), &mu,
+                                          executor.get());
+    EXPECT_TRUE(started.ok()) << started.status();
+    server = std::move(*started);
+  }
+  std::unique_ptr<AttentionExecutor> executor;
+  std::mutex mu;
+  std::unique_ptr<AttentionServer> server;
+};
+
+// Rank r of `ranks`' share of rows [q | k | v] of every head: its query heads, k and v heads.
+std::vector<float> ShareOf(const std::vector<float>& rows, int r, int ranks) {
+  const int64_t q = HeadsNode::kQ / ranks, kv = HeadsNode::kKv / ranks;
+  std::vector<float> out;
+  for (size_t t = 0; t < rows.size() / HeadsNode::kStride; ++t) {
+    const float* row = &rows[t * HeadsNode::kStride];
+    out.insert(out.end(), row + r * q, row + (r + 1) * q);
+    out.insert(out.end(), row + HeadsNode::kQ + r * kv, row + HeadsNode::kQ + (r + 1) * kv);
+    out.insert(out.end(), row + HeadsNode::kQ + HeadsNode::kKv + r * kv,
+               row + HeadsNode::kQ + HeadsNode::kKv + (r + 1) * kv);
+  }
+  return out;
+}
+
+// Through `remote` (its shape's sizes), sequence 5 on node "m": a prompt of kTokens - 1 rows of
+// `rows` stored, then the last row decoded, each layer; the decode's outputs, layer after layer.
+std::vector<float> StoreThenDecodeEachLayer(RemoteAttention* remote, const AttentionWireShape& shape,
+                                            const std::vector<float>& rows) {
+  const int64_t q = shape.q_size, kv = shape.kv_size, stride = q + 2 * kv, prompt = HeadsNode::kTokens - 1;
+  EXPECT_TRUE(remote->Assign(5, "m").ok());
+  Reservation r[] = {{5, static_cast<int32_t>(HeadsNode::kTokens)}};
+  EXPECT_TRUE(remote->Reserve(r).ok());
+  std::vector<float> outputs;
+  for (int64_t layer = 0; layer < HeadsNode::kLayers; ++layer) {
+    const float* layer_rows = rows.data() + layer * HeadsNode::kTokens * stride;
+    EXPECT_TRUE(remote->StoreKv(layer, 5, 0, prompt, layer_rows + q, layer_rows + q + kv, stride).ok());
+    EXPECT_TRUE(remote->FlushStores().ok());
+    std::vector<float> out(q);
+    DecodeEntry entry{5, static_cast<int32_t>(prompt)};
+    absl::Status decoded = remote->Decode(layer, {&entry, 1}, layer_rows + prompt * stride, {stride, 0, q, q + kv},
+                                          out.data(), q);
+    EXPECT_TRUE(decoded.ok()) << decoded;
+    outputs.insert(outputs.end(), out.begin(), out.end());
+  }
+  return outputs;
+}
+
+// Head-level partitioning over the data plane: two ranks each send one memory node only their
+// heads' q/k/v and get only their heads' outputs; side by side, those are, bit for bit, what a
+// client of whole heads gets from another node given the same rows. A window the node lacks is
+// refused, naming it.
+TEST(RemoteAttentionHeadsTest, RanksSendTheirOwnHeadsAndTogetherGetTheWholeHeadsOutputs) {
+  std::unique_ptr<Transport> transport = MakeTcpTransport();
+  HeadsNode whole_node(transport.get()), shared_node(transport.get());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-2, 2);
+  std::vector<float> rows(HeadsNode::kLayers * HeadsNode::kTokens * HeadsNode::kStride);
+  for (float& x : rows) x = dist(rng);
+
+  const AttentionWireShape whole_shape{HeadsNode::kLayers, HeadsNode::kQ, HeadsNode::kKv, 4};
+  RemoteAttention whole(transport.get(), {{"m", whole_node.server->address()}}, whole_shape, absl::Seconds(5));
+  const std::vector<float> want = StoreThenDecodeEachLayer(&whole, whole_shape, rows);
+
+  std::vector<std::vector<float>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    const AttentionWireShape share{HeadsNode::kLayers, HeadsNode::kQ / 2, HeadsNode::kKv / 2, 2, 2 * r};
+    RemoteAttention rank(transport.get(), {{"m", shared_node.server->address()}}, share, absl::Seconds(5));
+    ranks.push_back(StoreThenDecodeEachLayer(&rank, share, ShareOf(rows, r, 2)));
+  }
+  const int64_t half = HeadsNode::kQ / 2;
+  for (int64_t layer = 0; layer < HeadsNode::kLayers; ++layer) {
+    for (int r = 0; r < 2; ++r) {
+      for (int64_t i = 0; i < half; ++i) {
+        ASSERT_EQ(ranks[r][layer * half + i], want[layer * HeadsNode::kQ + r * half + i])
+            << "layer " << layer << ", rank " << r << ", float " << i;
+      }
+    }
+  }
+  EXPECT_EQ(shared_node.executor->num_sequences(), 1) << "both ranks' rows went to one sequence";
+
+  const AttentionWireShape outside{HeadsNode::kLayers, HeadsNode::kQ / 2, HeadsNode::kKv / 2, 2, 3};
+  RemoteAttention stray(transport.get(), {{"m", shared_node.server->address()}}, outside, absl::Seconds(5));
+  ASSERT_TRUE(stray.Assign(6, "m").ok());
+  Reservation r[] = {{6, 2}};
+  const absl::Status refused = stray.Reserve(r);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("kv heads [3, 5)"), std::string::npos) << refused;
 }
 
 }  // namespace

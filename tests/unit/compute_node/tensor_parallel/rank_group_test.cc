@@ -39,6 +39,35 @@ TEST(RankGroupTest, SumsAndGathersAreTheSameBitsOnEveryRank) {
   });
 }
 
+// A rank whose step fails abandons it: the others' calls of that step end at once (Aborted,
+// well inside the 5 s timeout), whichever rank gave up, and the next step's sums are right: the
+// parts a failed step left on the connections answer nothing later.
+TEST(RankGroupTest, AnAbandonedStepEndsTheOthersCallsAtOnceAndTheNextStepIsRight) {
+  WithGroup(3, "rank-group-abandon", [](RankGroup& group) {
+    const int r = group.rank();
+    for (int quitter : {1, 0, 2}) {
+      const uint64_t failed_step = 10 + 2 * quitter;
+      group.BeginStep(failed_step);
+      std::vector<float> first = {1.f};
+      ASSERT_TRUE(group.AllReduceSum(absl::MakeSpan(first)).ok());  // the step's first call goes through
+      if (r == quitter) {
+        group.AbandonStep();  // fails before its second call
+      } else {
+        std::vector<float> second = {2.f};
+        const absl::Time start = absl::Now();
+        const absl::Status status = group.AllReduceSum(absl::MakeSpan(second));
+        EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << "rank " << r << ", quitter " << quitter << ": " << status;
+        EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+        group.AbandonStep();  // as a failed step's rank does
+      }
+      group.BeginStep(failed_step + 1);
+      std::vector<float> data = {1.f + r};
+      ASSERT_TRUE(group.AllReduceSum(absl::MakeSpan(data)).ok()) << "rank " << r << ", quitter " << quitter;
+      EXPECT_EQ(data[0], 6.f) << "rank " << r << ", quitter " << quitter;
+    }
+  });
+}
+
 TEST(RankGroupTest, ARankThatLeavesFailsTheOthersCallsInsteadOfHangingThem) {
   std::unique_ptr<Transport> transport = MakeInprocTransport();
   std::unique_ptr<RankGroup> leader;

@@ -99,6 +99,57 @@ TEST(ShardTest, RanksOfTwoAndFourComputeTheWholeModelsSlices) {
 
 // Whole engines per rank (prefill, then teacher-forced decode), each attending its heads in a KV
 // pool of its own: every rank's logits within float32's tolerance of the golden (float64) ones.
+// Each rank reads only its slices of the checkpoint (ModelWeights::Load with the rank's share):
+// bit for bit what cutting the whole model gives (ShardWeights), every tensor, with the rank's
+// config; a layer split's share and a rank's combine.
+TEST(ShardTest, ARankReadsExactlyItsSlicesOfTheCheckpoint) {
+  for (int size : {2, 4}) {
+    for (int rank = 0; rank < size; ++rank) {
+      SCOPED_TRACE(::testing::Message() << "rank " << rank << " of " << size);
+      auto cut = ModelWeights::Load(testing::ModelDir("lamina-demo-6m"));
+      ASSERT_TRUE(cut.ok()) << cut.status();
+      ShardWeights(rank, size, cut->get());
+      WeightShare share;
+      share.rank = rank;
+      share.ranks = size;
+      auto read = ModelWeights::Load(testing::ModelDir("lamina-demo-6m"), share);
+      ASSERT_TRUE(read.ok()) << read.status();
+      const ModelWeights& a = **cut;
+      const ModelWeights& b = **read;
+      EXPECT_EQ(b.config.num_q_heads, a.config.num_q_heads);
+      EXPECT_EQ(b.config.num_kv_heads, a.config.num_kv_heads);
+      EXPECT_EQ(b.config.intermediate_size, a.config.intermediate_size);
+      auto same = [](const Tensor& x, const Tensor& y, const std::string& what) {
+        ASSERT_EQ(x.shape(), y.shape()) << what;
+        ASSERT_TRUE(std::equal(x.data(), x.data() + x.size(), y.data())) << what;
+      };
+      same(a.embed, b.embed, "embed");
+      same(a.final_norm, b.final_norm, "final_norm");
+      same(a.lm_head, b.lm_head, "lm_head");
+      ASSERT_EQ(a.layers.size(), b.layers.size());
+      for (size_t l = 0; l < a.layers.size(); ++l) {
+        const std::string layer = absl::StrCat("layer ", l, " ");
+        same(a.layers[l].input_norm, b.layers[l].input_norm, layer + "input_norm");
+        same(a.layers[l].qkv, b.layers[l].qkv, layer + "qkv");
+        same(a.layers[l].qkv_bias, b.layers[l].qkv_bias, layer + "qkv_bias");
+        same(a.layers[l].o_proj, b.layers[l].o_proj, layer + "o_proj");
+        same(a.layers[l].post_norm, b.layers[l].post_norm, layer + "post_norm");
+        same(a.layers[l].gate_up, b.layers[l].gate_up, layer + "gate_up");
+        same(a.layers[l].down, b.layers[l].down, layer + "down");
+      }
+    }
+  }
+  WeightShare split_rank;
+  split_rank.first_layer = 2;
+  split_rank.end_layer = 4;
+  split_rank.rank = 1;
+  split_rank.ranks = 2;
+  auto both = ModelWeights::Load(testing::ModelDir("lamina-demo-6m"), split_rank);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ((*both)->layers[1].o_proj.size(), 0) << "outside the split";
+  EXPECT_EQ((*both)->layers[2].o_proj.dim(1), (*both)->config.q_size()) << "the rank's columns";
+}
+
 TEST(ShardTest, RankEnginesGiveTheGoldenLogits) {
   struct Case {
     std::string model;

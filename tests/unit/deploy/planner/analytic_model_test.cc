@@ -208,29 +208,40 @@ TEST(PlannerTest, AModelLargerThanOneDeviceIsPlannedAsAGroupOfThem) {
   const double all_reduce = 2.0 * (2 - 1) / 2 * 64 * 8192 * 2 / (50e9 * eff.link) + eff.layer_latency_us * 1e-6;
   EXPECT_NEAR(tp.compute_s, weights + 80 * 2 * all_reduce, 1e-12);
   EXPECT_TRUE(PredictBest(m, 2048, group, eff, 4096, 0).infeasible.empty());
+  // Its KV on two memory devices instead: the same compute, the attention and link the memory
+  // devices'; one batch, so not pipelined.
   Design offloaded_group = group;
   offloaded_group.memory = &h20;
   offloaded_group.memory_devices = 2;
+  EXPECT_EQ(offloaded_group.Name(), "2 x h100 (tensor parallel) + 2 x h20");
+  const Prediction tp_offloaded = PredictStep(m, 2048, offloaded_group, eff, 64);
+  EXPECT_NEAR(tp_offloaded.compute_s, tp.compute_s, 1e-12);
+  EXPECT_NEAR(tp_offloaded.step_s, tp_offloaded.compute_s + tp_offloaded.attention_s + tp_offloaded.link_s, 1e-12);
+  EXPECT_DOUBLE_EQ(tp_offloaded.hourly_usd, 2 * 3.0 + 2 * 1.3);
+  EXPECT_TRUE(PredictBest(m, 2048, offloaded_group, eff, 4096, 0).infeasible.empty());
+  offloaded_group.pipelined = true;
   EXPECT_EQ(PredictBest(m, 2048, offloaded_group, eff, 4096, 0).infeasible,
-            "memory nodes do not yet serve a tensor-parallel group");
+            "a tensor-parallel group runs one batch (no pipelining over memory nodes)");
 
-  // `lamina plan` ranks such designs rather than finding none: tensor-parallel colocated, layer
-  // splits offloaded.
+  // `lamina plan` ranks such designs rather than finding none: tensor-parallel groups colocated and
+  // offloaded, layer splits offloaded.
   PriceTable table;
   table.devices["h100"] = h100;
   table.devices["h20"] = h20;
   const std::vector<Prediction> ranked = Plan(m, 2048, table, PlanOptions{});
   ASSERT_FALSE(ranked.empty());
   EXPECT_TRUE(ranked[0].infeasible.empty()) << ranked[0].infeasible;
-  bool tensor_parallel = false, layer_split = false;
+  bool tensor_parallel = false, tensor_parallel_offloaded = false, layer_split = false;
   for (const Prediction& p : ranked) {
     if (!p.infeasible.empty()) continue;
     EXPECT_GT(p.design.compute_devices, 1) << p.design.Name();
     EXPECT_GT(p.tokens_per_s, 0);
     tensor_parallel |= p.design.tensor_parallel && p.design.memory == nullptr;
+    tensor_parallel_offloaded |= p.design.tensor_parallel && p.design.memory != nullptr && !p.design.pipelined;
     layer_split |= !p.design.tensor_parallel && p.design.memory != nullptr;
   }
   EXPECT_TRUE(tensor_parallel);
+  EXPECT_TRUE(tensor_parallel_offloaded);
   EXPECT_TRUE(layer_split);
 }
 

@@ -194,5 +194,58 @@ TEST(AttentionExecutorTest, AFloat8PoolAttendsOverEachHeadsScaledCodes) {
   EXPECT_GT(MaxDifference(float8, StoreThenDecode(DType::kF32, qkv)), 1e-3);
 }
 
+// Rank r of `ranks`' rows: its query heads, then its kv heads of k and of v (KvHeadWindow).
+std::vector<float> RankRows(const std::vector<float>& rows, int r, int ranks) {
+  const int64_t q = kQ / ranks, kv = kKv / ranks;
+  std::vector<float> out;
+  for (int64_t t = 0; t <= kPrompt; ++t) {
+    const float* row = &rows[t * kStride];
+    out.insert(out.end(), row + r * q, row + (r + 1) * q);
+    out.insert(out.end(), row + kQ + r * kv, row + kQ + (r + 1) * kv);
+    out.insert(out.end(), row + kQ + kKv + r * kv, row + kQ + kKv + (r + 1) * kv);
+  }
+  return out;
+}
+
+// Tensor-parallel ranks each store and attend their own kv heads of the same sequence in one
+// pool (head-level partitioning): their outputs, side by side, are the whole heads' output, bit
+// for bit, in float32 and bfloat16 pools. Windows outside the heads, and those of a float8 pool,
+// are refused before anything is written.
+TEST(AttentionExecutorTest, RanksAttendingTheirOwnHeadsGiveTheWholeHeadsOutput) {
+  const std::vector<float> qkv = RandomRows(7);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const std::vector<float> whole = StoreThenDecode(dtype, qkv);
+    auto e = AttentionExecutor::Create({2, 64, kShape, -1, dtype});
+    ASSERT_TRUE(e.ok()) << e.status();
+    Reservation r[] = {{3, kPrompt + 1}};
+    std::vector<float> joined;
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE((*e)->Reserve(r).ok()) << "every rank reserves the same positions";
+      const std::vector<float> rows = RankRows(qkv, rank, 2);
+      const int64_t q = kQ / 2, kv = kKv / 2, stride = q + 2 * kv;
+      const KvHeadWindow heads{rank, 1};
+      ASSERT_TRUE((*e)->StoreKvHeads(heads, 1, 3, 0, kPrompt, rows.data() + q, rows.data() + q + kv, stride).ok());
+      std::vector<float> out(q);
+      DecodeEntry entry{3, kPrompt};
+      ASSERT_TRUE((*e)->DecodeHeads(heads, 1, {&entry, 1}, rows.data() + kPrompt * stride, {stride, 0, q, q + kv},
+                                    out.data(), q).ok());
+      joined.insert(joined.end(), out.begin(), out.end());
+    }
+    EXPECT_EQ(joined, whole);
+    EXPECT_EQ((*e)->num_free_slots(), 64 - (kPrompt + 1)) << "the ranks share the sequence's slots";
+  }
+
+  auto e = AttentionExecutor::Create({2, 64, kShape, -1, DType::kF32});
+  ASSERT_TRUE(e.ok());
+  for (const KvHeadWindow& bad : {KvHeadWindow{1, 2}, KvHeadWindow{-1, 1}, KvHeadWindow{0, 0}}) {
+    EXPECT_EQ((*e)->CheckHeadWindow(bad).code(), absl::StatusCode::kInvalidArgument) << bad.first << "+" << bad.count;
+  }
+  auto float8 = AttentionExecutor::Create({2, 64, kShape, -1, DType::kF8E4M3});
+  ASSERT_TRUE(float8.ok());
+  EXPECT_EQ((*float8)->CheckHeadWindow({1, 1}).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE((*float8)->CheckHeadWindow({0, 2}).ok()) << "whole heads need no window";
+}
+
 }  // namespace
 }  // namespace lamina
