@@ -642,9 +642,12 @@ void Scheduler::Prepare() {
   batch_->in_flight = true;
 }
 
-absl::StatusOr<lamina::v1::StepResult> Scheduler::ReceiveResult() {
+absl::StatusOr<lamina::v1::StepResult> Scheduler::ReceiveResult(std::vector<std::string>* broken) {
   std::vector<absl::StatusOr<lamina::v1::StepResult>> results;
-  for (const std::unique_ptr<ComputeClient>& compute : batch_->computes) results.push_back(compute->Receive());
+  for (size_t i = 0; i < batch_->computes.size(); ++i) {
+    results.push_back(batch_->computes[i]->Receive());
+    if (!results.back().ok()) broken->push_back(batch_->compute_nodes[i]);
+  }
   // The tokens: from the node that ran the last slice, or a tensor-parallel group's rank 0.
   int last = batch_->computes.size() > 1 ? 0 : -1;
   if (batch_->rotation_replicas > 0) last = topology_.RouteOf(batch_->index, 0).OwnerOf(config_.num_layers);
@@ -652,7 +655,8 @@ absl::StatusOr<lamina::v1::StepResult> Scheduler::ReceiveResult() {
 }
 
 void Scheduler::Collect() {
-  absl::StatusOr<lamina::v1::StepResult> result = ReceiveResult();
+  std::vector<std::string> broken;
+  absl::StatusOr<lamina::v1::StepResult> result = ReceiveResult(&broken);
   batch_->in_flight = false;
   const bool timed_out = batch_->step_started_ms.exchange(0) == 0;
   const lamina::v1::StepPlan& plan = batch_->plan;
@@ -681,12 +685,13 @@ void Scheduler::Collect() {
     return;
   }
   if (!result.ok()) {
-    if (!timed_out && batch_->computes.size() == 1) {
-      // The node's stream broke: its process is gone or unreachable. It is declared dead now, not
-      // at its heartbeat timeout, so that no request is admitted to this batch meanwhile (and,
-      // with no other compute node, the queued ones fail at once). A node that is in fact alive
-      // registers again on its next heartbeat.
-      membership_->MarkDead(batch_->compute_nodes[0], std::string(result.status().message()));
+    if (!timed_out && !broken.empty()) {
+      // The nodes' streams broke: their processes are gone or unreachable (a tensor-parallel
+      // group's other ranks answer, failing the step). They are declared dead now, not at their
+      // heartbeat timeout, so that no request is admitted to this batch meanwhile (and, with no
+      // other batch, the queued ones fail at once). A node that is in fact alive registers again
+      // on its next heartbeat.
+      for (const std::string& node : broken) membership_->MarkDead(node, std::string(result.status().message()));
       if (!DeadComputeNodeError().ok()) return;  // Prepare moves or fails its requests
     }
     FailAll(result.status());

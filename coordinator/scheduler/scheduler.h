@@ -194,7 +194,8 @@ class Scheduler {
   void Collect();
   // The current batch's step result, from its one compute node or merged from its replicas'
   // (MergeReplicaResults).
-  absl::StatusOr<lamina::v1::StepResult> ReceiveResult();
+  // `broken`: the compute nodes whose stream broke (not answered: gone or unreachable).
+  absl::StatusOr<lamina::v1::StepResult> ReceiveResult(std::vector<std::string>* broken);
   void Watchdog();
   void EndDeadAndCancelled();
   // Moves `sequences` (their nodes failed: a KV pool, or the compute node running their batch)

@@ -4,6 +4,8 @@
 // heads in their share of the group's pool or on memory nodes, each rank sending only its heads'
 // q/k/v. The outputs are single-process mode's; a dead rank fails its group's requests promptly,
 // naming it, and a dead memory node only its own sequences.
+#include <signal.h>
+
 #include <string>
 #include <vector>
 
@@ -90,6 +92,32 @@ TEST(TensorParallelTest, AKilledRankFailsItsGroupsRequestsPromptlyNamingIt) {
   ASSERT_TRUE(local.ok()) << local.status();
   ExpectKillingFailsEveryRequest(**cluster, (*local)->tokenizer().EncodePrompt("The memory devices"), 4,
                                  "compute-0-rank1", "compute-0");
+}
+
+// Two groups under `fixed` pipelining, a batch each: a killed rank of one takes its group down,
+// and the requests it was running are recomputed on the other group, with single-process outputs.
+TEST(TensorParallelTest, AKilledRanksRequestsAreRecomputedOnTheOtherGroup) {
+  ClusterOptions options;
+  options.memory_nodes = 0;
+  options.compute_kv_capacity_tokens = 8192;
+  options.compute_nodes = 2;
+  options.tensor_parallel = 2;
+  options.pipelining = "fixed";
+  auto cluster = ClusterHarness::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto local = LocalCluster::Load(ModelDir("lamina-demo-6m"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::vector<int32_t> prompt = (*local)->tokenizer().EncodePrompt("The memory devices");
+  const std::vector<int32_t> expected = SingleProcessIds(**local, prompt, 300);
+  RequestsInFlight requests((*cluster)->client(), std::vector(8, IdsRequest(prompt, 300)));
+  ASSERT_TRUE(requests.AwaitTokens(10, absl::Seconds(30))) << "the requests never got going";
+  auto pid = (*cluster)->NodePid("compute-0-rank1");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(*pid), SIGKILL), 0);
+  for (const Outcome& outcome : requests.Join()) {
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+    EXPECT_EQ(outcome.ids, expected);
+  }
 }
 
 TEST(TensorParallelTest, AKilledMemoryNodeEndsOnlyItsSequencesOfTheGroup) {
