@@ -42,37 +42,53 @@ struct Float8KvLayer {
   float* v_scales = nullptr;
 };
 
-// How a decode call splits its work; from PlanDecode().
-struct DecodePlan {
-  int splits = 1;                // context chunks per (sequence, kv head), at most 1024
-  int64_t workspace_floats = 0;  // scratch the call needs (0 when splits == 1)
-  // One warp per (sequence, kv head), four to a block, rather than a block each; only with one
-  // split. Short contexts gain: a block's fixed costs outweigh attention over a few tokens.
-  bool warp_per_head = false;
+// How a decode launch lays out its work: what a block (or warp) of it attends to, and where.
+enum class DecodeStrategy {
+  // A block per (split, sequence, kv head) on the CUDA cores, loading the cache into registers.
+  kBlockPerHead,
+  // One warp per (sequence, kv head), four to a block, one split. Short contexts gain: a block's
+  // fixed costs outweigh attention over a few tokens.
+  kWarpPerHead,
   // A block per (split, sequence, kv head) on the tensor cores, streaming the cache through shared
-  // memory in tiles of 64 tokens (splits then cut contexts in whole tiles); else on the CUDA cores,
-  // loading it into registers. Not with warp_per_head.
-  bool tiled = false;
-  // Tiled, with four tiles in shared memory (three in flight) and a block alone on its SM, rather
-  // than two tiles and two blocks an SM: for launches of at most one block an SM.
-  bool deep_tiles = false;
+  // memory in tiles of 64 tokens (splits then cut contexts in whole tiles), two tiles a block and
+  // two blocks an SM.
+  kTiled,
+  // Tiled with four tiles in shared memory (three in flight) and a block alone on its SM: for
+  // launches of at most one block an SM.
+  kDeepTiled,
   // A block per (sequence, kv head) on the CUDA cores whose four warps share out its query heads
   // (a warp each, or two each at 8 a kv head; 5 to 7 are refused), one split: each warp attends to
   // its own heads, so that the path from a linked launch's inputs to its outputs is a quarter of a
   // warp per head's. For the short contexts of a launch that polls its own packets
-  // (PlanPolledDecode). Not with warp_per_head or tiled.
-  bool warp_per_query_head = false;
-  // With warp_per_query_head, the pairs a block serves: 1, 2 or 4 (kMostPairsPerBlock), each with
-  // four warps and barriers of its own, so that a launch of many pairs takes fewer, larger blocks.
-  // For a spin budget that counts each polling block as an SM (kv/attention/
-  // spin_budget.h): a launch that would not fit it as a block a pair may fit as fewer blocks.
-  int pairs_per_block = 1;
+  // (PlanPolledDecode).
+  kWarpPerQueryHead,
 };
 
-// The most (sequence, kv head) pairs a block of a warp_per_query_head plan serves.
+// "block per head", "warp per head", "tiled", "deep tiles" or "warp per query head", for logs.
+const char* DecodeStrategyName(DecodeStrategy strategy);
+
+// How a decode call splits its work; from PlanDecode().
+struct DecodePlan {
+  DecodeStrategy strategy = DecodeStrategy::kBlockPerHead;
+  int splits = 1;                // context chunks per (sequence, kv head), at most 1024; 1 for warps
+  int64_t workspace_floats = 0;  // scratch the call needs (0 when splits == 1)
+  // kWarpPerQueryHead: the pairs a block serves, 1, 2 or 4 (kMostPairsPerBlock), each with four
+  // warps and barriers of its own, so that a launch of many pairs takes fewer, larger blocks. For
+  // a spin budget that counts each polling block as an SM (kv/attention/spin_budget.h): a launch
+  // that would not fit it as a block a pair may fit as fewer blocks. 1 for other strategies.
+  int pairs_per_block = 1;
+
+  bool tiled() const { return strategy == DecodeStrategy::kTiled || strategy == DecodeStrategy::kDeepTiled; }
+  // A warp (or warps) per pair rather than a block per split and pair.
+  bool by_warps() const {
+    return strategy == DecodeStrategy::kWarpPerHead || strategy == DecodeStrategy::kWarpPerQueryHead;
+  }
+};
+
+// The most (sequence, kv head) pairs a block of a kWarpPerQueryHead plan serves.
 inline constexpr int kMostPairsPerBlock = 4;
 
-// Whether a warp_per_query_head plan serves `shape`: 1 to 4, or 8, query heads a kv head.
+// Whether a kWarpPerQueryHead plan serves `shape`: 1 to 4, or 8, query heads a kv head.
 bool QueryHeadWarpsServe(const AttentionShape& shape);
 
 // Plans a launch for `num_seqs` sequences whose longest attended context is `max_context`, on
@@ -108,7 +124,7 @@ DecodePlan Float8Plan(const DecodePlan& plan);
 int DecodeBlocksPerSm(const AttentionShape& shape);
 
 // How many blocks of a linked launch under `plan` that polls its own packets one SM of the current
-// GPU holds at once, for a warp_per_head or warp_per_query_head plan (128 threads a pair and the
+// GPU holds at once, for a kWarpPerHead or kWarpPerQueryHead plan (128 threads a pair and the
 // packets they stage a block: many share an SM, fewer the more pairs a block serves); asked of the
 // GPU once per device. 1 for other plans, for shapes DecodeAttention refuses, and without a GPU.
 int PolledBlocksPerSm(const AttentionShape& shape, const DecodePlan& plan);
@@ -171,7 +187,7 @@ struct DecodeLink {
   //    giving up as its wait would;
   //  - with `out_lines`, the outputs are written as lines tagged `line_tag`, mirroring `out` from
   //    its start, instead of into `out`. The done flag is raised all the same.
-  // Not with a warp_per_head or warp_per_query_head plan.
+  // Not with a kWarpPerHead or kWarpPerQueryHead plan.
   const Line* lines = nullptr;
   const float* lines_mirror = nullptr;
   Line* out_lines = nullptr;

@@ -10,12 +10,12 @@
 // Either way the query is pre-scaled by 1/sqrt(d)·log2(e), so the softmax runs on exp2; each part
 // of the block (warp or token group) keeps its own running max, sum and outputs; the block merges
 // its parts through shared memory, and a second kernel merges the splits of a sequence.
-// When contexts are short and the batch large (the plan's warp_per_head), a block of 128 threads
+// When contexts are short and the batch large (the plan's kWarpPerHead), a block of 128 threads
 // serves four (sequence, kv head) pairs instead, one per warp: at one token a block's fixed costs
 // (barriers, the shared-memory merge, the done flag's arrival) outweigh its attention, and one
 // (sequence, kv head) per block leaves most of the GPU waiting on them. The warp's token groups
 // merge through shuffles. A linked launch that polls its own packets at short contexts
-// (warp_per_query_head, PlanPolledDecode) takes 128 threads per (sequence, kv head) whose warps
+// (kWarpPerQueryHead, PlanPolledDecode) takes 128 threads per (sequence, kv head) whose warps
 // share out its query heads instead: they poll the pair's packets once and each warp attends to
 // its own heads, so the launch's path from a pair's last packet to its outputs is a quarter as
 // long. A block serves one such pair, or 2 or 4 (DecodePlan::pairs_per_block), each meeting at
@@ -81,7 +81,7 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr int kEarlyTurns = 2;
 
 // The query heads a warp of a warp-per-head launch attends to: all kG of its pair's, or, by query
-// head (warp_per_query_head), its share of them, dealt out evenly: one a warp up to kWarpsPerBlock
+// head (kWarpPerQueryHead), its share of them, dealt out evenly: one a warp up to kWarpsPerBlock
 // heads (the warps past the last idle), else kG / kWarpsPerBlock (kQueryHeadsSplit).
 constexpr bool QueryHeadsSplit(int64_t group) { return group <= kWarpsPerBlock || group % kWarpsPerBlock == 0; }
 template <int kG>
@@ -95,11 +95,11 @@ constexpr int kWarpHeads = !kByQueryHead ? kG : kG <= kWarpsPerBlock ? 1 : kG / 
 template <int kDim, int kG, bool kByQueryHead>
 constexpr int kWarpPacketBlockFloats = (kByQueryHead ? 1 : kWarpsPerBlock) * (kG + 2) * kDim;
 
-// warp_per_head: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps
+// kWarpPerHead: one warp per (sequence, kv head), kWarpsPerBlock of them a block, no splits. Warps
 // past the last pair only join the block's barriers. Linked, with packets (DecodeLink::packets),
 // each warp polls its own inputs and, with out_packets, sends its own outputs: a warp attends as
 // soon as its rows are in while the rest travel.
-// kByQueryHead (warp_per_query_head): kThreads threads per (sequence, kv head), each warp attending
+// kByQueryHead (kWarpPerQueryHead): kThreads threads per (sequence, kv head), each warp attending
 // to its share of the query heads (kWarpHeads); a block of kPairs such pairs
 // (DecodePlan::pairs_per_block), each, where there are several, meeting at a named barrier of its
 // own (PairBarrier: constant ids, so that the kernel reserves no more barriers than it uses, which
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads * kPairs)
   if (kLinked) ArriveAndFinish(link, gridDim.x);
 }
 
-// The dynamic shared memory of a block of a linked warp_per_head or warp_per_query_head launch
+// The dynamic shared memory of a block of a linked kWarpPerHead or kWarpPerQueryHead launch
 // (kByQueryHead) serving kPairs pairs (by query head), with packets when `packets`.
 template <int kDim, int kG, bool kByQueryHead, int kPairs>
 size_t WarpBlockBytes(bool packets) {
@@ -321,7 +321,7 @@ bool EarlyTurnsFit(unsigned blocks) {
   return int64_t{blocks} <= it->second;
 }
 
-// A warp_per_head launch (kByQueryHead: warp_per_query_head, kPairs pairs a block) of `blocks`
+// A kWarpPerHead launch (kByQueryHead: kWarpPerQueryHead, kPairs pairs a block) of `blocks`
 // blocks, linked when `link` is set.
 template <int kDim, int kG, bool kByQueryHead, int kPairs = 1>
 absl::Status LaunchWarps(unsigned blocks, const float* q, int64_t q_stride, const Bf16KvLayer& cache,
@@ -369,7 +369,7 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
                           const Bf16KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
                           int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
                           cudaStream_t stream) {
-  if (!plan.warp_per_head && !plan.warp_per_query_head) {
+  if (!plan.by_warps()) {
     return LaunchBlockDecode<kDim, kG>(shape, plan, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, num_seqs,
                                        workspace, link, stream);
   }
@@ -378,7 +378,7 @@ absl::Status LaunchDecode(const AttentionShape& shape, const DecodePlan& plan, c
   const int window = static_cast<int>(shape.sliding_window);
   const unsigned blocks = static_cast<unsigned>(DecodeBlocks(shape, plan, num_seqs));
   const int seqs = static_cast<int>(num_seqs);
-  if (plan.warp_per_head) {
+  if (plan.strategy == DecodeStrategy::kWarpPerHead) {
     return LaunchWarps<kDim, kG, false>(blocks, q, q_stride, cache, slot_ids, slot_begin, out, out_stride, kv_heads,
                                         seqs, window, q_scale, link, stream);
   }
@@ -400,7 +400,8 @@ absl::Status Dispatch(const AttentionShape& shape, const DecodePlan& plan, const
                       int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
                       cudaStream_t stream) {
   const int width = plan.pairs_per_block;
-  if (width != 1 && !(plan.warp_per_query_head && (width == 2 || width == kMostPairsPerBlock))) {
+  if (width != 1 &&
+      !(plan.strategy == DecodeStrategy::kWarpPerQueryHead && (width == 2 || width == kMostPairsPerBlock))) {
     return absl::InvalidArgumentError(absl::StrCat("decode attention: a plan of ", width,
                                                    " pairs a block (1, or 2 or 4 with a warp per query head)"));
   }
@@ -502,21 +503,32 @@ int DecodeBlocksPerSm(const AttentionShape& shape) {
   }
 }
 
+const char* DecodeStrategyName(DecodeStrategy strategy) {
+  switch (strategy) {
+    case DecodeStrategy::kBlockPerHead: return "block per head";
+    case DecodeStrategy::kWarpPerHead: return "warp per head";
+    case DecodeStrategy::kTiled: return "tiled";
+    case DecodeStrategy::kDeepTiled: return "deep tiles";
+    case DecodeStrategy::kWarpPerQueryHead: return "warp per query head";
+  }
+  return "?";
+}
+
 DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max_context, int num_sms,
                       int blocks_per_sm, bool deep_tiles_fit) {
   // Tiled, but for short contexts at large batches (below): in Llama-3-8B decode steps the tiled
   // kernel beats the CUDA-core one from batch 1 (8 pairs) on, once deep tiles no longer ask for
   // an SM's whole shared memory (tests/bench/RESULTS.md, decode attention kernels).
   DecodePlan plan;
-  plan.tiled = true;
   const int64_t pairs = std::max<int64_t>(1, num_seqs * shape.num_kv_heads);
   const int64_t context = std::max<int64_t>(1, max_context);
   // At most a pair an SM: the deep pipeline, a block an SM.
-  plan.deep_tiles = deep_tiles_fit && pairs <= num_sms;
+  const bool deep = deep_tiles_fit && pairs <= num_sms;
+  plan.strategy = deep ? DecodeStrategy::kDeepTiled : DecodeStrategy::kTiled;
   // A launch takes as many turns of tiles as its longest block, once per wave of blocks, plus a
   // block's fixed costs (about a tile), plus the merge of the splits (about another). At most a
   // tile a split; past two waves of blocks more splits only add waves.
-  const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(num_sms) * (plan.deep_tiles ? 1 : blocks_per_sm));
+  const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(num_sms) * (deep ? 1 : blocks_per_sm));
   const int64_t most =
       std::min<int64_t>({(context + kTileTokens - 1) / kTileTokens, kMaxMergedSplits, 2 * resident / pairs + 1});
   int64_t best_cost = INT64_MAX;
@@ -536,8 +548,8 @@ DecodePlan PlanDecode(const AttentionShape& shape, int64_t num_seqs, int64_t max
   // taken, a block each on the CUDA cores beats the tiles (the thresholds' measurements:
   // `lamina-bench-kernels --only short`, and this file's history).
   if (plan.splits == 1 && max_context <= kShortMaxContext && pairs >= kShortPairsPerSm * num_sms) {
-    plan.tiled = plan.deep_tiles = false;
-    plan.warp_per_head = pairs >= kWarpPairsPerSm * num_sms || max_context * num_sms <= kWarpTokensPerPairPerSm * pairs;
+    const bool warps = pairs >= kWarpPairsPerSm * num_sms || max_context * num_sms <= kWarpTokensPerPairPerSm * pairs;
+    plan.strategy = warps ? DecodeStrategy::kWarpPerHead : DecodeStrategy::kBlockPerHead;
   }
   return plan;
 }
@@ -554,17 +566,17 @@ DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan,
   const int64_t pairs = num_seqs * shape.num_kv_heads;
   const int64_t context = std::max<int64_t>(1, max_context);
   DecodePlan polled = plan;
-  if (!plan.warp_per_head && plan.splits == 1 && context <= kShortMaxContext && 2 * pairs > num_sms &&
-      context * num_sms <= kPolledWarpTokensPerPairPerSm * pairs) {
+  if (plan.strategy != DecodeStrategy::kWarpPerHead && plan.splits == 1 && context <= kShortMaxContext &&
+      2 * pairs > num_sms && context * num_sms <= kPolledWarpTokensPerPairPerSm * pairs) {
     polled = DecodePlan{};
-    polled.warp_per_head = true;
+    polled.strategy = DecodeStrategy::kWarpPerHead;
   }
   // A warp per query head runs a quarter of a warp per head's instructions between its polls and
   // its sends: the shortest round trip at short contexts, up to a few warps' worth of pairs an SM.
   if (QueryHeadWarpsServe(shape) && polled.splits == 1 && pairs <= int64_t{kQueryHeadWarpPairsPerSm} * num_sms &&
-      (context <= kQueryHeadWarpMaxContext || polled.warp_per_head)) {
+      (context <= kQueryHeadWarpMaxContext || polled.strategy == DecodeStrategy::kWarpPerHead)) {
     DecodePlan query_heads;
-    query_heads.warp_per_query_head = true;
+    query_heads.strategy = DecodeStrategy::kWarpPerQueryHead;
     return query_heads;
   }
   return polled;
@@ -572,29 +584,32 @@ DecodePlan PlanPolledDecode(const AttentionShape& shape, const DecodePlan& plan,
 
 DecodePlan Float8Plan(const DecodePlan& plan) {
   DecodePlan tiled = plan;
-  if (!plan.tiled) {
-    tiled.tiled = true;
-    tiled.warp_per_head = false;
-    tiled.warp_per_query_head = false;
+  if (!plan.tiled()) {
+    tiled.strategy = DecodeStrategy::kTiled;
     tiled.pairs_per_block = 1;
-    tiled.deep_tiles = false;
   }
   return tiled;
 }
 
 int64_t DecodeBlocks(const AttentionShape& shape, const DecodePlan& plan, int64_t num_seqs) {
   const int64_t pairs = num_seqs * shape.num_kv_heads;
-  if (plan.warp_per_query_head) return (pairs + plan.pairs_per_block - 1) / plan.pairs_per_block;
-  return plan.warp_per_head ? (pairs + kWarpsPerBlock - 1) / kWarpsPerBlock : pairs * plan.splits;
+  switch (plan.strategy) {
+    case DecodeStrategy::kWarpPerQueryHead:
+      return (pairs + plan.pairs_per_block - 1) / plan.pairs_per_block;
+    case DecodeStrategy::kWarpPerHead:
+      return (pairs + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    default:
+      return pairs * plan.splits;
+  }
 }
 
 int PolledBlocksPerSm(const AttentionShape& shape, const DecodePlan& plan) {
-  if (!plan.warp_per_head && !plan.warp_per_query_head) return 1;
+  if (!plan.by_warps()) return 1;
   int blocks = 1;
   // DispatchShape refuses the shapes DecodeAttention does: they keep 1.
   DispatchShape(shape, [&](auto dim, auto group) {
     constexpr int kDim = decltype(dim)::value, kG = decltype(group)::value;
-    if (plan.warp_per_head) {
+    if (plan.strategy == DecodeStrategy::kWarpPerHead) {
       blocks = PolledWarpBlocksPerSm<kDim, kG, false>();
     } else if constexpr (kQueryHeadsSplit<kG>) {
       blocks = WithPairsPerBlock(plan.pairs_per_block, [](auto pairs) {
@@ -639,7 +654,7 @@ absl::Status CheckDecodeLink(const DecodePlan& plan, int64_t num_seqs, const flo
     return absl::InvalidArgumentError(
         "linked decode attention: k, v, write_slots, error and counters are required, and busy_start with busy_ns");
   }
-  if ((link.lines != nullptr || link.out_lines != nullptr) && (plan.warp_per_head || plan.warp_per_query_head)) {
+  if ((link.lines != nullptr || link.out_lines != nullptr) && plan.by_warps()) {
     return absl::InvalidArgumentError("linked decode attention: lines with a warp-per-head or per-query-head plan");
   }
   if (link.lines != nullptr && (link.lines_mirror == nullptr || link.ready != nullptr || q_stride % 2 != 0 ||

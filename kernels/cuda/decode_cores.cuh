@@ -1,4 +1,4 @@
-// Decode attention on the CUDA cores (a plan without `tiled`, and warp_per_head): a token group
+// Decode attention on the CUDA cores (kBlockPerHead and kWarpPerHead plans): a token group
 // of kDim / 8 lanes shares each token, every lane holding 8 dims of k, v and the kv head's query
 // heads in registers, and takes kCoreUnroll tokens a turn with all their loads issued before the
 // first use. Include only from decode_attention.cu.

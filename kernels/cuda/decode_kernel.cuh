@@ -407,7 +407,7 @@ absl::Status LaunchDecodeBlocks(dim3 grid, const DecodeLink* link, const float* 
   return absl::OkStatus();
 }
 
-// A launch of DecodeKernel blocks under `plan` (not warp_per_head; tiled over a float8 cache),
+// A launch of DecodeKernel blocks under `plan` (kBlockPerHead, kTiled or kDeepTiled; tiled over a float8 cache),
 // and of the merge of its splits unless linked (the linked launch merges them itself).
 template <int kDim, int kG, typename Kv>
 absl::Status LaunchBlockDecode(const AttentionShape& shape, const DecodePlan& plan, const float* q, int64_t q_stride,
@@ -428,9 +428,9 @@ absl::Status LaunchBlockDecode(const AttentionShape& shape, const DecodePlan& pl
                                                                  out, out_stride, kv_heads, window, q_scale,
                                                                  partial_out, partial_lse, stream);
   };
-  if (plan.deep_tiles) {
+  if (plan.strategy == DecodeStrategy::kDeepTiled) {
     LAMINA_RETURN_IF_ERROR(launch(std::integral_constant<int, kDeepTileStages>()));
-  } else if (plan.tiled || kIsFloat8<Kv>) {
+  } else if (plan.tiled() || kIsFloat8<Kv>) {
     LAMINA_RETURN_IF_ERROR(launch(std::integral_constant<int, kShallowTileStages>()));
   } else if constexpr (!kIsFloat8<Kv>) {
     LAMINA_RETURN_IF_ERROR(launch(std::integral_constant<int, 0>()));

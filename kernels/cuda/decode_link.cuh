@@ -37,7 +37,7 @@ __device__ __forceinline__ bool NamedSyncOr(bool mine) {
 // A barrier of kThreads threads (a block of kTileThreads, or a warp: every lane of it calls) that
 // makes their shared-memory writes visible to each other; true when `mine` is true in any of them.
 // With kTileThreads, `barrier` 0 is the block's own; 1 to kMostPairsPerBlock a named barrier that
-// kTileThreads threads of a larger block meet at: a warp_per_query_head block's pair
+// kTileThreads threads of a larger block meet at: a kWarpPerQueryHead block's pair
 // (PairBarrier).
 template <int kThreads>
 __device__ __forceinline__ bool SyncOr(bool mine, int barrier = 0) {
@@ -57,7 +57,7 @@ __device__ __forceinline__ bool SyncOr(bool mine, int barrier = 0) {
   }
 }
 
-// The named barrier of the `pair_in_block`th pair of a warp_per_query_head block of several (its
+// The named barrier of the `pair_in_block`th pair of a kWarpPerQueryHead block of several (its
 // kTileThreads threads), for SyncOr: 1 to kMostPairsPerBlock (0, the block's, is the whole block's).
 __device__ __forceinline__ int PairBarrier(int pair_in_block) { return 1 + pair_in_block; }
 

@@ -34,7 +34,7 @@ absl::Status DispatchFloat8(const AttentionShape& shape, const DecodePlan& plan,
                             const Float8KvLayer& cache, const int32_t* slot_ids, const int32_t* slot_begin, float* out,
                             int64_t out_stride, int64_t num_seqs, float* workspace, const DecodeLink* link,
                             cudaStream_t stream) {
-  if (!plan.tiled || plan.warp_per_head || plan.warp_per_query_head) {
+  if (!plan.tiled()) {
     return absl::InvalidArgumentError("decode attention over a float8 cache: the plan must be tiled (Float8Plan)");
   }
   if (plan.splits > kMaxMergedSplits) {

@@ -95,7 +95,7 @@ struct ReceiveOptions {
 // (taking the packets as they are), and once *limit.error is set later polls pass at once. A hop of
 // up to `options.most_polling_blocks` blocks' packets (ReceivePacketsBlocks) is polled by all its
 // blocks from the start; a larger one waits behind one warp polling its first packet, so that its
-// blocks hold SMs only while the rows travel (about 3 us more for a small hop); a chained kernel
+// blocks hold SMs only while the rows travel (at some latency for a small hop); a chained kernel
 // after such a hop (chaining.h) may then place its blocks at once, and waits for its end before
 // reading. Any other kernel queued after it starts once it has ended.
 // `options.starts_with_send` (a hop polled in two stages starts behind its wait regardless):

@@ -239,9 +239,8 @@ class CudaKvLane : public DeviceKvLane {
     // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
     // or query head (short contexts for its pairs) runs the tiled blocks the planner would pick
     // otherwise, in one split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
-    if ((hop.lines != nullptr || hop.out_lines != nullptr) && (plan.warp_per_head || plan.warp_per_query_head)) {
-      plan.warp_per_head = plan.warp_per_query_head = false;
-      plan.tiled = true;
+    if ((hop.lines != nullptr || hop.out_lines != nullptr) && plan.by_warps()) {
+      plan.strategy = kc::DecodeStrategy::kTiled;
     }
     float* out = hop.out;
     int64_t out_stride = hop.out_stride;
@@ -258,12 +257,12 @@ class CudaKvLane : public DeviceKvLane {
       plan = pool_->PolledPlan(plan, r.count, max_context_, share);
       // Where the compute end shares the GPU, its kernels need the SMs that larger blocks would
       // hold; else several lanes' budget, counting each block as an SM, may fit fewer of them.
-      if (plan.warp_per_query_head && !hop.sender_on_this_gpu) {
+      if (plan.strategy == kc::DecodeStrategy::kWarpPerQueryHead && !hop.sender_on_this_gpu) {
         plan.pairs_per_block = PairsPerBlock(chunk, plan, r.count);
       }
       const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
       const int64_t wave = share * int64_t{kc::DecodeBlocksPerSm(o.attention)};  // a wave of that share
-      if (plan.warp_per_head || plan.warp_per_query_head || blocks <= kMostPacketPollingWaves * wave ||
+      if (plan.by_warps() || blocks <= kMostPacketPollingWaves * wave ||
           max_context_ >= kLongPacketContext) {
         // Small blocks count by the SMs they fill, unless the sender needs this GPU's SMs too.
         const int64_t blocks_an_sm = hop.sender_on_this_gpu ? 1 : kc::PolledBlocksPerSm(o.attention, plan);

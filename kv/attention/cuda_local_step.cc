@@ -79,8 +79,7 @@ class CudaLocalStep : public LocalKvStep {
     // Everything a captured layer bakes in: the tables' and workspace's generation, the rows, the
     // plan and whether stores are fenced from the attention.
     uint64_t key = generation_;
-    for (const int64_t part : {rows_, int64_t{plan_.splits}, int64_t{plan_.warp_per_head}, int64_t{plan_.tiled},
-                               int64_t{plan_.deep_tiles}, int64_t{plan_.warp_per_query_head},
+    for (const int64_t part : {rows_, int64_t{plan_.splits}, static_cast<int64_t>(plan_.strategy),
                                int64_t{plan_.pairs_per_block}, int64_t{repeats_}}) {
       key = key * 1000003u + static_cast<uint64_t>(part);
     }

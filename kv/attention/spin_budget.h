@@ -114,7 +114,7 @@ inline constexpr int64_t kFewestPollingBlocks = 4;
 ChunkWait ChooseChunkWait(bool waits, bool lines, int64_t rows, int64_t launch_blocks, int64_t most_in_launch,
                           SpinBudget* budget, int64_t launch_blocks_an_sm = 1);
 
-// The (sequence, kv head) pairs a block of a polling warp_per_query_head launch of `pairs` pairs
+// The (sequence, kv head) pairs a block of a polling kWarpPerQueryHead launch of `pairs` pairs
 // serves (kernels/cuda/attention.h, DecodePlan::pairs_per_block): the fewest of 1, 2 and 4 with
 // which its blocks count (CountOf, `blocks_an_sm(width)` of them an SM) within `most_in_launch` and
 // the lane's `share` of the budget for the step (SpinBudget::BeginStep), else within what is left of

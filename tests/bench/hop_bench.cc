@@ -142,7 +142,8 @@ absl::StatusOr<Hop> Hop::Create(int64_t batch, int64_t context, int sms) {
   h.slots = batch * context;
   h.plan = kc::PlanDecode(h.shape, batch, context, sms);
   h.row_plan = h.plan;
-  h.plan.warp_per_head = false;  // lines go a block per (sequence, kv head), as memory nodes launch them
+  // Lines go a block per (sequence, kv head), as memory nodes launch them.
+  if (h.plan.strategy == kc::DecodeStrategy::kWarpPerHead) h.plan.strategy = kc::DecodeStrategy::kBlockPerHead;
   const int64_t slots = batch * context;
   LAMINA_ASSIGN_OR_RETURN(h.qkv, cuda::DeviceBuffer::CreateZeroed(batch * kQkv * sizeof(float)));
   LAMINA_ASSIGN_OR_RETURN(h.in_lines, cuda::DeviceBuffer::CreateZeroed(batch * kQkv / 2 * sizeof(kc::Line)));
@@ -368,10 +369,13 @@ absl::StatusOr<double> SteadyMicros(const Hop& hop, End memory, const Bench& b, 
 
 // A plan's name in the packets table.
 std::string PlanName(const kc::DecodePlan& plan) {
-  if (plan.warp_per_query_head) return "qheads";
-  if (plan.warp_per_head) return "warps";
-  return absl::StrCat(plan.tiled ? (plan.deep_tiles ? "deep" : "tiled") : "cores",
-                      plan.splits > 1 ? absl::StrCat("/", plan.splits) : "");
+  switch (plan.strategy) {
+    case kc::DecodeStrategy::kWarpPerQueryHead: return "qheads";
+    case kc::DecodeStrategy::kWarpPerHead: return "warps";
+    case kc::DecodeStrategy::kDeepTiled: return absl::StrCat("deep", plan.splits > 1 ? absl::StrCat("/", plan.splits) : "");
+    case kc::DecodeStrategy::kTiled: return absl::StrCat("tiled", plan.splits > 1 ? absl::StrCat("/", plan.splits) : "");
+    default: return absl::StrCat("cores", plan.splits > 1 ? absl::StrCat("/", plan.splits) : "");
+  }
 }
 
 // The third table: packets, each memory end's launch against the echo.
@@ -387,8 +391,8 @@ absl::Status PacketsTable(const std::vector<int32_t>& contexts, const std::vecto
     for (const int32_t batch : batches) {
       LAMINA_ASSIGN_OR_RETURN(Hop hop, Hop::Create(batch, context, sms));
       kc::DecodePlan warps, qheads;
-      warps.warp_per_head = true;
-      qheads.warp_per_query_head = true;
+      warps.strategy = kc::DecodeStrategy::kWarpPerHead;
+      qheads.strategy = kc::DecodeStrategy::kWarpPerQueryHead;
       const kc::DecodePlan planner = hop.row_plan;
       const kc::DecodePlan polled = kc::PlanPolledDecode(hop.shape, planner, batch, context, sms);
       auto time = [&](const kc::DecodePlan* plan) { return SteadyMicros(hop, PacketsEnd{plan}, bench); };

@@ -226,7 +226,7 @@ absl::Status BenchAttention(double read_rate, const std::string& sdpa_path, FILE
     const double graph_share = in.kv_bytes() / (graph_ms * 1e-3) / read_rate;
     auto it = sdpa.find({s.q_heads, s.kv_heads, s.batch, s.context});
     const SdpaTimes theirs = it == sdpa.end() ? SdpaTimes{} : it->second;
-    const char* kind = plan.deep_tiles ? "deep tiles" : plan.tiled ? "tiled" : "CUDA cores";
+    const char* kind = kc::DecodeStrategyName(plan.strategy);
     std::printf("%2d/%-4d %6d %8d %10.1f %12.2f %10.1f %12.2f %10s %10s %10.1f %12.2f   (%s, splits %d)\n", s.q_heads,
                 s.kv_heads, s.batch, s.context, ms * 1e3, share, graph_ms * 1e3, graph_share,
                 ratio(theirs.alone_us, ms).c_str(), ratio(theirs.graph_us, graph_ms).c_str(), linked_ms * 1e3,
@@ -278,7 +278,7 @@ absl::Status BenchFloat8(double read_rate, FILE* csv, cudaStream_t stream) {
 }
 
 // Large batches at short contexts, where each (sequence, kv head) has little to read: a warp each
-// (warp_per_head) and a block each on the CUDA cores against a tiled block each (the baseline),
+// (kWarpPerHead) and a block each on the CUDA cores against a tiled block each (the baseline),
 // all in one split. "picked" is what PlanDecode chooses.
 absl::Status BenchShortContexts(FILE* csv, cudaStream_t stream) {
   int sms = 0;
@@ -294,18 +294,18 @@ absl::Status BenchShortContexts(FILE* csv, cudaStream_t stream) {
       if (block_each.splits > 1) continue;  // split plans keep a block per split
       // The tiled block each that the planner would pick without the warp layout (these batches
       // have more pairs than SMs, so shallow tiles).
-      block_each.warp_per_head = false;
-      block_each.tiled = true;
-      block_each.deep_tiles = false;
+      block_each.strategy = kc::DecodeStrategy::kTiled;
       kc::DecodePlan warp_each = block_each;
-      warp_each.warp_per_head = true;
+      warp_each.strategy = kc::DecodeStrategy::kWarpPerHead;
       kc::DecodePlan cores_each = block_each;  // a block each on the CUDA cores
-      cores_each.tiled = false;
+      cores_each.strategy = kc::DecodeStrategy::kBlockPerHead;
       LAMINA_ASSIGN_OR_RETURN(double block_ms, in.TimeMs(block_each, stream));
       LAMINA_ASSIGN_OR_RETURN(double cores_ms, in.TimeMs(cores_each, stream));
       LAMINA_ASSIGN_OR_RETURN(double warp_ms, in.TimeMs(warp_each, stream));
       const kc::DecodePlan picked = kc::PlanDecode(in.shape, batch, context, sms);
-      const char* picked_name = picked.warp_per_head ? "warp" : picked.tiled ? "block" : "cores";
+      const char* picked_name = picked.strategy == kc::DecodeStrategy::kWarpPerHead ? "warp"
+                                : picked.tiled()                                      ? "block"
+                                                                                      : "cores";
       std::printf("%6d %8d %12.1f %11.1f %11.1f %12.2f %12.2f %8s\n", batch, context, block_ms * 1e3, cores_ms * 1e3,
                   warp_ms * 1e3, block_ms / warp_ms, block_ms / cores_ms, picked_name);
       if (csv) {

@@ -202,8 +202,9 @@ TEST_F(KernelChainingTest, AttentionStartingBeforeStoreKvEndsKeepsTheBits) {
       const char* kinds[] = {"CUDA cores", "shallow tiles", "deep tiles"};
       SCOPED_TRACE(std::string(kinds[kind]) + ", " + std::to_string(splits) + " splits");
       DecodePlan plan;
-      plan.tiled = kind > 0;
-      plan.deep_tiles = kind == 2;
+      const DecodeStrategy strategies[] = {DecodeStrategy::kBlockPerHead, DecodeStrategy::kTiled,
+                                           DecodeStrategy::kDeepTiled};
+      plan.strategy = strategies[kind];
       plan.splits = splits;
       std::mt19937 rng(43);
       ChainedStep step(&rng, &plan);

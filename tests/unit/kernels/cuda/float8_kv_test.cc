@@ -158,7 +158,7 @@ struct Case {
 
 std::string Name(const Case& c, const DecodePlan& plan) {
   return "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
-         std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) + (plan.deep_tiles ? " deep" : "");
+         std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) + " " + DecodeStrategyName(plan.strategy);
 }
 
 // Tiled plans of each kind: the planner's for a small and a large GPU, and for a batch of short
@@ -166,7 +166,7 @@ std::string Name(const Case& c, const DecodePlan& plan) {
 // deep; 3 splits and the most a launch takes, shallow and deep.
 std::vector<DecodePlan> Float8Plans(const AttentionShape& shape, int64_t seqs, int64_t longest) {
   DecodePlan tiled, three, most;
-  tiled.tiled = three.tiled = most.tiled = true;
+  tiled.strategy = three.strategy = most.strategy = DecodeStrategy::kTiled;
   three.splits = 3;
   most.splits = 1024;
   three.workspace_floats = seqs * shape.num_q_heads * three.splits * (shape.head_dim + 1);
@@ -178,7 +178,7 @@ std::vector<DecodePlan> Float8Plans(const AttentionShape& shape, int64_t seqs, i
                                    three,
                                    most};
   for (DecodePlan plan : {tiled, three, most}) {
-    plan.deep_tiles = true;
+    plan.strategy = DecodeStrategy::kDeepTiled;
     plans.push_back(plan);
   }
   return plans;
@@ -233,7 +233,7 @@ TEST_F(Float8KvTest, DecodeAttentionMatchesTheCpuOverTheSameCodesAndScales) {
     }
   }
   DecodePlan warp_each;
-  warp_each.warp_per_head = true;
+  warp_each.strategy = DecodeStrategy::kWarpPerHead;
   const absl::Status untiled = DecodeAttention({8, 4, 32, 0}, warp_each, nullptr, 0, Float8KvLayer{}, nullptr, nullptr,
                                                nullptr, 0, 1, nullptr, nullptr);
   EXPECT_EQ(untiled.code(), absl::StatusCode::kInvalidArgument);

@@ -30,6 +30,7 @@ namespace lamina::kernels {
 namespace {
 
 using ::lamina::cuda::DeviceBuffer;
+using ::lamina::kernels::cuda::DecodeStrategy;
 using ::lamina::testing::Download;
 using ::lamina::testing::Upload;
 using bf16 = __nv_bfloat16;
@@ -285,17 +286,16 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
     // with deep tiles too.
     cuda::DecodePlan block_each, tiled_each, deep_each, warp_each, query_head_warps, most_splits, most_tiled_splits,
         most_deep_splits;
-    tiled_each.tiled = true;
-    deep_each = tiled_each;
-    deep_each.deep_tiles = true;
-    warp_each.warp_per_head = true;
-    query_head_warps.warp_per_query_head = true;
+    tiled_each.strategy = DecodeStrategy::kTiled;
+    deep_each.strategy = DecodeStrategy::kDeepTiled;
+    warp_each.strategy = DecodeStrategy::kWarpPerHead;
+    query_head_warps.strategy = DecodeStrategy::kWarpPerQueryHead;
     most_splits.splits = 1024;
     most_splits.workspace_floats = seqs * c.q_heads * most_splits.splits * (c.head_dim + 1);
     most_tiled_splits = most_splits;
-    most_tiled_splits.tiled = true;
+    most_tiled_splits.strategy = DecodeStrategy::kTiled;
     most_deep_splits = most_tiled_splits;
-    most_deep_splits.deep_tiles = true;
+    most_deep_splits.strategy = DecodeStrategy::kDeepTiled;
     std::vector<cuda::DecodePlan> plans = {cuda::PlanDecode(shape, seqs, longest, 1),
                                            cuda::PlanDecode(shape, seqs, longest, 132),
                                            block_each,
@@ -320,12 +320,9 @@ TEST_F(CudaParityTest, DecodeAttentionOverScatteredSlots) {
                                           seqs, d_work.as<float>(), nullptr).ok());
         ExpectNear(Download<float>(d_out, want.size()), want, 2e-4f, 2e-3f,
                    "decode attention, heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
-                       std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
-                       (plan.warp_per_head ? " warp per head" : "") +
-                       (plan.warp_per_query_head ? " warp per query head" : "") +
+                       std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) + " " +
+                       cuda::DecodeStrategyName(plan.strategy) +
                        (plan.pairs_per_block > 1 ? ", pairs a block " + std::to_string(plan.pairs_per_block) : "") +
-                       (plan.tiled ? " tiled" : "") +
-                       (plan.deep_tiles ? " deep" : "") +
                        (d_queries == d_q.as<float>() ? "" : " queries not 16-byte aligned"));
       }
     }
@@ -337,7 +334,7 @@ TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
   // Batch 1024 at one token: one split, a warp per (sequence, kv head), four to a block.
   cuda::DecodePlan plan = cuda::PlanDecode(llama, 1024, 1, 132);
   EXPECT_EQ(plan.splits, 1);
-  EXPECT_TRUE(plan.warp_per_head);
+  EXPECT_EQ(plan.strategy, DecodeStrategy::kWarpPerHead);
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1024), 1024 * 8 / 4);
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 3), 6);  // 24 pairs, the last block full
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1), 2);
@@ -345,28 +342,28 @@ TEST(DecodePlanTest, AWarpPerHeadForShortContextsInOneSplit) {
   // them (at most 10 tokens for each pair per SM), and never below 2 pairs an SM.
   plan = cuda::PlanDecode(llama, 64, 1, 132);  // 512 pairs: up to 38 tokens
   EXPECT_EQ(plan.splits, 1);
-  EXPECT_TRUE(plan.warp_per_head);
-  EXPECT_TRUE(cuda::PlanDecode(llama, 64, 38, 132).warp_per_head);
-  EXPECT_FALSE(cuda::PlanDecode(llama, 64, 39, 132).warp_per_head);
-  EXPECT_TRUE(cuda::PlanDecode(llama, 128, 77, 132).warp_per_head);  // 1024 pairs: up to 77 tokens
-  EXPECT_FALSE(cuda::PlanDecode(llama, 128, 78, 132).warp_per_head);
-  EXPECT_FALSE(cuda::PlanDecode(llama, 32, 1, 132).warp_per_head);  // 256 pairs: under 2 an SM
+  EXPECT_EQ(plan.strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_EQ(cuda::PlanDecode(llama, 64, 38, 132).strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_NE(cuda::PlanDecode(llama, 64, 39, 132).strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_EQ(cuda::PlanDecode(llama, 128, 77, 132).strategy, DecodeStrategy::kWarpPerHead);  // 1024 pairs: up to 77 tokens
+  EXPECT_NE(cuda::PlanDecode(llama, 128, 78, 132).strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_NE(cuda::PlanDecode(llama, 32, 1, 132).strategy, DecodeStrategy::kWarpPerHead);  // 256 pairs: under 2 an SM
   // Past them, up to 256 tokens in one split, a block each on the CUDA cores; else tiles.
   plan = cuda::PlanDecode(llama, 64, 39, 132);
-  EXPECT_FALSE(plan.warp_per_head);
-  EXPECT_FALSE(plan.tiled);
+  EXPECT_NE(plan.strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_FALSE(plan.tiled());
   EXPECT_EQ(plan.splits, 1);
-  EXPECT_FALSE(cuda::PlanDecode(llama, 128, 256, 132).tiled);
-  EXPECT_TRUE(cuda::PlanDecode(llama, 128, 257, 132).tiled);
-  EXPECT_TRUE(cuda::PlanDecode(llama, 32, 128, 132).tiled);
+  EXPECT_FALSE(cuda::PlanDecode(llama, 128, 256, 132).tiled());
+  EXPECT_TRUE(cuda::PlanDecode(llama, 128, 257, 132).tiled());
+  EXPECT_TRUE(cuda::PlanDecode(llama, 32, 128, 132).tiled());
   // Past 256 tokens, a block each.
   plan = cuda::PlanDecode(llama, 1024, 257, 132);
-  EXPECT_FALSE(plan.warp_per_head);
+  EXPECT_NE(plan.strategy, DecodeStrategy::kWarpPerHead);
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1024), 1024 * 8);
   // Split contexts keep a block per split.
   plan = cuda::PlanDecode(llama, 1, 256, 132);
   EXPECT_EQ(plan.splits, 4);
-  EXPECT_FALSE(plan.warp_per_head);
+  EXPECT_NE(plan.strategy, DecodeStrategy::kWarpPerHead);
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 1), 8 * 4);
 }
 
@@ -379,7 +376,7 @@ TEST(DecodePlanTest, AWarpPerQueryHeadServesEvenlySharedHeads) {
   }
   EXPECT_FALSE(cuda::QueryHeadWarpsServe({12, 8, 128, 0}));  // not a multiple
   cuda::DecodePlan plan;
-  plan.warp_per_query_head = true;
+  plan.strategy = DecodeStrategy::kWarpPerQueryHead;
   const cpu::AttentionShape llama{32, 8, 128, 0};
   EXPECT_EQ(cuda::DecodeBlocks(llama, plan, 16), 16 * 8);  // a block a (sequence, kv head)
   plan.pairs_per_block = 2;
@@ -392,14 +389,13 @@ TEST(DecodePlanTest, AWarpPerQueryHeadServesEvenlySharedHeads) {
 TEST_F(CudaParityTest, PairsABlockAreOneOrAWarpPerQueryHeadsTwoOrFour) {
   const cpu::AttentionShape llama{32, 8, 128, 0};
   cuda::DecodePlan plan;
-  plan.warp_per_query_head = true;
+  plan.strategy = DecodeStrategy::kWarpPerQueryHead;
   plan.pairs_per_block = 3;
   absl::Status status = cuda::DecodeAttention(llama, plan, nullptr, 32 * 128, nullptr, nullptr, nullptr, nullptr,
                                               nullptr, 32 * 128, 1, nullptr, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("3 pairs a block"), std::string::npos) << status.message();
-  plan.warp_per_query_head = false;
-  plan.warp_per_head = true;
+  plan.strategy = DecodeStrategy::kWarpPerHead;
   plan.pairs_per_block = 2;
   status = cuda::DecodeAttention(llama, plan, nullptr, 32 * 128, nullptr, nullptr, nullptr, nullptr, nullptr,
                                  32 * 128, 1, nullptr, nullptr);
@@ -408,7 +404,7 @@ TEST_F(CudaParityTest, PairsABlockAreOneOrAWarpPerQueryHeadsTwoOrFour) {
 
 TEST_F(CudaParityTest, AWarpPerQueryHeadRefusesHeadsTheWarpsCannotShareEvenly) {
   cuda::DecodePlan plan;
-  plan.warp_per_query_head = true;
+  plan.strategy = DecodeStrategy::kWarpPerQueryHead;
   const cpu::AttentionShape shape{12, 2, 64, 0};  // 6 query heads a kv head
   const absl::Status status = cuda::DecodeAttention(shape, plan, nullptr, 12 * 64, nullptr, nullptr, nullptr, nullptr,
                                                     nullptr, 12 * 64, 1, nullptr, nullptr);
@@ -423,25 +419,25 @@ TEST(DecodePlanTest, PolledPacketsTakeAWarpPerHeadFromMorePairsThanHalfTheSms) {
     return cuda::PlanPolledDecode(uneven, cuda::PlanDecode(uneven, seqs, context, 132), seqs, context, 132);
   };
   // 16 rows at one token (128 pairs): PlanDecode's tiles, a warp each for packets.
-  EXPECT_FALSE(cuda::PlanDecode(uneven, 16, 1, 132).warp_per_head);
+  EXPECT_NE(cuda::PlanDecode(uneven, 16, 1, 132).strategy, DecodeStrategy::kWarpPerHead);
   cuda::DecodePlan plan = polled(16, 1);
-  EXPECT_TRUE(plan.warp_per_head);
-  EXPECT_FALSE(plan.warp_per_query_head);
-  EXPECT_FALSE(plan.tiled);
+  EXPECT_EQ(plan.strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_NE(plan.strategy, DecodeStrategy::kWarpPerQueryHead);
+  EXPECT_FALSE(plan.tiled());
   EXPECT_EQ(plan.splits, 1);
   EXPECT_EQ(plan.workspace_floats, 0);
-  EXPECT_TRUE(polled(9, 1).warp_per_head);    // 72 pairs: more than 66
-  EXPECT_FALSE(polled(8, 1).warp_per_head);   // 64 pairs: the tiles
+  EXPECT_EQ(polled(9, 1).strategy, DecodeStrategy::kWarpPerHead);    // 72 pairs: more than 66
+  EXPECT_NE(polled(8, 1).strategy, DecodeStrategy::kWarpPerHead);   // 64 pairs: the tiles
   // At most 4 tokens for each pair an SM.
-  EXPECT_TRUE(polled(32, 7).warp_per_head);  // 256 pairs: up to 7 tokens
-  EXPECT_FALSE(polled(32, 8).warp_per_head);
-  EXPECT_TRUE(polled(16, 3).warp_per_head);  // 128 pairs: up to 3
-  EXPECT_FALSE(polled(16, 4).warp_per_head);
+  EXPECT_EQ(polled(32, 7).strategy, DecodeStrategy::kWarpPerHead);  // 256 pairs: up to 7 tokens
+  EXPECT_NE(polled(32, 8).strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_EQ(polled(16, 3).strategy, DecodeStrategy::kWarpPerHead);  // 128 pairs: up to 3
+  EXPECT_NE(polled(16, 4).strategy, DecodeStrategy::kWarpPerHead);
   // Split contexts, and plans already a warp each, stay as they are.
   EXPECT_EQ(polled(1, 256).splits, 4);
-  EXPECT_TRUE(polled(64, 1).warp_per_head);
-  EXPECT_FALSE(polled(64, 39).warp_per_head);  // PlanDecode's CUDA-core blocks
-  EXPECT_FALSE(polled(64, 39).tiled);
+  EXPECT_EQ(polled(64, 1).strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_NE(polled(64, 39).strategy, DecodeStrategy::kWarpPerHead);  // PlanDecode's CUDA-core blocks
+  EXPECT_FALSE(polled(64, 39).tiled());
 }
 
 TEST(DecodePlanTest, PolledPacketsTakeAWarpPerQueryHeadAtShortContexts) {
@@ -453,28 +449,31 @@ TEST(DecodePlanTest, PolledPacketsTakeAWarpPerQueryHeadAtShortContexts) {
   for (const int64_t seqs : {1, 8, 16, 32, 66, 132}) {
     for (const int64_t context : {1, 16}) {
       const cuda::DecodePlan plan = polled(seqs, context);
-      EXPECT_TRUE(plan.warp_per_query_head) << seqs << " rows, context " << context;
-      EXPECT_FALSE(plan.warp_per_head || plan.tiled);
+      EXPECT_EQ(plan.strategy, DecodeStrategy::kWarpPerQueryHead) << seqs << " rows, context " << context;
+      EXPECT_FALSE(plan.strategy == DecodeStrategy::kWarpPerHead || plan.tiled());
       EXPECT_EQ(plan.splits, 1);
       EXPECT_EQ(plan.workspace_floats, 0);
       EXPECT_EQ(cuda::DecodeBlocks(llama, plan, seqs), seqs * 8);
     }
   }
   // Past 16 tokens only where the pick was a warp per pair: 64 rows (512 pairs) up to 38 tokens.
-  EXPECT_TRUE(polled(16, 17).tiled);
-  EXPECT_TRUE(cuda::PlanDecode(llama, 64, 38, 132).warp_per_head);
-  EXPECT_TRUE(polled(64, 38).warp_per_query_head);
-  EXPECT_FALSE(polled(64, 39).warp_per_query_head);  // PlanDecode's CUDA-core blocks
-  EXPECT_FALSE(polled(64, 39).tiled);
+  EXPECT_TRUE(polled(16, 17).tiled());
+  EXPECT_EQ(cuda::PlanDecode(llama, 64, 38, 132).strategy, DecodeStrategy::kWarpPerHead);
+  EXPECT_EQ(polled(64, 38).strategy, DecodeStrategy::kWarpPerQueryHead);
+  EXPECT_NE(polled(64, 39).strategy, DecodeStrategy::kWarpPerQueryHead);  // PlanDecode's CUDA-core blocks
+  EXPECT_FALSE(polled(64, 39).tiled());
   // Past 8 pairs an SM, a warp per pair.
-  EXPECT_TRUE(polled(133, 1).warp_per_head);  // 1064 pairs
-  EXPECT_TRUE(polled(1024, 1).warp_per_head);
+  EXPECT_EQ(polled(133, 1).strategy, DecodeStrategy::kWarpPerHead);  // 1064 pairs
+  EXPECT_EQ(polled(1024, 1).strategy, DecodeStrategy::kWarpPerHead);
   // Split contexts stay as they are.
   EXPECT_EQ(polled(1, 256).splits, 4);
   // On a share of the GPU (a memory node's chunks side by side), its SMs count.
-  EXPECT_TRUE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 16, 1, 33), 16, 1, 33).warp_per_query_head);
-  EXPECT_TRUE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 33, 1, 33), 33, 1, 33).warp_per_query_head);
-  EXPECT_FALSE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 34, 1, 33), 34, 1, 33).warp_per_query_head);
+  EXPECT_EQ(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 16, 1, 33), 16, 1, 33).strategy,
+            DecodeStrategy::kWarpPerQueryHead);
+  EXPECT_EQ(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 33, 1, 33), 33, 1, 33).strategy,
+            DecodeStrategy::kWarpPerQueryHead);
+  EXPECT_NE(cuda::PlanPolledDecode(llama, cuda::PlanDecode(llama, 34, 1, 33), 34, 1, 33).strategy,
+            DecodeStrategy::kWarpPerQueryHead);
 }
 
 TEST(DecodePlanTest, TiledSplitsFillTheBlocksTheGpuHoldsAtOnce) {
@@ -482,16 +481,16 @@ TEST(DecodePlanTest, TiledSplitsFillTheBlocksTheGpuHoldsAtOnce) {
   // Shallow tiles (deep ones not fitting), 132 SMs of 2 blocks: batch 16 (128 pairs) in 2 splits
   // of 16 tiles, one wave of 256 blocks, rather than 3 splits in two waves.
   cuda::DecodePlan plan = cuda::PlanDecode(gqa, 16, 2048, 132, 2, /*deep_tiles_fit=*/false);
-  EXPECT_TRUE(plan.tiled);
-  EXPECT_FALSE(plan.deep_tiles);
+  EXPECT_TRUE(plan.tiled());
+  EXPECT_NE(plan.strategy, DecodeStrategy::kDeepTiled);
   EXPECT_EQ(plan.splits, 2);
   EXPECT_EQ(plan.workspace_floats, 16 * 32 * 2 * 129);
   // 512 pairs already take two waves: more splits would only add waves.
   EXPECT_EQ(cuda::PlanDecode(gqa, 64, 2048, 132, 2).splits, 1);
-  EXPECT_FALSE(cuda::PlanDecode(gqa, 64, 2048, 132, 2).deep_tiles);
+  EXPECT_NE(cuda::PlanDecode(gqa, 64, 2048, 132, 2).strategy, DecodeStrategy::kDeepTiled);
   EXPECT_EQ(cuda::PlanDecode(gqa, 128, 4096, 132, 2).splits, 1);
   // 64 pairs: 4 splits of 16 tiles in one wave.
-  EXPECT_TRUE(cuda::PlanDecode(gqa, 8, 4096, 132, 2, false).tiled);
+  EXPECT_TRUE(cuda::PlanDecode(gqa, 8, 4096, 132, 2, false).tiled());
   EXPECT_EQ(cuda::PlanDecode(gqa, 8, 4096, 132, 2, false).splits, 4);
   // Twice the blocks an SM holds, twice the splits.
   EXPECT_EQ(cuda::PlanDecode(gqa, 16, 2048, 132, 4, false).splits, 4);
@@ -501,31 +500,31 @@ TEST(DecodePlanTest, DeepTilesForAtMostAPairAnSm) {
   const cpu::AttentionShape gqa{32, 8, 128, 0};
   // Batch 16: 128 pairs on 132 SMs, a block each in one split (two splits would take two waves).
   cuda::DecodePlan plan = cuda::PlanDecode(gqa, 16, 2048, 132, 2);
-  EXPECT_TRUE(plan.tiled);
-  EXPECT_TRUE(plan.deep_tiles);
+  EXPECT_TRUE(plan.tiled());
+  EXPECT_EQ(plan.strategy, DecodeStrategy::kDeepTiled);
   EXPECT_EQ(plan.splits, 1);
   EXPECT_EQ(plan.workspace_floats, 0);
   // Batch 8: 64 pairs in 2 splits, 128 blocks.
   plan = cuda::PlanDecode(gqa, 8, 4096, 132, 2);
-  EXPECT_TRUE(plan.deep_tiles);
+  EXPECT_EQ(plan.strategy, DecodeStrategy::kDeepTiled);
   EXPECT_EQ(plan.splits, 2);
   // 136 pairs outnumber the SMs: shallow tiles, two blocks an SM.
   plan = cuda::PlanDecode(gqa, 17, 2048, 132, 2);
-  EXPECT_TRUE(plan.tiled);
-  EXPECT_FALSE(plan.deep_tiles);
+  EXPECT_TRUE(plan.tiled());
+  EXPECT_NE(plan.strategy, DecodeStrategy::kDeepTiled);
 }
 
 TEST(DecodePlanTest, SmallBatchesSplitIntoDeepTiles) {
   const cpu::AttentionShape gqa{32, 8, 128, 0}, mha{32, 32, 128, 0}, mqa{32, 1, 128, 0};
   // Batch 1 of GQA at 4096 tokens: 8 pairs in 16 deep splits of 4 tiles, 128 blocks.
   cuda::DecodePlan plan = cuda::PlanDecode(gqa, 1, 4096, 132, 2);
-  EXPECT_TRUE(plan.tiled);
-  EXPECT_TRUE(plan.deep_tiles);
+  EXPECT_TRUE(plan.tiled());
+  EXPECT_EQ(plan.strategy, DecodeStrategy::kDeepTiled);
   EXPECT_EQ(plan.splits, 16);
   EXPECT_EQ(plan.workspace_floats, 32 * 16 * 129);
   // GQA batch 4 and MHA batch 1, 32 pairs: 4 deep splits.
   for (const cuda::DecodePlan& p : {cuda::PlanDecode(gqa, 4, 4096, 132, 2), cuda::PlanDecode(mha, 1, 4096, 132, 2)}) {
-    EXPECT_TRUE(p.deep_tiles);
+    EXPECT_EQ(p.strategy, DecodeStrategy::kDeepTiled);
     EXPECT_EQ(p.splits, 4);
   }
   // One pair: a split a tile, no more (64 tiles).

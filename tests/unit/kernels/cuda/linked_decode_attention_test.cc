@@ -120,7 +120,7 @@ TEST_F(LinkedDecodeTest, ChainedToAWaitAheadTakesRowsThatArriveLater) {
     for (const bool lines : {false, true}) {
       for (const bool finds_them : {true, false}) {
         // Lines go a block per (sequence, kv head).
-        if (lines && finds_them && (plan.warp_per_head || plan.warp_per_query_head)) continue;
+        if (lines && finds_them && plan.by_warps()) continue;
         SCOPED_TRACE(Name({32, 8, 128, {}}, plan) + (lines ? ", lines" : ", flag") +
                      (finds_them ? ", found by the launch" : ", after the wait"));
         std::vector<float> want;
@@ -199,7 +199,7 @@ TEST_F(LinkedDecodeTest, AWaitThatTimesOutKeepsTheDoneFlagDown) {
                                       d_slots_.as<int32_t>(), d_begin_.as<int32_t>(), out.as<float>(), q_size_, seqs_,
                                       work.as<float>(), Link(ready, 3, done, 1, counters, 2'000'000), nullptr)
                     .ok());
-    const std::string name = "splits " + std::to_string(plan.splits) + (plan.warp_per_head ? " warp per head" : "");
+    const std::string name = "splits " + std::to_string(plan.splits) + " " + DecodeStrategyName(plan.strategy);
     EXPECT_EQ(Download<uint64_t>(done, 1)[0], 0u) << name;
     EXPECT_EQ(*error_.as<uint32_t>(), 3u) << name;
     const std::vector<uint32_t> left = Download<uint32_t>(counters, n_counters);
@@ -344,7 +344,7 @@ TEST_F(LinkedDecodeTest, LinesRefuseAWarpPerHeadPlanAndAReadyFlag) {
   link.lines = lines.as<Line>();
   link.lines_mirror = d_qkv_.as<float>();
   DecodePlan warp_each;
-  warp_each.warp_per_head = true;
+  warp_each.strategy = DecodeStrategy::kWarpPerHead;
   DecodePlan block_each;
   for (const DecodePlan& plan : {warp_each, block_each}) {  // the block plan still has `ready` set
     const absl::Status status = LinkedDecodeAttention(shape_, plan, d_qkv_.as<float>(), row_, nullptr, nullptr,

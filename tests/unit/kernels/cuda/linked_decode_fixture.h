@@ -40,10 +40,9 @@ struct Case {
 
 inline std::string Name(const Case& c, const DecodePlan& plan) {
   return "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + " dim " +
-         std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) +
-         (plan.warp_per_head ? " warp per head" : "") + (plan.warp_per_query_head ? " warp per query head" : "") +
-         (plan.pairs_per_block > 1 ? ", " + std::to_string(plan.pairs_per_block) + " pairs a block" : "") +
-         (plan.tiled ? " tiled" : "") + (plan.deep_tiles ? " deep" : "");
+         std::to_string(c.head_dim) + " splits " + std::to_string(plan.splits) + " " +
+         DecodeStrategyName(plan.strategy) +
+         (plan.pairs_per_block > 1 ? ", " + std::to_string(plan.pairs_per_block) + " pairs a block" : "");
 }
 
 // The warp-per-query-head plans of every width (DecodePlan::pairs_per_block), where they serve
@@ -53,7 +52,7 @@ inline std::vector<DecodePlan> QueryHeadPlans(const AttentionShape& shape) {
   std::vector<DecodePlan> plans;
   for (int width : {1, 2, kMostPairsPerBlock}) {
     DecodePlan plan;
-    plan.warp_per_query_head = true;
+    plan.strategy = DecodeStrategy::kWarpPerQueryHead;
     plan.pairs_per_block = width;
     plans.push_back(plan);
   }
@@ -65,13 +64,13 @@ inline std::vector<DecodePlan> QueryHeadPlans(const AttentionShape& shape) {
 // and a warp per query head of each width where it serves the shape.
 inline std::vector<DecodePlan> Plans(const AttentionShape& shape, int64_t seqs, int64_t longest) {
   DecodePlan block_each, tiled_each, tiled_splits, warp_each;
-  tiled_each.tiled = true;
-  tiled_splits.tiled = true;
+  tiled_each.strategy = DecodeStrategy::kTiled;
+  tiled_splits.strategy = DecodeStrategy::kTiled;
   tiled_splits.splits = 3;
   tiled_splits.workspace_floats = seqs * shape.num_q_heads * 3 * (shape.head_dim + 1);
   DecodePlan deep_each = tiled_each, deep_splits = tiled_splits;
-  deep_each.deep_tiles = deep_splits.deep_tiles = true;
-  warp_each.warp_per_head = true;
+  deep_each.strategy = deep_splits.strategy = DecodeStrategy::kDeepTiled;
+  warp_each.strategy = DecodeStrategy::kWarpPerHead;
   std::vector<DecodePlan> plans = {PlanDecode(shape, seqs, longest, 1),
                                    PlanDecode(shape, seqs, longest, 132),
                                    block_each,
@@ -166,9 +165,9 @@ inline std::vector<DecodePlan> LinePlans(const AttentionShape& shape, int64_t se
   four.splits = 4;
   four.workspace_floats = seqs * shape.num_q_heads * four.splits * (shape.head_dim + 1);
   DecodePlan one_tiled = one, four_tiled = four;
-  one_tiled.tiled = four_tiled.tiled = true;
+  one_tiled.strategy = four_tiled.strategy = DecodeStrategy::kTiled;
   DecodePlan one_deep = one_tiled, four_deep = four_tiled;
-  one_deep.deep_tiles = four_deep.deep_tiles = true;
+  one_deep.strategy = four_deep.strategy = DecodeStrategy::kDeepTiled;
   return {one, four, one_tiled, four_tiled, one_deep, four_deep};
 }
 
@@ -177,7 +176,7 @@ inline std::vector<DecodePlan> LinePlans(const AttentionShape& shape, int64_t se
 inline std::vector<DecodePlan> PacketPlans(const AttentionShape& shape, int64_t seqs) {
   std::vector<DecodePlan> plans = LinePlans(shape, seqs);
   DecodePlan warp_each;
-  warp_each.warp_per_head = true;
+  warp_each.strategy = DecodeStrategy::kWarpPerHead;
   plans.push_back(warp_each);
   for (const DecodePlan& plan : QueryHeadPlans(shape)) plans.push_back(plan);
   return plans;

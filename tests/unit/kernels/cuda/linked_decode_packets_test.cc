@@ -165,7 +165,7 @@ TEST_F(LinkedDecodePacketsTest, AWarpPerQueryHeadPastOneWaveGivesTheSameOutputs)
   for (int width : {1, kMostPairsPerBlock}) {
     SCOPED_TRACE(std::to_string(width) + " pairs a block");
     DecodePlan plan;
-    plan.warp_per_query_head = true;
+    plan.strategy = DecodeStrategy::kWarpPerQueryHead;
     plan.pairs_per_block = width;
     ExpectPacketsInAndOut(plan, /*chained=*/true, 61, /*sent_first=*/true);
   }
