@@ -57,7 +57,7 @@ class ScopedBusy {
 };
 
 // Time during which at least one of several activities runs, each counted once however many
-// overlap: a compute node's lanes computing at once. Each activity calls Enter() when it starts
+// overlap: a compute node's batch runners computing at once. Each activity calls Enter() when it starts
 // and Leave() when it stops (or pauses, as while waiting on attention); calls must pair up.
 // Thread-safe.
 class BusyUnion {

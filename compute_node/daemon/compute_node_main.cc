@@ -123,7 +123,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                                                         absl::Now() + absl::Seconds(60)));
   }
   ThreadPool pool(spec->threads);
-  // A pool of its own: attended here, shared by the lanes.
+  // A pool of its own: attended here, shared by the runners.
   std::unique_ptr<LocalPool> local_pool;
   std::unique_ptr<KvPoolService> pool_service;
   DType kv_dtype = DType::kF32;
@@ -145,17 +145,17 @@ absl::Status Run(const std::vector<std::string>& args) {
     pool_service = std::make_unique<KvPoolService>(local_pool->executor(), local_pool->mu(), secret);
   }
   const absl::Time pool_made = absl::Now();
-  // One lane (engine and data-plane connections) per batch the topology runs on this node.
-  const int num_lanes = std::max(1, topology.BatchesOn(spec->name));
+  // One runner (engine and data-plane connections) per batch the topology runs on this node.
+  const int num_runners = std::max(1, topology.BatchesOn(spec->name));
   std::vector<std::unique_ptr<RemoteAttention>> remotes;
   std::vector<std::unique_ptr<PlacedAttention>> attentions;
   std::vector<std::unique_ptr<ComputeEngine>> engines;
-  std::vector<StepLane> lanes;
+  std::vector<BatchRunner> runners;
   // A step with more rows than its links hold takes the host path.
   const int64_t link_rows = topology.MostDecodeRows();
   // Device links open before this node registers, so that no step is under way anywhere yet.
   const absl::Time links_deadline = absl::Now() + absl::Seconds(60);
-  for (int i = 0; i < num_lanes; ++i) {
+  for (int i = 0; i < num_runners; ++i) {
     RemoteAttention* remote = nullptr;
     if (!memory_nodes.empty()) {
       // A tensor-parallel rank's config holds its share of the heads; it sends and receives only
@@ -177,7 +177,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     attentions.push_back(std::move(placed));
     LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeEngine> engine, weights->MakeEngine(attentions.back().get(), &pool, rank_group.get()));
     engines.push_back(std::move(engine));
-    lanes.push_back({engines.back().get(), attentions.back().get(), rank_group.get()});
+    runners.push_back({engines.back().get(), attentions.back().get(), rank_group.get()});
   }
   // Rotational pipelining over several compute nodes: an inbox for batches handed over by the
   // previous replica, and a relay per batch to the next one.
@@ -197,12 +197,12 @@ absl::Status Run(const std::vector<std::string>& args) {
       handoffs.device = device.index;
       handoffs.shape = {link_rows, config.hidden_size, config.q_size(),
                         absl::Milliseconds(topology.step_timeout_ms)};
-      handoffs.batches = num_lanes;
+      handoffs.batches = num_runners;
     }
     const DeviceHandoffs to_next = next->host == spec->host ? handoffs : DeviceHandoffs{};
     const DeviceHandoffs from_previous = previous->host == spec->host ? handoffs : DeviceHandoffs{};
     LAMINA_ASSIGN_OR_RETURN(inbox, ResidualInbox::Start(transport.get(), ListenAddress(spec->data_address()), from_previous));
-    for (int batch = 0; batch < num_lanes; ++batch) {
+    for (int batch = 0; batch < num_runners; ++batch) {
       relays.push_back(std::make_unique<SliceRelay>(
           transport.get(), inbox.get(), topology.RouteOf(batch, self),
           RelayPeers{spec->name, next->name, next->data_address(), previous->name},
@@ -210,7 +210,7 @@ absl::Status Run(const std::vector<std::string>& args) {
       relay_ptrs.push_back(relays.back().get());
     }
   }
-  StepService service(lanes, relay_ptrs, spec->gpu_busy_timing, secret);
+  StepService service(runners, relay_ptrs, spec->gpu_busy_timing, secret);
   std::vector<grpc::Service*> services = {&service};
   if (pool_service != nullptr) services.push_back(pool_service.get());
   LAMINA_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, StartGrpcServer(ListenAddress(spec->grpc_address()), services));
@@ -267,11 +267,11 @@ absl::Status Run(const std::vector<std::string>& args) {
     absl::StrAppend(&share, ", tensor-parallel rank ", spec->tp_rank, " of ", spec->tensor_parallel, " (",
                     config.num_q_heads, " query heads)");
   }
-  std::fprintf(stderr, "%s: %s, %s%s on %s, gRPC on %s%s, %zu memory nodes, %d lane%s%s\n",
+  std::fprintf(stderr, "%s: %s, %s%s on %s, gRPC on %s%s, %zu memory nodes, %d batch runner%s%s\n",
                spec->name.c_str(), config.architecture.c_str(), share.c_str(),
                topology.random_weights ? " (random weights)" : "", spec->device.c_str(),
-               spec->grpc_address().c_str(), own_pool.c_str(), memory_nodes.size(), num_lanes,
-               num_lanes == 1 ? "" : "s", inbox ? absl::StrCat(", hand-overs on ", inbox->address()).c_str() : "");
+               spec->grpc_address().c_str(), own_pool.c_str(), memory_nodes.size(), num_runners,
+               num_runners == 1 ? "" : "s", inbox ? absl::StrCat(", hand-overs on ", inbox->address()).c_str() : "");
   const absl::Time ready = absl::Now();
   std::fprintf(stderr, "%s: ready in %.2f s (weights %.2f s, KV pool %.2f s, engines and links %.2f s)\n",
                spec->name.c_str(), absl::ToDoubleSeconds(ready - started),

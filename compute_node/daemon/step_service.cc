@@ -41,13 +41,13 @@ absl::StatusOr<std::optional<TokenHistory>> PromptHistory(const lamina::v1::Pref
 
 }  // namespace
 
-StepService::StepService(std::vector<StepLane> lanes, std::vector<SliceRelay*> relays, bool device_busy,
+StepService::StepService(std::vector<BatchRunner> runners, std::vector<SliceRelay*> relays, bool device_busy,
                          std::optional<ClusterSecret> secret)
-    : lanes_(lanes.size()), relays_(std::move(relays)), secret_(std::move(secret)) {
-  for (size_t i = 0; i < lanes.size(); ++i) {
-    lanes_[i].parts = lanes[i];
-    lanes[i].attention->set_compute_meter(&computing_);
-    if (device_busy) lanes[i].engine->set_device_busy(&device_computing_);
+    : runners_(runners.size()), relays_(std::move(relays)), secret_(std::move(secret)) {
+  for (size_t i = 0; i < runners.size(); ++i) {
+    runners_[i].parts = runners[i];
+    runners[i].attention->set_compute_meter(&computing_);
+    if (device_busy) runners[i].engine->set_device_busy(&device_computing_);
   }
   for (SliceRelay* relay : relays_) relay->set_compute_meter(&computing_);
 }
@@ -64,8 +64,8 @@ double StepService::ComputingSeconds() const {
 
 BusyMeter::Snapshot StepService::RoundTrips() const {
   BusyMeter::Snapshot total;
-  for (const Lane& lane : lanes_) {
-    const BusyMeter::Snapshot trips = lane.parts.attention->round_trips().Read();
+  for (const Runner& runner : runners_) {
+    const BusyMeter::Snapshot trips = runner.parts.attention->round_trips().Read();
     total.busy_seconds += trips.busy_seconds;
     total.count += trips.count;
     total.clock_seconds = trips.clock_seconds;
@@ -73,26 +73,26 @@ BusyMeter::Snapshot StepService::RoundTrips() const {
   return total;
 }
 
-std::optional<int> StepService::HoldLane(grpc::ServerContext* context) {
-  std::unique_lock<std::mutex> lock(lanes_mu_);
+std::optional<int> StepService::HoldRunner(grpc::ServerContext* context) {
+  std::unique_lock<std::mutex> lock(runners_mu_);
   for (;;) {
-    for (size_t i = 0; i < lanes_.size(); ++i) {
-      if (!lanes_[i].held) {
-        lanes_[i].held = true;
+    for (size_t i = 0; i < runners_.size(); ++i) {
+      if (!runners_[i].held) {
+        runners_[i].held = true;
         return static_cast<int>(i);
       }
     }
-    lane_freed_.wait_for(lock, std::chrono::milliseconds(100));
+    runner_freed_.wait_for(lock, std::chrono::milliseconds(100));
     if (context->IsCancelled()) return std::nullopt;
   }
 }
 
-void StepService::ReleaseLane(int lane) {
+void StepService::ReleaseRunner(int runner) {
   {
-    std::lock_guard<std::mutex> lock(lanes_mu_);
-    lanes_[lane].held = false;
+    std::lock_guard<std::mutex> lock(runners_mu_);
+    runners_[runner].held = false;
   }
-  lane_freed_.notify_one();
+  runner_freed_.notify_one();
 }
 
 absl::StatusOr<SliceRelay*> StepService::RelayFor(const lamina::v1::StepPlan& plan) const {
@@ -108,10 +108,10 @@ absl::StatusOr<SliceRelay*> StepService::RelayFor(const lamina::v1::StepPlan& pl
   return relays_[batch];
 }
 
-lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, int lane_index) {
-  Lane& lane = lanes_[lane_index];
-  ComputeEngine* engine = lane.parts.engine;
-  PlacedAttention* attention = lane.parts.attention;
+lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, int runner_index) {
+  Runner& runner = runners_[runner_index];
+  ComputeEngine* engine = runner.parts.engine;
+  PlacedAttention* attention = runner.parts.attention;
   ScopedBusy timed(&busy_);
   ScopedActive active(&computing_);
   // Its device work may spin on other nodes: no link's memory is freed meanwhile.
@@ -119,14 +119,14 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   lamina::v1::StepResult result;
   result.set_step_id(plan.step_id());
   SliceRelay* rotating = nullptr;  // this step's relay to the next compute node, once begun
-  RankGroup* group = lane.parts.rank_group;
+  RankGroup* group = runner.parts.rank_group;
   if (group != nullptr) group->BeginStep(plan.step_id());
   auto fail = [&](const absl::Status& status) {
     if (rotating != nullptr) rotating->AbandonStep();
     if (group != nullptr) group->AbandonStep();  // the other ranks' waits on this step end now
     // The coordinator ends the step's sequences; the node's log says why, for whoever reads it.
-    std::fprintf(stderr, "step %llu (batch lane %d) failed: %s\n", static_cast<unsigned long long>(plan.step_id()),
-                 lane_index, status.ToString().c_str());
+    std::fprintf(stderr, "step %llu (batch runner %d) failed: %s\n", static_cast<unsigned long long>(plan.step_id()),
+                 runner_index, status.ToString().c_str());
     result.clear_tokens();
     result.set_error_code(static_cast<int32_t>(status.code()));
     result.set_error_message(std::string(status.message()));
@@ -254,8 +254,8 @@ lamina::v1::StepResult StepService::RunPlan(const lamina::v1::StepPlan& plan, in
   return result;
 }
 
-void StepService::Abandon(const lamina::v1::StepPlan& plan, int lane) {
-  PlacedAttention* attention = lanes_[lane].parts.attention;
+void StepService::Abandon(const lamina::v1::StepPlan& plan, int runner) {
+  PlacedAttention* attention = runners_[runner].parts.attention;
   std::lock_guard<std::mutex> lock(sampling_mu_);
   auto forget = [&](int64_t seq) {
     attention->Free(seq);
@@ -270,21 +270,21 @@ void StepService::Abandon(const lamina::v1::StepPlan& plan, int lane) {
 
 grpc::Status StepService::Step(grpc::ServerContext* context,
                                grpc::ServerReaderWriter<lamina::v1::StepResult, lamina::v1::StepPlan>* stream) {
-  // Before a lane is held: a stranger's stream may not take the node's only lane.
+  // Before a runner is held: a stranger's stream may not take the node's only runner.
   if (grpc::Status auth = CheckClusterAuth(*context, secret_); !auth.ok()) return auth;
-  const std::optional<int> lane = HoldLane(context);
-  if (!lane) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting for a free lane");
+  const std::optional<int> runner = HoldRunner(context);
+  if (!runner) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting for a free runner");
   lamina::v1::StepPlan plan;
   while (!context->IsCancelled() && stream->Read(&plan)) {
-    lamina::v1::StepResult result = RunPlan(plan, *lane);
+    lamina::v1::StepResult result = RunPlan(plan, *runner);
     if (context->IsCancelled() || !stream->Write(result)) {
       // The coordinator gave up on this step (the node was declared dead, or the step timed out)
       // and has ended these sequences: undo what the late step put on the memory nodes.
-      Abandon(plan, *lane);
+      Abandon(plan, *runner);
       break;
     }
   }
-  ReleaseLane(*lane);
+  ReleaseRunner(*runner);
   return grpc::Status::OK;
 }
 

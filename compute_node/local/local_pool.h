@@ -1,5 +1,5 @@
 // A compute node's own KV pool (`kv_capacity_tokens` on its topology entry): the memory node's
-// AttentionExecutor on the compute node's device, shared by the node's lanes and by the
+// AttentionExecutor on the compute node's device, shared by the node's batch runners and by the
 // lamina.v1.MemoryNode service the coordinator frees and forks through.
 // Thread-safe: every use of the executor holds the pool's lock (With).
 #ifndef LAMINA_COMPUTE_NODE_LOCAL_LOCAL_POOL_H_

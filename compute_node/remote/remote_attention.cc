@@ -71,7 +71,7 @@ void RemoteAttention::Drop(Node* node) {
   if (node->connection) node->connection->Close();
   node->connection.reset();  // reconnect on next use
   // The memory end was the connection's. Freeing the link's memory now would wait for the
-  // device steps of this node's other lanes (quiescent_release.h).
+  // device steps of this node's other batch runners (quiescent_release.h).
   QuiescentRelease::Process().Retire(std::move(node->link));
   node->link_tried = false;
   node->pending_stores.clear();  // their replies will never come

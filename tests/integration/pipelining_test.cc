@@ -166,7 +166,7 @@ TEST(PipeliningTest, KillingOneOfTwoComputeNodesFailsOnlyItsBatchAndTheOtherServ
 }
 
 // Under rotational pipelining over two compute nodes every batch runs through both, so killing
-// one ends every running request, promptly and naming it (the survivor's lanes, waiting for hand-
+// one ends every running request, promptly and naming it (the survivor's runners, waiting for hand-
 // overs that will never come, do not hold the clients), and new requests are refused at once
 // rather than left waiting.
 TEST(PipeliningTest, KillingARotatingComputeNodeEndsItsBatchesPromptlyNamingIt) {
@@ -201,7 +201,7 @@ TEST(PipeliningTest, KillingARotatingComputeNodeEndsItsBatchesPromptlyNamingIt) 
 // Under rotational pipelining, over two compute nodes and over three, a memory node's death fails
 // only its sequences, promptly and naming it, as without rotation (ClusterTest.KillingAMemoryNode...):
 // the compute node whose attention call failed closes its hand-over connections, so the other
-// replicas' lanes, waiting for its hand-overs, fail at once rather than at the step's timeout,
+// replicas' runners, waiting for its hand-overs, fail at once rather than at the step's timeout,
 // and the step runs again without the dead node's sequences. Before, every request of the cluster
 // failed after 30 s ("did not finish an iteration").
 TEST(PipeliningTest, KillingAMemoryNodeUnderRotationFailsOnlyItsSequencesPromptly) {

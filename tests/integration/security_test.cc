@@ -1,7 +1,7 @@
 // A cluster as a stranger on its network meets it: without an API key no client call is served,
 // and without the cluster secret no internal call or data-plane connection reads or changes
 // anything (each attack here once broke a cluster: a forged registration stalled every request, a
-// free on the data port failed those in flight, an idle Step stream held the compute node's lane).
+// free on the data port failed those in flight, an idle Step stream held the compute node's runner).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -195,7 +195,7 @@ TEST(SecurityTest, WithoutTheClusterSecretNothingInternalIsReadOrChanged) {
     EXPECT_TRUE(!read.ok() || header.type != attention_protocol::kReply) << "a stranger's free was answered";
   }
 
-  // A Step stream that would hold the compute node's only lane.
+  // A Step stream that would hold the compute node's only runner.
   auto compute_stub =
       lamina::v1::ComputeNode::NewStub(CreateControlChannel(topology->Find("compute-0")->grpc_address()));
   grpc::ClientContext step_context;
