@@ -48,7 +48,6 @@ WeightShare WeightShareOf(const NodeSpec& spec) {
   return spec.splits_layers() ? WeightShare{spec.first_layer, spec.end_layer} : WeightShare{};
 }
 
-
 // This node's weights: its share of a layer split, or a tensor-parallel rank's slices (only they
 // are read; random weights are drawn whole and cut: CPU ranks only so far), or the whole model.
 absl::StatusOr<std::unique_ptr<DeviceWeights>> LoadWeights(const NodeSpec& spec, const DeviceSpec& device,
@@ -259,7 +258,9 @@ absl::Status Run(const std::vector<std::string>& args) {
           ? ""
           : absl::StrFormat(", its own KV pool of %lld slots in %s (%.1f MB)",
                             static_cast<long long>(spec->kv_capacity_tokens), KvDtypeName(kv_dtype),
-                            spec->kv_capacity_tokens * KvBytesPerToken(kv_dtype, config) / 1e6);
+                            // KvBytesPerToken counts every layer; the pool holds its own.
+                            spec->kv_capacity_tokens * KvBytesPerToken(kv_dtype, config) / 1e6 *
+                                local_pool->options().num_layers / config.num_layers);
   // What of the model it computes: all of it, a layer split's range, or a tensor-parallel rank.
   std::string share = absl::StrCat(config.num_layers, " layers");
   if (spec->splits_layers()) share = absl::StrCat("layers ", spec->first_layer, "..", spec->end_layer - 1);
