@@ -421,7 +421,7 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
   const float* received() const override { return local_.receive.as<float>(); }
 
   // A chunk sent as lines is polled into its rows of received(); DirectHop's launch polls them
-  // itself instead. So is a chunk sent as packets (the lane polls them: DeviceHop::packets).
+  // itself instead. So is a chunk sent as packets (the lane polls them: DeviceHop::PacketsIn).
   absl::Status QueueReceive(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows,
                             GpuStream stream) override {
     const RowRange r = ChunkOf(rows, chunks, chunk);
@@ -470,35 +470,29 @@ class CudaIpcMemoryEnd : public MemoryLinkEnd {
 
   std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) override {
     const RowRange r = ChunkOf(rows, chunks, chunk);
+    const uint64_t value = FlagValue(shape_, step, layer);
     DeviceHop hop;
-    hop.ready = local_.flags.as<uint64_t>() + chunk;
-    hop.ready_value = FlagValue(shape_, step, layer);
     hop.timeout_ns = absl::ToInt64Nanoseconds(shape_.timeout);
     hop.error = local_.error.get();
     hop.error_code = kReceiveTimedOut;
-    hop.out = remote_.receive.as<float>() + r.first * shape_.q_size;
-    hop.out_stride = shape_.q_size;
-    hop.done = remote_.flags.as<uint64_t>() + chunk;
-    hop.done_value = FlagValue(shape_, step, layer);
+    hop.tag = kc::LineTag(value);
+    float* in_rows = local_.receive.as<float>() + r.first * shape_.qkv_size;
+    float* out_rows = remote_.receive.as<float>() + r.first * shape_.q_size;
     if (AsLines(shape_, r.count)) {
-      hop.ready = nullptr;
-      hop.lines = ChunkLines(local_.lines.as<kc::Line>(), shape_, chunk, shape_.qkv_size);
-      hop.lines_mirror = local_.receive.as<float>() + r.first * shape_.qkv_size;
-      hop.out_lines = ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size);
-      hop.line_tag = kc::LineTag(hop.done_value);
       // The compute end polls the lines (ReceiveLines): a flag after them would only hold the
       // launch back while it drains them across the link.
-      hop.done = nullptr;
+      hop.in = DeviceHop::LinesIn{ChunkLines(local_.lines.as<kc::Line>(), shape_, chunk, shape_.qkv_size), in_rows};
+      hop.out = DeviceHop::LinesOut{ChunkLines(remote_.lines.as<kc::Line>(), shape_, chunk, shape_.q_size), out_rows,
+                                    shape_.q_size};
     } else if (AsPackets(shape_, r.count)) {
-      hop.ready = nullptr;
-      hop.out = nullptr;
-      hop.done = nullptr;
-      hop.packets = RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.qkv_size);
-      hop.packets_mirror = local_.receive.as<float>() + r.first * shape_.qkv_size;
-      hop.out_packets = RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size, shape_.out_segments);
-      hop.out_segments = shape_.out_segments;
-      hop.line_tag = kc::LineTag(hop.done_value);
-      hop.sender_on_this_gpu = sender_on_this_gpu_;
+      hop.in = DeviceHop::PacketsIn{RowPackets(local_.packets.as<kc::Packet>(), r.first, shape_.qkv_size), in_rows,
+                                    sender_on_this_gpu_};
+      hop.out = DeviceHop::PacketsOut{
+          RowPackets(remote_.packets.as<kc::Packet>(), r.first, shape_.q_size, shape_.out_segments),
+          shape_.out_segments};
+    } else {
+      hop.in = DeviceHop::FlagIn{local_.flags.as<uint64_t>() + chunk, value};
+      hop.out = DeviceHop::RowsOut{out_rows, shape_.q_size, remote_.flags.as<uint64_t>() + chunk, value};
     }
     return hop;
   }

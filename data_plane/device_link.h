@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -142,38 +143,71 @@ class ComputeLinkEnd {
   }
 };
 
+// How a chunk's q/k/v arrive in received() (DeviceHop::in):
+//  - behind a flag, once *ready >= ready_value (null `ready`: in place already, ordered on the
+//    stream);
+//  - as `lines` tagged DeviceHop::tag, mirroring its rows from `mirror` on, where the launch may
+//    write;
+//  - as `packets` tagged DeviceHop::tag (cuda_ipc between GPUs joined by NVLink,
+//    LinkShape::packet_rows; rows of PacketsPerRow(qkv_size) packets), mirroring its rows from
+//    `mirror` on; their outputs go back as packets too. With `sender_on_this_gpu`, the compute
+//    end's kernels (its sends) run on this GPU, so that a launch polling for them may not fill its
+//    SMs (kv/attention/spin_budget.h).
+struct HopFlagIn {
+  const uint64_t* ready = nullptr;
+  uint64_t ready_value = 0;
+};
+struct HopLinesIn {
+  const kernels::cuda::Line* lines = nullptr;
+  float* mirror = nullptr;
+};
+struct HopPacketsIn {
+  const kernels::cuda::Packet* packets = nullptr;
+  float* mirror = nullptr;
+  bool sender_on_this_gpu = false;
+};
+
+// How its outputs go back to the compute node (DeviceHop::out):
+//  - written to `out` [rows, stride] in its memory, then *done raised to done_value;
+//  - as `lines` tagged DeviceHop::tag, mirroring `mirror` [rows, stride] (not written), with no
+//    flag: the compute end polls the lines;
+//  - as `packets` tagged DeviceHop::tag, rows of q_size floats in `segments` parts
+//    (PacketsPerRow(q_size, segments) packets a row; LinkShape::out_segments).
+struct HopRowsOut {
+  float* out = nullptr;  // the chunk's first output row
+  int64_t stride = 0;
+  uint64_t* done = nullptr;
+  uint64_t done_value = 0;
+};
+struct HopLinesOut {
+  kernels::cuda::Line* lines = nullptr;
+  float* mirror = nullptr;
+  int64_t stride = 0;
+};
+struct HopPacketsOut {
+  kernels::cuda::Packet* packets = nullptr;
+  int64_t segments = 1;
+};
+
 // A chunk's hop as device addresses, for an attention launch that receives and sends by itself
 // (LinkedDecodeAttention): one launch per chunk instead of a wait, the attention and a send.
+// Each side travels its own way; packets go both ways or neither.
 struct DeviceHop {
-  const uint64_t* ready = nullptr;  // the chunk has arrived in received() once *ready >= ready_value
-  uint64_t ready_value = 0;
+  using FlagIn = HopFlagIn;
+  using LinesIn = HopLinesIn;
+  using PacketsIn = HopPacketsIn;
+  using RowsOut = HopRowsOut;
+  using LinesOut = HopLinesOut;
+  using PacketsOut = HopPacketsOut;
+
+  // How the launch's waits for the rows give up: after `timeout_ns`, setting *error (the link's
+  // error word, TakeStepStatus reads it) to `error_code`.
   int64_t timeout_ns = 0;
-  uint32_t* error = nullptr;  // the link's error word (TakeStepStatus reads it)
+  uint32_t* error = nullptr;
   uint32_t error_code = 0;
-  float* out = nullptr;  // the chunk's first output row, in the compute node's memory
-  int64_t out_stride = 0;
-  uint64_t* done = nullptr;  // raised to done_value once every output row is written
-  uint64_t done_value = 0;
-  // Lines instead (ready is null then): the chunk's q/k/v arrive as `lines` tagged `line_tag`,
-  // mirroring the chunk's rows in received() from `lines_mirror` on, where the launch may write
-  // them; its outputs go back as `out_lines`, mirroring `out` (not written then), with no done
-  // flag (null) when the compute end polls the lines.
-  const kernels::cuda::Line* lines = nullptr;
-  float* lines_mirror = nullptr;
-  kernels::cuda::Line* out_lines = nullptr;
-  uint32_t line_tag = 0;  // of lines or packets
-  // Packets instead (ready and lines null then; cuda_ipc, LinkShape::packet_rows): the chunk's
-  // q/k/v arrive as `packets` tagged `line_tag` (rows of PacketsPerRow(qkv_size) packets),
-  // mirroring the chunk's rows in received() from `packets_mirror` on; its outputs go back as
-  // `out_packets`, rows of q_size floats in `out_segments` parts (PacketsPerRow(q_size,
-  // out_segments) packets a row; LinkShape::out_segments). `out` and `done` are unused then.
-  const kernels::cuda::Packet* packets = nullptr;
-  float* packets_mirror = nullptr;
-  int64_t out_segments = 1;
-  kernels::cuda::Packet* out_packets = nullptr;
-  // With packets: the compute end's kernels (its sends) run on this GPU too, so that a launch
-  // polling for them may not fill its SMs (kv/attention/spin_budget.h).
-  bool sender_on_this_gpu = false;
+  uint32_t tag = 0;  // of the lines or packets either way
+  std::variant<FlagIn, LinesIn, PacketsIn> in;
+  std::variant<RowsOut, LinesOut, PacketsOut> out;
 };
 
 // The memory node's end.

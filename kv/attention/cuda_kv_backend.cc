@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -214,23 +215,43 @@ class CudaKvLane : public DeviceKvLane {
     const RowRange r = ChunkOf(rows_, chunks, chunk);
     const KvBackendOptions& o = pool_->options();
     const float* rows = qkv + r.first * layout.row_stride;
+    const auto* flag_in = std::get_if<DeviceHop::FlagIn>(&hop.in);
+    const auto* lines_in = std::get_if<DeviceHop::LinesIn>(&hop.in);
+    const auto* packets_in = std::get_if<DeviceHop::PacketsIn>(&hop.in);
+    const auto* rows_out = std::get_if<DeviceHop::RowsOut>(&hop.out);
+    const auto* lines_out = std::get_if<DeviceHop::LinesOut>(&hop.out);
+    const auto* packets_out = std::get_if<DeviceHop::PacketsOut>(&hop.out);
+    if ((packets_in != nullptr) != (packets_out != nullptr)) {
+      return absl::InvalidArgumentError("a hop's packets go both ways: in and out");
+    }
     kc::DecodeLink link;
-    link.ready = hop.ready;
-    link.ready_value = hop.ready_value;
     link.timeout_ns = hop.timeout_ns;
     link.error = hop.error;
     link.error_code = hop.error_code;
+    link.line_tag = hop.tag;
     link.k = rows + layout.k_offset;
     link.v = rows + layout.v_offset;
     link.kv_stride = layout.row_stride;
     link.write_slots = write_slots_ + r.first;
-    link.done = hop.done;
-    link.done_value = hop.done_value;
     link.counters = counters_.as<uint32_t>() + chunk * chunk_counters_;
     link.busy_ns = busy_ns_.as<uint64_t>();
     link.busy_start = busy_starts_.as<uint64_t>() + chunk;
-    link.out_lines = hop.out_lines;
-    link.line_tag = hop.line_tag;
+    if (flag_in != nullptr) {
+      link.ready = flag_in->ready;
+      link.ready_value = flag_in->ready_value;
+    }
+    float* out = nullptr;
+    int64_t out_stride = 0;
+    if (rows_out != nullptr) {
+      link.done = rows_out->done;
+      link.done_value = rows_out->done_value;
+      out = rows_out->out;
+      out_stride = rows_out->stride;
+    } else if (lines_out != nullptr) {
+      link.out_lines = lines_out->lines;
+      out = lines_out->mirror;
+      out_stride = lines_out->stride;
+    }
     cudaStream_t stream = ChunkStream(chunk);
     // Every block of a linked launch spins until the rows arrive. A few spinning blocks cost
     // nothing, but many make the round trip slower (kMostWaitingBlocks). Larger grids, and grids
@@ -239,13 +260,11 @@ class CudaKvLane : public DeviceKvLane {
     // Lines are polled and written a block per (sequence, kv head): a chunk planned a warp per head
     // or query head (short contexts for its pairs) runs the tiled blocks the planner would pick
     // otherwise, in one split, with shallow tiles (a warp each is planned only past 2 pairs an SM).
-    if ((hop.lines != nullptr || hop.out_lines != nullptr) && plan.by_warps()) {
+    if ((lines_in != nullptr || lines_out != nullptr) && plan.by_warps()) {
       plan.strategy = kc::DecodeStrategy::kTiled;
     }
-    float* out = hop.out;
-    int64_t out_stride = hop.out_stride;
     bool send_packets = false;  // the outputs go as packets from the lane's rows, after the launch
-    if (hop.packets != nullptr) {
+    if (packets_in != nullptr) {
       // Packets: polled by the launch's warps or blocks (from the start where the launch fits the
       // spin budget, a lone lane's warp plans counted by the SMs their blocks fill, a warp per
       // query head in as few pairs a block as fit, else once one warp queued ahead has seen the
@@ -257,60 +276,59 @@ class CudaKvLane : public DeviceKvLane {
       plan = pool_->PolledPlan(plan, r.count, max_context_, share);
       // Where the compute end shares the GPU, its kernels need the SMs that larger blocks would
       // hold; else several lanes' budget, counting each block as an SM, may fit fewer of them.
-      if (plan.strategy == kc::DecodeStrategy::kWarpPerQueryHead && !hop.sender_on_this_gpu) {
+      if (plan.strategy == kc::DecodeStrategy::kWarpPerQueryHead && !packets_in->sender_on_this_gpu) {
         plan.pairs_per_block = PairsPerBlock(chunk, plan, r.count);
       }
       const int64_t blocks = kc::DecodeBlocks(o.attention, plan, r.count);
       const int64_t wave = share * int64_t{kc::DecodeBlocksPerSm(o.attention)};  // a wave of that share
-      if (plan.by_warps() || blocks <= kMostPacketPollingWaves * wave ||
-          max_context_ >= kLongPacketContext) {
+      if (plan.by_warps() || blocks <= kMostPacketPollingWaves * wave || max_context_ >= kLongPacketContext) {
         // Small blocks count by the SMs they fill, unless the sender needs this GPU's SMs too.
-        const int64_t blocks_an_sm = hop.sender_on_this_gpu ? 1 : kc::PolledBlocksPerSm(o.attention, plan);
+        const int64_t blocks_an_sm = packets_in->sender_on_this_gpu ? 1 : kc::PolledBlocksPerSm(o.attention, plan);
         const ChunkWait& wait =
             WaitOf(chunk, /*waits=*/true, /*lines=*/false, r.count, blocks, kMostPollingBlocks, blocks_an_sm);
-        link.packets = hop.packets;
-        link.packets_mirror = hop.packets_mirror;
+        link.packets = packets_in->packets;
+        link.packets_mirror = packets_in->mirror;
         if (!wait.in_launch) {
           LAMINA_RETURN_IF_ERROR(
-              kc::WaitForFirstPacket(hop.packets, hop.line_tag, hop.timeout_ns, hop.error, hop.error_code, stream));
+              kc::WaitForFirstPacket(packets_in->packets, hop.tag, hop.timeout_ns, hop.error, hop.error_code, stream));
         }
         link.chained_to_wait = !wait.in_launch;
       } else {
         const ChunkWait& wait = PacketsWaitOf(chunk, kc::ReceivePacketsBlocks(r.count, layout.row_stride));
         LAMINA_RETURN_IF_ERROR(kc::ReceivePackets(
-            {hop.packets, kc::PacketsPerRow(layout.row_stride), hop.line_tag, r.count, layout.row_stride},
-            {hop.timeout_ns, hop.error, hop.error_code}, {hop.packets_mirror, layout.row_stride}, stream,
+            {packets_in->packets, kc::PacketsPerRow(layout.row_stride), hop.tag, r.count, layout.row_stride},
+            {hop.timeout_ns, hop.error, hop.error_code}, {packets_in->mirror, layout.row_stride}, stream,
             {nullptr, wait.ahead_blocks}));
         link.chained_to_wait = true;
       }
       const int64_t q_size = o.attention.num_q_heads * o.attention.head_dim;
       out = out_.as<float>() + r.first * q_size;
       out_stride = q_size;
-      if (hop.out_segments == o.attention.num_kv_heads) {
-        link.out_packets = hop.out_packets;
+      if (packets_out->segments == o.attention.num_kv_heads) {
+        link.out_packets = packets_out->packets;
       } else {
         send_packets = true;
       }
     } else {
-      const bool lines = hop.lines != nullptr;
-      const ChunkWait& wait = WaitOf(chunk, lines || hop.ready != nullptr, lines, r.count,
-                                     kc::DecodeBlocks(o.attention, plan, r.count),
-                                     lines ? kMostPollingBlocks : kMostWaitingBlocks);
-      if (lines) {
-        link.lines = hop.lines;
-        link.lines_mirror = hop.lines_mirror;
+      const bool polls = lines_in != nullptr;
+      const bool waits = polls || link.ready != nullptr;
+      const ChunkWait& wait = WaitOf(chunk, waits, polls, r.count, kc::DecodeBlocks(o.attention, plan, r.count),
+                                     polls ? kMostPollingBlocks : kMostWaitingBlocks);
+      if (polls) {
+        link.lines = lines_in->lines;
+        link.lines_mirror = lines_in->mirror;
       }
-      if (!wait.in_launch && (lines || hop.ready != nullptr)) {
+      if (!wait.in_launch && waits) {
         // A kernel queued ahead waits for the rows; the launch, chained to it, starts once they
         // have come and finds them there.
-        if (lines) {
-          LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop.lines, layout.row_stride, hop.line_tag, hop.timeout_ns,
+        if (polls) {
+          LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(lines_in->lines, layout.row_stride, hop.tag, hop.timeout_ns,
                                                   hop.error, hop.error_code, nullptr, r.count, layout.row_stride,
                                                   nullptr, layout.row_stride, stream, wait.ahead_blocks,
                                                   kc::NextKernel::kStartsOnceIn));
         } else {
           LAMINA_RETURN_IF_ERROR(
-              kc::WaitFlag(hop.ready, hop.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
+              kc::WaitFlag(link.ready, link.ready_value, hop.timeout_ns, hop.error, hop.error_code, stream));
         }
         link.chained_to_wait = true;
       }
@@ -322,9 +340,9 @@ class CudaKvLane : public DeviceKvLane {
     if (send_packets) {
       // After a wait gave up the outputs are garbage: the send writes nothing then, and the
       // compute end times out too.
-      LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, out_stride, nullptr, r.count, out_stride, hop.out_packets,
-                                             kc::PacketsPerRow(out_stride, hop.out_segments), hop.line_tag,
-                                             hop.error, stream, nullptr, hop.out_segments));
+      LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, out_stride, nullptr, r.count, out_stride, packets_out->packets,
+                                             kc::PacketsPerRow(out_stride, packets_out->segments), hop.tag,
+                                             hop.error, stream, nullptr, packets_out->segments));
     }
     return pacer_.Paced(stream);
   }

@@ -51,10 +51,10 @@ class DeviceKvLane {
   // Queues, for the sequences of chunk `chunk`: their k/v (rows of `qkv` in `layout`, device
   // memory) stored at their write slots, then their attention into the same rows of step_out().
   virtual absl::Status QueueChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout) = 0;
-  // QueueChunk with the chunk's hop folded in: waits for the rows to arrive in `qkv`, stores,
-  // attends, writes the outputs to hop.out (or as hop.out_lines) and raises hop.done (when set).
-  // With hop.packets, a poll queued ahead puts the rows in place, the outputs go into step_out()'s
-  // rows and from there as hop.out_packets.
+  // QueueChunk with the chunk's hop folded in (DeviceHop::in and out): waits for the rows to
+  // arrive in `qkv` (behind a flag, or polling lines or packets), stores, attends, and sends the
+  // outputs back (into RowsOut::out, raising its done flag; as lines; or, from step_out()'s rows,
+  // as packets).
   // A chunk of no rows is InvalidArgument (nothing would raise the flag): queue the link's own
   // send for it.
   virtual absl::Status QueueLinkedChunk(int64_t layer, int chunk, const float* qkv, const QkvLayout& layout,
@@ -77,7 +77,7 @@ class DeviceKvLane {
 
 // A compute node's own pool on its GPU (local attention): a decode step's attention queued on the
 // caller's stream, with no host wait and no host work per layer, so that it can be captured into
-// the step's CUDA graph. Each caller (a compute node's lane) has its own: the step's tables are its.
+// the step's CUDA graph. Each caller (a compute node's batch runner) has its own: the step's tables are its.
 // Thread-compatible; QueueLayer and QueueStore touch nothing of the pool's bookkeeping.
 class LocalKvStep {
  public:

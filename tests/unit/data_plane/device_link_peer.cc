@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -120,16 +121,20 @@ class Peer {
         float* out = attention_.as<float>() + r.first * q;
         const std::optional<DeviceHop> hop =
             step.linked ? link_->DirectHop(step.step, layer, c, step.chunks, step.rows) : std::nullopt;
-        if (hop.has_value() && hop->lines != nullptr) {
-          LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(hop->lines, qkv, hop->line_tag, hop->timeout_ns, hop->error,
-                                                  hop->error_code, nullptr, r.count, qkv, hop->lines_mirror, qkv,
+        // The link's own sends and waits, as an attention launch linked to the hop would make them.
+        const auto* flag_in = hop.has_value() ? std::get_if<DeviceHop::FlagIn>(&hop->in) : nullptr;
+        const auto* lines_in = hop.has_value() ? std::get_if<DeviceHop::LinesIn>(&hop->in) : nullptr;
+        const auto* packets_in = hop.has_value() ? std::get_if<DeviceHop::PacketsIn>(&hop->in) : nullptr;
+        if (lines_in != nullptr) {
+          LAMINA_RETURN_IF_ERROR(kc::ReceiveLines(lines_in->lines, qkv, hop->tag, hop->timeout_ns, hop->error,
+                                                  hop->error_code, nullptr, r.count, qkv, lines_in->mirror, qkv,
                                                   stream_.get()));
-        } else if (hop.has_value() && hop->packets != nullptr) {
-          LAMINA_RETURN_IF_ERROR(kc::ReceivePackets({hop->packets, kc::PacketsPerRow(qkv), hop->line_tag, r.count, qkv},
+        } else if (packets_in != nullptr) {
+          LAMINA_RETURN_IF_ERROR(kc::ReceivePackets({packets_in->packets, kc::PacketsPerRow(qkv), hop->tag, r.count, qkv},
                                                     {hop->timeout_ns, hop->error, hop->error_code},
-                                                    {hop->packets_mirror, qkv}, stream_.get()));
-        } else if (hop.has_value()) {
-          LAMINA_RETURN_IF_ERROR(kc::WaitFlag(hop->ready, hop->ready_value, hop->timeout_ns, hop->error,
+                                                    {packets_in->mirror, qkv}, stream_.get()));
+        } else if (flag_in != nullptr) {
+          LAMINA_RETURN_IF_ERROR(kc::WaitFlag(flag_in->ready, flag_in->ready_value, hop->timeout_ns, hop->error,
                                               hop->error_code, stream_.get()));
         } else {
           LAMINA_RETURN_IF_ERROR(link_->QueueReceive(step.step, layer, c, step.chunks, step.rows, stream_.get()));
@@ -140,17 +145,20 @@ class Peer {
         LAMINA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out, q * sizeof(float), in, qkv * sizeof(float),
                                                       q * sizeof(float), r.count, cudaMemcpyDeviceToDevice,
                                                       stream_.get()));
-        if (hop.has_value() && hop->lines != nullptr) {
-          LAMINA_RETURN_IF_ERROR(kc::SendLines(out, q, nullptr, r.count, q, hop->out_lines, hop->out_stride,
-                                               hop->line_tag, hop->error, stream_.get()));
-        } else if (hop.has_value() && hop->packets != nullptr) {
-          LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, q, nullptr, r.count, q, hop->out_packets,
-                                                 kc::PacketsPerRow(q, hop->out_segments), hop->line_tag, hop->error,
-                                                 stream_.get(), nullptr, hop->out_segments));
-        } else if (hop.has_value()) {
-          LAMINA_RETURN_IF_ERROR(kc::SendRows(out, q, nullptr, r.count, q, hop->out, hop->out_stride, hop->done,
-                                              hop->done_value, hop->error, arrivals_.as<uint32_t>() + c,
-                                              stream_.get()));
+        const auto* rows_out = hop.has_value() ? std::get_if<DeviceHop::RowsOut>(&hop->out) : nullptr;
+        const auto* lines_out = hop.has_value() ? std::get_if<DeviceHop::LinesOut>(&hop->out) : nullptr;
+        const auto* packets_out = hop.has_value() ? std::get_if<DeviceHop::PacketsOut>(&hop->out) : nullptr;
+        if (lines_out != nullptr) {
+          LAMINA_RETURN_IF_ERROR(kc::SendLines(out, q, nullptr, r.count, q, lines_out->lines, lines_out->stride,
+                                               hop->tag, hop->error, stream_.get()));
+        } else if (packets_out != nullptr) {
+          LAMINA_RETURN_IF_ERROR(kc::SendPackets(out, q, nullptr, r.count, q, packets_out->packets,
+                                                 kc::PacketsPerRow(q, packets_out->segments), hop->tag, hop->error,
+                                                 stream_.get(), nullptr, packets_out->segments));
+        } else if (rows_out != nullptr) {
+          LAMINA_RETURN_IF_ERROR(kc::SendRows(out, q, nullptr, r.count, q, rows_out->out, rows_out->stride,
+                                              rows_out->done, rows_out->done_value, hop->error,
+                                              arrivals_.as<uint32_t>() + c, stream_.get()));
         } else {
           LAMINA_RETURN_IF_ERROR(
               link_->QueueSend(step.step, layer, c, step.chunks, step.rows, attention_.as<float>(), q, stream_.get()));

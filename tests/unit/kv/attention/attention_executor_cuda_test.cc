@@ -59,15 +59,12 @@ class LocalLink : public MemoryLinkEnd {
   std::optional<DeviceHop> DirectHop(uint64_t step, int64_t layer, int chunk, int chunks, int64_t rows) override {
     ++direct_hops_;
     DeviceHop hop;
-    hop.ready = ready_.as<uint64_t>();
-    hop.ready_value = 1;
     hop.timeout_ns = 5'000'000'000;
     hop.error = error_.as<uint32_t>();
     hop.error_code = 1;
-    hop.out = Outputs(layer, rows) + ChunkOf(rows, chunks, chunk).first * kQ;
-    hop.out_stride = kQ;
-    hop.done = done_.as<uint64_t>();
-    hop.done_value = step;
+    hop.in = DeviceHop::FlagIn{ready_.as<uint64_t>(), 1};
+    hop.out = DeviceHop::RowsOut{Outputs(layer, rows) + ChunkOf(rows, chunks, chunk).first * kQ, kQ,
+                                 done_.as<uint64_t>(), step};
     return hop;
   }
   absl::Status TakeStepStatus() override {

@@ -41,17 +41,15 @@ using testing::Peek;
 using testing::Upload;
 
 // A hop whose outputs go to `out` [rows, out_stride], raising *done to done_value, its waits
-// giving up after `timeout_ns` with code 1 in *error; how its inputs arrive is the caller's.
+// giving up after `timeout_ns` with code 1 in *error; its inputs in place until the caller says
+// how they arrive.
 DeviceHop OutputHop(uint32_t* error, float* out, int64_t out_stride, uint64_t* done, uint64_t done_value,
                     int64_t timeout_ns) {
   DeviceHop hop;
   hop.timeout_ns = timeout_ns;
   hop.error = error;
   hop.error_code = 1;
-  hop.out = out;
-  hop.out_stride = out_stride;
-  hop.done = done;
-  hop.done_value = done_value;
+  hop.out = DeviceHop::RowsOut{out, out_stride, done, done_value};
   return hop;
 }
 
@@ -78,8 +76,7 @@ TEST(CudaKvLaneTest, LinkedChunkMatchesUnlinkedAndBothCountTheirDeviceTime) {
   const QkvLayout layout{row, 0, q, q + kv};
 
   DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>(), q, done.as<uint64_t>(), 4, 5'000'000'000);
-  hop.ready = ready.as<uint64_t>();
-  hop.ready_value = 1;
+  hop.in = DeviceHop::FlagIn{ready.as<uint64_t>(), 1};
   ASSERT_TRUE((*lane)->QueueLinkedChunk(0, 0, d_qkv.as<float>(), layout, hop).ok());
   ASSERT_TRUE((*lane)->Synchronize().ok());
   auto linked_busy = (*lane)->TakeBusy();
@@ -153,8 +150,7 @@ TEST(CudaKvLaneTest, AFloat8PoolStoresTheCpuPoolsBitsAndAttendsAsItDoes) {
   DeviceBuffer out = Upload(std::vector<float>(q, 0.f));
   ASSERT_TRUE((*lane)->SetStep({40}, context, {0, prompt + 1}, 1).ok());
   DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>(), q, done.as<uint64_t>(), 4, 5'000'000'000);
-  hop.ready = ready.as<uint64_t>();
-  hop.ready_value = 1;
+  hop.in = DeviceHop::FlagIn{ready.as<uint64_t>(), 1};
   ASSERT_TRUE((*lane)->QueueLinkedChunk(1, 0, d_step.as<float>(), layout, hop).ok());
   ASSERT_TRUE((*lane)->Synchronize().ok());
   EXPECT_EQ(Download<uint64_t>(done.data(), 1)[0], 4u);
@@ -185,8 +181,7 @@ TEST(CudaKvLaneTest, LinkedChunksRunSideBySide) {
   for (int c = 0; c < 2; ++c) {
     DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>() + 2 * c * q, q, done.as<uint64_t>() + c, 7,
                               10'000'000'000);
-    hop.ready = ready.as<uint64_t>() + c;
-    hop.ready_value = 1;
+    hop.in = DeviceHop::FlagIn{ready.as<uint64_t>() + c, 1};
     ASSERT_TRUE((*lane)->QueueLinkedChunk(0, c, d_qkv.as<float>(), layout, hop).ok());
   }
   // Chunk 1 finishes while chunk 0, queued before it, still waits for its rows.
@@ -247,8 +242,7 @@ TEST(CudaKvLaneTest, ALaunchTooLargeToWaitInItselfWaitsBehindAFlagAheadAndMatche
   DeviceBuffer out = Upload(std::vector<float>(seqs * q, 0.f));
   const QkvLayout layout{row, 0, q, q + kv};
   DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>(), q, done.as<uint64_t>(), 3, 10'000'000'000);
-  hop.ready = ready.as<uint64_t>();
-  hop.ready_value = 1;
+  hop.in = DeviceHop::FlagIn{ready.as<uint64_t>(), 1};
   ASSERT_TRUE((*lane)->QueueLinkedChunk(0, 0, d_qkv.as<float>(), layout, hop).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(Peek<uint64_t>(done.data(), 1)[0], 0u) << "the launch ran before its rows' flag was up";
@@ -301,10 +295,9 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
   const QkvLayout layout{row, 0, q, q + kv};
   const uint32_t tag = kernels::cuda::LineTag(3);
   DeviceHop hop = OutputHop(error.as<uint32_t>(), out.as<float>(), q, done.as<uint64_t>(), 3, 5'000'000'000);
-  hop.lines = in_lines.as<kernels::cuda::Line>();
-  hop.lines_mirror = mirror.as<float>();
-  hop.out_lines = out_lines.as<kernels::cuda::Line>();
-  hop.line_tag = tag;
+  hop.in = DeviceHop::LinesIn{in_lines.as<kernels::cuda::Line>(), mirror.as<float>()};
+  hop.out = DeviceHop::LinesOut{out_lines.as<kernels::cuda::Line>(), out.as<float>(), q};
+  hop.tag = tag;
   auto sender = cuda::Stream::Create();
   ASSERT_TRUE(sender.ok());
   const auto send = [&](uint32_t tag) {
@@ -321,7 +314,7 @@ TEST(CudaKvLaneTest, LinesOfAChunkPlannedAWarpPerHeadGoABlockPerHead) {
   ASSERT_TRUE(sender->Synchronize().ok());
   ASSERT_TRUE((*lane)->Synchronize().ok());
   EXPECT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u);
-  EXPECT_EQ(Download<uint64_t>(done.data(), 1)[0], 3u);
+  EXPECT_EQ(Download<uint64_t>(done.data(), 1)[0], 0u) << "lines go back with no flag: the compute end polls them";
   std::vector<float> got;
   for (const kernels::cuda::Line& line : Download<kernels::cuda::Line>(out_lines.data(), rows * q / 2)) {
     ASSERT_EQ(line.first_tag, tag);
@@ -354,7 +347,9 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPa
   namespace kc = kernels::cuda;
   const kernels::cpu::AttentionShape shape{8, 8, 16, 0};
   const int64_t q = 128, kv = 128, row = q + 2 * kv;
-  const auto [rows, parts, context, lanes] = GetParam();
+  // Plain variables, not a structured binding: the lambdas below capture them.
+  const int64_t rows = std::get<0>(GetParam()), parts = std::get<1>(GetParam()), context = std::get<2>(GetParam());
+  const int lanes = std::get<3>(GetParam());
   const int64_t in_per_row = kc::PacketsPerRow(row), out_per_row = kc::PacketsPerRow(q, parts);
   const int64_t part_floats = q / parts, per_part = kc::PacketsPerRow(part_floats);
   auto backend = CreateCudaKvBackend({1, rows * context, shape}, 0);
@@ -396,11 +391,9 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPa
   const QkvLayout layout{row, 0, q, q + kv};
   const uint32_t tag = kc::LineTag(3);
   DeviceHop hop = OutputHop(error.as<uint32_t>(), nullptr, 0, nullptr, 3, 5'000'000'000);
-  hop.packets = in_packets.as<kc::Packet>();
-  hop.packets_mirror = mirror.as<float>();
-  hop.out_packets = out_packets.as<kc::Packet>();
-  hop.out_segments = parts;
-  hop.line_tag = tag;
+  hop.in = DeviceHop::PacketsIn{in_packets.as<kc::Packet>(), mirror.as<float>()};
+  hop.out = DeviceHop::PacketsOut{out_packets.as<kc::Packet>(), parts};
+  hop.tag = tag;
   auto sender = cuda::Stream::Create();
   ASSERT_TRUE(sender.ok());
   const auto send = [&](uint32_t tag) {
@@ -412,12 +405,12 @@ TEST_P(CudaKvLanePacketsTest, PacketsArePolledByTheLaunchAndTheOutputsGoBackAsPa
   // pass for the next hop's.
   ASSERT_TRUE(send(kc::LineTag(2)).ok());
   ASSERT_TRUE(sender->Synchronize().ok());
-  hop.line_tag = kc::LineTag(2);
+  hop.tag = kc::LineTag(2);
   ASSERT_TRUE((*lane)->QueueLinkedChunk(0, 0, mirror.as<float>(), layout, hop).ok());
   ASSERT_TRUE((*lane)->Synchronize().ok());
   ASSERT_EQ(Download<uint32_t>(error.data(), 1)[0], 0u);
   // Then a hop whose poll starts before its packets are sent.
-  hop.line_tag = tag;
+  hop.tag = tag;
   absl::Status queued = (*lane)->QueueLinkedChunk(0, 0, mirror.as<float>(), layout, hop);
   ASSERT_TRUE(queued.ok()) << queued;
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -529,9 +522,8 @@ TEST(CudaKvLaneTest, LanesWaitingForRowsLeaveSmsToALaneWhoseRowsCame) {
   const auto queue = [&](int64_t i, uint64_t hop) {
     DeviceHop h = OutputHop(all[i].error.as<uint32_t>(), all[i].out.as<float>(), q, all[i].done.as<uint64_t>(), hop,
                             10'000'000'000);
-    h.lines = all[i].lines.as<kc::Line>();
-    h.lines_mirror = all[i].mirror.as<float>();
-    h.line_tag = kc::LineTag(hop);
+    h.in = DeviceHop::LinesIn{all[i].lines.as<kc::Line>(), all[i].mirror.as<float>()};
+    h.tag = kc::LineTag(hop);
     return all[i].lane->QueueLinkedChunk(0, 0, all[i].mirror.as<float>(), layout, h);
   };
   const auto send = [&](int64_t i, uint64_t hop) {
