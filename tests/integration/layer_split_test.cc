@@ -2,7 +2,7 @@
 // with `layers: [first, end)` each compute their share of every batch, which passes from one to
 // the next (common/topology/slice_route.h), with several batches in flight. The outputs are those
 // of single-process mode, whichever way the layers and the KV caches are spread: on memory nodes,
-// in the split's own pool (each node holding its layers' share of every slot), or both.
+// or in the split's own pool (each node holding its layers' share of every slot).
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,8 +48,8 @@ TEST(LayerSplitTest, SplitsOverTwoAndThreeComputeNodesGiveSingleProcessOutputs) 
   const std::vector<std::vector<int32_t>> reference = ServeOnEveryComputeProcess(whole, requests).ids;
   ASSERT_EQ(reference.size(), requests.size());
 
-  // The KV caches on memory nodes, in the split's own pool (each node holding the layers it
-  // attends), or in both: a pool too small for the load beside a memory node.
+  // The KV caches on memory nodes, or in the split's own pool (each node holding the layers it
+  // attends).
   struct Case {
     Split layers;
     int memory_nodes;
@@ -60,8 +60,7 @@ TEST(LayerSplitTest, SplitsOverTwoAndThreeComputeNodesGiveSingleProcessOutputs) 
                                          {{{0, 1}, {1, 4}, {4, 6}}, 2, 0},
                                          {{{0, 5}, {5, 6}}, 1, 0},
                                          {{{0, 3}, {3, 6}}, 0, 4096},
-                                         {{{0, 1}, {1, 4}, {4, 6}}, 0, 4096},
-                                         {{{0, 5}, {5, 6}}, 1, 160}}) {
+                                         {{{0, 1}, {1, 4}, {4, 6}}, 0, 4096}}) {
     std::string name;
     for (const auto& [first, end] : c.layers) absl::StrAppend(&name, "[", first, ",", end, ")");
     SCOPED_TRACE(absl::StrCat(name, " with ", c.memory_nodes, " memory nodes and pools of ", c.pool_tokens));
